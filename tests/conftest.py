@@ -1,0 +1,171 @@
+"""Shared test fixtures: a fake LLM served by aiohttp on 127.0.0.1, and a leak check.
+
+The fake server runs on its own event loop in a thread, so the test's event loop holds only
+what the code under test created: after a run, :func:`assert_no_leaks` can demand that no
+task and no pending future is left on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+# handler(body, request) -> reply JSON (status 200), or (status, body) for another status,
+# where body may be a dict (sent as JSON) or str/bytes (sent as is).
+Handler = Callable[[dict[str, Any], "Seen"], Any]
+
+
+class Seen:
+    """One request the fake server received."""
+
+    def __init__(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
+        self.path = path
+        self.headers = headers
+        self.body = body
+
+
+class FakeLLM:
+    """An HTTP model stand-in: every POST is answered by ``handler``; requests are recorded."""
+
+    def __init__(self) -> None:
+        self.handler: Handler = lambda body, seen: {"choices": [{"message": {"content": "hi"}}]}
+        self.requests: list[Seen] = []
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the fake LLM server did not start")
+
+    def stop(self) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        port = runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+        self._runner = runner
+        self._ready.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {"_raw": raw.decode("utf-8", "replace")}
+        seen = Seen(request.path, dict(request.headers), body)
+        self.requests.append(seen)
+        out = self.handler(body, seen)
+        status = 200
+        if isinstance(out, tuple):
+            status, out = out
+        if isinstance(out, dict | list):
+            return web.json_response(out, status=status)
+        if isinstance(out, str):
+            out = out.encode()
+        return web.Response(body=out, status=status, content_type="application/json")
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [seen.body for seen in self.requests]
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLM]:
+    """A fake LLM on 127.0.0.1; set ``fake_llm.handler`` to script its replies."""
+    server = FakeLLM()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def openai_reply(
+    content: str | None = None,
+    tool_calls: list[tuple[str, str, dict[str, Any] | str]] | None = None,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """A Chat Completions reply; tool_calls as (id, name, arguments dict or raw string)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+            for call_id, name, args in tool_calls
+        ]
+    out: dict[str, Any] = {"model": "test-model", "choices": [{"message": message}]}
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def anthropic_reply(
+    text: str | None = None,
+    tool_uses: list[tuple[str, str, dict[str, Any]]] | None = None,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """A Messages API reply; tool_uses as (id, name, input)."""
+    content: list[dict[str, Any]] = []
+    if text is not None:
+        content.append({"type": "text", "text": text})
+    for call_id, name, args in tool_uses or []:
+        content.append({"type": "tool_use", "id": call_id, "name": name, "input": args})
+    out: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "test-model",
+        "content": content,
+        "stop_reason": "tool_use" if tool_uses else "end_turn",
+    }
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def assert_no_leaks() -> None:
+    """No task but the current one, and no pending future, is left on the running loop."""
+    loop = asyncio.get_running_loop()
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks(loop) if t is not current]
+    assert tasks == [], f"tasks left behind: {tasks}"
+    gc.collect()
+    futures = [
+        obj
+        for obj in gc.get_objects()
+        if isinstance(obj, asyncio.Future)
+        and obj is not current
+        and not obj.done()
+        and obj.get_loop() is loop
+    ]
+    assert futures == [], f"pending futures left behind: {futures}"

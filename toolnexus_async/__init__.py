@@ -1,0 +1,84 @@
+"""toolnexus_async: an asyncio-native agent runtime in which a tool can stop to ask a human.
+
+A tool returns ``ToolResult.pending(Request(...))`` instead of an answer; the run then
+either awaits the host's ``wait_for(request)`` and retries the tool once with the answer,
+or, without ``wait_for``, halts with ``status == "pending"`` so a durable host can resume it
+later. Everything awaits, so many suspended runs can share one event loop.
+"""
+
+from __future__ import annotations
+
+from ._client import LlmClient
+from ._errors import (
+    ModelError,
+    PayloadError,
+    ProtocolError,
+    ProviderError,
+    ToolnexusError,
+    TransportError,
+    UsageError,
+)
+from ._loop import ModelReply
+from ._messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolReturn,
+    UserMessage,
+    messages_from_json,
+    messages_to_json,
+)
+from ._results import RunResult, ToolCallRecord, Usage
+from ._toolkit import Toolkit
+from ._types import Answer, Request, Tool, ToolContext, ToolResult, pending_of
+from .tools.native import FunctionTool, define_tool
+
+__version__ = "0.1.0"
+
+__all__ = (
+    # wire data and results
+    "Answer",
+    "Request",
+    "ToolResult",
+    "ToolContext",
+    "Tool",
+    "pending_of",
+    # tools
+    "Toolkit",
+    "FunctionTool",
+    "define_tool",
+    # running
+    "LlmClient",
+    "RunResult",
+    "ToolCallRecord",
+    "Usage",
+    "ModelReply",
+    # the transcript
+    "Message",
+    "SystemMessage",
+    "UserMessage",
+    "AssistantMessage",
+    "ToolCall",
+    "ToolReturn",
+    "messages_to_json",
+    "messages_from_json",
+    # errors
+    "ToolnexusError",
+    "UsageError",
+    "PayloadError",
+    "ModelError",
+    "ProviderError",
+    "ProtocolError",
+    "TransportError",
+)
+
+# Reprs, tracebacks and docs show toolnexus_async.X, not the private module it lives in.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("toolnexus_async."):
+        try:
+            _obj.__module__ = __name__
+        except (AttributeError, TypeError):  # pragma: no cover - e.g. a type alias
+            pass
+del _name, _obj

@@ -1,0 +1,57 @@
+"""Wire styles: pure translations between the neutral transcript and a provider's JSON.
+
+Rule of this package: no I/O. A codec builds the URL, headers and JSON body of a request
+and decodes a parsed reply into a :class:`~toolnexus_async._loop.ModelReply`, raising
+:class:`~toolnexus_async.ProtocolError` when the reply lacks what the style requires.
+Sending is the transport's job; tests drive codecs with plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .._errors import UsageError
+from .._loop import ModelReply
+from .._messages import Message
+from .._toolkit import Toolkit
+from .anthropic import AnthropicCodec
+from .openai import OpenAICodec
+
+__all__ = ("STYLES", "Codec", "codec_for")
+
+
+class Codec(Protocol):
+    """What a wire style provides to the client."""
+
+    style: str
+    key_env: str
+    default_base_url: str
+
+    def endpoint(self, base_url: str) -> str: ...
+
+    def headers(self, api_key: str | None) -> dict[str, str]: ...
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        toolkit: Toolkit,
+        *,
+        model: str,
+        max_tokens: int | None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
+    def decode(self, payload: object) -> ModelReply: ...
+
+
+_CODECS: dict[str, Codec] = {"openai": OpenAICodec(), "anthropic": AnthropicCodec()}
+STYLES: tuple[str, ...] = tuple(_CODECS)
+
+
+def codec_for(style: str) -> Codec:
+    """The codec of ``style``; a clear error for an unknown one."""
+    try:
+        return _CODECS[style]
+    except KeyError:
+        raise UsageError(f"unknown style {style!r}; choose one of {', '.join(STYLES)}") from None

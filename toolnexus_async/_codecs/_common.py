@@ -1,0 +1,60 @@
+"""Small checks shared by the codecs: each names the path of what is missing or wrong."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .._errors import ProtocolError
+
+
+def obj(value: object, where: str, style: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{style} reply: {where} must be an object, got {_kind(value)}")
+    return value
+
+
+def field(parent: dict[str, Any], key: str, kind: type, where: str, style: str) -> Any:
+    if key not in parent:
+        raise ProtocolError(f"{style} reply: {where} has no {key!r}")
+    value = parent[key]
+    if not isinstance(value, kind):
+        raise ProtocolError(
+            f"{style} reply: {where}.{key} must be {kind.__name__}, got {_kind(value)}"
+        )
+    return value
+
+
+def count(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key, 0)
+    # A provider may omit or null a counter; usage is advisory, never a reason to fail a run.
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
+    """Decoded tool arguments, or ``({}, raw_text)`` when they are not a JSON object."""
+    if isinstance(raw, dict):
+        return raw, None
+    if not isinstance(raw, str):
+        return {}, json.dumps(raw)
+    if raw.strip() == "":
+        # Models send "" for a call without arguments.
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}, raw
+    if isinstance(value, dict):
+        return value, None
+    return {}, raw
+
+
+def provider_error_message(payload: dict[str, Any]) -> str:
+    error = payload.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return f" (it carries an error: {error['message'][:200]})"
+    return ""
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__

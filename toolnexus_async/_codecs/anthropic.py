@@ -1,0 +1,161 @@
+"""The Anthropic Messages wire style.
+
+Request: ``POST {base_url}/v1/messages`` (just ``/messages`` when the base URL already ends
+in ``/v1``) with ``x-api-key`` and ``anthropic-version: 2023-06-01``; ``max_tokens`` is
+required by the API, so a default is always sent. System messages become the top-level
+``system``; the results of one turn's tool calls travel as ``tool_result`` blocks in a
+single user message, with ``is_error`` set for errors. Reply: ``content`` blocks of type
+``text`` and ``tool_use``; ``input_tokens``/``output_tokens`` map to prompt/completion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import ProtocolError
+from .._loop import ModelReply
+from .._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolReturn
+from .._results import Usage
+from .._toolkit import Toolkit
+from ._common import count, field, obj, provider_error_message
+
+__all__ = ("AnthropicCodec",)
+
+STYLE = "anthropic"
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+
+
+def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if message.text:
+        blocks.append({"type": "text", "text": message.text})
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        for call in message.tool_calls
+    )
+    return blocks
+
+
+def _render(messages: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, ToolReturn):
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": message.call_id,
+                "content": message.output,
+            }
+            if message.is_error:
+                block["is_error"] = True
+            results.append(block)
+            continue
+        if results:
+            out.append({"role": "user", "content": results})
+            results = []
+        if isinstance(message, SystemMessage):
+            system.append(message.text)
+        elif isinstance(message, AssistantMessage):
+            blocks = _assistant_blocks(message)
+            if blocks:  # an empty assistant turn carries nothing, and the API rejects it
+                out.append({"role": "assistant", "content": blocks})
+        else:
+            out.append({"role": "user", "content": message.text})
+    if results:
+        out.append({"role": "user", "content": results})
+    return ("\n\n".join(system) if system else None), out
+
+
+class AnthropicCodec:
+    """Encode and decode Messages API requests and replies."""
+
+    style = STYLE
+    key_env = "ANTHROPIC_API_KEY"
+    default_base_url = "https://api.anthropic.com"
+
+    def endpoint(self, base_url: str) -> str:
+        base = base_url.rstrip("/")
+        return base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        toolkit: Toolkit,
+        *,
+        model: str,
+        max_tokens: int | None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        system, rendered = _render(messages)
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+            "messages": rendered,
+        }
+        if system is not None:
+            body["system"] = system
+        tools = toolkit.to_anthropic()
+        if tools:
+            body["tools"] = tools
+        if extra:
+            body.update(extra)
+        return body
+
+    def decode(self, payload: object) -> ModelReply:
+        payload = obj(payload, "the body", STYLE)
+        content = payload.get("content")
+        if not isinstance(content, list):
+            raise ProtocolError(
+                "anthropic reply has no 'content' list" + provider_error_message(payload)
+            )
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(content):
+            where = f"content[{i}]"
+            block = obj(raw, where, STYLE)
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(field(block, "text", str, where, STYLE))
+            elif kind == "tool_use":
+                call_id = field(block, "id", str, where, STYLE)
+                if not call_id or call_id in seen:
+                    raise ProtocolError(
+                        f"anthropic reply: {where}.id {call_id!r} is empty or repeated"
+                    )
+                seen.add(call_id)
+                name = field(block, "name", str, where, STYLE)
+                arguments = block.get("input", {})
+                if isinstance(arguments, dict):
+                    calls.append(ToolCall(call_id, name, arguments))
+                else:
+                    calls.append(ToolCall(call_id, name, {}, repr(arguments)))
+            # Other block types (thinking, server tools) carry nothing the loop acts on.
+        usage = payload.get("usage")
+        totals = Usage()
+        if isinstance(usage, dict):
+            # Cached prompt tokens are still prompt tokens; Anthropic counts them apart.
+            prompt = (
+                count(usage, "input_tokens")
+                + count(usage, "cache_creation_input_tokens")
+                + count(usage, "cache_read_input_tokens")
+            )
+            completion = count(usage, "output_tokens")
+            totals = Usage(prompt, completion, prompt + completion)
+        model = payload.get("model")
+        reason = payload.get("stop_reason")
+        return ModelReply(
+            AssistantMessage("".join(texts) if texts else None, tuple(calls)),
+            totals,
+            model if isinstance(model, str) else None,
+            reason if isinstance(reason, str) else None,
+        )

@@ -1,0 +1,141 @@
+"""The OpenAI Chat Completions wire style (also spoken by most local and proxy servers).
+
+Request: ``POST {base_url}/chat/completions`` with ``Authorization: Bearer <key>``; the
+base URL carries any ``/v1``. Tools are ``function`` tools; a tool result is a
+``{"role": "tool", "tool_call_id", "content"}`` message whose content is the result's
+output, unchanged. Reply: ``choices[0].message`` with ``content`` and ``tool_calls``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import ProtocolError
+from .._loop import ModelReply
+from .._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolReturn
+from .._results import Usage
+from .._toolkit import Toolkit
+from ._common import count, field, obj, parse_arguments, provider_error_message
+
+__all__ = ("OpenAICodec",)
+
+STYLE = "openai"
+
+
+def _render(message: Message) -> dict[str, Any]:
+    if isinstance(message, ToolReturn):
+        return {"role": "tool", "tool_call_id": message.call_id, "content": message.output}
+    if isinstance(message, AssistantMessage):
+        out: dict[str, Any] = {"role": "assistant", "content": message.text}
+        if message.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": call.invalid_arguments
+                        if call.invalid_arguments is not None
+                        else json.dumps(call.arguments),
+                    },
+                }
+                for call in message.tool_calls
+            ]
+        return out
+    role = "system" if isinstance(message, SystemMessage) else "user"
+    return {"role": role, "content": message.text}
+
+
+def _text(content: object) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        # Some servers send content parts: [{"type": "text", "text": ...}, ...].
+        parts = [
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
+        return "".join(parts)
+    raise ProtocolError(
+        f"openai reply: choices[0].message.content must be a string or null, "
+        f"got {type(content).__name__}"
+    )
+
+
+def _calls(raw_calls: object) -> tuple[ToolCall, ...]:
+    if raw_calls is None:
+        return ()
+    if not isinstance(raw_calls, list):
+        raise ProtocolError("openai reply: choices[0].message.tool_calls must be a list")
+    calls = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_calls):
+        where = f"choices[0].message.tool_calls[{i}]"
+        raw = obj(raw, where, STYLE)
+        call_id = field(raw, "id", str, where, STYLE)
+        if not call_id or call_id in seen:
+            raise ProtocolError(f"openai reply: {where}.id {call_id!r} is empty or repeated")
+        seen.add(call_id)
+        function = obj(raw.get("function"), f"{where}.function", STYLE)
+        name = field(function, "name", str, f"{where}.function", STYLE)
+        arguments, invalid = parse_arguments(function.get("arguments", ""))
+        calls.append(ToolCall(call_id, name, arguments, invalid))
+    return tuple(calls)
+
+
+class OpenAICodec:
+    """Encode and decode Chat Completions requests and replies."""
+
+    style = STYLE
+    key_env = "OPENAI_API_KEY"
+    default_base_url = "https://api.openai.com/v1"
+
+    def endpoint(self, base_url: str) -> str:
+        return base_url.rstrip("/") + "/chat/completions"
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        toolkit: Toolkit,
+        *,
+        model: str,
+        max_tokens: int | None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "messages": [_render(m) for m in messages]}
+        tools = toolkit.to_openai()
+        if tools:
+            body["tools"] = tools
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if extra:
+            body.update(extra)
+        return body
+
+    def decode(self, payload: object) -> ModelReply:
+        payload = obj(payload, "the body", STYLE)
+        choices = payload.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise ProtocolError("openai reply has no choices[0]" + provider_error_message(payload))
+        choice = obj(choices[0], "choices[0]", STYLE)
+        message = obj(choice.get("message"), "choices[0].message", STYLE)
+        assistant = AssistantMessage(
+            _text(message.get("content")), _calls(message.get("tool_calls"))
+        )
+        usage = payload.get("usage")
+        totals = Usage()
+        if isinstance(usage, dict):
+            prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
+            totals = Usage(prompt, completion, count(usage, "total_tokens") or prompt + completion)
+        model = payload.get("model")
+        reason = choice.get("finish_reason")
+        return ModelReply(
+            assistant,
+            totals,
+            model if isinstance(model, str) else None,
+            reason if isinstance(reason, str) else None,
+        )

@@ -1,0 +1,139 @@
+"""Runs the tool calls of one turn, and applies the suspension rule to each call.
+
+Rules of this module (DESIGN §3):
+
+- The calls of a turn run concurrently, each in its own task of one anyio task group; the
+  outcomes come back in call order. A failing tool is an error result (the toolkit sees to
+  that) and never cancels its siblings; only cancellation propagates.
+- A call whose result is a suspension, when ``wait_for`` is set, awaits ``wait_for`` in that
+  call's own task, so two approvals asked in one turn are outstanding at the same time.
+  - ``answer.ok``: the same tool runs once more with the same arguments and
+    ``ctx.answer``; if it suspends again the model gets ``"unresolved: <prompt>"``.
+  - not ``answer.ok``: the model gets ``"declined/expired: <prompt>"``.
+  - an answer whose id does not echo the request's is refused: the model gets an error
+    naming both ids, and the tool does not run again.
+  - a request whose ``expires_at`` has passed is answered as expired without asking, and
+    one that expires while ``wait_for`` is pending is answered as expired at that moment.
+- Without ``wait_for`` the suspension is returned as is; the loop halts the run on it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import anyio
+
+from ._loop import CallOutcome
+from ._messages import ToolCall
+from ._types import Answer, Request, ToolContext, ToolResult, request_in
+
+__all__ = ("Executor", "WaitFor")
+
+log = logging.getLogger("toolnexus_async")
+
+WaitFor = Callable[[Request], Awaitable[Answer] | Answer]
+
+
+class _Executes(Protocol):
+    async def execute(
+        self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
+    ) -> ToolResult: ...
+
+
+class Executor:
+    """Executes tool calls through a toolkit on behalf of one run."""
+
+    __slots__ = ("_run_id", "_toolkit", "_wait_for")
+
+    def __init__(self, toolkit: _Executes, wait_for: WaitFor | None, run_id: str) -> None:
+        self._toolkit = toolkit
+        self._wait_for = wait_for
+        self._run_id = run_id
+
+    async def run(self, calls: Sequence[ToolCall]) -> list[CallOutcome]:
+        """One outcome per call, in call order."""
+        if len(calls) == 1:
+            # One call needs no sibling task; skipping the task group is the common fast path.
+            return [await self.run_one(calls[0])]
+        outcomes: list[CallOutcome | None] = [None] * len(calls)
+
+        async def slot(index: int, call: ToolCall) -> None:
+            outcomes[index] = await self.run_one(call)
+
+        async with anyio.create_task_group() as tg:
+            for index, call in enumerate(calls):
+                tg.start_soon(slot, index, call, name=f"toolnexus tool {call.name}")
+        return [o for o in outcomes if o is not None]
+
+    async def run_one(self, call: ToolCall) -> CallOutcome:
+        """Execute one call and, when it suspends and ``wait_for`` is set, resolve it."""
+        if call.invalid_arguments is not None:
+            return CallOutcome(
+                ToolResult.error(
+                    f"invalid arguments for tool {call.name!r}: expected a JSON object, got "
+                    f"{_excerpt(call.invalid_arguments)}; call it again with valid JSON"
+                )
+            )
+        ctx = ToolContext(call_id=call.id, run_id=self._run_id, tool_name=call.name)
+        result = await self._toolkit.execute(call.name, call.arguments, ctx)
+        request = request_in(result)
+        if request is None or self._wait_for is None:
+            return CallOutcome(result, request)
+        return await self._resolve(call, ctx, request)
+
+    async def _resolve(self, call: ToolCall, ctx: ToolContext, request: Request) -> CallOutcome:
+        answer = await self._ask(request)
+        if isinstance(answer, ToolResult):
+            return CallOutcome(answer, request, None)
+        if not answer.ok:
+            return CallOutcome(
+                ToolResult.error(f"declined/expired: {request.prompt}"), request, False
+            )
+        retry_ctx = ToolContext(
+            answer=answer, call_id=ctx.call_id, run_id=ctx.run_id, tool_name=ctx.tool_name
+        )
+        retried = await self._toolkit.execute(call.name, call.arguments, retry_ctx)
+        again = request_in(retried)
+        if again is not None:
+            # Asking again could loop forever; the model decides what to do instead.
+            return CallOutcome(ToolResult.error(f"unresolved: {again.prompt}"), request, True)
+        return CallOutcome(retried, request, True)
+
+    async def _ask(self, request: Request) -> Answer | ToolResult:
+        """The host's answer, or an error result explaining why there is none."""
+        wait_for = self._wait_for
+        assert wait_for is not None
+        left = request.seconds_left()
+        if left is not None and left <= 0:
+            return Answer(request.id, False, reason="expired")
+        try:
+            with anyio.move_on_after(float("inf") if left is None else left) as scope:
+                answer = wait_for(request)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+        except Exception as exc:
+            # The host's resolver failed: tell the model, keep the sibling calls running.
+            log.exception("wait_for raised while resolving request %s", request.id)
+            return ToolResult.error(
+                f"could not resolve {request.prompt!r}: wait_for raised {type(exc).__name__}: {exc}"
+            )
+        if scope.cancelled_caught:
+            return Answer(request.id, False, reason="expired")
+        if not isinstance(answer, Answer):
+            return ToolResult.error(
+                f"could not resolve {request.prompt!r}: wait_for returned "
+                f"{type(answer).__name__}, not an Answer"
+            )
+        if answer.id != request.id:
+            return ToolResult.error(
+                f"refused an answer with id {answer.id!r}: it does not match request id "
+                f"{request.id!r} ({request.prompt})"
+            )
+        return answer
+
+
+def _excerpt(text: str, limit: int = 200) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."

@@ -1,0 +1,224 @@
+"""The run loop as a sans-IO state machine.
+
+Rule of this module: it decides, it never waits. No coroutine, no clock, no socket: the
+client asks :meth:`RunLoop.next_action` what to do, does it, and feeds the outcome back
+(:meth:`RunLoop.model_replied`, :meth:`RunLoop.tools_finished`). Everything here can be
+tested with plain function calls.
+
+Theory of operation::
+
+    CallModel --model_replied--> tool calls? --no--> Finish(done)
+        ^                            | yes
+        |                            v
+        |                        RunTools --tools_finished--> suspended? --yes--> Finish(pending)
+        |                                                | no
+        +------------- yes -- turns < max_turns? <-------+
+                                     | no
+                                     v
+                      Finish(incomplete, limit="max_turns")
+
+Rules kept here, each pinned by a test in ``tests/test_loop.py``:
+
+1. A turn is one model request; ``turns`` counts requests made; ``max_turns`` caps them.
+   The tool calls of the last allowed turn still run, so the transcript stays paired.
+2. Tool results enter the transcript in tool-call order, whatever order they finished in.
+3. Every tool call gets exactly one result before the next model request.
+4. A result that is still a suspension halts the run: ``status == "pending"`` with the
+   request of the **first** suspended call in tool-call order.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+import attrs
+
+from ._errors import UsageError
+from ._messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolReturn,
+    UserMessage,
+    unpaired_calls,
+)
+from ._results import RunResult, RunStatus, ToolCallRecord, Usage
+from ._types import Request, ToolResult, request_in
+
+__all__ = ("CallModel", "CallOutcome", "Finish", "ModelReply", "RunLoop", "RunTools")
+
+
+@attrs.frozen
+class ModelReply:
+    """One decoded model reply, whatever the wire style."""
+
+    message: AssistantMessage
+    usage: Usage = attrs.field(factory=Usage)
+    model: str | None = None
+    stop_reason: str | None = None
+
+
+@attrs.frozen
+class CallOutcome:
+    """What became of one tool call: its final result and, if it suspended, the request."""
+
+    result: ToolResult
+    request: Request | None = None
+    answered_ok: bool | None = None
+
+
+@attrs.frozen
+class CallModel:
+    """Send ``messages`` to the model; this will be request number ``turn``."""
+
+    messages: Sequence[Message]
+    turn: int
+
+
+@attrs.frozen
+class RunTools:
+    """Execute ``calls`` (concurrently) and report one outcome per call, in this order."""
+
+    calls: tuple[ToolCall, ...]
+    turn: int
+
+
+@attrs.frozen
+class Finish:
+    """The run is over."""
+
+    result: RunResult
+
+
+Action = CallModel | RunTools | Finish
+
+
+class _Expect(enum.Enum):
+    MODEL = "a model reply"
+    TOOLS = "tool outcomes"
+    NOTHING = "nothing (the run is finished)"
+
+
+class RunLoop:
+    """The state of one run, advanced by the outcomes the caller feeds in."""
+
+    def __init__(
+        self,
+        prompt: str | None,
+        *,
+        history: Sequence[Message] = (),
+        system_prompt: str | None = None,
+        max_turns: int = 10,
+    ) -> None:
+        if max_turns < 1:
+            raise UsageError(f"max_turns must be at least 1, got {max_turns}")
+        unpaired = unpaired_calls(history)
+        if unpaired:
+            names = ", ".join(f"{c.name} ({c.id})" for c in unpaired)
+            raise UsageError(
+                f"history ends with tool calls that have no result: {names}; "
+                "resume a halted run instead of starting a new one from it"
+            )
+        messages: list[Message] = list(history)
+        if system_prompt is not None and not (messages and isinstance(messages[0], SystemMessage)):
+            messages.insert(0, SystemMessage(system_prompt))
+        if prompt is not None:
+            messages.append(UserMessage(prompt))
+        self.messages = messages
+        self.max_turns = max_turns
+        self.turns = 0
+        self.usage = Usage()
+        self.model: str | None = None
+        self.records: list[ToolCallRecord] = []
+        self._expect = _Expect.MODEL
+        self._calls: tuple[ToolCall, ...] = ()
+        self._result: RunResult | None = None
+
+    def next_action(self) -> Action:
+        """What the caller must do next. Asking twice without feeding anything is harmless."""
+        if self._result is not None:
+            return Finish(self._result)
+        if self._expect is _Expect.TOOLS:
+            return RunTools(self._calls, self.turns)
+        if self.turns >= self.max_turns:
+            return Finish(self._finish("incomplete", limit="max_turns"))
+        return CallModel(self.messages, self.turns + 1)
+
+    def model_replied(self, reply: ModelReply) -> None:
+        """Feed the model's reply to the request :meth:`next_action` asked for."""
+        self._check(_Expect.MODEL)
+        self.turns += 1
+        self.usage = self.usage + reply.usage
+        if reply.model is not None:
+            self.model = reply.model
+        self.messages.append(reply.message)
+        if reply.message.tool_calls:
+            self._calls = reply.message.tool_calls
+            self._expect = _Expect.TOOLS
+        else:
+            self._finish("done")
+
+    def tools_finished(self, outcomes: Sequence[CallOutcome]) -> None:
+        """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls."""
+        self._check(_Expect.TOOLS)
+        calls = self._calls
+        if len(outcomes) != len(calls):
+            raise RuntimeError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
+        suspended: list[ToolCallRecord] = []
+        for call, outcome in zip(calls, outcomes, strict=True):
+            still = request_in(outcome.result)
+            record = ToolCallRecord(
+                call,
+                outcome.result,
+                self.turns,
+                outcome.request or still,
+                outcome.answered_ok,
+            )
+            self.records.append(record)
+            if still is not None:
+                suspended.append(record)
+        self._calls = ()
+        if suspended:
+            # The transcript keeps the assistant's calls without results: the run resumes
+            # from exactly here once the request is answered.
+            first = request_in(suspended[0].result)
+            self._finish("pending", pending=first, suspended=tuple(suspended))
+            return
+        for call, outcome in zip(calls, outcomes, strict=True):
+            result = outcome.result
+            self.messages.append(ToolReturn(call.id, call.name, result.output, result.is_error))
+        self._expect = _Expect.MODEL
+
+    def _check(self, expected: _Expect) -> None:
+        if self._expect is not expected:
+            raise RuntimeError(f"the loop expects {self._expect.value}, not {expected.value}")
+
+    def _finish(
+        self,
+        status: RunStatus,
+        *,
+        limit: str | None = None,
+        pending: Request | None = None,
+        suspended: tuple[ToolCallRecord, ...] = (),
+    ) -> RunResult:
+        text = ""
+        for message in reversed(self.messages):
+            if isinstance(message, AssistantMessage):
+                text = message.text or ""
+                break
+        self._expect = _Expect.NOTHING
+        self._result = RunResult(
+            status=status,
+            text=text,
+            messages=tuple(self.messages),
+            tool_calls=tuple(self.records),
+            turns=self.turns,
+            usage=self.usage,
+            model=self.model,
+            pending=pending,
+            limit=limit,
+            suspended=suspended,
+        )
+        return self._result

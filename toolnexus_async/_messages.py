@@ -1,0 +1,214 @@
+"""The provider-neutral transcript and its versioned JSON form.
+
+Rule of this module: a transcript says *what was said*, never *how a provider spells it*.
+The wire styles (``_codecs/``) render these messages at call time and parse replies back
+into them, so a conversation begun against one style can go on against another, and a
+stored transcript outlives a change of provider.
+
+Invariant the loop keeps (and :func:`unpaired_calls` checks): every tool call of an
+assistant message has exactly one :class:`ToolReturn` before the next model request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from ._errors import PayloadError
+
+__all__ = (
+    "AssistantMessage",
+    "Message",
+    "SystemMessage",
+    "ToolCall",
+    "ToolReturn",
+    "UserMessage",
+    "messages_from_json",
+    "messages_to_json",
+)
+
+TRANSCRIPT_VERSION = 1
+
+
+@attrs.frozen
+class SystemMessage:
+    """Instructions for the model."""
+
+    text: str
+    role: Literal["system"] = attrs.field(default="system", init=False, repr=False)
+
+
+@attrs.frozen
+class UserMessage:
+    """What the user said."""
+
+    text: str
+    role: Literal["user"] = attrs.field(default="user", init=False, repr=False)
+
+
+@attrs.frozen
+class ToolCall:
+    """One tool call the model asked for.
+
+    ``arguments`` is the decoded JSON object. When the model sent arguments that are not a
+    JSON object, ``arguments`` is empty and ``invalid_arguments`` keeps the raw text, so the
+    loop can tell the model what was wrong and the transcript still renders what it sent.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = attrs.field(factory=dict)
+    invalid_arguments: str | None = None
+
+
+@attrs.frozen
+class AssistantMessage:
+    """What the model said: text, tool calls, or both."""
+
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    role: Literal["assistant"] = attrs.field(default="assistant", init=False, repr=False)
+
+
+@attrs.frozen
+class ToolReturn:
+    """The result of one tool call, as the model will see it."""
+
+    call_id: str
+    name: str
+    output: str
+    is_error: bool = False
+    role: Literal["tool"] = attrs.field(default="tool", init=False, repr=False)
+
+
+Message = SystemMessage | UserMessage | AssistantMessage | ToolReturn
+
+
+def unpaired_calls(messages: Sequence[Message]) -> list[ToolCall]:
+    """Tool calls of the last assistant turn that have no result yet."""
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolReturn):
+            answered.add(message.call_id)
+        elif isinstance(message, AssistantMessage):
+            return [c for c in message.tool_calls if c.id not in answered]
+        else:
+            break
+    return []
+
+
+def _call_to_json(call: ToolCall) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
+    if call.invalid_arguments is not None:
+        out["invalid_arguments"] = call.invalid_arguments
+    return out
+
+
+def message_to_json(message: Message) -> dict[str, Any]:
+    """One message as a plain JSON object (the keys of the versioned transcript form)."""
+    match message:
+        case SystemMessage(text=text) | UserMessage(text=text):
+            return {"role": message.role, "text": text}
+        case AssistantMessage(text=text, tool_calls=calls):
+            out: dict[str, Any] = {"role": "assistant", "text": text}
+            if calls:
+                out["tool_calls"] = [_call_to_json(c) for c in calls]
+            return out
+        case ToolReturn():
+            return {
+                "role": "tool",
+                "call_id": message.call_id,
+                "name": message.name,
+                "output": message.output,
+                "is_error": message.is_error,
+            }
+    raise TypeError(f"not a transcript message: {message!r}")  # pragma: no cover
+
+
+def _str(item: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+    value = item.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise PayloadError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def message_from_json(item: object, where: str = "message") -> Message:
+    """Parse one message of the JSON form; :class:`PayloadError` names what is wrong."""
+    if not isinstance(item, Mapping):
+        raise PayloadError(f"{where} must be a JSON object, got {type(item).__name__}")
+    role = item.get("role")
+    if role == "system":
+        return SystemMessage(_str(item, "text", where))
+    if role == "user":
+        return UserMessage(_str(item, "text", where))
+    if role == "assistant":
+        raw_calls = item.get("tool_calls", [])
+        if not isinstance(raw_calls, list):
+            raise PayloadError(f"{where}: 'tool_calls' must be a list")
+        calls = []
+        for j, raw in enumerate(raw_calls):
+            at = f"{where}.tool_calls[{j}]"
+            if not isinstance(raw, Mapping):
+                raise PayloadError(f"{at} must be a JSON object")
+            arguments = raw.get("arguments", {})
+            if not isinstance(arguments, dict):
+                raise PayloadError(f"{at}: 'arguments' must be an object")
+            calls.append(
+                ToolCall(
+                    _str(raw, "id", at),
+                    _str(raw, "name", at),
+                    arguments,
+                    _str(raw, "invalid_arguments", at, optional=True),
+                )
+            )
+        return AssistantMessage(_str(item, "text", where, optional=True), tuple(calls))
+    if role == "tool":
+        is_error = item.get("is_error", False)
+        if not isinstance(is_error, bool):
+            raise PayloadError(f"{where}: 'is_error' must be a bool")
+        return ToolReturn(
+            _str(item, "call_id", where),
+            _str(item, "name", where),
+            _str(item, "output", where),
+            is_error,
+        )
+    raise PayloadError(f"{where}: unknown role {role!r}")
+
+
+def messages_to_json(messages: Iterable[Message]) -> dict[str, Any]:
+    """The versioned JSON form of a transcript: ``{"version": 1, "messages": [...]}``.
+
+    >>> messages_to_json([UserMessage("hi")])
+    {'version': 1, 'messages': [{'role': 'user', 'text': 'hi'}]}
+    """
+    return {"version": TRANSCRIPT_VERSION, "messages": [message_to_json(m) for m in messages]}
+
+
+def messages_from_json(payload: object) -> list[Message]:
+    """Parse the versioned form (a dict, or its JSON text) back into messages.
+
+    >>> messages_from_json('{"version": 1, "messages": [{"role": "user", "text": "hi"}]}')
+    [UserMessage(text='hi')]
+    """
+    if isinstance(payload, str | bytes):
+        try:
+            payload = json.loads(payload)
+        except ValueError as exc:
+            raise PayloadError(f"transcript is not valid JSON: {exc}") from None
+    if not isinstance(payload, Mapping):
+        raise PayloadError("transcript must be a JSON object with 'version' and 'messages'")
+    version = payload.get("version")
+    if version != TRANSCRIPT_VERSION:
+        raise PayloadError(
+            f"transcript version {version!r} is not supported (this release reads "
+            f"version {TRANSCRIPT_VERSION})"
+        )
+    items = payload.get("messages")
+    if not isinstance(items, list):
+        raise PayloadError("transcript 'messages' must be a list")
+    return [message_from_json(item, f"messages[{i}]") for i, item in enumerate(items)]

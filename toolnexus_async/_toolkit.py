@@ -1,0 +1,233 @@
+"""The toolkit: which tools a run may call, how they are found, and how they are executed.
+
+Rules of this module:
+
+- A tool never raises across the toolkit: :meth:`Toolkit.execute` turns an exception into
+  an error result naming the tool and the exception, and an unknown name into an error
+  result naming the tools that do exist. Only cancellation passes through.
+- Names are unique. In :meth:`Toolkit.create` an extra tool with a built-in's name replaces
+  that built-in, and among the extra tools the first of a name wins; :meth:`register`
+  refuses a taken name unless told to replace it.
+- The schema adapters are computed once per set of tools and cached, since a run renders
+  them on every turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+from ._errors import UsageError
+from ._types import Tool, ToolContext, ToolResult, check_tool_name
+from .tools.builtin import BUILTIN_NAMES, builtin_tools
+
+__all__ = ("Toolkit",)
+
+log = logging.getLogger("toolnexus_async")
+
+# JSON Schema keys Gemini's function declarations reject.
+_GEMINI_DROP = frozenset({"$schema", "additionalProperties", "$defs", "definitions", "$id"})
+
+
+def _check_tool(tool: object) -> Tool:
+    missing = [
+        attr
+        for attr in ("name", "description", "input_schema", "source", "execute")
+        if not hasattr(tool, attr)
+    ]
+    if missing:
+        raise UsageError(f"{tool!r} is not a tool: it lacks {', '.join(missing)}")
+    assert isinstance(tool, Tool)
+    check_tool_name(tool.name)
+    if not isinstance(tool.input_schema, Mapping):
+        raise UsageError(f"tool {tool.name!r}: input_schema must be a JSON Schema object")
+    return tool
+
+
+def _gemini_schema(schema: Any) -> Any:
+    if isinstance(schema, Mapping):
+        return {k: _gemini_schema(v) for k, v in schema.items() if k not in _GEMINI_DROP}
+    if isinstance(schema, list):
+        return [_gemini_schema(v) for v in schema]
+    return schema
+
+
+class Toolkit:
+    """A set of uniquely named tools, executed safely.
+
+    Build one with :meth:`create`; use it as an async context manager so that every source
+    it opened is closed::
+
+        async with Toolkit.create(builtins=False, extra_tools=[send_payment]) as tk:
+            result = await tk.execute("send_payment", {"amount": 30})
+    """
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._adapters: dict[str, list[dict[str, Any]]] = {}
+        self._closed = False
+        for tool in tools:
+            self.register(tool)
+
+    @classmethod
+    def create(
+        cls,
+        builtins: bool | Mapping[str, Any] = True,
+        extra_tools: Iterable[Tool] = (),
+    ) -> Toolkit:
+        """Assemble a toolkit from the built-ins and ``extra_tools``.
+
+        Args:
+            builtins: ``True`` (all built-ins), ``False`` (none), or a mapping such as
+                ``{"tools": {"question": False}}`` that turns single built-ins off.
+            extra_tools: your tools. One with a built-in's name replaces that built-in;
+                among these the first of a name wins.
+        """
+        extras: dict[str, Tool] = {}
+        for tool in extra_tools:
+            tool = _check_tool(tool)
+            if tool.name in extras:
+                log.warning("extra tool %r is listed twice; the first one is kept", tool.name)
+                continue
+            extras[tool.name] = tool
+        enabled = _enabled_builtins(builtins)
+        toolkit = cls()
+        for tool in builtin_tools():
+            if tool.name in enabled and tool.name not in extras:
+                toolkit.register(tool)
+        for tool in extras.values():
+            toolkit.register(tool)
+        return toolkit
+
+    def register(self, tool: Tool, *, replace: bool = False) -> None:
+        """Add ``tool``; a taken name is refused unless ``replace=True``."""
+        tool = _check_tool(tool)
+        if tool.name in self._tools and not replace:
+            raise UsageError(
+                f"a tool named {tool.name!r} is already registered; pass replace=True to swap it"
+            )
+        self._tools[tool.name] = tool
+        self._adapters.clear()
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, or None."""
+        return self._tools.get(name)
+
+    def tools(self) -> list[Tool]:
+        """Every tool, in registration order."""
+        return list(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __repr__(self) -> str:
+        return f"Toolkit({list(self._tools)!r})"
+
+    async def execute(
+        self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
+    ) -> ToolResult:
+        """Run the tool ``name``; whatever happens, the answer is a :class:`ToolResult`."""
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(self._tools) or "none"
+            return ToolResult.error(f"unknown tool {name!r}; available tools: {known}")
+        try:
+            # Typed as object: tools are duck-typed user code and may return anything.
+            result: object = await tool.execute(args, ctx)
+        except Exception as exc:
+            log.debug("tool %r raised", name, exc_info=True)
+            return ToolResult.error(f"tool {name!r} raised {type(exc).__name__}: {exc}")
+        if not isinstance(result, ToolResult):
+            return ToolResult.error(
+                f"tool {name!r} returned {type(result).__name__}, not a ToolResult"
+            )
+        return result
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """Chat Completions ``tools``: ``{"type": "function", "function": {...}}`` each."""
+        cached = self._adapters.get("openai")
+        if cached is None:
+            cached = self._adapters["openai"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": dict(t.input_schema),
+                    },
+                }
+                for t in self._tools.values()
+            ]
+        return cached
+
+    def to_anthropic(self) -> list[dict[str, Any]]:
+        """Messages API ``tools``: ``{"name", "description", "input_schema"}`` each."""
+        cached = self._adapters.get("anthropic")
+        if cached is None:
+            cached = self._adapters["anthropic"] = [
+                {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
+                for t in self._tools.values()
+            ]
+        return cached
+
+    def to_gemini(self) -> list[dict[str, Any]]:
+        """Gemini ``functionDeclarations``, with the schema keys Gemini rejects removed."""
+        cached = self._adapters.get("gemini")
+        if cached is None:
+            cached = self._adapters["gemini"] = [
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": _gemini_schema(t.input_schema),
+                }
+                for t in self._tools.values()
+            ]
+        return cached
+
+    async def aclose(self) -> None:
+        """Close every tool that holds a resource (it has an ``aclose``). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for tool in self._tools.values():
+            closer = getattr(tool, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _enabled_builtins(builtins: bool | Mapping[str, Any]) -> set[str]:
+    if builtins is True:
+        return set(BUILTIN_NAMES)
+    if builtins is False:
+        return set()
+    if not isinstance(builtins, Mapping):
+        raise UsageError(f"builtins must be a bool or a mapping, got {type(builtins).__name__}")
+    unknown_keys = set(builtins) - {"tools"}
+    if unknown_keys:
+        raise UsageError(f"unknown builtins option(s): {', '.join(sorted(unknown_keys))}")
+    switches = builtins.get("tools", {})
+    if not isinstance(switches, Mapping):
+        raise UsageError("builtins['tools'] must map tool names to True/False")
+    unknown = set(switches) - set(BUILTIN_NAMES)
+    if unknown:
+        raise UsageError(
+            f"unknown built-in tool(s): {', '.join(sorted(unknown))}; "
+            f"the built-ins are {', '.join(BUILTIN_NAMES)}"
+        )
+    return {name for name in BUILTIN_NAMES if switches.get(name, True) is not False}

@@ -1,0 +1,100 @@
+"""The one place that speaks HTTP: an aiohttp session, owned or borrowed, and error mapping.
+
+Rules of this module:
+
+- No aiohttp exception leaves it. Connection failures and timeouts become
+  :class:`TransportError`, a non-2xx reply :class:`ProviderError`, a 2xx body that is not
+  JSON :class:`ProtocolError`; each chained with ``raise ... from``.
+- Secrets stay here: the request headers (API key, user headers) are never put in a
+  message, and the key is scrubbed from any body excerpt the provider echoes back.
+- A session we create is ours to close; a session the caller lends us is not. Our
+  connector has no connection cap unless one is configured, so that the pool never limits
+  concurrency below what the host runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from ._errors import ProtocolError, ProviderError, TransportError, UsageError
+
+__all__ = ("Transport",)
+
+
+def _dumps(body: object) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class Transport:
+    """POSTs JSON to a provider and returns the parsed JSON reply."""
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        timeout: float | None = 600.0,
+        max_connections: int | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
+        self._session = session
+        self._owned = session is None
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._max_connections = max_connections or 0  # aiohttp: 0 means no cap
+        self._secrets = tuple(s for s in secrets if s)
+        self._closed = False
+
+    @property
+    def session(self) -> aiohttp.ClientSession | None:
+        """The session in use, once one exists."""
+        return self._session
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise UsageError("this client is closed; create a new LlmClient")
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        return self._session
+
+    async def post_json(self, url: str, headers: Mapping[str, str], body: Mapping[str, Any]) -> Any:
+        """The parsed JSON of a 2xx reply; a mapped error otherwise."""
+        session = self._open()
+        data = _dumps(body)
+        send_headers = {**headers, "Content-Type": "application/json"}
+        try:
+            async with session.post(
+                url, data=data, headers=send_headers, timeout=self._timeout
+            ) as response:
+                raw = await response.read()
+                status = response.status
+        except aiohttp.ClientError as exc:
+            raise TransportError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
+        except TimeoutError as exc:
+            raise TransportError(f"POST {url} timed out after {self._timeout.total} s") from exc
+        if not 200 <= status < 300:
+            raise ProviderError(status, self._scrub(raw.decode("utf-8", "replace")), url)
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            excerpt = self._scrub(raw[:200].decode("utf-8", "replace"))
+            raise ProtocolError(f"reply from {url} is not JSON: {excerpt!r}") from exc
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+    async def aclose(self) -> None:
+        """Close the session if we created it. Idempotent."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None and self._owned and not session.closed:
+            await session.close()
+            # Let the connector's transports finish closing before the loop may end (the
+            # graceful-shutdown step aiohttp's docs ask for).
+            await asyncio.sleep(0)

@@ -1,0 +1,1 @@
+"""Tool sources: native functions (:func:`define_tool`) and the built-ins."""

@@ -1,0 +1,309 @@
+"""``define_tool``: a Python function becomes a :class:`~toolnexus_async.Tool`.
+
+Rules of this module:
+
+- The input schema is inferred from the type hints, the description from the docstring
+  (first paragraph), and each parameter's description from a Google-style ``Args:`` section
+  or an ``Annotated[T, "text"]`` hint.
+- A parameter typed ``ToolContext`` (or ``ToolContext | None``) receives the call's context
+  and is not part of the schema.
+- A returned ``str`` is an ok result, a returned ``ToolResult`` passes through (so a
+  function can suspend), anything else is returned as JSON; a raised exception becomes an
+  error result naming it. Wrong arguments become an error result too, before the function
+  runs.
+- A plain (non-async) function runs inline on the event loop: keep it quick, or pass
+  ``blocking=True`` to run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, overload
+
+import anyio.to_thread
+
+from .._errors import UsageError
+from .._types import ToolContext, ToolResult, check_tool_name
+
+__all__ = ("FunctionTool", "define_tool")
+
+_SIMPLE: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+}
+
+
+def schema_for(hint: Any) -> dict[str, Any]:
+    """A JSON Schema for a type hint (the subset tool arguments need)."""
+    if hint is inspect.Parameter.empty or hint is Any:
+        return {}
+    if hint in _SIMPLE:
+        return dict(_SIMPLE[hint])
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        schema = schema_for(args[0])
+        texts = [a for a in args[1:] if isinstance(a, str)]
+        if texts:
+            schema["description"] = " ".join(texts)
+        return schema
+    if origin is typing.Literal:
+        values = list(args)
+        schema = {"enum": values}
+        kinds = {type(v) for v in values}
+        if len(kinds) == 1 and (kind := kinds.pop()) in _SIMPLE:
+            schema = {**_SIMPLE[kind], "enum": values}
+        return schema
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [schema_for(a) for a in args]}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return schema_for(typing.Literal[tuple(m.value for m in hint)])
+    if origin in (list, set, frozenset, Sequence) or hint in (list, set, frozenset):
+        return {"type": "array", "items": schema_for(args[0])} if args else {"type": "array"}
+    if origin is tuple or hint is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": schema_for(args[0])}
+        if args:
+            return {
+                "type": "array",
+                "prefixItems": [schema_for(a) for a in args],
+                "minItems": len(args),
+                "maxItems": len(args),
+            }
+        return {"type": "array"}
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
+        if len(args) == 2 and args[1] is not Any:
+            return {"type": "object", "additionalProperties": schema_for(args[1])}
+        return {"type": "object"}
+    raise UsageError(f"cannot describe type {hint!r} as JSON Schema; annotate with a JSON type")
+
+
+def _is_context(hint: Any) -> bool:
+    if hint is ToolContext:
+        return True
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and ToolContext in (
+        typing.get_args(hint)
+    )
+
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
+_ARG_LINE = re.compile(r"^\s+(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """The summary (first paragraph) and the ``Args:`` descriptions of a docstring."""
+    lines = doc.splitlines()
+    summary: list[str] = []
+    for line in lines:
+        if not line.strip() or _ARGS_HEADER.match(line):
+            break
+        summary.append(line.strip())
+    params: dict[str, str] = {}
+    current: str | None = None
+    in_args = False
+    for line in lines:
+        if _ARGS_HEADER.match(line):
+            in_args = True
+            continue
+        if not in_args:
+            continue
+        if line.strip() and not line.startswith((" ", "\t")):
+            break  # the next section (Returns:, Raises:) starts at the left margin
+        match = _ARG_LINE.match(line)
+        indent = len(line) - len(line.lstrip())
+        if match and (current is None or indent <= _indent_of(lines, current)):
+            current = match.group(1).lstrip("*")
+            params[current] = match.group(3).strip()
+        elif current is not None and line.strip():
+            params[current] = f"{params[current]} {line.strip()}".strip()
+    return " ".join(summary), params
+
+
+def _indent_of(lines: list[str], name: str) -> int:
+    for line in lines:
+        match = _ARG_LINE.match(line)
+        if match and match.group(1).lstrip("*") == name:
+            return len(line) - len(line.lstrip())
+    return 0
+
+
+def _as_result(value: object) -> ToolResult:
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult.ok(value)
+    if value is None:
+        return ToolResult.ok("")
+    return ToolResult.ok(json.dumps(value, default=str))
+
+
+class FunctionTool:
+    """A tool backed by a Python function; build it with :func:`define_tool`."""
+
+    source = "native"
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        blocking: bool = False,
+    ) -> None:
+        if not callable(fn):
+            raise UsageError(f"define_tool needs a function, got {fn!r}")
+        self.fn = fn
+        self.name: str = check_tool_name(name or getattr(fn, "__name__", ""))
+        summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        self.description = description if description is not None else summary
+        self._is_async = inspect.iscoroutinefunction(fn)
+        if blocking and self._is_async:
+            raise UsageError(f"tool {self.name!r}: blocking=True is for plain functions only")
+        self._blocking = blocking
+        try:
+            hints = typing.get_type_hints(fn, include_extras=True)
+        except Exception as exc:
+            raise UsageError(f"tool {self.name!r}: cannot read its type hints: {exc}") from exc
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        self._context_param: str | None = None
+        self._enums: dict[str, type[enum.Enum]] = {}
+        self._params: set[str] = set()
+        self._accepts_extra = False
+        for param in inspect.signature(fn).parameters.values():
+            hint = hints.get(param.name, param.annotation)
+            if _is_context(hint):
+                self._context_param = param.name
+                continue
+            if param.kind is param.VAR_KEYWORD:
+                self._accepts_extra = True
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
+                raise UsageError(
+                    f"tool {self.name!r}: parameter {param.name!r} cannot be passed by "
+                    "keyword; tool arguments are named"
+                )
+            schema = schema_for(hint)
+            base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+            if isinstance(base, type) and issubclass(base, enum.Enum):
+                self._enums[param.name] = base
+            if param.name in arg_docs and "description" not in schema:
+                schema["description"] = arg_docs[param.name]
+            if param.default is param.empty:
+                required.append(param.name)
+            elif _json_value(param.default):
+                schema["default"] = param.default
+            properties[param.name] = schema
+            self._params.add(param.name)
+        self._required = tuple(required)
+        self.input_schema: dict[str, Any] = {"type": "object", "properties": properties}
+        if required:
+            self.input_schema["required"] = required
+        if not self._accepts_extra:
+            self.input_schema["additionalProperties"] = False
+        functools.update_wrapper(self, fn, updated=())
+
+    def __repr__(self) -> str:
+        return f"<FunctionTool {self.name!r} source='native'>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly, as if it were not decorated."""
+        return self.fn(*args, **kwargs)
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+        """Run the function with ``args``; every failure is an error result."""
+        raw: object = args  # a direct caller may pass anything
+        if not isinstance(raw, Mapping):
+            return ToolResult.error(f"{self.name}: arguments must be an object")
+        problem = self._check(args)
+        if problem is not None:
+            return ToolResult.error(f"{self.name}: {problem}")
+        kwargs = dict(args)
+        for key, kind in self._enums.items():
+            if key in kwargs:
+                try:
+                    kwargs[key] = kind(kwargs[key])
+                except ValueError:
+                    allowed = ", ".join(repr(m.value) for m in kind)
+                    return ToolResult.error(f"{self.name}: {key!r} must be one of {allowed}")
+        if self._context_param is not None:
+            kwargs[self._context_param] = ctx
+        try:
+            if self._is_async:
+                value = await self.fn(**kwargs)
+            elif self._blocking:
+                value = await anyio.to_thread.run_sync(functools.partial(self.fn, **kwargs))
+            else:
+                value = self.fn(**kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+        except Exception as exc:
+            return ToolResult.error(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
+        return _as_result(value)
+
+    def _check(self, args: Mapping[str, Any]) -> str | None:
+        missing = [name for name in self._required if name not in args]
+        if missing:
+            return f"missing required argument(s): {', '.join(missing)}"
+        if not self._accepts_extra:
+            extra = [key for key in args if key not in self._params]
+            if extra:
+                return (
+                    f"unexpected argument(s): {', '.join(extra)}; "
+                    f"it takes {', '.join(sorted(self._params)) or 'none'}"
+                )
+        return None
+
+
+def _json_value(value: object) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+@overload
+def define_tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def define_tool(
+    *, name: str | None = None, description: str | None = None, blocking: bool = False
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def define_tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    blocking: bool = False,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a function into a tool; usable bare or with options.
+
+    >>> @define_tool
+    ... async def add(a: int, b: int) -> str:
+    ...     '''Add two integers.'''
+    ...     return str(a + b)
+    >>> add.name, add.description, add.input_schema["required"]
+    ('add', 'Add two integers.', ['a', 'b'])
+    """
+    if fn is not None:
+        return FunctionTool(fn, name=name, description=description, blocking=blocking)
+
+    def decorate(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(f, name=name, description=description, blocking=blocking)
+
+    return decorate
