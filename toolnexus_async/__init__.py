@@ -6,8 +6,6 @@ or, without ``wait_for``, halts with ``status == "pending"`` so a durable host c
 later. Everything awaits, so many suspended runs can share one event loop.
 """
 
-from __future__ import annotations
-
 from ._client import LlmClient
 from ._errors import (
     ModelError,
@@ -72,13 +70,3 @@ __all__ = (
     "ProtocolError",
     "TransportError",
 )
-
-# Reprs, tracebacks and docs show toolnexus_async.X, not the private module it lives in.
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("toolnexus_async."):
-        try:
-            _obj.__module__ = __name__
-        except (AttributeError, TypeError):  # pragma: no cover - e.g. a type alias
-            pass
-del _name, _obj

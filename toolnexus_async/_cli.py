@@ -127,8 +127,10 @@ def _coerce(raw: str, kind: object) -> object:
     return raw
 
 
-async def run_demo(*, assume_yes: bool, prompt: str, out: TextIO = sys.stdout) -> int:
+async def run_demo(*, assume_yes: bool, prompt: str, out: TextIO | None = None) -> int:
     """Run the demo agent; returns the process exit status."""
+    # Looked up at call time, so a redirected sys.stdout (tests, wrappers) is honoured.
+    out = out if out is not None else sys.stdout
 
     def narrate_model(messages: list[Message], tools: list[Tool]) -> AssistantMessage:
         reply = demo_model(messages, tools)

@@ -14,6 +14,7 @@ Rules of this module:
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,8 @@ from ._toolkit import Toolkit
 from ._transport import Transport
 
 __all__ = ("LlmClient",)
+
+log = logging.getLogger("toolnexus_async")
 
 
 class _State(enum.Enum):
@@ -194,16 +197,21 @@ class LlmClient:
             system_prompt=self.system_prompt,
             max_turns=self.max_turns,
         )
-        executor = Executor(toolkit, self.wait_for, "run_" + uuid.uuid4().hex)
+        run_id = "run_" + uuid.uuid4().hex
+        executor = Executor(toolkit, self.wait_for, run_id)
         model = self._model
         while True:
             action = loop.next_action()
             if isinstance(action, CallModel):
+                log.debug("%s: model request %d (%s)", run_id, action.turn, model.name)
                 loop.model_replied(await model.request(action.messages, toolkit))
             elif isinstance(action, RunTools):
+                log.debug("%s: running %d tool call(s)", run_id, len(action.calls))
                 loop.tools_finished(await executor.run(action.calls))
             else:
-                return action.result
+                result = action.result
+                log.debug("%s: %s after %d turn(s)", run_id, result.status, result.turns)
+                return result
 
     async def aclose(self) -> None:
         """Close the session this client created (a borrowed one stays open). Idempotent."""

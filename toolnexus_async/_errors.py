@@ -27,6 +27,8 @@ Rules kept by every raise site:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = (
     "ModelError",
     "PayloadError",
@@ -69,15 +71,20 @@ class ProviderError(ModelError):
         url: the endpoint that was called.
     """
 
-    def __init__(self, status: int, body: str, url: str) -> None:
+    def __init__(self, status: int, body: str, url: str, *, truncated: bool = False) -> None:
         self.status = status
         self.body = body[:BODY_EXCERPT_LIMIT]
         self.url = url
-        cut = "..." if len(body) > BODY_EXCERPT_LIMIT else ""
+        self.truncated = truncated or len(body) > BODY_EXCERPT_LIMIT
+        cut = "..." if self.truncated else ""
         super().__init__(f"provider replied HTTP {status} from {url}: {self.body}{cut}")
 
-    def __reduce__(self) -> tuple[type[ProviderError], tuple[int, str, str]]:
-        return (type(self), (self.status, self.body, self.url))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_provider_error, (self.status, self.body, self.url, self.truncated))
+
+
+def _rebuild_provider_error(status: int, body: str, url: str, truncated: bool) -> ProviderError:
+    return ProviderError(status, body, url, truncated=truncated)
 
 
 class ProtocolError(ModelError):

@@ -14,7 +14,8 @@ Rules of this module (DESIGN §3):
     naming both ids, and the tool does not run again.
   - a request whose ``expires_at`` has passed is answered as expired without asking, and
     one that expires while ``wait_for`` is pending is answered as expired at that moment.
-- Without ``wait_for`` the suspension is returned as is; the loop halts the run on it.
+- Without ``wait_for`` the suspension is returned as is and the loop halts the run on it,
+  unless its ``expires_at`` has already passed: then it is answered as expired, as above.
 """
 
 from __future__ import annotations
@@ -80,7 +81,12 @@ class Executor:
         ctx = ToolContext(call_id=call.id, run_id=self._run_id, tool_name=call.name)
         result = await self._toolkit.execute(call.name, call.arguments, ctx)
         request = request_in(result)
-        if request is None or self._wait_for is None:
+        if request is None:
+            return CallOutcome(result)
+        if self._wait_for is None:
+            if request.expired():
+                # Nobody can answer it any more: halting on it would park a dead request.
+                return CallOutcome(_declined(request), request, False)
             return CallOutcome(result, request)
         return await self._resolve(call, ctx, request)
 
@@ -89,9 +95,7 @@ class Executor:
         if isinstance(answer, ToolResult):
             return CallOutcome(answer, request, None)
         if not answer.ok:
-            return CallOutcome(
-                ToolResult.error(f"declined/expired: {request.prompt}"), request, False
-            )
+            return CallOutcome(_declined(request), request, False)
         retry_ctx = ToolContext(
             answer=answer, call_id=ctx.call_id, run_id=ctx.run_id, tool_name=ctx.tool_name
         )
@@ -133,6 +137,10 @@ class Executor:
                 f"{request.id!r} ({request.prompt})"
             )
         return answer
+
+
+def _declined(request: Request) -> ToolResult:
+    return ToolResult.error(f"declined/expired: {request.prompt}")
 
 
 def _excerpt(text: str, limit: int = 200) -> str:

@@ -165,7 +165,7 @@ class RunLoop:
         self._check(_Expect.TOOLS)
         calls = self._calls
         if len(outcomes) != len(calls):
-            raise RuntimeError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
+            raise UsageError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
         suspended: list[ToolCallRecord] = []
         for call, outcome in zip(calls, outcomes, strict=True):
             still = request_in(outcome.result)
@@ -193,7 +193,7 @@ class RunLoop:
 
     def _check(self, expected: _Expect) -> None:
         if self._expect is not expected:
-            raise RuntimeError(f"the loop expects {self._expect.value}, not {expected.value}")
+            raise UsageError(f"the loop expects {self._expect.value}, not {expected.value}")
 
     def _finish(
         self,

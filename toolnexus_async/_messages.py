@@ -88,16 +88,15 @@ Message = SystemMessage | UserMessage | AssistantMessage | ToolReturn
 
 
 def unpaired_calls(messages: Sequence[Message]) -> list[ToolCall]:
-    """Tool calls of the last assistant turn that have no result yet."""
-    answered: set[str] = set()
-    for message in reversed(messages):
-        if isinstance(message, ToolReturn):
-            answered.add(message.call_id)
-        elif isinstance(message, AssistantMessage):
-            return [c for c in message.tool_calls if c.id not in answered]
-        else:
-            break
-    return []
+    """Every tool call in ``messages`` that has no :class:`ToolReturn`, in order."""
+    answered = {m.call_id for m in messages if isinstance(m, ToolReturn)}
+    return [
+        call
+        for m in messages
+        if isinstance(m, AssistantMessage)
+        for call in m.tool_calls
+        if call.id not in answered
+    ]
 
 
 def _call_to_json(call: ToolCall) -> dict[str, Any]:
@@ -203,7 +202,7 @@ def messages_from_json(payload: object) -> list[Message]:
     if not isinstance(payload, Mapping):
         raise PayloadError("transcript must be a JSON object with 'version' and 'messages'")
     version = payload.get("version")
-    if version != TRANSCRIPT_VERSION:
+    if isinstance(version, bool) or version != TRANSCRIPT_VERSION:
         raise PayloadError(
             f"transcript version {version!r} is not supported (this release reads "
             f"version {TRANSCRIPT_VERSION})"

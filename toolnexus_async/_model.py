@@ -68,7 +68,11 @@ class HttpModel:
             messages, toolkit, model=self.name, max_tokens=self._max_tokens, extra=self._extra
         )
         payload = await self._transport.post_json(self._url, self._headers, body)
-        return self._codec.decode(payload)
+        try:
+            return self._codec.decode(payload)
+        except ProtocolError as exc:
+            # The codec quotes the provider's error text, which may echo the key back.
+            raise ProtocolError(self._transport.scrub(str(exc))) from None
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -100,7 +104,7 @@ class FunctionModel:
             return ModelReply(AssistantMessage(reply), model=self.name)
         raise ProtocolError(
             f"in-process model {self.name!r} returned {type(reply).__name__}; "
-            "return an AssistantMessage or a str"
+            "return an AssistantMessage, a ModelReply or a str"
         )
 
     async def aclose(self) -> None:

@@ -44,7 +44,8 @@ class Usage:
 class ToolCallRecord:
     """One executed tool call: what the model asked, what came back, and in which turn.
 
-    ``answer`` is the host's answer when the call suspended and ``wait_for`` resolved it.
+    ``request`` is the suspension the call raised, if any; ``answered_ok`` says how the
+    host answered it (``None`` when it was not answered).
     """
 
     call: ToolCall

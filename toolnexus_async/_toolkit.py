@@ -14,8 +14,9 @@ Rules of this module:
 
 from __future__ import annotations
 
+import copy
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -46,12 +47,46 @@ def _check_tool(tool: object) -> Tool:
     return tool
 
 
+def _openai_tool(tool: Tool) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": dict(tool.input_schema),
+        },
+    }
+
+
+def _anthropic_tool(tool: Tool) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": dict(tool.input_schema),
+    }
+
+
+def _gemini_tool(tool: Tool) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": _gemini_schema(tool.input_schema),
+    }
+
+
 def _gemini_schema(schema: Any) -> Any:
     if isinstance(schema, Mapping):
         return {k: _gemini_schema(v) for k, v in schema.items() if k not in _GEMINI_DROP}
     if isinstance(schema, list):
         return [_gemini_schema(v) for v in schema]
     return schema
+
+
+_RENDERERS: dict[str, Callable[[Tool], dict[str, Any]]] = {
+    "openai": _openai_tool,
+    "anthropic": _anthropic_tool,
+    "gemini": _gemini_tool,
+}
 
 
 class Toolkit:
@@ -148,46 +183,29 @@ class Toolkit:
             )
         return result
 
+    def wire_tools(self, style: str) -> list[dict[str, Any]]:
+        """The tools in a wire style, computed once per set of tools.
+
+        The codecs send this list on every turn, so it is shared, not copied: treat it as
+        read-only. The public adapters below hand out copies.
+        """
+        cached = self._adapters.get(style)
+        if cached is None:
+            render = _RENDERERS[style]
+            cached = self._adapters[style] = [render(t) for t in self._tools.values()]
+        return cached
+
     def to_openai(self) -> list[dict[str, Any]]:
         """Chat Completions ``tools``: ``{"type": "function", "function": {...}}`` each."""
-        cached = self._adapters.get("openai")
-        if cached is None:
-            cached = self._adapters["openai"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": dict(t.input_schema),
-                    },
-                }
-                for t in self._tools.values()
-            ]
-        return cached
+        return copy.deepcopy(self.wire_tools("openai"))
 
     def to_anthropic(self) -> list[dict[str, Any]]:
         """Messages API ``tools``: ``{"name", "description", "input_schema"}`` each."""
-        cached = self._adapters.get("anthropic")
-        if cached is None:
-            cached = self._adapters["anthropic"] = [
-                {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
-                for t in self._tools.values()
-            ]
-        return cached
+        return copy.deepcopy(self.wire_tools("anthropic"))
 
     def to_gemini(self) -> list[dict[str, Any]]:
         """Gemini ``functionDeclarations``, with the schema keys Gemini rejects removed."""
-        cached = self._adapters.get("gemini")
-        if cached is None:
-            cached = self._adapters["gemini"] = [
-                {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": _gemini_schema(t.input_schema),
-                }
-                for t in self._tools.values()
-            ]
-        return cached
+        return copy.deepcopy(self.wire_tools("gemini"))
 
     async def aclose(self) -> None:
         """Close every tool that holds a resource (it has an ``aclose``). Idempotent."""

@@ -77,14 +77,15 @@ class Transport:
         except TimeoutError as exc:
             raise TransportError(f"POST {url} timed out after {self._timeout.total} s") from exc
         if not 200 <= status < 300:
-            raise ProviderError(status, self._scrub(raw.decode("utf-8", "replace")), url)
+            raise ProviderError(status, self.scrub(raw.decode("utf-8", "replace")), url)
         try:
             return json.loads(raw)
         except ValueError as exc:
-            excerpt = self._scrub(raw[:200].decode("utf-8", "replace"))
+            excerpt = self.scrub(raw[:200].decode("utf-8", "replace"))
             raise ProtocolError(f"reply from {url} is not JSON: {excerpt!r}") from exc
 
-    def _scrub(self, text: str) -> str:
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret this transport knows replaced by ``[redacted]``."""
         for secret in self._secrets:
             text = text.replace(secret, "[redacted]")
         return text

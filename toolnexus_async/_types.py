@@ -31,12 +31,12 @@ __all__ = (
 
 # The strictest rule among providers (OpenAI function names): a name that passes here is
 # accepted by every wire style.
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def check_tool_name(name: object) -> str:
     """``name`` if every provider accepts it as a tool name, else :class:`UsageError`."""
-    if not isinstance(name, str) or not _TOOL_NAME.match(name):
+    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
         raise UsageError(
             f"tool name {name!r} must be 1-64 letters, digits, '_' or '-' "
             "(the rule every provider accepts)"
@@ -48,8 +48,17 @@ def _new_request_id() -> str:
     return "req_" + uuid.uuid4().hex
 
 
+# RFC 3339 proper: fromisoformat alone also takes ISO 8601 forms (week dates, basic format,
+# no seconds) that other toolnexus ports would refuse.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})?")
+
+
 def parse_timestamp(value: str) -> datetime:
     """Parse an RFC 3339 timestamp; an offset is required, since a naive time is ambiguous."""
+    if not _RFC3339.fullmatch(value):
+        raise PayloadError(
+            f"expires_at {value!r} is not an RFC 3339 timestamp (like 2030-01-01T12:00:00Z)"
+        )
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:

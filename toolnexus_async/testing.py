@@ -4,12 +4,12 @@
 it was given, in order, and records every transcript it was sent::
 
     model = ScriptedModel(
-        reply(tool_call("add", {"a": 1, "b": 2})),
+        reply(tool_call("add", {"a": 1, "b": 2}, id="c1")),
         "The sum is 3.",
     )
     client = LlmClient.in_process(model)
     result = await client.run("add 1 and 2", toolkit)
-    assert model.requests[1][-1].output == "3"
+    assert model.requests[1][-1] == ToolReturn("c1", "add", "3")
 
 A reply may also be a function of the transcript, for a model that reacts to what it sees.
 """
@@ -37,9 +37,21 @@ def tool_call(
     return ToolCall(id or f"call_{next(_ids)}", name, dict(arguments or {}))
 
 
-def reply(text: str | None = None, *calls: ToolCall) -> AssistantMessage:
-    """An assistant message: optional text and any number of tool calls."""
-    return AssistantMessage(text, tuple(calls))
+def reply(*parts: str | ToolCall | None) -> AssistantMessage:
+    """An assistant message: its strings are the text, its ``ToolCall``s the calls.
+
+    ``None`` parts are ignored, so ``reply(None, call)`` is the same as ``reply(call)``.
+    """
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, ToolCall):
+            calls.append(part)
+        elif part is not None:
+            raise TypeError(f"reply() takes strings and ToolCalls, not {type(part).__name__}")
+    return AssistantMessage("".join(texts) if texts else None, tuple(calls))
 
 
 class ScriptedModel:

@@ -10,6 +10,7 @@ single user message, with ``is_error`` set for errors. Reply: ``content`` blocks
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,7 +104,7 @@ class AnthropicCodec:
         }
         if system is not None:
             body["system"] = system
-        tools = toolkit.to_anthropic()
+        tools = toolkit.wire_tools("anthropic")
         if tools:
             body["tools"] = tools
         if extra:
@@ -138,7 +139,7 @@ class AnthropicCodec:
                 if isinstance(arguments, dict):
                     calls.append(ToolCall(call_id, name, arguments))
                 else:
-                    calls.append(ToolCall(call_id, name, {}, repr(arguments)))
+                    calls.append(ToolCall(call_id, name, {}, json.dumps(arguments)))
             # Other block types (thinking, server tools) carry nothing the loop acts on.
         usage = payload.get("usage")
         totals = Usage()

@@ -107,7 +107,7 @@ class OpenAICodec:
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "messages": [_render(m) for m in messages]}
-        tools = toolkit.to_openai()
+        tools = toolkit.wire_tools("openai")
         if tools:
             body["tools"] = tools
         if max_tokens is not None:

@@ -5,8 +5,8 @@ Rules of this module:
 - The input schema is inferred from the type hints, the description from the docstring
   (first paragraph), and each parameter's description from a Google-style ``Args:`` section
   or an ``Annotated[T, "text"]`` hint.
-- A parameter typed ``ToolContext`` (or ``ToolContext | None``) receives the call's context
-  and is not part of the schema.
+- A parameter typed ``ToolContext`` (or ``ToolContext | None``), or an unannotated one named
+  ``ctx``, receives the call's context and is not part of the schema.
 - A returned ``str`` is an ok result, a returned ``ToolResult`` passes through (so a
   function can suspend), anything else is returned as JSON; a raised exception becomes an
   error result naming it. Wrong arguments become an error result too, before the function
@@ -163,7 +163,7 @@ class FunctionTool:
         if not callable(fn):
             raise UsageError(f"define_tool needs a function, got {fn!r}")
         self.fn = fn
-        self.name: str = check_tool_name(name or getattr(fn, "__name__", ""))
+        self.name: str = check_tool_name(name if name is not None else getattr(fn, "__name__", ""))
         summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
         self.description = description if description is not None else summary
         self._is_async = inspect.iscoroutinefunction(fn)
@@ -182,7 +182,7 @@ class FunctionTool:
         self._accepts_extra = False
         for param in inspect.signature(fn).parameters.values():
             hint = hints.get(param.name, param.annotation)
-            if _is_context(hint):
+            if _is_context(hint) or (param.name == "ctx" and hint is param.empty):
                 self._context_param = param.name
                 continue
             if param.kind is param.VAR_KEYWORD:
