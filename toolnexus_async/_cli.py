@@ -80,8 +80,9 @@ class _Terminal:
         if self._yes:
             print(f"{prompt}{default}  (--yes)", file=self._out)
             return default
-        self._out.flush()
-        text: str = await anyio.to_thread.run_sync(input, prompt, abandon_on_cancel=True)
+        # The prompt goes to the narration stream, so a captured transcript shows it too.
+        print(prompt, end="", file=self._out, flush=True)
+        text: str = await anyio.to_thread.run_sync(input, abandon_on_cancel=True)
         return text.strip() or default
 
     async def _confirm(self, request: Request) -> Answer:
@@ -103,7 +104,10 @@ class _Terminal:
                     values[name] = _coerce(raw, schema.get("type"))
                     break
                 except ValueError:
-                    print(f"  please enter a {schema.get('type')}", file=self._out)
+                    print(
+                        f"  please enter {_KIND_NAMES.get(schema.get('type'), 'a value')}",
+                        file=self._out,
+                    )
         return Answer(request.id, True, data=values)
 
     async def _question(self, request: Request) -> Answer:
@@ -115,6 +119,9 @@ class _Terminal:
             default = options[0] if options else ""
             answers.append(await self._ask(f"  {item.get('question', '')} [{default}]: ", default))
         return Answer(request.id, True, data={"answers": answers})
+
+
+_KIND_NAMES = {"integer": "a whole number", "number": "a number", "boolean": "yes or no"}
 
 
 def _coerce(raw: str, kind: object) -> object:

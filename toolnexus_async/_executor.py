@@ -113,8 +113,18 @@ class Executor:
         left = request.seconds_left()
         if left is not None and left <= 0:
             return Answer(request.id, False, reason="expired")
+        # A resolver that enforces expires_at itself (an Inbox) needs no cancel scope here;
+        # neither does a request without one. A scope per parked run costs memory.
+        timed = left is not None and not getattr(wait_for, "handles_expiry", False)
         try:
-            with anyio.move_on_after(float("inf") if left is None else left) as scope:
+            if timed:
+                with anyio.move_on_after(left) as scope:
+                    answer = wait_for(request)
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+                if scope.cancelled_caught:
+                    return Answer(request.id, False, reason="expired")
+            else:
                 answer = wait_for(request)
                 if inspect.isawaitable(answer):
                     answer = await answer
@@ -124,8 +134,6 @@ class Executor:
             return ToolResult.error(
                 f"could not resolve {request.prompt!r}: wait_for raised {type(exc).__name__}: {exc}"
             )
-        if scope.cancelled_caught:
-            return Answer(request.id, False, reason="expired")
         if not isinstance(answer, Answer):
             return ToolResult.error(
                 f"could not resolve {request.prompt!r}: wait_for returned "

@@ -2,9 +2,10 @@
 
 Rules of this module:
 
-- No aiohttp exception leaves it. Connection failures and timeouts become
-  :class:`TransportError`, a non-2xx reply :class:`ProviderError`, a 2xx body that is not
-  JSON :class:`ProtocolError`; each chained with ``raise ... from``.
+- No aiohttp exception leaves it, not even as a ``__cause__``: connection failures and
+  timeouts become :class:`TransportError`, a non-2xx reply :class:`ProviderError`, a 2xx
+  body that is not JSON :class:`ProtocolError`. They are raised ``from None`` because the
+  originals can hold the request headers or the raw body, i.e. secrets.
 - Secrets stay here: the request headers (API key, user headers) are never put in a
   message, and the key is scrubbed from any body excerpt the provider echoes back.
 - A session we create is ours to close; a session the caller lends us is not. Our
@@ -80,9 +81,10 @@ class Transport:
             raise ProviderError(status, self.scrub(raw.decode("utf-8", "replace")), url)
         try:
             return json.loads(raw)
-        except ValueError as exc:
+        except ValueError:
+            # Not chained: the decode error holds the whole raw body, unscrubbed.
             excerpt = self.scrub(raw[:200].decode("utf-8", "replace"))
-            raise ProtocolError(f"reply from {url} is not JSON: {excerpt!r}") from exc
+            raise ProtocolError(f"reply from {url} is not JSON: {excerpt!r}") from None
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret this transport knows replaced by ``[redacted]``."""

@@ -1,0 +1,117 @@
+"""The ``toolnexus-async demo`` command: scripted (``--yes``), answered through stdin, and at EOF.
+
+Answers are piped by replacing ``sys.stdin``, so the real ``input()`` path (in a worker
+thread) runs exactly as it does in a terminal.
+"""
+
+from __future__ import annotations
+
+import io
+
+import anyio
+import pytest
+
+from tests.conftest import assert_no_leaks
+from toolnexus_async._cli import main, run_demo
+from toolnexus_async._demo import DEMO_PROMPT
+
+LIMIT = 10
+
+
+async def demo_with_stdin(monkeypatch: pytest.MonkeyPatch, typed: str) -> tuple[int, str]:
+    """Run the interactive demo with ``typed`` as the terminal's input; (status, narration)."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(typed))
+    out = io.StringIO()
+    with anyio.fail_after(LIMIT):
+        code = await run_demo(assume_yes=False, prompt=DEMO_PROMPT, out=out)
+    return code, out.getvalue()
+
+
+def test_demo_yes_prints_each_step_and_the_final_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    """``demo --yes`` exits 0 and narrates the prompt, every call, both requests, the answer."""
+    assert main(["demo", "--yes"]) == 0
+    out = capsys.readouterr().out
+
+    expected_in_order = [
+        f"you: {DEMO_PROMPT}",
+        "-> check_availability(",
+        "<- check_availability: Luigi's has a free table at 19:30.",
+        ".. ask_party_size waits for a human: input",
+        "[input] How many people are coming?",
+        '<- ask_party_size: {"party_size": 2}',
+        ".. book_table waits for a human: approval",
+        "[approval] Pay a 20 EUR deposit to Luigi's for 2 at 19:30?",
+        "<- book_table: Booked Luigi's for 2 at 19:30",
+        "status: done after 3 model turns, 3 tool calls",
+        "answer: All set. Booked Luigi's for 2 at 19:30; deposit of 20 EUR paid",
+    ]
+    position = 0
+    for piece in expected_in_order:
+        found = out.find(piece, position)
+        assert found >= 0, f"{piece!r} missing (or out of order) in:\n{out}"
+        position = found + len(piece)
+
+
+def test_demo_prompt_option_reaches_the_agent(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--prompt`` is what the agent is asked."""
+    assert main(["demo", "--yes", "--prompt", "Dinner for us, please"]) == 0
+    assert "you: Dinner for us, please" in capsys.readouterr().out
+
+
+async def test_demo_approve_path_with_piped_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Typed "4" then "y": the party size reaches the booking and the deposit is paid."""
+    code, out = await demo_with_stdin(monkeypatch, "4\ny\n")
+
+    assert code == 0
+    assert "[approval] Pay a 40 EUR deposit to Luigi's for 4 at 19:30?" in out
+    assert "status: done after 3 model turns, 3 tool calls" in out
+    assert "answer: All set. Booked Luigi's for 4 at 19:30; deposit of 40 EUR paid" in out
+    assert_no_leaks()
+
+
+async def test_demo_decline_path_with_piped_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Typed "3" then "n": the booking is declined and the model reports it; no payment."""
+    code, out = await demo_with_stdin(monkeypatch, "3\nn\n")
+
+    assert code == 0
+    assert "[approval] Pay a 30 EUR deposit to Luigi's for 3 at 19:30?" in out
+    assert "Booked" not in out
+    assert (
+        "answer: I did not book the table: declined/expired: "
+        "Pay a 30 EUR deposit to Luigi's for 3 at 19:30?"
+    ) in out
+    assert_no_leaks()
+
+
+async def test_demo_asks_again_after_input_that_is_not_a_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A party size that is not an integer is asked again; the next valid one is used."""
+    code, out = await demo_with_stdin(monkeypatch, "many\n5\ny\n")
+
+    assert code == 0
+    assert "please enter a" in out
+    assert "Booked Luigi's for 5 at 19:30" in out
+    assert_no_leaks()
+
+
+@pytest.mark.parametrize(
+    ("typed", "answer"),
+    [
+        ("", "answer: I could not book: I need the party size (declined/expired: How many"),
+        ("2\n", "answer: I did not book the table: declined/expired: Pay a 20 EUR deposit"),
+    ],
+    ids=["eof-at-the-input", "eof-at-the-approval"],
+)
+async def test_demo_eof_on_input_cancels_and_the_run_ends_cleanly(
+    monkeypatch: pytest.MonkeyPatch, typed: str, answer: str
+) -> None:
+    """EOF on stdin: the request is treated as cancelled; the run still ends with an answer."""
+    code, out = await demo_with_stdin(monkeypatch, typed)
+
+    assert "(no terminal input: treated as cancelled)" in out
+    assert answer in out
+    assert "status: done" in out
+    assert code == 0
+    assert "Booked" not in out
+    assert_no_leaks()
