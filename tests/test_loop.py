@@ -15,7 +15,16 @@ from toolnexus_async import (
     UsageError,
     UserMessage,
 )
-from toolnexus_async._loop import CallModel, CallOutcome, Finish, ModelReply, RunLoop, RunTools
+from toolnexus_async._loop import (
+    CallModel,
+    CallOutcome,
+    Finish,
+    HaltedTurn,
+    ModelReply,
+    RunLoop,
+    RunTools,
+)
+from toolnexus_async._messages import unpaired_calls
 from toolnexus_async._results import Usage
 
 
@@ -372,14 +381,19 @@ def test_suspended_lists_every_suspended_call_in_order():
     assert [r.id for r in result.tool_calls] == ["a", "b", "c", "d"]
 
 
-def test_pending_run_keeps_the_calls_unanswered_in_the_transcript():
-    """A halted turn adds no ToolReturn: the run resumes from exactly the unanswered calls."""
+def test_pending_run_keeps_completed_results_and_leaves_suspended_calls_unanswered():
+    """A halted turn keeps the results of completed calls; suspended calls stay unanswered."""
     loop = RunLoop("q")
-    loop.model_replied(calls_reply(ToolCall("a", "t"), ToolCall("b", "t")))
-    loop.tools_finished([ok("x"), suspended("r-b")])
+    calls = (ToolCall("a", "t"), ToolCall("b", "t"), ToolCall("c", "t"))
+    loop.model_replied(calls_reply(*calls))
+    loop.tools_finished([suspended("r-a"), ok("x"), suspended("r-c")])
     result = expect_finish(loop).result
-    assert result.messages[-1] == AssistantMessage(None, (ToolCall("a", "t"), ToolCall("b", "t")))
-    assert not any(isinstance(m, ToolReturn) for m in result.messages)
+
+    assert result.messages[-2:] == (AssistantMessage(None, calls), ToolReturn("b", "t", "x"))
+    halted = HaltedTurn.of(result.messages)
+    assert halted.open == (calls[0], calls[2])
+    assert halted.completed == {"b": ToolReturn("b", "t", "x")}
+    assert [c.id for c in unpaired_calls(result.messages)] == ["a", "c"]
 
 
 def test_pending_on_the_last_allowed_turn_is_pending_not_incomplete():

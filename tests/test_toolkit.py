@@ -218,8 +218,8 @@ async def test_execute_passes_ctx_none_by_default():
     """Called without ctx, the tool gets None."""
     echo = EchoTool()
     toolkit = Toolkit.create(builtins=False, extra_tools=[echo])
-    await toolkit.execute("echo", {})
-    assert echo.calls == [({}, None)]
+    await toolkit.execute("echo", {"city": "Oslo"})
+    assert echo.calls == [({"city": "Oslo"}, None)]
 
 
 async def test_unknown_tool_is_an_error_result_naming_it_and_the_available_ones():
@@ -239,7 +239,7 @@ async def test_unknown_tool_in_an_empty_toolkit():
 async def test_raising_tool_is_an_error_result_naming_the_exception():
     """A tool's exception becomes an error result naming the tool, the type and the message."""
     toolkit = Toolkit.create(builtins=False, extra_tools=[RaisingTool("geo")])
-    assert await toolkit.execute("geo", {}) == ToolResult.error(
+    assert await toolkit.execute("geo", {"city": "Oslo"}) == ToolResult.error(
         "tool 'geo' raised LookupError: no such city: Atlantis"
     )
 
@@ -247,7 +247,7 @@ async def test_raising_tool_is_an_error_result_naming_the_exception():
 async def test_non_tool_result_is_an_error_result():
     """A tool returning something other than a ToolResult gives an error result saying so."""
     toolkit = Toolkit.create(builtins=False, extra_tools=[WrongReturnTool("odd")])
-    assert await toolkit.execute("odd", {}) == ToolResult.error(
+    assert await toolkit.execute("odd", {"city": "Oslo"}) == ToolResult.error(
         "tool 'odd' returned dict, not a ToolResult"
     )
 
@@ -261,7 +261,7 @@ async def test_sync_execute_is_an_error_result():
 
     sync_tool: Any = SyncTool("sync")  # deliberately not a Tool: execute is not async
     toolkit = Toolkit.create(builtins=False, extra_tools=[sync_tool])
-    result = await toolkit.execute("sync", {})
+    result = await toolkit.execute("sync", {"city": "Oslo"})
     assert result.is_error is True
     assert result.output.startswith("tool 'sync' raised TypeError")
 
@@ -282,7 +282,7 @@ async def test_cancellation_of_a_tool_is_not_swallowed():
                 return ToolResult.ok("unreachable")
 
         toolkit = Toolkit.create(builtins=False, extra_tools=[Cancelled("slow")])
-        result = await toolkit.execute("slow", {})
+        result = await toolkit.execute("slow", {"city": "Oslo"})
         reached.append(f"execute returned {result!r}")
 
     assert scope.cancelled_caught is True

@@ -8,12 +8,20 @@ later. Everything awaits, so many suspended runs can share one event loop.
 
 from ._client import LlmClient
 from ._errors import (
+    AlreadyAnswered,
+    AlreadyResumed,
+    AnswerError,
+    AnswerMismatch,
+    ConfinementError,
     ModelError,
     PayloadError,
     ProtocolError,
     ProviderError,
+    RequestExpired,
+    StoreError,
     ToolnexusError,
     TransportError,
+    UnknownRequest,
     UsageError,
 )
 from ._loop import ModelReply
@@ -29,7 +37,10 @@ from ._messages import (
 )
 from ._results import RunResult, ToolCallRecord, Usage
 from ._toolkit import Toolkit
-from ._types import Answer, Request, Tool, ToolContext, ToolResult, pending_of
+from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
+from .durable import MemoryRunStore, RunStore, SqliteRunStore, resume_stored
+from .suspend import Inbox
+from .tools.http import HttpTool, http_tool
 from .tools.native import FunctionTool, define_tool
 
 __version__ = "0.1.0"
@@ -42,12 +53,20 @@ __all__ = (
     "ToolContext",
     "Tool",
     "pending_of",
+    "HaltRun",
     # tools
     "Toolkit",
     "FunctionTool",
     "define_tool",
+    "HttpTool",
+    "http_tool",
     # running
     "LlmClient",
+    "Inbox",
+    "RunStore",
+    "MemoryRunStore",
+    "SqliteRunStore",
+    "resume_stored",
     "RunResult",
     "ToolCallRecord",
     "Usage",
@@ -65,6 +84,14 @@ __all__ = (
     "ToolnexusError",
     "UsageError",
     "PayloadError",
+    "ConfinementError",
+    "AnswerError",
+    "UnknownRequest",
+    "AlreadyAnswered",
+    "RequestExpired",
+    "AnswerMismatch",
+    "AlreadyResumed",
+    "StoreError",
     "ModelError",
     "ProviderError",
     "ProtocolError",

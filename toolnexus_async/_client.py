@@ -14,28 +14,47 @@ Rules of this module:
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
 
 from ._codecs import codec_for
-from ._errors import UsageError
+from ._errors import AnswerMismatch, ModelError, UsageError
 from ._executor import Executor, WaitFor
-from ._loop import CallModel, RunLoop, RunTools
+from ._loop import CallModel, HaltedTurn, RunLoop, RunTools
 from ._messages import Message
 from ._model import FunctionModel, Generate, HttpModel, Model
-from ._results import RunResult
+from ._results import RunResult, ToolCallRecord, Usage
 from ._toolkit import Toolkit
 from ._transport import Transport
+from ._types import Answer, Request, ToolResult
 
 __all__ = ("LlmClient",)
 
 log = logging.getLogger("toolnexus_async")
+
+
+# Unique without a uuid per run: a random prefix per process, then a counter.
+_RUN_PREFIX = "run_" + uuid.uuid4().hex[:12] + "_"
+_run_numbers = itertools.count(1)
+
+
+def _new_run_id() -> str:
+    return f"{_RUN_PREFIX}{next(_run_numbers)}"
+
+
+def _unless_expired(request: Request, answer: Answer) -> Answer:
+    # DESIGN section 3.4: a request past its expires_at is answered as expired, even when a
+    # late "yes" arrives for it after a halt.
+    if answer.ok and request.expired():
+        return Answer(answer.id, False, reason="expired")
+    return answer
 
 
 class _State(enum.Enum):
@@ -174,11 +193,14 @@ class LlmClient:
 
     async def run(
         self,
-        prompt: str,
+        prompt: str | None,
         toolkit: Toolkit,
         history: Sequence[Message] | None = None,
     ) -> RunResult:
         """Run the tool-calling loop on ``prompt`` until the model answers or a limit stops it.
+
+        ``prompt=None`` adds no user message: the model is asked to go on from ``history``
+        as it stands (for instance ``error.run.messages`` after a :class:`ModelError`).
 
         Returns a :class:`RunResult` whose ``status`` is ``"done"``, ``"pending"`` (a tool
         suspended and no ``wait_for`` is set) or ``"incomplete"`` (``max_turns`` reached).
@@ -189,28 +211,164 @@ class LlmClient:
             TransportError: the provider could not be reached.
             UsageError: the client is closed, or ``history`` ends with unanswered calls.
         """
-        if self._state is _State.CLOSED:
-            raise UsageError("this client is closed; create a new LlmClient")
+        self._check_open()
+        if prompt is None and not history:
+            raise UsageError("run(None, ...) continues a history; pass history=")
+        run_id = _new_run_id()
         loop = RunLoop(
             prompt,
             history=history or (),
             system_prompt=self.system_prompt,
             max_turns=self.max_turns,
+            run_id=run_id,
+            style=self.style,
         )
-        run_id = "run_" + uuid.uuid4().hex
+        return await self._drive(loop, Executor(toolkit, self.wait_for, run_id), toolkit)
+
+    async def resume(
+        self,
+        halted: RunResult,
+        answers: Answer | Iterable[Answer],
+        toolkit: Toolkit,
+    ) -> RunResult:
+        """Continue a run that halted with ``status == "pending"``, given answers to it.
+
+        Each answer must echo the id of one of the halted turn's outstanding requests
+        (``halted.suspended``). The calls of that turn that completed are never executed
+        again; each answered call runs again with ``ctx.answer`` (or gets
+        ``"declined/expired: <prompt>"``); the other suspended calls run again and may
+        suspend again, halting the run once more on the first in call order. The model then
+        sees exactly one result per call of the turn and no new user message. An answer to
+        a request whose ``expires_at`` has passed counts as ``Answer(ok=False,
+        reason="expired")``, whatever it says.
+
+        Raises:
+            AnswerMismatch: an answer echoes no outstanding request; nothing was executed.
+            UsageError: ``halted`` is not a halted run, or two answers share an id.
+        """
+        self._check_open()
+        if halted.status != "pending" or not halted.suspended:
+            raise UsageError(f"only a halted run can be resumed; this one is {halted.status!r}")
+        given = [answers] if isinstance(answers, Answer) else list(answers)
+        if not given:
+            raise UsageError("resume needs at least one answer")
+        outstanding = {r.request.id: r for r in halted.suspended if r.request is not None}
+        by_call: dict[str, tuple[Request, Answer]] = {}
+        for answer in given:
+            record = outstanding.get(answer.id)
+            if record is None or record.request is None:
+                raise AnswerMismatch(
+                    answer.id,
+                    f"answer {answer.id!r} matches no outstanding request of run "
+                    f"{halted.run_id or '?'}; outstanding: {', '.join(outstanding) or 'none'}",
+                )
+            if record.call.id in by_call:
+                raise UsageError(f"two answers for request {answer.id!r}")
+            by_call[record.call.id] = (record.request, _unless_expired(record.request, answer))
+        turn = HaltedTurn.of(halted.messages)
+        kept = {r.call.id: r.result for r in halted.tool_calls if r.turn == halted.turns}
+        return await self._continue(
+            turn,
+            by_call,
+            toolkit,
+            halted.run_id or _new_run_id(),
+            turns=halted.turns,
+            usage=halted.usage,
+            model=halted.model,
+            records=halted.tool_calls,
+            kept=kept,
+        )
+
+    async def run_with_answer(
+        self,
+        toolkit: Toolkit,
+        history: Sequence[Message],
+        pending: Request,
+        answer: Answer,
+    ) -> RunResult:
+        """Resume from a halted transcript and its pending request alone.
+
+        ``history`` is a halted run's ``messages`` (completed results included, suspended
+        calls unanswered) and ``pending`` its ``pending`` request. A transcript does not say
+        which request each unanswered call raised, so the answer goes to the **first**
+        unanswered call, the one ``RunResult.pending`` always belongs to; to answer another
+        call of the turn, use :meth:`resume`. The rules are those of :meth:`resume`. Turn
+        counts and usage start afresh (the resumed turn's records carry turn 0), since a
+        transcript does not carry them.
+
+        Raises:
+            AnswerMismatch: ``answer.id`` is not ``pending.id``.
+            UsageError: ``history`` is not a halted transcript.
+        """
+        self._check_open()
+        if answer.id != pending.id:
+            raise AnswerMismatch(
+                answer.id, f"answer {answer.id!r} does not echo the pending request {pending.id!r}"
+            )
+        turn = HaltedTurn.of(history)
+        by_call = {turn.open[0].id: (pending, _unless_expired(pending, answer))}
+        return await self._continue(
+            turn, by_call, toolkit, _new_run_id(), turns=0, usage=Usage(), model=None, records=()
+        )
+
+    async def _continue(
+        self,
+        turn: HaltedTurn,
+        by_call: dict[str, tuple[Request, Answer]],
+        toolkit: Toolkit,
+        run_id: str,
+        *,
+        turns: int,
+        usage: Usage,
+        model: str | None,
+        records: Sequence[ToolCallRecord],
+        kept: dict[str, ToolResult] | None = None,
+    ) -> RunResult:
+        loop = RunLoop.resume(
+            turn,
+            turns=turns,
+            usage=usage,
+            model=model,
+            records=records,
+            max_turns=self.max_turns,
+            run_id=run_id,
+            style=self.style,
+        )
         executor = Executor(toolkit, self.wait_for, run_id)
+        log.debug("%s: resuming with %d answer(s)", run_id, len(by_call))
+        loop.tools_finished(await executor.resume(turn, by_call, kept))
+        return await self._drive(loop, executor, toolkit)
+
+    def _check_open(self) -> None:
+        if self._state is _State.CLOSED:
+            raise UsageError("this client is closed; create a new LlmClient")
+
+    async def _drive(self, loop: RunLoop, executor: Executor, toolkit: Toolkit) -> RunResult:
+        """Perform the loop's actions until it finishes: the only place a run awaits."""
+        run_id = loop.run_id
         model = self._model
         while True:
             action = loop.next_action()
             if isinstance(action, CallModel):
                 log.debug("%s: model request %d (%s)", run_id, action.turn, model.name)
-                loop.model_replied(await model.request(action.messages, toolkit))
+                try:
+                    reply = await model.request(action.messages, toolkit)
+                except ModelError as exc:
+                    # The host may retry from here; tools that already ran are not redone.
+                    exc.run = loop.interrupted()
+                    raise
+                loop.model_replied(reply)
             elif isinstance(action, RunTools):
                 log.debug("%s: running %d tool call(s)", run_id, len(action.calls))
                 loop.tools_finished(await executor.run(action.calls))
             else:
                 result = action.result
                 log.debug("%s: %s after %d turn(s)", run_id, result.status, result.turns)
+                on_halt = getattr(self.wait_for, "on_halt", None)
+                if result.status == "pending" and on_halt is not None:
+                    # A resolver that gave up waiting (an Inbox spilling to its store) is
+                    # handed the halted run to keep.
+                    await on_halt(result, self, toolkit)
                 return result
 
     async def aclose(self) -> None:

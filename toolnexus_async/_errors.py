@@ -7,6 +7,19 @@
     │                               is not a tool, a closed client asked to run
     ├── PayloadError(ValueError)    a wire payload (Request, Answer, transcript JSON) is
     │                               malformed; the message names the offending key
+    ├── ConfinementError(ValueError)  a path leads out of a confined workspace; the file
+    │                               tools turn it into an error result for the model
+    ├── AnswerError(LookupError)    an answer cannot be applied; nothing was changed
+    │   ├── UnknownRequest          no outstanding request has that id
+    │   ├── AlreadyAnswered         the request was answered before
+    │   ├── RequestExpired          the request expired before the answer came
+    │   ├── AnswerMismatch          resuming: the answer echoes none of the halted run's
+    │   │                           outstanding requests
+    │   └── AlreadyResumed          resuming: another resume claimed that request first
+    ├── StoreError                  a run store row is corrupt or foreign; other rows are
+    │                               unaffected
+    ├── HaltRun                     not a failure: a wait_for raises it to halt the run
+    │                               (defined with the wire types, in _types.py)
     └── ModelError                  anything between us and the model
         ├── ProviderError           the provider answered with a non-2xx status;
         │                           carries ``status`` and a bounded ``body`` excerpt
@@ -17,7 +30,8 @@
 Rules kept by every raise site:
 
 - No third-party exception leaves the package: aiohttp errors are mapped in
-  ``_transport.py`` and chained with ``raise ... from``.
+  ``_transport.py`` and raised with neither ``__cause__`` nor ``__context__``, since the
+  originals may hold secrets.
 - No message, ``repr`` or attribute ever carries an API key or a header value: errors are
   built from the status, the URL and the body the provider sent, and the body excerpt is
   scrubbed of the key before it is stored.
@@ -27,9 +41,18 @@ Rules kept by every raise site:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 __all__ = (
+    "AlreadyAnswered",
+    "AlreadyResumed",
+    "AnswerError",
+    "AnswerMismatch",
+    "ConfinementError",
+    "RequestExpired",
+    "StoreError",
+    "UnknownRequest",
     "ModelError",
     "PayloadError",
     "ProtocolError",
@@ -58,8 +81,66 @@ class PayloadError(ToolnexusError, ValueError):
     """A wire payload (``Request``, ``Answer``, a stored transcript) is malformed."""
 
 
+class ConfinementError(ToolnexusError, ValueError):
+    """A path leads outside a confined workspace; the message names the path and the root."""
+
+    def __init__(self, path: str, root: Path, why: str) -> None:
+        super().__init__(f"{path!r} {why} the workspace root {str(root)!r}; access refused")
+        self.path = path
+        self.root = root
+
+
+class AnswerError(ToolnexusError, LookupError):
+    """An answer could not be applied; the state it was meant for is unchanged.
+
+    Attributes:
+        request_id: the id the answer carried.
+    """
+
+    def __init__(self, request_id: str, message: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.request_id, str(self)))
+
+
+class UnknownRequest(AnswerError):
+    """No outstanding request has this id (never parked, or its run was cancelled)."""
+
+
+class AlreadyAnswered(AnswerError):
+    """The request was answered already; a second answer is refused."""
+
+
+class RequestExpired(AnswerError):
+    """The request's ``expires_at`` passed before the answer came; its run was told so."""
+
+
+class AnswerMismatch(AnswerError):
+    """Resuming: the answer's id echoes none of the halted run's outstanding requests."""
+
+
+class AlreadyResumed(AnswerError):
+    """Resuming: another resume claimed this request first; only one may proceed."""
+
+
+class StoreError(ToolnexusError):
+    """A stored run cannot be read back (corrupt, foreign, or from a newer release)."""
+
+
 class ModelError(ToolnexusError):
-    """The model could not be asked, or its answer could not be used."""
+    """The model could not be asked, or its answer could not be used.
+
+    Attributes:
+        run: when raised by a run, the run as it stood at the failed request:
+            ``status == "incomplete"``, ``limit == "model_error"``, every tool call so far
+            answered in ``messages``. Continue it with
+            ``client.run(None, toolkit, history=error.run.messages)``; the tools that
+            already ran do not run again.
+    """
+
+    run: RunResult | None = None
 
 
 class ProviderError(ModelError):
@@ -93,3 +174,8 @@ class ProtocolError(ModelError):
 
 class TransportError(ModelError):
     """The request got no HTTP reply: the connection failed, broke or timed out."""
+
+
+# Last, because _results needs the classes above: ModelError.run's annotation names
+# RunResult, and typing.get_type_hints(ModelError) must be able to resolve it.
+from ._results import RunResult  # noqa: E402

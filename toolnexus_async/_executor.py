@@ -14,22 +14,26 @@ Rules of this module (DESIGN §3):
     naming both ids, and the tool does not run again.
   - a request whose ``expires_at`` has passed is answered as expired without asking, and
     one that expires while ``wait_for`` is pending is answered as expired at that moment.
+- ``wait_for`` may raise :class:`HaltRun` instead of answering: the call then stays
+  suspended, as if there were no ``wait_for``, and the run halts on it.
 - Without ``wait_for`` the suspension is returned as is and the loop halts the run on it,
   unless its ``expires_at`` has already passed: then it is answered as expired, as above.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
 
-from ._loop import CallOutcome
+from ._loop import CallOutcome, HaltedTurn
 from ._messages import ToolCall
-from ._types import Answer, Request, ToolContext, ToolResult, request_in
+from ._types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
 
 __all__ = ("Executor", "WaitFor")
 
@@ -56,18 +60,34 @@ class Executor:
 
     async def run(self, calls: Sequence[ToolCall]) -> list[CallOutcome]:
         """One outcome per call, in call order."""
-        if len(calls) == 1:
-            # One call needs no sibling task; skipping the task group is the common fast path.
-            return [await self.run_one(calls[0])]
-        outcomes: list[CallOutcome | None] = [None] * len(calls)
+        return await _concurrently([functools.partial(self.run_one, call) for call in calls])
 
-        async def slot(index: int, call: ToolCall) -> None:
-            outcomes[index] = await self.run_one(call)
+    async def resume(
+        self,
+        halted: HaltedTurn,
+        answers: Mapping[str, tuple[Request, Answer]],
+        kept: Mapping[str, ToolResult] | None = None,
+    ) -> list[CallOutcome]:
+        """Outcomes for every call of a halted turn, in call order.
 
-        async with anyio.create_task_group() as tg:
-            for index, call in enumerate(calls):
-                tg.start_soon(slot, index, call, name=f"toolnexus tool {call.name}")
-        return [o for o in outcomes if o is not None]
+        A call that completed keeps its result and is never executed again (``kept`` may
+        supply the full results, metadata included); a call answered in ``answers`` (keyed
+        by call id) runs again with ``ctx.answer``; any other open call runs again and may
+        suspend again.
+        """
+        jobs: list[Callable[[], Awaitable[CallOutcome]]] = []
+        for call in halted.assistant.tool_calls:
+            done = halted.completed.get(call.id)
+            if done is not None:
+                result = (kept or {}).get(call.id) or ToolResult(done.output, done.is_error)
+                jobs.append(functools.partial(_ready, CallOutcome(result)))
+            elif call.id in answers:
+                request, answer = answers[call.id]
+                ctx = ToolContext(call_id=call.id, run_id=self._run_id, tool_name=call.name)
+                jobs.append(functools.partial(self._answered, call, ctx, request, answer))
+            else:
+                jobs.append(functools.partial(self.run_one, call))
+        return await _concurrently(jobs)
 
     async def run_one(self, call: ToolCall) -> CallOutcome:
         """Execute one call and, when it suspends and ``wait_for`` is set, resolve it."""
@@ -91,9 +111,19 @@ class Executor:
         return await self._resolve(call, ctx, request)
 
     async def _resolve(self, call: ToolCall, ctx: ToolContext, request: Request) -> CallOutcome:
-        answer = await self._ask(request)
+        try:
+            answer = await self._ask(request)
+        except HaltRun:
+            # The resolver gave up waiting: the call stays suspended and the run halts on it.
+            return CallOutcome(ToolResult.pending(request), request)
         if isinstance(answer, ToolResult):
             return CallOutcome(answer, request, None)
+        return await self._answered(call, ctx, request, answer)
+
+    async def _answered(
+        self, call: ToolCall, ctx: ToolContext, request: Request, answer: Answer
+    ) -> CallOutcome:
+        """Apply the host's answer to a suspended call: retry it once, or report the refusal."""
         if not answer.ok:
             return CallOutcome(_declined(request), request, False)
         retry_ctx = ToolContext(
@@ -128,6 +158,8 @@ class Executor:
                 answer = wait_for(request)
                 if inspect.isawaitable(answer):
                     answer = await answer
+        except HaltRun:
+            raise
         except Exception as exc:
             # The host's resolver failed: tell the model, keep the sibling calls running.
             log.exception("wait_for raised while resolving request %s", request.id)
@@ -145,6 +177,30 @@ class Executor:
                 f"{request.id!r} ({request.prompt})"
             )
         return answer
+
+
+async def _ready(outcome: CallOutcome) -> CallOutcome:
+    return outcome
+
+
+async def _concurrently(
+    jobs: Sequence[Callable[[], Awaitable[CallOutcome]]],
+) -> list[CallOutcome]:
+    """Run ``jobs`` concurrently in one task group; their outcomes in the order given."""
+    if len(jobs) == 1:
+        return [await jobs[0]()]
+    outcomes: list[CallOutcome | None] = [None] * len(jobs)
+
+    async def slot(index: int) -> None:
+        outcomes[index] = await jobs[index]()
+
+    async with asyncio.TaskGroup() as tg:
+        for index in range(1, len(jobs)):
+            tg.create_task(slot(index))
+        # The first job runs in this task: one task fewer per turn, the same concurrency
+        # (the others start as soon as it awaits anything).
+        await slot(0)
+    return [o for o in outcomes if o is not None]
 
 
 def _declined(request: Request) -> ToolResult:

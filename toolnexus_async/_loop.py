@@ -24,7 +24,9 @@ Rules kept here, each pinned by a test in ``tests/test_loop.py``:
 2. Tool results enter the transcript in tool-call order, whatever order they finished in.
 3. Every tool call gets exactly one result before the next model request.
 4. A result that is still a suspension halts the run: ``status == "pending"`` with the
-   request of the **first** suspended call in tool-call order.
+   request of the **first** suspended call in tool-call order. The halted transcript keeps
+   the results of the calls that completed and leaves the suspended ones unanswered, so it
+   is enough, with the answer, to resume the run (:class:`HaltedTurn`).
 """
 
 from __future__ import annotations
@@ -47,7 +49,15 @@ from ._messages import (
 from ._results import RunResult, RunStatus, ToolCallRecord, Usage
 from ._types import Request, ToolResult, request_in
 
-__all__ = ("CallModel", "CallOutcome", "Finish", "ModelReply", "RunLoop", "RunTools")
+__all__ = (
+    "CallModel",
+    "CallOutcome",
+    "Finish",
+    "HaltedTurn",
+    "ModelReply",
+    "RunLoop",
+    "RunTools",
+)
 
 
 @attrs.frozen
@@ -111,6 +121,8 @@ class RunLoop:
         history: Sequence[Message] = (),
         system_prompt: str | None = None,
         max_turns: int = 10,
+        run_id: str = "",
+        style: str | None = None,
     ) -> None:
         if max_turns < 1:
             raise UsageError(f"max_turns must be at least 1, got {max_turns}")
@@ -128,6 +140,8 @@ class RunLoop:
             messages.append(UserMessage(prompt))
         self.messages = messages
         self.max_turns = max_turns
+        self.run_id = run_id
+        self.style = style
         self.turns = 0
         self.usage = Usage()
         self.model: str | None = None
@@ -135,6 +149,35 @@ class RunLoop:
         self._expect = _Expect.MODEL
         self._calls: tuple[ToolCall, ...] = ()
         self._result: RunResult | None = None
+
+    @classmethod
+    def resume(
+        cls,
+        halted: HaltedTurn,
+        *,
+        turns: int,
+        usage: Usage,
+        model: str | None,
+        records: Sequence[ToolCallRecord],
+        max_turns: int = 10,
+        run_id: str = "",
+        style: str | None = None,
+    ) -> RunLoop:
+        """A loop that continues a halted run: it expects the halted turn's tool outcomes.
+
+        The halted turn's results (the kept ones and the new ones) enter the transcript in
+        tool-call order, exactly one per call, and no new user message is added.
+        """
+        loop = cls(None, max_turns=max_turns, run_id=run_id, style=style)
+        loop.messages = list(halted.before)
+        loop.messages.append(halted.assistant)
+        loop.turns = turns
+        loop.usage = usage
+        loop.model = model
+        loop.records = [r for r in records if r.turn < turns]
+        loop._calls = halted.assistant.tool_calls
+        loop._expect = _Expect.TOOLS
+        return loop
 
     def next_action(self) -> Action:
         """What the caller must do next. Asking twice without feeding anything is harmless."""
@@ -145,6 +188,16 @@ class RunLoop:
         if self.turns >= self.max_turns:
             return Finish(self._finish("incomplete", limit="max_turns"))
         return CallModel(self.messages, self.turns + 1)
+
+    def interrupted(self) -> RunResult:
+        """The run as it stands while a model request is due (after that request failed).
+
+        ``status == "incomplete"``, ``limit == "model_error"``; the loop itself is unchanged.
+        """
+        self._check(_Expect.MODEL)
+        result = self._finish("incomplete", limit="model_error")
+        self._expect, self._result = _Expect.MODEL, None
+        return result
 
     def model_replied(self, reply: ModelReply) -> None:
         """Feed the model's reply to the request :meth:`next_action` asked for."""
@@ -180,15 +233,16 @@ class RunLoop:
             if still is not None:
                 suspended.append(record)
         self._calls = ()
+        for call, outcome in zip(calls, outcomes, strict=True):
+            result = outcome.result
+            if request_in(result) is None:
+                self.messages.append(ToolReturn(call.id, call.name, result.output, result.is_error))
         if suspended:
-            # The transcript keeps the assistant's calls without results: the run resumes
-            # from exactly here once the request is answered.
+            # The suspended calls stay without a result: the transcript alone says where the
+            # run stands, and the run resumes from exactly here once a request is answered.
             first = request_in(suspended[0].result)
             self._finish("pending", pending=first, suspended=tuple(suspended))
             return
-        for call, outcome in zip(calls, outcomes, strict=True):
-            result = outcome.result
-            self.messages.append(ToolReturn(call.id, call.name, result.output, result.is_error))
         self._expect = _Expect.MODEL
 
     def _check(self, expected: _Expect) -> None:
@@ -220,5 +274,44 @@ class RunLoop:
             pending=pending,
             limit=limit,
             suspended=suspended,
+            run_id=self.run_id,
+            style=self.style,
         )
         return self._result
+
+
+@attrs.frozen
+class HaltedTurn:
+    """Where a halted transcript stands: the last assistant turn and what became of its calls.
+
+    ``completed`` holds the results the halted turn already has (never executed again);
+    ``open`` the calls still waiting, in call order.
+    """
+
+    before: tuple[Message, ...]
+    assistant: AssistantMessage
+    completed: dict[str, ToolReturn]
+    open: tuple[ToolCall, ...]
+
+    @classmethod
+    def of(cls, messages: Sequence[Message]) -> HaltedTurn:
+        """Split a halted transcript; :class:`UsageError` when it is not one."""
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if isinstance(message, ToolReturn):
+                continue
+            if not isinstance(message, AssistantMessage) or not message.tool_calls:
+                break
+            returns = [m for m in messages[index + 1 :] if isinstance(m, ToolReturn)]
+            ids = {c.id for c in message.tool_calls}
+            completed = {r.call_id: r for r in returns if r.call_id in ids}
+            if len(completed) != len(returns):
+                break
+            still = tuple(c for c in message.tool_calls if c.id not in completed)
+            if not still:
+                break
+            return cls(tuple(messages[:index]), message, completed, still)
+        raise UsageError(
+            "this transcript is not a halted run: it must end with an assistant turn whose "
+            "tool calls are not all answered"
+        )

@@ -99,7 +99,8 @@ def unpaired_calls(messages: Sequence[Message]) -> list[ToolCall]:
     ]
 
 
-def _call_to_json(call: ToolCall) -> dict[str, Any]:
+def call_to_json(call: ToolCall) -> dict[str, Any]:
+    """One tool call as a plain JSON object."""
     out: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
     if call.invalid_arguments is not None:
         out["invalid_arguments"] = call.invalid_arguments
@@ -114,7 +115,7 @@ def message_to_json(message: Message) -> dict[str, Any]:
         case AssistantMessage(text=text, tool_calls=calls):
             out: dict[str, Any] = {"role": "assistant", "text": text}
             if calls:
-                out["tool_calls"] = [_call_to_json(c) for c in calls]
+                out["tool_calls"] = [call_to_json(c) for c in calls]
             return out
         case ToolReturn():
             return {
@@ -136,6 +137,21 @@ def _str(item: Mapping[str, Any], key: str, where: str, *, optional: bool = Fals
     return value
 
 
+def call_from_json(raw: object, at: str = "tool call") -> ToolCall:
+    """Parse one tool call of the JSON form; :class:`PayloadError` names what is wrong."""
+    if not isinstance(raw, Mapping):
+        raise PayloadError(f"{at} must be a JSON object")
+    arguments = raw.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise PayloadError(f"{at}: 'arguments' must be an object")
+    return ToolCall(
+        _str(raw, "id", at),
+        _str(raw, "name", at),
+        arguments,
+        _str(raw, "invalid_arguments", at, optional=True),
+    )
+
+
 def message_from_json(item: object, where: str = "message") -> Message:
     """Parse one message of the JSON form; :class:`PayloadError` names what is wrong."""
     if not isinstance(item, Mapping):
@@ -149,23 +165,10 @@ def message_from_json(item: object, where: str = "message") -> Message:
         raw_calls = item.get("tool_calls", [])
         if not isinstance(raw_calls, list):
             raise PayloadError(f"{where}: 'tool_calls' must be a list")
-        calls = []
-        for j, raw in enumerate(raw_calls):
-            at = f"{where}.tool_calls[{j}]"
-            if not isinstance(raw, Mapping):
-                raise PayloadError(f"{at} must be a JSON object")
-            arguments = raw.get("arguments", {})
-            if not isinstance(arguments, dict):
-                raise PayloadError(f"{at}: 'arguments' must be an object")
-            calls.append(
-                ToolCall(
-                    _str(raw, "id", at),
-                    _str(raw, "name", at),
-                    arguments,
-                    _str(raw, "invalid_arguments", at, optional=True),
-                )
-            )
-        return AssistantMessage(_str(item, "text", where, optional=True), tuple(calls))
+        calls = tuple(
+            call_from_json(raw, f"{where}.tool_calls[{j}]") for j, raw in enumerate(raw_calls)
+        )
+        return AssistantMessage(_str(item, "text", where, optional=True), calls)
     if role == "tool":
         is_error = item.get("is_error", False)
         if not isinstance(is_error, bool):

@@ -54,7 +54,7 @@ class HttpModel:
         self._codec = codec
         self._transport = transport
         self._url = codec.endpoint(base_url)
-        self._headers = dict(headers)
+        self._headers = {**headers, "Content-Type": "application/json"}
         self._max_tokens = max_tokens
         self._extra = extra_body
         self.name = model
@@ -71,8 +71,10 @@ class HttpModel:
         try:
             return self._codec.decode(payload)
         except ProtocolError as exc:
-            # The codec quotes the provider's error text, which may echo the key back.
-            raise ProtocolError(self._transport.scrub(str(exc))) from None
+            # The codec quotes the provider's error text, which may echo the key back; the
+            # unscrubbed error must not survive even as __context__.
+            message = self._transport.scrub(str(exc))
+        raise ProtocolError(message)
 
     async def aclose(self) -> None:
         await self._transport.aclose()

@@ -2,6 +2,8 @@
 
 Rules of this module:
 
+- Arguments are checked against the tool's input schema before it runs (compiled once per
+  schema); a violation is an error result naming the field and the rule.
 - A tool never raises across the toolkit: :meth:`Toolkit.execute` turns an exception into
   an error result naming the tool and the exception, and an unknown name into an error
   result naming the tools that do exist. Only cancellation passes through.
@@ -16,13 +18,17 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 from ._errors import UsageError
 from ._types import Tool, ToolContext, ToolResult, check_tool_name
-from .tools.builtin import BUILTIN_NAMES, builtin_tools
+from ._validation import Validator, validator_for
+from .tools._session import SharedSession
+from .tools.builtin import BUILTIN_NAMES, Workspace, builtin_tools
 
 __all__ = ("Toolkit",)
 
@@ -99,9 +105,13 @@ class Toolkit:
             result = await tk.execute("send_payment", {"amount": 30})
     """
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (), *, validate: bool = True) -> None:
         self._tools: dict[str, Tool] = {}
         self._adapters: dict[str, list[dict[str, Any]]] = {}
+        self._validate = validate
+        self._validators: dict[str, Validator] = {}
+        # Resources the toolkit created for its tools (the shared HTTP session), closed last.
+        self._resources: list[SharedSession] = []
         self._closed = False
         for tool in tools:
             self.register(tool)
@@ -111,14 +121,25 @@ class Toolkit:
         cls,
         builtins: bool | Mapping[str, Any] = True,
         extra_tools: Iterable[Tool] = (),
+        *,
+        workdir: str | os.PathLike[str] | None = None,
+        confine: bool = False,
+        validate: bool = True,
     ) -> Toolkit:
         """Assemble a toolkit from the built-ins and ``extra_tools``.
 
         Args:
             builtins: ``True`` (all built-ins), ``False`` (none), or a mapping such as
-                ``{"tools": {"question": False}}`` that turns single built-ins off.
+                ``{"tools": {"bash": False}}`` that turns single built-ins off.
             extra_tools: your tools. One with a built-in's name replaces that built-in;
                 among these the first of a name wins.
+            workdir: the directory the file tools and ``bash`` work in (default: the
+                current directory).
+            confine: keep every file tool, and ``bash``'s working directory, under
+                ``workdir``: ``..``, absolute paths outside and symlinks leading out are
+                refused. ``bash`` itself is not a sandbox.
+            validate: check each call's arguments against the tool's input schema before
+                the tool runs; a violation is an error result for the model.
         """
         extras: dict[str, Tool] = {}
         for tool in extra_tools:
@@ -128,10 +149,14 @@ class Toolkit:
                 continue
             extras[tool.name] = tool
         enabled = _enabled_builtins(builtins)
-        toolkit = cls()
-        for tool in builtin_tools():
-            if tool.name in enabled and tool.name not in extras:
-                toolkit.register(tool)
+        toolkit = cls(validate=validate)
+        if enabled - set(extras):
+            workspace = Workspace(Path.cwd() if workdir is None else workdir, confine=confine)
+            session = SharedSession()
+            toolkit._resources.append(session)
+            for tool in builtin_tools(workspace, session):
+                if tool.name in enabled and tool.name not in extras:
+                    toolkit.register(tool)
         for tool in extras.values():
             toolkit.register(tool)
         return toolkit
@@ -145,6 +170,7 @@ class Toolkit:
             )
         self._tools[tool.name] = tool
         self._adapters.clear()
+        self._validators.pop(tool.name, None)
 
     def get(self, name: str) -> Tool | None:
         """The tool called ``name``, or None."""
@@ -171,6 +197,10 @@ class Toolkit:
         if tool is None:
             known = ", ".join(self._tools) or "none"
             return ToolResult.error(f"unknown tool {name!r}; available tools: {known}")
+        if self._validate:
+            problem = self._check_arguments(tool, args)
+            if problem is not None:
+                return ToolResult.error(problem)
         try:
             # Typed as object: tools are duck-typed user code and may return anything.
             result: object = await tool.execute(args, ctx)
@@ -182,6 +212,19 @@ class Toolkit:
                 f"tool {name!r} returned {type(result).__name__}, not a ToolResult"
             )
         return result
+
+    def _check_arguments(self, tool: Tool, args: dict[str, Any]) -> str | None:
+        check = self._validators.get(tool.name)
+        if check is None:
+            try:
+                check = validator_for(tool.input_schema)
+            except UsageError as exc:
+                return f"tool {tool.name!r} cannot be called: its input schema is invalid: {exc}"
+            self._validators[tool.name] = check
+        problem = check(args)
+        if problem is None:
+            return None
+        return f"invalid arguments for tool {tool.name!r}: {problem}; the tool did not run"
 
     def wire_tools(self, style: str) -> list[dict[str, Any]]:
         """The tools in a wire style, computed once per set of tools.
@@ -208,14 +251,26 @@ class Toolkit:
         return copy.deepcopy(self.wire_tools("gemini"))
 
     async def aclose(self) -> None:
-        """Close every tool that holds a resource (it has an ``aclose``). Idempotent."""
+        """Close every tool that holds a resource (it has an ``aclose``), then the shared
+        HTTP session. Idempotent. One failing close does not keep the others open: the first
+        error is raised once everything was closed.
+        """
         if self._closed:
             return
         self._closed = True
-        for tool in self._tools.values():
-            closer = getattr(tool, "aclose", None)
-            if closer is not None:
+        closers = [getattr(tool, "aclose", None) for tool in self._tools.values()]
+        closers += [resource.aclose for resource in self._resources]
+        first: Exception | None = None
+        for closer in closers:
+            if closer is None:
+                continue
+            try:
                 await closer()
+            except Exception as exc:
+                log.warning("closing a tool failed: %r", exc)
+                first = first or exc
+        if first is not None:
+            raise first
 
     async def __aenter__(self) -> Self:
         return self

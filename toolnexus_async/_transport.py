@@ -4,8 +4,9 @@ Rules of this module:
 
 - No aiohttp exception leaves it, not even as a ``__cause__``: connection failures and
   timeouts become :class:`TransportError`, a non-2xx reply :class:`ProviderError`, a 2xx
-  body that is not JSON :class:`ProtocolError`. They are raised ``from None`` because the
-  originals can hold the request headers or the raw body, i.e. secrets.
+  body that is not JSON :class:`ProtocolError`. They are raised with no ``__cause__`` and
+  no ``__context__``, because the originals can hold the request headers or the raw body,
+  i.e. secrets.
 - Secrets stay here: the request headers (API key, user headers) are never put in a
   message, and the key is scrubbed from any body excerpt the provider echoes back.
 - A session we create is ours to close; a session the caller lends us is not. Our
@@ -42,9 +43,12 @@ class Transport:
         max_connections: int | None = None,
         secrets: tuple[str, ...] = (),
     ) -> None:
+        timeout_obj = aiohttp.ClientTimeout(total=timeout)
         self._session = session
         self._owned = session is None
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        # A session we create carries our timeout; a borrowed one gets it per request.
+        self._per_request: dict[str, Any] = {} if session is None else {"timeout": timeout_obj}
+        self._timeout = timeout_obj
         self._max_connections = max_connections or 0  # aiohttp: 0 means no cap
         self._secrets = tuple(s for s in secrets if s)
         self._closed = False
@@ -63,28 +67,36 @@ class Transport:
         return self._session
 
     async def post_json(self, url: str, headers: Mapping[str, str], body: Mapping[str, Any]) -> Any:
-        """The parsed JSON of a 2xx reply; a mapped error otherwise."""
+        """The parsed JSON of a 2xx reply; a mapped error otherwise.
+
+        ``headers`` are sent as given (the caller includes ``Content-Type``): they are built
+        once per client, not once per request.
+        """
         session = self._open()
         data = _dumps(body)
-        send_headers = {**headers, "Content-Type": "application/json"}
+        # Errors are raised after the except blocks, not inside them: the originals must not
+        # even become __context__, since aiohttp errors can hold the request headers (the
+        # key) and a JSON decode error holds the whole raw body.
+        failure: str | None = None
         try:
             async with session.post(
-                url, data=data, headers=send_headers, timeout=self._timeout
+                url, data=data, headers=headers, **self._per_request
             ) as response:
                 raw = await response.read()
                 status = response.status
         except aiohttp.ClientError as exc:
-            raise TransportError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
-        except TimeoutError as exc:
-            raise TransportError(f"POST {url} timed out after {self._timeout.total} s") from exc
+            failure = f"POST {url} failed: {type(exc).__name__}: {self.scrub(str(exc))}"
+        except TimeoutError:
+            failure = f"POST {url} timed out after {self._timeout.total} s"
+        if failure is not None:
+            raise TransportError(failure)
         if not 200 <= status < 300:
             raise ProviderError(status, self.scrub(raw.decode("utf-8", "replace")), url)
         try:
             return json.loads(raw)
         except ValueError:
-            # Not chained: the decode error holds the whole raw body, unscrubbed.
-            excerpt = self.scrub(raw[:200].decode("utf-8", "replace"))
-            raise ProtocolError(f"reply from {url} is not JSON: {excerpt!r}") from None
+            failure = self.scrub(raw[:200].decode("utf-8", "replace"))
+        raise ProtocolError(f"reply from {url} is not JSON: {failure!r}")
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret this transport knows replaced by ``[redacted]``."""

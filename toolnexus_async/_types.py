@@ -18,10 +18,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ._errors import PayloadError, UsageError
+from ._errors import PayloadError, ToolnexusError, UsageError
 
 __all__ = (
     "Answer",
+    "HaltRun",
     "Request",
     "Tool",
     "ToolContext",
@@ -284,6 +285,15 @@ def request_in(result: ToolResult) -> Request | None:
         return None
     found = meta.get("pending")
     return found if isinstance(found, Request) else None
+
+
+class HaltRun(ToolnexusError):
+    """Raised by a ``wait_for`` that will not wait any longer (a signal, not a failure).
+
+    The suspended call stays suspended and the run halts with ``status == "pending"``, as if
+    no ``wait_for`` were set, so the host can store it and resume it later. The
+    :class:`~toolnexus_async.Inbox` raises it for runs parked longer than ``park_timeout``.
+    """
 
 
 @attrs.frozen

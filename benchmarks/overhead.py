@@ -1,0 +1,610 @@
+"""Overhead and throughput of toolnexus_async against a hand-written raw-aiohttp floor.
+
+Run it with ``nox -s bench`` or ``python benchmarks/overhead.py`` (``--help`` for the knobs,
+``--quick`` for a smoke run of a few seconds). Every figure that matters is a ratio against
+the floor measured in the same process, on the same event loop, in the same minute, so the
+figures travel between machines better than absolute milliseconds do.
+
+The scenario is the standard agent run of issue 2, item 9, against an OpenAI-style mock:
+
+- turn 1 (the request carries no tool message yet): the model asks for two parallel tool
+  calls, ``get_weather(city)`` and ``add(a, b)``;
+- turn 2 (tool results present): the model answers with a final text built from those
+  results, so a wrong or missing tool result shows up as a wrong answer, not as a fast run.
+
+Two contenders do that run:
+
+- **toolnexus_async**: ``LlmClient(base_url, style="openai", ...)`` and a ``Toolkit`` of the
+  two ``define_tool`` tools, ``await client.run(prompt, toolkit)``;
+- **floor**: what a person would write by hand with no framework: one shared
+  ``aiohttp.ClientSession``, the same two POSTs, ``json.dumps``/``json.loads``, the two tool
+  functions awaited directly, the second request's messages built by hand.
+
+Part 1, *overhead*: N runs of each, interleaved ABAB on one event loop (so machine noise hits
+both alike), with 0 ms of simulated model latency; p50/p95 per run and the p50 ratio.
+Target: p50 ratio <= 1.2.
+
+Part 2, *throughput*: rounds of C concurrent runs (anyio task group) against the mock with
+20 ms of simulated latency, alternating toolnexus / floor round by round; runs per second
+and the ratio. Both use a connection pool without a cap (``LlmClient(max_connections=None)``
+and ``aiohttp.TCPConnector(limit=0)``). Target: ratio >= 0.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+import anyio
+from aiohttp import web
+
+from toolnexus_async import LlmClient, Toolkit, define_tool
+
+MODEL = "bench-model"
+API_KEY = "sk-bench-not-a-secret"
+PROMPT = "What is the weather in Paris, and what is 2 + 3?"
+EXPECTED_TEXT = "Paris: 21 C, clear | 5"
+P50_TARGET = 1.2
+THROUGHPUT_TARGET = 0.8
+
+
+# --------------------------------------------------------------------------------------
+# The tools. The floor calls these functions directly; toolnexus wraps them with define_tool.
+
+
+async def get_weather(city: str) -> str:
+    """The current weather in a city.
+
+    Args:
+        city: the city's name.
+    """
+    return f"{city}: 21 C, clear"
+
+
+async def add(a: int, b: int) -> str:
+    """Add two integers.
+
+    Args:
+        a: the first addend.
+        b: the second addend.
+    """
+    return str(a + b)
+
+
+# What the floor sends as ``tools``, written by hand. ``check_same_schema`` asserts at start-up
+# that it equals what the toolkit renders, so both contenders send the same bytes' worth of
+# tool schema on every request.
+FLOOR_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "the city's name."}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "a": {"type": "integer", "description": "the first addend."},
+                    "b": {"type": "integer", "description": "the second addend."},
+                },
+                "required": ["a", "b"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
+
+
+def make_toolkit() -> Toolkit:
+    # builtins=False: the built-in ``question`` tool would add its schema to every request
+    # body, and the floor would then have to send it too for the bytes to match.
+    return Toolkit.create(builtins=False, extra_tools=[define_tool(get_weather), define_tool(add)])
+
+
+def check_same_schema(toolkit: Toolkit) -> None:
+    if toolkit.to_openai() != FLOOR_TOOLS:
+        raise SystemExit(
+            "the floor's hand-written tool schema differs from the toolkit's:\n"
+            f"{json.dumps(toolkit.to_openai(), indent=1)}"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# The mock provider.
+#
+# It runs in its own *process* (multiprocessing, spawn), not in a thread. A thread would
+# share the measured process's GIL: every request the mock parses and answers would steal
+# time from the event loop being measured, in proportion to the request rate, and blur the
+# very overhead this file measures. On a 2-core machine the measured process keeps one core
+# and the mock gets the other. The mock's own cost still shows up in every run's wall time,
+# alike for both contenders; it is kept small (no access log, canned replies) and its CPU
+# use is printed for the throughput part, so a saturated mock would be visible.
+
+LATENCY_KEY = web.AppKey("latency_s", float)
+
+_TOOL_CALLS_REPLY = json.dumps(
+    {
+        "id": "chatcmpl-bench-1",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_weather",
+                            "type": "function",
+                            "function": {
+                                "name": "get_weather",
+                                "arguments": json.dumps({"city": "Paris"}),
+                            },
+                        },
+                        {
+                            "id": "call_add",
+                            "type": "function",
+                            "function": {"name": "add", "arguments": json.dumps({"a": 2, "b": 3})},
+                        },
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 60, "completion_tokens": 30, "total_tokens": 90},
+    },
+    separators=(",", ":"),
+).encode()
+
+
+def _final_reply(text: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-bench-2",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": MODEL,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": text},
+                }
+            ],
+            "usage": {"prompt_tokens": 110, "completion_tokens": 12, "total_tokens": 122},
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+async def _chat_completions(request: web.Request) -> web.Response:
+    body = json.loads(await request.read())
+    outputs = [m["content"] for m in body["messages"] if m.get("role") == "tool"]
+    latency = request.app[LATENCY_KEY]
+    if latency > 0:
+        await asyncio.sleep(latency)  # the model "thinking": simulated provider latency
+    reply = _final_reply(" | ".join(outputs)) if outputs else _TOOL_CALLS_REPLY
+    return web.Response(body=reply, content_type="application/json")
+
+
+async def _serve(conn: multiprocessing.connection.Connection, latency_s: float) -> None:
+    app = web.Application()
+    app[LATENCY_KEY] = latency_s
+    app.router.add_post("/v1/chat/completions", _chat_completions)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    # A deep backlog: the throughput part opens hundreds of connections at once, and a
+    # dropped SYN costs a one-second retransmit that would dwarf everything measured.
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+    await site.start()
+    port: int = runner.addresses[0][1]
+    stop = asyncio.Event()
+
+    def on_message() -> None:
+        try:
+            message = conn.recv()
+        except EOFError:  # the parent went away
+            stop.set()
+            return
+        if message == "cpu":
+            conn.send(time.process_time())
+        else:
+            stop.set()
+
+    loop = asyncio.get_running_loop()
+    loop.add_reader(conn.fileno(), on_message)
+    conn.send(port)
+    try:
+        await stop.wait()
+    finally:
+        loop.remove_reader(conn.fileno())
+        await runner.cleanup()
+
+
+def _server_main(conn: multiprocessing.connection.Connection, latency_s: float) -> None:
+    asyncio.run(_serve(conn, latency_s))
+
+
+class MockServer:
+    """The mock provider in a child process; a context manager that starts and stops it."""
+
+    def __init__(self, latency_ms: float) -> None:
+        self.latency_ms = latency_ms
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe()
+        self._process = ctx.Process(
+            target=_server_main, args=(child_conn, latency_ms / 1000), daemon=True
+        )
+        self.base_url = ""
+
+    def __enter__(self) -> Self:
+        self._process.start()
+        try:
+            if not self._conn.poll(30):
+                raise EOFError
+            port = self._conn.recv()
+        except EOFError:
+            self._process.kill()
+            raise SystemExit("the mock server did not start (see its traceback above)") from None
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        return self
+
+    def cpu_seconds(self) -> float:
+        """CPU time the mock process has used so far (asked between measurements only)."""
+        self._conn.send("cpu")
+        seconds: float = self._conn.recv()
+        return seconds
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._conn.send("stop")
+        except OSError:
+            pass
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+        self._conn.close()
+
+
+# --------------------------------------------------------------------------------------
+# The two contenders. Each is a zero-argument coroutine function returning the final text.
+
+RunOnce = Callable[[], Awaitable[str]]
+
+
+def toolnexus_runner(client: LlmClient, toolkit: Toolkit) -> RunOnce:
+    async def run_once() -> str:
+        result = await client.run(PROMPT, toolkit)
+        if result.status != "done":
+            raise RuntimeError(f"toolnexus run ended {result.status!r}")
+        return result.text
+
+    return run_once
+
+
+def floor_session() -> aiohttp.ClientSession:
+    # The same pool and timeout settings the client's own session gets: no connection cap
+    # (LlmClient's max_connections=None) and a 600 s total timeout.
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600))
+
+
+def floor_runner(session: aiohttp.ClientSession, base_url: str) -> RunOnce:
+    url = base_url + "/chat/completions"
+    headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+    functions: dict[str, Callable[..., Awaitable[str]]] = {"get_weather": get_weather, "add": add}
+
+    async def post(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        body = {"model": MODEL, "messages": messages, "tools": FLOOR_TOOLS}
+        data = json.dumps(body, separators=(",", ":")).encode()
+        async with session.post(url, data=data, headers=headers) as response:
+            raw = await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"floor: HTTP {response.status}")
+        reply: dict[str, Any] = json.loads(raw)
+        message: dict[str, Any] = reply["choices"][0]["message"]
+        return message
+
+    async def run_once() -> str:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
+        assistant = await post(messages)
+        messages.append(assistant)
+        for call in assistant["tool_calls"]:
+            function = call["function"]
+            output = await functions[function["name"]](**json.loads(function["arguments"]))
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+        final = await post(messages)
+        text: str = final["content"]
+        return text
+
+    return run_once
+
+
+# --------------------------------------------------------------------------------------
+# Measurement.
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+@dataclass
+class Latencies:
+    name: str
+    seconds: list[float]
+
+    def p(self, q: float) -> float:
+        return percentile(sorted(self.seconds), q)
+
+    def line(self) -> str:
+        return (
+            f"  {self.name:<16} p50 {self.p(50) * 1000:7.3f} ms   p95 {self.p(95) * 1000:7.3f} ms"
+            f"   mean {statistics.fmean(self.seconds) * 1000:7.3f} ms   (n={len(self.seconds)})"
+        )
+
+
+def check_text(name: str, text: str) -> None:
+    if text != EXPECTED_TEXT:
+        raise SystemExit(f"{name} answered {text!r}, expected {EXPECTED_TEXT!r}")
+
+
+async def measure_overhead(base_url: str, runs: int, warmup: int) -> tuple[Latencies, Latencies]:
+    toolkit = make_toolkit()
+    check_same_schema(toolkit)
+    async with (
+        LlmClient(base_url, style="openai", model=MODEL, api_key=API_KEY) as client,
+        floor_session() as session,
+    ):
+        contenders = [
+            ("toolnexus_async", toolnexus_runner(client, toolkit)),
+            ("floor", floor_runner(session, base_url)),
+        ]
+        for name, run_once in contenders:
+            for _ in range(warmup):
+                check_text(name, await run_once())
+        timings: list[list[float]] = [[], []]
+        clock = time.perf_counter
+        gc.collect()
+        for _ in range(runs):
+            # ABAB...: each pair runs back to back, so drift and noise hit both alike.
+            for (name, run_once), out in zip(contenders, timings, strict=True):
+                start = clock()
+                text = await run_once()
+                out.append(clock() - start)
+                check_text(name, text)
+    return Latencies("toolnexus_async", timings[0]), Latencies("floor", timings[1])
+
+
+@dataclass
+class Round:
+    runs: int
+    seconds: float  # wall clock
+    cpu_seconds: float  # this process only: the client's work, whatever else the machine does
+
+
+async def one_round(run_once: RunOnce, concurrency: int, runs_per_task: int) -> Round:
+    """``concurrency`` tasks, each doing ``runs_per_task`` runs back to back."""
+    failures: list[str] = []
+
+    async def worker() -> None:
+        for _ in range(runs_per_task):
+            text = await run_once()
+            if text != EXPECTED_TEXT:
+                failures.append(text)
+
+    # Collect the previous round's garbage now, untimed, so that no round pays for the
+    # collections its predecessor (possibly the other contender) made necessary.
+    gc.collect()
+    cpu_start = time.process_time()
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(concurrency):
+            tg.start_soon(worker)
+    elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
+    if failures:
+        raise SystemExit(f"{len(failures)} runs answered wrongly, e.g. {failures[0]!r}")
+    return Round(concurrency * runs_per_task, elapsed, cpu)
+
+
+@dataclass
+class Throughput:
+    name: str
+    rounds: list[Round]
+
+    @property
+    def rates(self) -> list[float]:
+        return [r.runs / r.seconds for r in self.rounds]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def cpu_per_run(self) -> float:
+        return sum(r.cpu_seconds for r in self.rounds) / sum(r.runs for r in self.rounds)
+
+    def line(self) -> str:
+        return (
+            f"  {self.name:<16} median {self.median:6.0f} runs/s   best {max(self.rates):6.0f}"
+            f"   client CPU {self.cpu_per_run * 1e6:5.0f} us/run"
+            f"   rounds: {', '.join(f'{r:.0f}' for r in self.rates)}"
+        )
+
+
+async def measure_throughput(
+    server: MockServer, concurrency: int, runs_per_task: int, rounds: int
+) -> tuple[Throughput, Throughput, float, float]:
+    """Runs/s of each contender, plus the mock's CPU seconds and wall seconds while timed."""
+    base_url = server.base_url
+    toolkit = make_toolkit()
+    async with (
+        LlmClient(
+            base_url, style="openai", model=MODEL, api_key=API_KEY, max_connections=None
+        ) as client,
+        floor_session() as session,
+    ):
+        contenders = [Throughput("toolnexus_async", []), Throughput("floor", [])]
+        runners = [toolnexus_runner(client, toolkit), floor_runner(session, base_url)]
+        # Warm-up round each: opens the pools' connections and warms every code path.
+        for run_once in runners:
+            await one_round(run_once, concurrency, 1)
+        server_cpu = 0.0
+        wall = 0.0
+        for _ in range(rounds):
+            for contender, run_once in zip(contenders, runners, strict=True):
+                cpu_before = server.cpu_seconds()
+                measured = await one_round(run_once, concurrency, runs_per_task)
+                server_cpu += server.cpu_seconds() - cpu_before
+                wall += measured.seconds
+                contender.rounds.append(measured)
+    return contenders[0], contenders[1], server_cpu, wall
+
+
+# --------------------------------------------------------------------------------------
+# The command line.
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="toolnexus_async overhead and throughput against a raw-aiohttp floor."
+    )
+    parser.add_argument("--runs", type=int, default=2000, help="timed runs per contender")
+    parser.add_argument("--warmup", type=int, default=200, help="untimed runs per contender")
+    parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="mock latency for the overhead part"
+    )
+    parser.add_argument("--concurrency", type=int, default=500, help="concurrent runs")
+    parser.add_argument(
+        "--runs-per-task",
+        type=int,
+        default=4,
+        help="runs each concurrent task does back to back in a throughput round",
+    )
+    parser.add_argument("--rounds", type=int, default=8, help="throughput rounds per contender")
+    parser.add_argument(
+        "--throughput-latency-ms",
+        type=float,
+        default=20.0,
+        help="mock latency for the throughput part",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run of a few seconds (small sizes)"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.warmup = 200, 20
+        args.concurrency, args.runs_per_task, args.rounds = 50, 1, 2
+    for name in ("runs", "warmup", "concurrency", "runs_per_task", "rounds"):
+        if getattr(args, name) < (0 if name == "warmup" else 1):
+            parser.error(f"--{name.replace('_', '-')} is too small")
+    return args
+
+
+def dist_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:  # e.g. run from a checkout on PYTHONPATH
+        return "(not installed)"
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+async def main(args: argparse.Namespace) -> None:
+    print(f"command:   {shlex.join(sys.orig_argv)}")
+    print(
+        f"versions:  Python {platform.python_version()} ({platform.python_implementation()}), "
+        f"aiohttp {dist_version('aiohttp')}, anyio {dist_version('anyio')}, "
+        f"toolnexus-async {dist_version('toolnexus-async')}"
+    )
+    print(
+        f"machine:   {platform.platform()}, {os.cpu_count()} CPUs, "
+        f"load average {load_average()}; event loop: {type(asyncio.get_running_loop()).__name__}"
+    )
+    print()
+
+    print(
+        f"overhead: {args.runs} interleaved runs each after {args.warmup} warm-up runs, "
+        f"mock latency {args.latency_ms:g} ms"
+    )
+    with MockServer(args.latency_ms) as server:
+        tn, floor = await measure_overhead(server.base_url, args.runs, args.warmup)
+    p50_ratio = tn.p(50) / floor.p(50)
+    print(tn.line())
+    print(floor.line())
+    print(
+        f"  ratio toolnexus/floor: p50 {p50_ratio:.3f}, p95 {tn.p(95) / floor.p(95):.3f}   "
+        f"(target p50 <= {P50_TARGET}: {verdict(p50_ratio <= P50_TARGET)})"
+    )
+    print()
+
+    print(
+        f"throughput: {args.concurrency} concurrent tasks x {args.runs_per_task} runs per round, "
+        f"{args.rounds} rounds each (alternating), mock latency {args.throughput_latency_ms:g} ms"
+    )
+    with MockServer(args.throughput_latency_ms) as server:
+        tn_rate, floor_rate, server_cpu, wall = await measure_throughput(
+            server, args.concurrency, args.runs_per_task, args.rounds
+        )
+    rate_ratio = tn_rate.median / floor_rate.median
+    paired = statistics.median(a / b for a, b in zip(tn_rate.rates, floor_rate.rates, strict=True))
+    print(tn_rate.line())
+    print(floor_rate.line())
+    print(f"  mock server CPU while timed: {server_cpu / wall:.0%} of one core")
+    print(
+        f"  ratio toolnexus/floor: median runs/s {rate_ratio:.3f}   "
+        f"(target >= {THROUGHPUT_TARGET}: {verdict(rate_ratio >= THROUGHPUT_TARGET)});"
+        f"   median of round pairs {paired:.3f};"
+        f"   CPU per run {tn_rate.cpu_per_run / floor_rate.cpu_per_run:.3f}"
+    )
+    print()
+    print(f"load average at the end: {load_average()}")
+
+
+if __name__ == "__main__":
+    anyio.run(main, parse_args(), backend="asyncio")

@@ -1,0 +1,111 @@
+"""Errors mapped at the transport edge keep no link to the originals, which may hold secrets."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from tests.conftest import assert_no_leaks, openai_reply
+from toolnexus_async import (
+    LlmClient,
+    ProtocolError,
+    ProviderError,
+    Toolkit,
+    ToolReturn,
+    TransportError,
+    UsageError,
+    define_tool,
+)
+
+KEY = "sk-very-secret-key"
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def assert_unlinked(error: BaseException) -> None:
+    """No cause and no context: nothing but our own message travels with the error."""
+    assert error.__cause__ is None
+    assert error.__context__ is None
+    assert KEY not in repr(error.args)
+
+
+async def test_a_refused_connection_keeps_no_aiohttp_error():
+    """TransportError neither chains nor carries the aiohttp exception as context."""
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    async with LlmClient(url, model="m", api_key=KEY, headers={"X-Token": KEY}) as client:
+        with pytest.raises(TransportError) as caught:
+            await client.run("hi", Toolkit.create(builtins=False))
+    assert_unlinked(caught.value)
+    assert_no_leaks()
+
+
+async def test_a_body_that_is_not_json_keeps_no_decode_error(fake_llm: Any):
+    """The JSON decode error (which holds the whole raw body) is not kept as context."""
+    fake_llm.handler = lambda body, seen: (200, f"<html>{KEY}</html>")
+    async with LlmClient(fake_llm.url, model="m", api_key=KEY) as client:
+        with pytest.raises(ProtocolError, match="not JSON") as caught:
+            await client.run("hi", Toolkit.create(builtins=False))
+    assert_unlinked(caught.value)
+    assert KEY not in str(caught.value)
+
+
+async def test_a_2xx_error_body_echoing_the_key_keeps_no_unscrubbed_error(fake_llm: Any):
+    """The codec's unscrubbed ProtocolError does not survive as __context__."""
+    fake_llm.handler = lambda body, seen: {"error": {"message": f"bad key {KEY}"}}
+    async with LlmClient(fake_llm.url, model="m", api_key=KEY) as client:
+        with pytest.raises(ProtocolError, match="redacted") as caught:
+            await client.run("hi", Toolkit.create(builtins=False))
+    assert_unlinked(caught.value)
+    assert KEY not in str(caught.value)
+
+
+async def test_a_model_error_mid_run_carries_the_run_to_continue_from(fake_llm: Any):
+    """A provider failure after tools ran: error.run keeps their results; continuing from it
+    with run(None, history=...) does not run them again."""
+    calls: list[int] = []
+
+    @define_tool
+    async def charge(amount: int) -> str:
+        """Charge an amount."""
+        calls.append(amount)
+        return f"charged {amount}"
+
+    state = {"fail": True}
+
+    def handler(body: dict[str, Any], seen: Any) -> Any:
+        if not any(m["role"] == "tool" for m in body["messages"]):
+            return openai_reply(None, [("c1", "charge", {"amount": 7})])
+        if state["fail"]:
+            return (503, "overloaded")
+        return openai_reply("all done")
+
+    fake_llm.handler = handler
+    toolkit = Toolkit.create(builtins=False, extra_tools=[charge])
+    async with LlmClient(fake_llm.url, model="m", api_key=KEY) as client:
+        with pytest.raises(ProviderError) as caught:
+            await client.run("charge 7", toolkit)
+        run = caught.value.run
+        assert run is not None
+        assert (run.status, run.limit, run.turns) == ("incomplete", "model_error", 1)
+        assert run.messages[-1] == ToolReturn("c1", "charge", "charged 7")
+        state["fail"] = False
+        result = await client.run(None, toolkit, history=run.messages)
+
+    assert result.text == "all done"
+    assert calls == [7]
+    sent = fake_llm.bodies[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+
+
+async def test_run_none_without_history_is_refused():
+    """Continuing needs something to continue."""
+    async with LlmClient.in_process(lambda m, t: "x") as client:
+        with pytest.raises(UsageError, match="history"):
+            await client.run(None, Toolkit.create(builtins=False))

@@ -1,0 +1,151 @@
+"""Where the built-in tools may act, and how they read their arguments.
+
+Rule of this module: every path a built-in touches goes through :meth:`Workspace.resolve`
+(or :meth:`Workspace.resolve_dir`). With ``confine=True`` the answer is always the real
+path of something under ``root``: ``..`` escapes, absolute paths elsewhere and symlinks
+leading out (at any point of the path, the last component included) raise
+:class:`ConfinementError` instead. Resolution reads the file system (symlinks), so tools
+call it from a worker thread, never on the event loop.
+
+Confinement is a guard against a model's mistakes, not a sandbox: the check and the later
+open are two steps, so a process racing to swap a symlink in between is not stopped, and
+``bash`` can reach anything the user running it can.
+
+The argument helpers raise :class:`ArgumentError` naming the field; every built-in turns it
+into an error result, so a malformed call never raises across ``execute``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..._errors import ConfinementError
+
+__all__ = (
+    "ArgumentError",
+    "ConfinementError",
+    "Workspace",
+    "optional_bool",
+    "optional_int",
+    "optional_str",
+    "required_str",
+)
+
+
+class ArgumentError(ValueError):
+    """A tool argument is missing or of the wrong type; the message names the field."""
+
+
+def _real_root(root: str | os.PathLike[str]) -> Path:
+    # realpath, not Path.resolve: on Python 3.11 resolve() raises RuntimeError on symlink loops.
+    return Path(os.path.realpath(os.path.abspath(root)))
+
+
+@attrs.frozen
+class Workspace:
+    """The directory the built-in tools work in, and whether they must stay inside it.
+
+    ``Workspace()`` is the unconfined current directory. Relative paths are taken relative
+    to ``root``; ``root`` is stored absolute with its symlinks resolved.
+    """
+
+    root: Path = attrs.field(factory=Path.cwd, converter=_real_root)
+    confine: bool = False
+
+    def resolve(self, path: str) -> Path:
+        """The real absolute path ``path`` names; :class:`ConfinementError` if it escapes.
+
+        Raises ``ValueError`` for an empty path or one containing a NUL byte.
+        """
+        if not path:
+            raise ValueError("path is empty")
+        if "\0" in path:
+            raise ValueError(f"path {path!r} contains a NUL byte")
+        candidate = os.path.join(self.root, path)  # an absolute ``path`` replaces the root
+        real = Path(os.path.realpath(candidate))
+        if not self.confine or real.is_relative_to(self.root):
+            return real
+        # Tell the two kinds of escape apart: the text of the path itself leaves the root,
+        # or it stays inside on paper and a symlink on the way leads out.
+        if Path(os.path.normpath(candidate)).is_relative_to(self.root):
+            why = "follows a symlink out of"
+        elif os.path.isabs(path):
+            why = "is an absolute path outside"
+        else:
+            why = "climbs out of"
+        raise ConfinementError(path, self.root, why)
+
+    def resolve_dir(self, path: str | None) -> Path:
+        """The directory ``path`` names (``root`` when None or empty), checked to exist."""
+        directory = self.root if not path else self.resolve(path)
+        if not directory.is_dir():
+            what = "does not exist" if not directory.exists() else "is not a directory"
+            raise ValueError(f"directory {path!r} {what}")
+        return directory
+
+    def display(self, path: Path) -> str:
+        """``path`` as the model should see it: relative to ``root`` when under it."""
+        if path == self.root:
+            return "."
+        if path.is_relative_to(self.root):
+            return path.relative_to(self.root).as_posix()
+        return str(path)
+
+
+def _check_args(args: object) -> Mapping[str, Any]:
+    if not isinstance(args, Mapping):
+        raise ArgumentError(f"arguments must be a JSON object, got {type(args).__name__}")
+    return args
+
+
+def required_str(args: object, key: str, *, allow_empty: bool = False) -> str:
+    """``args[key]`` as a string; :class:`ArgumentError` if missing, not a string or empty."""
+    args = _check_args(args)
+    if key not in args or args[key] is None:
+        raise ArgumentError(f"'{key}' is required")
+    value = args[key]
+    if not isinstance(value, str):
+        raise ArgumentError(f"'{key}' must be a string, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise ArgumentError(f"'{key}' must not be empty")
+    return value
+
+
+def optional_str(args: object, key: str) -> str | None:
+    """``args[key]`` as a string, or None when absent, null or empty."""
+    value = _check_args(args).get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ArgumentError(f"'{key}' must be a string, got {type(value).__name__}")
+    return value or None
+
+
+def optional_int(args: object, key: str, default: int, *, minimum: int = 1) -> int:
+    """``args[key]`` as an integer of at least ``minimum``, or ``default`` when absent."""
+    value = _check_args(args).get(key)
+    if value is None:
+        return default
+    # JSON has one number type, so 5.0 is accepted as 5; a bool is not a number here.
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ArgumentError(f"'{key}' must be an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise ArgumentError(f"'{key}' must be at least {minimum}, got {value}")
+    return value
+
+
+def optional_bool(args: object, key: str, default: bool) -> bool:
+    """``args[key]`` as a bool, or ``default`` when absent."""
+    value = _check_args(args).get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ArgumentError(f"'{key}' must be true or false, got {type(value).__name__}")
+    return value

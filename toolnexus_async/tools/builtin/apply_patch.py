@@ -1,0 +1,209 @@
+"""The ``apply_patch`` built-in: add, change, move and delete files in one step.
+
+Rule of this module: all files change or none do. The patch is parsed completely (by
+:mod:`._patch`, which holds the grammar), then every file's new content is computed in memory
+against what is on disk (earlier operations of the same patch included); only when every
+hunk of every file has matched is anything written. If writing itself fails part-way (a full
+disk, a permission), the files already written are put back as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..._types import ToolContext, ToolResult
+from ._patch import (
+    AddFile,
+    DeleteFile,
+    Hunk,
+    Operation,
+    PatchError,
+    UpdateFile,
+    apply_hunks,
+    parse_patch,
+)
+from ._workspace import ArgumentError, Workspace, required_str
+from .files import MUTATION_LOCK, NotTextError, describe_os_error, is_binary
+
+# The grammar's names are re-exported: callers (and the tests) import them from here.
+__all__ = (
+    "AddFile",
+    "ApplyPatchTool",
+    "DeleteFile",
+    "Hunk",
+    "Operation",
+    "PatchError",
+    "UpdateFile",
+    "parse_patch",
+)
+
+
+class _PartialWrite(Exception):
+    """Writing failed part-way and putting the old content back failed too."""
+
+
+class _Plan:
+    """The files a patch touches: their content on disk and their content afterwards."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+        self.before: dict[Path, bytes | None] = {}
+        self.after: dict[Path, bytes | None] = {}
+
+    def path(self, given: str) -> tuple[Path, str]:
+        path = self.workspace.resolve(given)
+        return path, self.workspace.display(path)
+
+    def current(self, path: Path, shown: str) -> bytes | None:
+        if path not in self.after:
+            if path.is_dir():
+                raise PatchError(f"{shown} is a directory")
+            try:
+                data: bytes | None = path.read_bytes()
+            except FileNotFoundError:
+                data = None
+            except OSError as exc:
+                raise PatchError(describe_os_error(exc, shown)) from None
+            self.before[path] = self.after[path] = data
+        return self.after[path]
+
+    def text(self, path: Path, shown: str) -> str:
+        data = self.current(path, shown)
+        if data is None:
+            raise PatchError(f"Update File {shown}: no such file")
+        if is_binary(data):
+            raise NotTextError(f"Update File {shown}: the file is binary")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotTextError(f"Update File {shown}: the file is not UTF-8 text") from None
+
+    def commit(self) -> None:
+        changed = [p for p in self.after if self.after[p] != self.before[p]]
+        # Writes before deletions: a failed write then leaves no file already deleted.
+        changed.sort(key=lambda p: self.after[p] is None)
+        touched: list[Path] = []
+        try:
+            for path in changed:
+                touched.append(path)
+                data = self.after[path]
+                if data is None:
+                    path.unlink()
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(data)
+        except OSError as exc:
+            failed = self._restore(touched)
+            problem = describe_os_error(exc, self.workspace.display(touched[-1]))
+            if failed:
+                raise _PartialWrite(
+                    f"writing failed: {problem}; the patch is HALF APPLIED: could not restore "
+                    f"{', '.join(failed)}"
+                ) from None
+            raise PatchError(
+                f"writing failed: {problem}; the files written were restored"
+            ) from None
+
+    def _restore(self, touched: Sequence[Path]) -> list[str]:
+        failed = []
+        for path in reversed(touched):
+            original = self.before[path]
+            try:
+                if original is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    path.write_bytes(original)
+            except OSError:
+                failed.append(self.workspace.display(path))
+        return failed
+
+
+def _plan(workspace: Workspace, ops: Sequence[Operation]) -> tuple[_Plan, list[str]]:
+    plan = _Plan(workspace)
+    report: list[str] = []
+    for op in ops:
+        path, shown = plan.path(op.path)
+        if isinstance(op, AddFile):
+            if plan.current(path, shown) is not None:
+                raise PatchError(
+                    f"Add File {shown}: the file already exists (use Update File, or Delete "
+                    "File before adding it)"
+                )
+            text = "".join(line + "\n" for line in op.lines)
+            plan.after[path] = text.encode("utf-8")
+            report.append(f"A {shown}")
+        elif isinstance(op, DeleteFile):
+            if plan.current(path, shown) is None:
+                raise PatchError(f"Delete File {shown}: no such file")
+            plan.after[path] = None
+            report.append(f"D {shown}")
+        else:
+            new_text = apply_hunks(plan.text(path, shown), op.hunks, shown)
+            if op.move_to is None:
+                plan.after[path] = new_text.encode("utf-8")
+                report.append(f"M {shown}")
+                continue
+            target, target_shown = plan.path(op.move_to)
+            if target != path and plan.current(target, target_shown) is not None:
+                raise PatchError(f"Move to {target_shown}: the file already exists")
+            plan.after[path] = None
+            plan.after[target] = new_text.encode("utf-8")
+            report.append(f"M {target_shown} (moved from {shown})")
+    return plan, report
+
+
+_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "patchText": {
+            "type": "string",
+            "description": "The whole patch, from '*** Begin Patch' to '*** End Patch'.",
+        }
+    },
+    "required": ["patchText"],
+}
+
+
+class ApplyPatchTool:
+    """Apply a multi-file patch atomically: every file changes, or none does."""
+
+    name = "apply_patch"
+    description = (
+        "Add, update, move and delete files with one patch:\n"
+        "*** Begin Patch\n"
+        "*** Add File: new.txt\n+line\n"
+        "*** Update File: src/app.py\n*** Move to: src/main.py   (optional)\n"
+        "@@ def handler():\n context line\n-removed line\n+added line\n"
+        "*** Delete File: old.txt\n"
+        "*** End Patch\n"
+        "Context (' ') and removed ('-') lines must match the file. If any hunk does not "
+        "match, no file is changed."
+    )
+    input_schema = _SCHEMA
+    source = "builtin"
+
+    def __init__(self, workspace: Workspace | None = None) -> None:
+        self.workspace = workspace if workspace is not None else Workspace()
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+        try:
+            patch = required_str(args, "patchText")
+        except ArgumentError as exc:
+            return ToolResult.error(f"apply_patch: {exc}")
+        return await anyio.to_thread.run_sync(self._apply, patch)
+
+    def _apply(self, patch: str) -> ToolResult:
+        try:
+            ops = parse_patch(patch)
+            with MUTATION_LOCK:
+                plan, report = _plan(self.workspace, ops)
+                plan.commit()
+        except ValueError as exc:
+            return ToolResult.error(f"apply_patch: {exc}\nNo file was changed.")
+        except _PartialWrite as exc:
+            return ToolResult.error(f"apply_patch: {exc}")
+        return ToolResult.ok("Applied the patch:\n" + "\n".join(report), {"changes": report})

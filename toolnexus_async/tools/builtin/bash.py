@@ -1,0 +1,287 @@
+"""The ``bash`` built-in: run one shell command and hand back what it printed.
+
+Rules of this module:
+
+- Every command gets a process group of its own (``start_new_session=True``). When a call
+  ends any way other than the command finishing (its timeout, or the awaiting task being
+  cancelled), the whole group is SIGKILLed, the shell is reaped, and ``execute`` returns (or
+  re-raises the cancellation) only once no member of the group is alive. When the shell
+  exits but background children keep the output open, they too are killed after a short
+  grace, so ``cmd &`` does not stall the call until its timeout. A background process with
+  its output redirected elsewhere is left alone, as it would be in a terminal.
+- stdout and stderr are one stream, in the order written. Only a bounded head and tail are
+  kept in memory, so a command printing gigabytes costs ``max_output`` bytes, and the result
+  says how much was cut.
+- The working directory obeys the workspace's confinement; the command does not. ``bash`` is
+  not a sandbox: put an approval step in front of it when the model is not trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import time
+from typing import Any
+
+import anyio
+
+from ..._types import ToolContext, ToolResult
+from ._workspace import ArgumentError, Workspace, optional_str, required_str
+
+__all__ = ("DEFAULT_TIMEOUT_MS", "MAX_OUTPUT", "BashTool")
+
+DEFAULT_TIMEOUT_MS = 60_000
+MAX_OUTPUT = 30_000
+_CHUNK = 65_536
+# How long cleanup may wait for a killed group to vanish. SIGKILL cannot be ignored, so this
+# only bounds the pathological case of a member stuck in uninterruptible sleep.
+_CLEANUP_LIMIT_S = 2.0
+# How long output may stay open after the shell exited before the holders count as stray
+# background processes and are killed.
+_LINGER_S = 0.5
+
+_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "description": "The shell command to run (bash -c)."},
+        "workdir": {
+            "type": "string",
+            "description": "Directory to run it in; defaults to the workspace root.",
+        },
+        "timeout": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": f"Time limit in milliseconds (default {DEFAULT_TIMEOUT_MS}).",
+        },
+        "description": {
+            "type": "string",
+            "description": "What the command does, in five to ten words, for the user.",
+        },
+    },
+    "required": ["command"],
+}
+
+
+class _Capture:
+    """The first and last bytes of a stream, within ``limit`` bytes, and its total length."""
+
+    def __init__(self, limit: int) -> None:
+        self._head_limit = limit // 2
+        self._tail_limit = limit - self._head_limit
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self._head_limit - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if data:
+            self._tail += data
+            excess = len(self._tail) - self._tail_limit
+            if excess > 0:
+                del self._tail[:excess]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self._head) + len(self._tail)
+
+    def text(self) -> str:
+        if not self.truncated:
+            return (self._head + self._tail).decode("utf-8", "replace")
+        # Decoded apart: a multi-byte character split at either cut becomes one U+FFFD.
+        head = self._head.decode("utf-8", "replace")
+        tail = self._tail.decode("utf-8", "replace")
+        omitted = self.total - len(self._head) - len(self._tail)
+        return (
+            f"{head}\n\n[... output truncated: {omitted} of {self.total} bytes omitted; "
+            f"showing the first {len(self._head)} and the last {len(self._tail)} ...]\n\n{tail}"
+        )
+
+
+def _timeout_ms(args: dict[str, Any]) -> float:
+    value = args.get("timeout")
+    if value is None:
+        return DEFAULT_TIMEOUT_MS
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ArgumentError(f"'timeout' must be a number of milliseconds, got {value!r}")
+    if not value > 0:
+        raise ArgumentError(f"'timeout' must be more than 0 milliseconds, got {value!r}")
+    return float(value)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is still running (zombies do not count)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        # No /proc (macOS, the BSDs): ask the kernel, which counts zombies as members too;
+        # the caller's wait is bounded, so an unreaped orphan only costs that bound.
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue  # it exited while we looked
+        # The command name, in parentheses, may itself hold ')' and spaces; the fields after
+        # the last ')' are fixed: state, ppid, pgrp, ...
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _wait_group_gone(pgid: int, limit_s: float) -> None:
+    """Block (in a worker thread) until no member of ``pgid`` runs, or ``limit_s`` passed."""
+    deadline = time.monotonic() + limit_s
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    """Feeds the command's output into a capture and reports exit and end of output.
+
+    A protocol rather than ``asyncio.subprocess.Process``: on Python 3.11 ``Process.wait()``
+    returns only once every pipe is closed, so a background child holding the output would
+    hide that the shell itself has exited.
+    """
+
+    def __init__(self, capture: _Capture) -> None:
+        self.capture = capture
+        self.exited = anyio.Event()
+        self.output_closed = anyio.Event()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        self.capture.feed(data.encode() if isinstance(data, str) else data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self.output_closed.set()
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+
+async def _end_group(pid: int, collector: _Collector) -> None:
+    """Kill the command's whole process group and wait until it is gone, shielded."""
+    with anyio.CancelScope(shield=True):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # every member already exited
+        with anyio.move_on_after(_CLEANUP_LIMIT_S):
+            await collector.exited.wait()
+            # What the dying processes wrote last is often the most useful part.
+            await collector.output_closed.wait()
+        # SIGKILL is delivered asynchronously: a member may still be running for a moment.
+        await anyio.to_thread.run_sync(_wait_group_gone, pid, _CLEANUP_LIMIT_S)
+
+
+class BashTool:
+    """Run a shell command in the workspace, with a time limit and capped output."""
+
+    name = "bash"
+    description = (
+        "Run a shell command with bash -c and return its combined stdout and stderr. "
+        "Runs in the workspace root unless 'workdir' is given; 'timeout' is in milliseconds "
+        f"(default {DEFAULT_TIMEOUT_MS}). A non-zero exit status is reported as an error. "
+        "Output longer than the cap is cut in the middle."
+    )
+    input_schema = _SCHEMA
+    source = "builtin"
+
+    def __init__(self, workspace: Workspace | None = None, *, max_output: int = MAX_OUTPUT) -> None:
+        self.workspace = workspace if workspace is not None else Workspace()
+        self.max_output = max_output
+        self._shell = shutil.which("bash") or "/bin/sh"
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+        try:
+            command = required_str(args, "command")
+            workdir = optional_str(args, "workdir")
+            timeout_ms = _timeout_ms(args)
+            optional_str(args, "description")  # only checked: it is for the humans watching
+        except ArgumentError as exc:
+            return ToolResult.error(f"bash: {exc}")
+        try:
+            cwd = await anyio.to_thread.run_sync(self.workspace.resolve_dir, workdir)
+        except ValueError as exc:
+            return ToolResult.error(f"bash: workdir: {exc}")
+
+        capture = _Capture(self.max_output)
+        collector = _Collector(capture)
+        # Shielded so that a cancellation cannot land between the fork and the moment we hold
+        # the handle we need to kill the group.
+        with anyio.CancelScope(shield=True):
+            try:
+                transport, _ = await asyncio.get_running_loop().subprocess_exec(
+                    lambda: collector,
+                    self._shell,
+                    "-c",
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    cwd=cwd,
+                    start_new_session=True,
+                )
+            except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the command
+                return ToolResult.error(f"bash: could not start {self._shell}: {exc}")
+
+        exited = stray_output = False
+        try:
+            with anyio.move_on_after(timeout_ms / 1000):
+                await collector.exited.wait()
+                exited = True
+                # Output still open after the shell ended belongs to a background child;
+                # waiting for it would stall the call until the timeout.
+                with anyio.move_on_after(_LINGER_S):
+                    await collector.output_closed.wait()
+        finally:
+            stray_output = exited and not collector.output_closed.is_set()
+            if not exited or stray_output:
+                await _end_group(transport.get_pid(), collector)
+            transport.close()
+
+        text = capture.text()
+        code = transport.get_returncode()
+        meta: dict[str, Any] = {"exit_code": code, "truncated": capture.truncated}
+        if not exited:
+            meta["timed_out"] = True
+            limit = int(timeout_ms) if timeout_ms.is_integer() else timeout_ms
+            return ToolResult.error(
+                f"bash: command timed out after {limit} ms; its process group was "
+                f"killed\n{text}".rstrip(),
+                meta,
+            )
+        if stray_output:
+            meta["killed_background"] = True
+            text += (
+                "\n(background processes that kept this output open after the command ended "
+                "were killed; redirect their output, e.g. '> log 2>&1', to keep them running)"
+            )
+        assert code is not None
+        if code < 0:
+            try:
+                what = signal.Signals(-code).name
+            except ValueError:
+                what = f"signal {-code}"
+            return ToolResult.error(f"bash: command was killed by {what}\n{text}".rstrip(), meta)
+        if code != 0:
+            return ToolResult.error(
+                f"bash: command failed with exit code {code}\n{text}".rstrip(), meta
+            )
+        return ToolResult.ok(text if text else "(no output)", meta)
