@@ -2,9 +2,13 @@
 
 Rules of this module (DESIGN §3):
 
-- The calls of a turn run concurrently, each in its own task of one anyio task group; the
-  outcomes come back in call order. A failing tool is an error result (the toolkit sees to
-  that) and never cancels its siblings; only cancellation propagates.
+- The calls of a turn run concurrently in one task group that owns their tasks (the first
+  call runs in the calling task); the outcomes come back in call order. A failing tool is
+  an error result (the toolkit sees to that) and never cancels its siblings; only
+  cancellation propagates. The group is ``asyncio.TaskGroup``, not anyio's: on this hot
+  path anyio's group cost 52 us of CPU per run against 31 us and doubled GC collections
+  (500 concurrent runs, no HTTP). Both are structured; an anyio cancel scope around a run
+  still reaches the children, through the calling task that the group belongs to.
 - A call whose result is a suspension, when ``wait_for`` is set, awaits ``wait_for`` in that
   call's own task, so two approvals asked in one turn are outstanding at the same time.
   - ``answer.ok``: the same tool runs once more with the same arguments and
