@@ -47,8 +47,21 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "--strict")
 
 
+BENCHMARKS = {"overhead": "benchmarks/overhead.py", "park": "benchmarks/park.py"}
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmarks; figures are ratios against a floor measured in the same run."""
+    """The benchmarks; figures are ratios against a floor measured in the same run.
+
+    ``nox -s bench`` runs every benchmark with its defaults; ``nox -s bench -- --quick``
+    passes the arguments to each (``--quick`` and ``--help`` are common to all);
+    ``nox -s bench -- park --runs 20000`` runs only the named one, with its own flags.
+    """
     session.install("-e", ".[dev]")
-    session.run("python", "benchmarks/overhead.py", *session.posargs)
+    args = list(session.posargs)
+    if args and args[0] in BENCHMARKS:
+        session.run("python", BENCHMARKS[args[0]], *args[1:])
+        return
+    for script in BENCHMARKS.values():
+        session.run("python", script, *args)

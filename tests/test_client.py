@@ -25,6 +25,7 @@ from toolnexus_async import (
     ProtocolError,
     ProviderError,
     Request,
+    RetryPolicy,
     ToolContext,
     Toolkit,
     ToolnexusError,
@@ -411,7 +412,10 @@ async def test_a_body_that_is_not_json_is_a_protocol_error(fake_llm: FakeLLM, st
 async def test_a_refused_connection_is_a_transport_error(style: str) -> None:
     """Nothing listening: TransportError (a ToolnexusError), never an aiohttp exception."""
     port = closed_port()
-    async with LlmClient(f"http://127.0.0.1:{port}", style, "m", api_key=KEY) as client:
+    no_retry = RetryPolicy(retries=0)
+    async with LlmClient(
+        f"http://127.0.0.1:{port}", style, "m", api_key=KEY, retry=no_retry
+    ) as client:
         with pytest.raises(TransportError) as caught:
             await run_once(client)
 

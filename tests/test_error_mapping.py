@@ -12,6 +12,7 @@ from toolnexus_async import (
     LlmClient,
     ProtocolError,
     ProviderError,
+    RetryPolicy,
     Toolkit,
     ToolReturn,
     TransportError,
@@ -20,6 +21,7 @@ from toolnexus_async import (
 )
 
 KEY = "sk-very-secret-key"
+NO_RETRY = RetryPolicy(retries=0)
 
 
 def closed_port() -> int:
@@ -39,7 +41,9 @@ def assert_unlinked(error: BaseException) -> None:
 async def test_a_refused_connection_keeps_no_aiohttp_error():
     """TransportError neither chains nor carries the aiohttp exception as context."""
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    async with LlmClient(url, model="m", api_key=KEY, headers={"X-Token": KEY}) as client:
+    async with LlmClient(
+        url, model="m", api_key=KEY, headers={"X-Token": KEY}, retry=NO_RETRY
+    ) as client:
         with pytest.raises(TransportError) as caught:
             await client.run("hi", Toolkit.create(builtins=False))
     assert_unlinked(caught.value)
@@ -88,7 +92,7 @@ async def test_a_model_error_mid_run_carries_the_run_to_continue_from(fake_llm: 
 
     fake_llm.handler = handler
     toolkit = Toolkit.create(builtins=False, extra_tools=[charge])
-    async with LlmClient(fake_llm.url, model="m", api_key=KEY) as client:
+    async with LlmClient(fake_llm.url, model="m", api_key=KEY, retry=NO_RETRY) as client:
         with pytest.raises(ProviderError) as caught:
             await client.run("charge 7", toolkit)
         run = caught.value.run

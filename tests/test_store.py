@@ -20,11 +20,13 @@ from toolnexus_async import (
     AlreadyResumed,
     Answer,
     AnswerMismatch,
+    Hooks,
     LlmClient,
     Message,
     PayloadError,
     ProviderError,
     Request,
+    RetryPolicy,
     RunResult,
     StoreError,
     ToolContext,
@@ -434,7 +436,7 @@ async def test_a_model_failure_after_the_tools_ran_never_runs_them_twice(store, 
     def provider_down(messages: list[Message], tools: list[Any]) -> str:
         raise ProviderError(503, "overloaded", "http://model")
 
-    async with LlmClient.in_process(provider_down) as client:
+    async with LlmClient.in_process(provider_down, retry=RetryPolicy(retries=0)) as client:
         with pytest.raises(ProviderError) as caught:
             await resume_stored(client, store, answers, case.toolkit)
     paid = list(case.ledger.paid)
@@ -483,8 +485,9 @@ async def test_resume_stored_needs_a_known_answer(store, case):
     assert case.ledger.looked_up == 1
 
 
-async def test_a_cancelled_resume_puts_the_run_back(store, case):
-    """A time limit cuts the resume short while the model is asked: the run is back."""
+async def test_a_resume_cancelled_after_its_tools_ran_is_not_put_back(store, case):
+    """A time limit cuts the resume short while the model is asked, after the answered calls
+    ran: putting the old state back would run them again, so the request is consumed."""
     await store.save(case.halted)
     with anyio.CancelScope() as scope:
 
@@ -497,5 +500,37 @@ async def test_a_cancelled_resume_puts_the_run_back(store, case):
             await resume_stored(client, store, both_answers(case, "Fa"), case.toolkit)
 
     assert scope.cancelled_caught
+    paid = list(case.ledger.paid)
+    assert paid != []
+    with pytest.raises(AlreadyResumed):
+        await store.claim(case.ids[0])
+    assert case.ledger.paid == paid
+    assert_no_leaks()
+
+
+async def test_a_resume_cancelled_before_its_tools_ran_puts_the_run_back(store, case):
+    """Cancelled while the answered tool is still waiting to finish: nothing completed, so
+    the claimed run goes back and can be resumed again."""
+    await store.save(case.halted)
+    gate = anyio.Event()
+    blocked = ScriptedModel(final_from_results)
+
+    class Hold:
+        async def __call__(self, name: str, args: dict[str, Any], ctx: Any) -> None:
+            gate.set()
+            await anyio.sleep_forever()
+
+    with anyio.CancelScope() as scope:
+        async with LlmClient.in_process(blocked, hooks=Hooks(before_tool=Hold())) as client:
+            async with anyio.create_task_group() as tg:
+
+                async def go() -> None:
+                    await resume_stored(client, store, both_answers(case, "Ga"), case.toolkit)
+
+                tg.start_soon(go)
+                await gate.wait()
+                scope.cancel()
+
     assert await store.load(case.ids[0]) == case.halted
+    assert case.ledger.paid == []
     assert_no_leaks()

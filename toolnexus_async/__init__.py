@@ -7,6 +7,12 @@ later. Everything awaits, so many suspended runs can share one event loop.
 """
 
 from ._client import LlmClient
+from ._conversations import (
+    ConversationLocks,
+    ConversationStore,
+    MemoryConversationStore,
+    SqliteConversationStore,
+)
 from ._errors import (
     AlreadyAnswered,
     AlreadyResumed,
@@ -18,12 +24,14 @@ from ._errors import (
     ProtocolError,
     ProviderError,
     RequestExpired,
+    RunTimeout,
     StoreError,
     ToolnexusError,
     TransportError,
     UnknownRequest,
     UsageError,
 )
+from ._hooks import Hooks, LlmCall, require_approval
 from ._loop import ModelReply
 from ._messages import (
     AssistantMessage,
@@ -35,7 +43,19 @@ from ._messages import (
     messages_from_json,
     messages_to_json,
 )
+from ._metrics import LlmCallEvent, MetricEvent, MetricsRegistry, RunEvent, ToolCallEvent
 from ._results import RunResult, ToolCallRecord, Usage
+from ._retry import RetryPolicy, parse_retry_after
+from ._streaming import (
+    RunStream,
+    StreamDone,
+    StreamEvent,
+    StreamPending,
+    StreamText,
+    StreamToolCall,
+    StreamToolResult,
+    StreamUsage,
+)
 from ._toolkit import Toolkit
 from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
 from .durable import MemoryRunStore, RunStore, SqliteRunStore, resume_stored
@@ -71,6 +91,30 @@ __all__ = (
     "ToolCallRecord",
     "Usage",
     "ModelReply",
+    # streaming
+    "RunStream",
+    "StreamEvent",
+    "StreamText",
+    "StreamToolCall",
+    "StreamToolResult",
+    "StreamPending",
+    "StreamUsage",
+    "StreamDone",
+    # hooks, resilience, metrics, conversations
+    "Hooks",
+    "LlmCall",
+    "require_approval",
+    "RetryPolicy",
+    "parse_retry_after",
+    "MetricEvent",
+    "LlmCallEvent",
+    "ToolCallEvent",
+    "RunEvent",
+    "MetricsRegistry",
+    "ConversationStore",
+    "MemoryConversationStore",
+    "SqliteConversationStore",
+    "ConversationLocks",
     # the transcript
     "Message",
     "SystemMessage",
@@ -89,6 +133,7 @@ __all__ = (
     "UnknownRequest",
     "AlreadyAnswered",
     "RequestExpired",
+    "RunTimeout",
     "AnswerMismatch",
     "AlreadyResumed",
     "StoreError",

@@ -18,22 +18,35 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
+import attrs
 
 from ._codecs import codec_for
-from ._errors import AnswerMismatch, ModelError, UsageError
-from ._executor import Executor, WaitFor
-from ._loop import CallModel, HaltedTurn, RunLoop, RunTools
+from ._conversations import (
+    ConversationLocks,
+    ConversationStore,
+    MemoryConversationStore,
+    check_conversation_id,
+)
+from ._errors import UsageError
+from ._executor import WaitFor
+from ._hooks import Hooks
+from ._loop import RunLoop
 from ._messages import Message
+from ._metrics import MetricEvent, MetricsRegistry, Reporter
 from ._model import FunctionModel, Generate, HttpModel, Model
-from ._results import RunResult, ToolCallRecord, Usage
+from ._results import RunResult, Usage
+from ._resume_plan import ResumePlan, plan_from_transcript, plan_resume
+from ._retry import RetryPolicy
+from ._runner import OnError, Runner
+from ._streaming import RunStream, Sink
 from ._toolkit import Toolkit
 from ._transport import Transport
-from ._types import Answer, Request, ToolResult
+from ._types import Answer, Request
 
 __all__ = ("LlmClient",)
 
@@ -49,12 +62,18 @@ def _new_run_id() -> str:
     return f"{_RUN_PREFIX}{next(_run_numbers)}"
 
 
-def _unless_expired(request: Request, answer: Answer) -> Answer:
-    # DESIGN section 3.4: a request past its expires_at is answered as expired, even when a
-    # late "yes" arrives for it after a halt.
-    if answer.ok and request.expired():
-        return Answer(answer.id, False, reason="expired")
-    return answer
+@attrs.frozen
+class _Options:
+    """The run settings both constructors share."""
+
+    timeout: float | None
+    request_timeout: float | None
+    count_wait_in_timeout: bool
+    retry: RetryPolicy | None
+    on_error: OnError | None
+    hooks: Hooks | None
+    on_metric: Callable[[MetricEvent], None] | None
+    conversations: ConversationStore | None
 
 
 class _State(enum.Enum):
@@ -79,7 +98,21 @@ class LlmClient:
         system_prompt: instructions sent first in every request.
         max_turns: the most model requests one run may make.
         headers: extra HTTP headers for every request (values are treated as secrets).
-        timeout: seconds one HTTP request may take in all.
+        timeout: seconds a whole run may take (``None``: no limit); over it, the run is
+            cancelled and :class:`RunTimeout` raised. Time spent waiting for a human counts,
+            unless ``count_wait_in_timeout=False`` (then rely on ``expires_at``).
+        request_timeout: seconds one model request may take (a timed-out request is a
+            :class:`TransportError`, retried like a connection error).
+        count_wait_in_timeout: whether time in ``wait_for`` counts against ``timeout``.
+        retry: the :class:`RetryPolicy` for failed model requests (default: 2 retries on
+            429, 500, 502, 503, 504 and connection errors, exponential backoff, jitter,
+            ``Retry-After`` in seconds honoured).
+        on_error: ``(error, attempt) -> "retry" | "fail" | None``, sync or async: overrides
+            the policy's verdict for one failure (still bounded by ``retry.retries``).
+        hooks: :class:`Hooks` called around model requests and tool calls.
+        on_metric: a plain function given every :class:`LlmCallEvent`,
+            :class:`ToolCallEvent` and :class:`RunEvent`; :meth:`metrics` renders them all.
+        conversations: where :meth:`ask` keeps transcripts (default: in memory).
         max_tokens: the reply budget (anthropic requires one and defaults to 4096).
         max_connections: cap on pooled connections; ``None`` means no cap.
         session: an ``aiohttp.ClientSession`` to borrow instead of creating one.
@@ -97,7 +130,14 @@ class LlmClient:
         max_turns: int = 10,
         headers: Mapping[str, str] | None = None,
         *,
-        timeout: float | None = 600.0,
+        timeout: float | None = None,
+        request_timeout: float | None = 600.0,
+        count_wait_in_timeout: bool = True,
+        retry: RetryPolicy | None = None,
+        on_error: OnError | None = None,
+        hooks: Hooks | None = None,
+        on_metric: Callable[[MetricEvent], None] | None = None,
+        conversations: ConversationStore | None = None,
         max_tokens: int | None = None,
         max_connections: int | None = None,
         session: aiohttp.ClientSession | None = None,
@@ -112,8 +152,13 @@ class LlmClient:
         self.__api_key = api_key if api_key is not None else os.environ.get(codec.key_env)
         request_headers = {**codec.headers(self.__api_key), **(headers or {})}
         secrets = (self.__api_key or "", *(headers or {}).values())
+        # The request time limit is the session's (aiohttp's total timeout), which costs
+        # nothing per request, unlike a cancel scope per request.
         transport = Transport(
-            session=session, timeout=timeout, max_connections=max_connections, secrets=secrets
+            session=session,
+            timeout=request_timeout,
+            max_connections=max_connections,
+            secrets=secrets,
         )
         self._transport: Transport | None = transport
         model_impl = HttpModel(
@@ -125,7 +170,24 @@ class LlmClient:
             max_tokens=max_tokens,
             extra_body=extra_body,
         )
-        self._setup(model_impl, style, base, wait_for, system_prompt, max_turns)
+        self._setup(
+            model_impl,
+            style,
+            base,
+            wait_for,
+            system_prompt,
+            max_turns,
+            _Options(
+                timeout,
+                request_timeout,
+                count_wait_in_timeout,
+                retry,
+                on_error,
+                hooks,
+                on_metric,
+                conversations,
+            ),
+        )
 
     @classmethod
     def in_process(
@@ -136,6 +198,14 @@ class LlmClient:
         wait_for: WaitFor | None = None,
         system_prompt: str | None = None,
         max_turns: int = 10,
+        timeout: float | None = None,
+        request_timeout: float | None = None,
+        count_wait_in_timeout: bool = True,
+        retry: RetryPolicy | None = None,
+        on_error: OnError | None = None,
+        hooks: Hooks | None = None,
+        on_metric: Callable[[MetricEvent], None] | None = None,
+        conversations: ConversationStore | None = None,
     ) -> LlmClient:
         """A client whose model is a Python function: no HTTP, no key.
 
@@ -146,8 +216,24 @@ class LlmClient:
         self = cls.__new__(cls)
         self.__api_key = None
         self._transport = None
+        options = _Options(
+            timeout,
+            request_timeout,
+            count_wait_in_timeout,
+            retry,
+            on_error,
+            hooks,
+            on_metric,
+            conversations,
+        )
         self._setup(
-            FunctionModel(generate, model), "in-process", None, wait_for, system_prompt, max_turns
+            FunctionModel(generate, model),
+            "in-process",
+            None,
+            wait_for,
+            system_prompt,
+            max_turns,
+            options,
         )
         return self
 
@@ -159,7 +245,12 @@ class LlmClient:
         wait_for: WaitFor | None,
         system_prompt: str | None,
         max_turns: int,
+        options: _Options,
     ) -> None:
+        for name in ("timeout", "request_timeout"):
+            value = getattr(options, name)
+            if value is not None and value <= 0:
+                raise UsageError(f"{name} must be > 0 seconds or None, got {value}")
         if max_turns < 1:
             raise UsageError(f"max_turns must be at least 1, got {max_turns}")
         if wait_for is not None and not callable(wait_for):
@@ -170,6 +261,36 @@ class LlmClient:
         self.wait_for = wait_for
         self.system_prompt = system_prompt
         self.max_turns = max_turns
+        self._metrics = MetricsRegistry()
+        self._conversations = (
+            options.conversations
+            if options.conversations is not None
+            else MemoryConversationStore()
+        )
+        # Halted runs of ask(), by run id: resuming one saves its conversation back.
+        self._halted_asks: dict[str, str] = {}
+        self._conversation_locks = ConversationLocks()
+        self._on_metric = options.on_metric
+        self._runner = Runner(
+            model,
+            style,
+            wait_for=wait_for,
+            hooks=options.hooks,
+            retry=options.retry if options.retry is not None else RetryPolicy(),
+            on_error=options.on_error,
+            timeout=options.timeout,
+            request_timeout=options.request_timeout,
+            count_wait_in_timeout=options.count_wait_in_timeout,
+            report=Reporter(self._metrics, options.on_metric),
+        )
+        keeper = getattr(wait_for, "on_halt", None)
+        if keeper is not None:
+            # A resolver that gives up waiting (an Inbox spilling to its store) is handed
+            # each halted run to keep.
+            async def on_halt(result: RunResult, toolkit: Toolkit) -> None:
+                await keeper(result, self, toolkit)
+
+            self._runner.on_halt = on_halt
         self._state = _State.OPEN
 
     @property
@@ -196,11 +317,15 @@ class LlmClient:
         prompt: str | None,
         toolkit: Toolkit,
         history: Sequence[Message] | None = None,
+        *,
+        run_id: str | None = None,
     ) -> RunResult:
         """Run the tool-calling loop on ``prompt`` until the model answers or a limit stops it.
 
         ``prompt=None`` adds no user message: the model is asked to go on from ``history``
         as it stands (for instance ``error.run.messages`` after a :class:`ModelError`).
+        ``run_id`` names the run (a host that tracks runs by its own ids); by default a
+        unique id is made.
 
         Returns a :class:`RunResult` whose ``status`` is ``"done"``, ``"pending"`` (a tool
         suspended and no ``wait_for`` is set) or ``"incomplete"`` (``max_turns`` reached).
@@ -214,7 +339,7 @@ class LlmClient:
         self._check_open()
         if prompt is None and not history:
             raise UsageError("run(None, ...) continues a history; pass history=")
-        run_id = _new_run_id()
+        run_id = run_id or _new_run_id()
         loop = RunLoop(
             prompt,
             history=history or (),
@@ -223,13 +348,57 @@ class LlmClient:
             run_id=run_id,
             style=self.style,
         )
-        return await self._drive(loop, Executor(toolkit, self.wait_for, run_id), toolkit)
+        return await self._execute(loop, toolkit)
+
+    def stream(
+        self,
+        prompt: str | None,
+        toolkit: Toolkit,
+        history: Sequence[Message] | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> RunStream:
+        """:meth:`run`, reported step by step as typed events.
+
+        Yields :class:`StreamText` deltas as the model writes, :class:`StreamUsage` and a
+        :class:`StreamToolCall` per call of each reply, :class:`StreamPending` for a
+        suspended call (before ``wait_for`` is asked), :class:`StreamToolResult` per
+        result, and last :class:`StreamDone` with the :class:`RunResult`. A run that fails
+        raises from the iteration instead of ending with ``done``::
+
+            async with client.stream("plan my trip", toolkit) as events:
+                async for event in events:
+                    if event.kind == "text":
+                        print(event.text, end="")
+
+        Leaving the ``async with`` early cancels the run: the HTTP request is aborted and
+        the tool tasks are cancelled. Iterating without ``async with`` is refused
+        (:class:`UsageError`), since nothing could stop the run if the loop broke off.
+        """
+        self._check_open()
+        if prompt is None and not history:
+            raise UsageError("stream(None, ...) continues a history; pass history=")
+        loop = RunLoop(
+            prompt,
+            history=history or (),
+            system_prompt=self.system_prompt,
+            max_turns=self.max_turns,
+            run_id=run_id or _new_run_id(),
+            style=self.style,
+        )
+
+        async def start(sink: Sink) -> RunResult:
+            return await self._execute(loop, toolkit, sink=sink)
+
+        return RunStream(start)
 
     async def resume(
         self,
         halted: RunResult,
         answers: Answer | Iterable[Answer],
         toolkit: Toolkit,
+        *,
+        on_tools_done: Callable[[RunResult], Any] | None = None,
     ) -> RunResult:
         """Continue a run that halted with ``status == "pending"``, given answers to it.
 
@@ -242,42 +411,34 @@ class LlmClient:
         a request whose ``expires_at`` has passed counts as ``Answer(ok=False,
         reason="expired")``, whatever it says.
 
+        ``on_tools_done`` (sync or async) is called once the halted turn's calls have run,
+        before the model is asked again, with the run as it stands (``status ==
+        "incomplete"``, ``limit == "resumed"``): from then on the halted state must not be
+        resumed again, or the answered calls would run twice. A durable host uses it to
+        know; :func:`resume_stored` does.
+
         Raises:
             AnswerMismatch: an answer echoes no outstanding request; nothing was executed.
-            UsageError: ``halted`` is not a halted run, or two answers share an id.
+            UsageError: ``halted`` is not a halted run, no answer was given, or two answers
+                share an id.
         """
         self._check_open()
-        if halted.status != "pending" or not halted.suspended:
-            raise UsageError(f"only a halted run can be resumed; this one is {halted.status!r}")
-        given = [answers] if isinstance(answers, Answer) else list(answers)
-        if not given:
-            raise UsageError("resume needs at least one answer")
-        outstanding = {r.request.id: r for r in halted.suspended if r.request is not None}
-        by_call: dict[str, tuple[Request, Answer]] = {}
-        for answer in given:
-            record = outstanding.get(answer.id)
-            if record is None or record.request is None:
-                raise AnswerMismatch(
-                    answer.id,
-                    f"answer {answer.id!r} matches no outstanding request of run "
-                    f"{halted.run_id or '?'}; outstanding: {', '.join(outstanding) or 'none'}",
-                )
-            if record.call.id in by_call:
-                raise UsageError(f"two answers for request {answer.id!r}")
-            by_call[record.call.id] = (record.request, _unless_expired(record.request, answer))
-        turn = HaltedTurn.of(halted.messages)
-        kept = {r.call.id: r.result for r in halted.tool_calls if r.turn == halted.turns}
-        return await self._continue(
-            turn,
-            by_call,
-            toolkit,
-            halted.run_id or _new_run_id(),
+        plan = plan_resume(halted, answers)
+        loop = RunLoop.resume(
+            plan.turn,
             turns=halted.turns,
             usage=halted.usage,
             model=halted.model,
             records=halted.tool_calls,
-            kept=kept,
+            max_turns=self.max_turns,
+            run_id=halted.run_id or _new_run_id(),
+            style=self.style,
         )
+        result = await self._execute(loop, toolkit, plan, on_tools_done)
+        if halted.run_id in self._halted_asks:
+            # The run came from ask(): its conversation goes on from the resumed transcript.
+            await self._save_resumed_ask(halted.run_id, result)
+        return result
 
     async def run_with_answer(
         self,
@@ -301,75 +462,76 @@ class LlmClient:
             UsageError: ``history`` is not a halted transcript.
         """
         self._check_open()
-        if answer.id != pending.id:
-            raise AnswerMismatch(
-                answer.id, f"answer {answer.id!r} does not echo the pending request {pending.id!r}"
-            )
-        turn = HaltedTurn.of(history)
-        by_call = {turn.open[0].id: (pending, _unless_expired(pending, answer))}
-        return await self._continue(
-            turn, by_call, toolkit, _new_run_id(), turns=0, usage=Usage(), model=None, records=()
-        )
-
-    async def _continue(
-        self,
-        turn: HaltedTurn,
-        by_call: dict[str, tuple[Request, Answer]],
-        toolkit: Toolkit,
-        run_id: str,
-        *,
-        turns: int,
-        usage: Usage,
-        model: str | None,
-        records: Sequence[ToolCallRecord],
-        kept: dict[str, ToolResult] | None = None,
-    ) -> RunResult:
+        plan = plan_from_transcript(history, pending, answer)
         loop = RunLoop.resume(
-            turn,
-            turns=turns,
-            usage=usage,
-            model=model,
-            records=records,
+            plan.turn,
+            turns=0,
+            usage=Usage(),
+            model=None,
+            records=(),
             max_turns=self.max_turns,
-            run_id=run_id,
+            run_id=_new_run_id(),
             style=self.style,
         )
-        executor = Executor(toolkit, self.wait_for, run_id)
-        log.debug("%s: resuming with %d answer(s)", run_id, len(by_call))
-        loop.tools_finished(await executor.resume(turn, by_call, kept))
-        return await self._drive(loop, executor, toolkit)
+        return await self._execute(loop, toolkit, plan)
 
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:
             raise UsageError("this client is closed; create a new LlmClient")
 
-    async def _drive(self, loop: RunLoop, executor: Executor, toolkit: Toolkit) -> RunResult:
-        """Perform the loop's actions until it finishes: the only place a run awaits."""
-        run_id = loop.run_id
-        model = self._model
-        while True:
-            action = loop.next_action()
-            if isinstance(action, CallModel):
-                log.debug("%s: model request %d (%s)", run_id, action.turn, model.name)
-                try:
-                    reply = await model.request(action.messages, toolkit)
-                except ModelError as exc:
-                    # The host may retry from here; tools that already ran are not redone.
-                    exc.run = loop.interrupted()
-                    raise
-                loop.model_replied(reply)
-            elif isinstance(action, RunTools):
-                log.debug("%s: running %d tool call(s)", run_id, len(action.calls))
-                loop.tools_finished(await executor.run(action.calls))
-            else:
-                result = action.result
-                log.debug("%s: %s after %d turn(s)", run_id, result.status, result.turns)
-                on_halt = getattr(self.wait_for, "on_halt", None)
-                if result.status == "pending" and on_halt is not None:
-                    # A resolver that gave up waiting (an Inbox spilling to its store) is
-                    # handed the halted run to keep.
-                    await on_halt(result, self, toolkit)
-                return result
+    def _execute(
+        self,
+        loop: RunLoop,
+        toolkit: Toolkit,
+        resume: ResumePlan | None = None,
+        on_tools_done: Callable[[RunResult], Any] | None = None,
+        sink: Sink | None = None,
+    ) -> Awaitable[RunResult]:
+        # Not a coroutine: no frame of its own for a run to hold while it is parked.
+        return self._runner.execute(loop, toolkit, resume, sink, on_tools_done)
+
+    async def ask(
+        self,
+        prompt: str,
+        toolkit: Toolkit,
+        conversation_id: str | None = None,
+    ) -> RunResult:
+        """A run that continues a stored conversation and saves it back.
+
+        With ``conversation_id`` the transcript is loaded from the client's conversation
+        store, the run continues it, and the new transcript is saved, halted or not. Calls
+        on the same id wait for each other (one at a time, in arrival order) instead of
+        interleaving. Without an id, this is :meth:`run`. A run that halts is saved halted;
+        once :meth:`resume` (on this client) finishes it, the conversation is saved again
+        and the next ``ask`` goes on from there.
+
+        Raises:
+            UsageError: a bad id, or the stored conversation halted on a tool call that
+                has no result yet (resume that run first).
+        """
+        if conversation_id is None:
+            return await self.run(prompt, toolkit)
+        check_conversation_id(conversation_id)
+        async with self._conversation_locks.hold(conversation_id):
+            history = await self._conversations.get(conversation_id)
+            result = await self.run(prompt, toolkit, history=history)
+            await self._conversations.save(conversation_id, result.messages)
+        if result.status == "pending":
+            self._halted_asks[result.run_id] = conversation_id
+        return result
+
+    async def _save_resumed_ask(self, run_id: str, result: RunResult) -> None:
+        conversation_id = self._halted_asks.pop(run_id, None)
+        if conversation_id is None:
+            return
+        async with self._conversation_locks.hold(conversation_id):
+            await self._conversations.save(conversation_id, result.messages)
+        if result.status == "pending":
+            self._halted_asks[result.run_id] = conversation_id
+
+    def metrics(self) -> str:
+        """Every model request, tool call and run of this client so far, as Prometheus text."""
+        return self._metrics.render()
 
     async def aclose(self) -> None:
         """Close the session this client created (a borrowed one stays open). Idempotent."""

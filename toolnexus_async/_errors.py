@@ -18,6 +18,7 @@
     │   └── AlreadyResumed          resuming: another resume claimed that request first
     ├── StoreError                  a run store row is corrupt or foreign; other rows are
     │                               unaffected
+    ├── RunTimeout(TimeoutError)    a run exceeded the client's whole-run ``timeout``
     ├── HaltRun                     not a failure: a wait_for raises it to halt the run
     │                               (defined with the wire types, in _types.py)
     └── ModelError                  anything between us and the model
@@ -41,6 +42,7 @@ Rules kept by every raise site:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,7 @@ __all__ = (
     "AnswerMismatch",
     "ConfinementError",
     "RequestExpired",
+    "RunTimeout",
     "StoreError",
     "UnknownRequest",
     "ModelError",
@@ -129,6 +132,10 @@ class StoreError(ToolnexusError):
     """A stored run cannot be read back (corrupt, foreign, or from a newer release)."""
 
 
+class RunTimeout(ToolnexusError, TimeoutError):
+    """A run took longer than the client's ``timeout``; the run was cancelled."""
+
+
 class ModelError(ToolnexusError):
     """The model could not be asked, or its answer could not be used.
 
@@ -150,22 +157,38 @@ class ProviderError(ModelError):
         status: the HTTP status code.
         body: at most 500 characters of the reply body, as sent by the provider.
         url: the endpoint that was called.
+        headers: the reply's headers, names lower-cased (``retry-after`` is the one a
+            retry policy reads). Reply headers carry no secret of ours.
     """
 
-    def __init__(self, status: int, body: str, url: str, *, truncated: bool = False) -> None:
+    def __init__(
+        self,
+        status: int,
+        body: str,
+        url: str,
+        *,
+        truncated: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.status = status
         self.body = body[:BODY_EXCERPT_LIMIT]
         self.url = url
+        self.headers = {k.lower(): v for k, v in (headers or {}).items()}
         self.truncated = truncated or len(body) > BODY_EXCERPT_LIMIT
         cut = "..." if self.truncated else ""
         super().__init__(f"provider replied HTTP {status} from {url}: {self.body}{cut}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_provider_error, (self.status, self.body, self.url, self.truncated))
+        return (
+            _rebuild_provider_error,
+            (self.status, self.body, self.url, self.truncated, self.headers),
+        )
 
 
-def _rebuild_provider_error(status: int, body: str, url: str, truncated: bool) -> ProviderError:
-    return ProviderError(status, body, url, truncated=truncated)
+def _rebuild_provider_error(
+    status: int, body: str, url: str, truncated: bool, headers: dict[str, str]
+) -> ProviderError:
+    return ProviderError(status, body, url, truncated=truncated, headers=headers)
 
 
 class ProtocolError(ModelError):

@@ -30,14 +30,17 @@ import asyncio
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 
+from ._hooks import Hooks, call_hook
 from ._loop import CallOutcome, HaltedTurn
 from ._messages import ToolCall
-from ._types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
+from ._streaming import Sink, StreamPending, StreamToolResult
+from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
 
 __all__ = ("Executor", "WaitFor")
 
@@ -51,19 +54,75 @@ class _Executes(Protocol):
         self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
     ) -> ToolResult: ...
 
+    def get(self, name: str) -> Tool | None: ...
+
+
+class Pausable(Protocol):
+    """A run deadline that human waits may be kept out of (``count_wait_in_timeout=False``)."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+ToolOutcome = Literal["ok", "error", "pending"]
+# (tool name, tool source, outcome, seconds) for metrics; a suspension is "pending".
+OnTool = Callable[[str, str, ToolOutcome, float], None]
+
 
 class Executor:
     """Executes tool calls through a toolkit on behalf of one run."""
 
-    __slots__ = ("_run_id", "_toolkit", "_wait_for")
+    __slots__ = (
+        "_budget",
+        "_gates",
+        "_hooks",
+        "_on_event",
+        "_on_tool",
+        "_park",
+        "_run_id",
+        "_toolkit",
+        "_wait_for",
+    )
 
-    def __init__(self, toolkit: _Executes, wait_for: WaitFor | None, run_id: str) -> None:
+    def __init__(
+        self,
+        toolkit: _Executes,
+        wait_for: WaitFor | None,
+        run_id: str,
+        *,
+        hooks: Hooks | None = None,
+        budget: Pausable | None = None,
+        on_tool: OnTool | None = None,
+        on_event: Sink | None = None,
+    ) -> None:
         self._toolkit = toolkit
         self._wait_for = wait_for
         self._run_id = run_id
+        # Hooks without tool seams cost nothing per call.
+        has_tool_hooks = hooks is not None and (hooks.before_tool or hooks.after_tool)
+        self._hooks = hooks if has_tool_hooks else None
+        self._budget = budget
+        self._gates: set[str] = set()
+        self._on_tool = on_tool
+        self._on_event = on_event
+        # A resolver that parks requests itself (an Inbox) is awaited right here: the
+        # parked run then holds no frame for _resolve/_ask. Not with a wait budget to
+        # pause around the wait.
+        park = getattr(wait_for, "park", None)
+        self._park: Callable[[Request], Awaitable[Answer]] | None = (
+            park if budget is None and callable(park) else None
+        )
+
+    def use_toolkit(self, toolkit: _Executes) -> None:
+        """Execute with ``toolkit`` from now on (a ``before_llm`` hook replaced the tools)."""
+        self._toolkit = toolkit
 
     async def run(self, calls: Sequence[ToolCall]) -> list[CallOutcome]:
         """One outcome per call, in call order."""
+        if len(calls) == 1:
+            # The common turn: no task group, no partials, one frame fewer while parked.
+            return [await self.run_one(calls[0])]
         return await _concurrently([functools.partial(self.run_one, call) for call in calls])
 
     async def resume(
@@ -95,33 +154,152 @@ class Executor:
 
     async def run_one(self, call: ToolCall) -> CallOutcome:
         """Execute one call and, when it suspends and ``wait_for`` is set, resolve it."""
-        if call.invalid_arguments is not None:
-            return CallOutcome(
-                ToolResult.error(
-                    f"invalid arguments for tool {call.name!r}: expected a JSON object, got "
-                    f"{_excerpt(call.invalid_arguments)}; call it again with valid JSON"
-                )
-            )
         ctx = ToolContext(call_id=call.id, run_id=self._run_id, tool_name=call.name)
-        result = await self._toolkit.execute(call.name, call.arguments, ctx)
+        if call.invalid_arguments is not None:
+            invalid = ToolResult.error(
+                f"invalid arguments for tool {call.name!r}: expected a JSON object, got "
+                f"{_excerpt(call.invalid_arguments)}; call it again with valid JSON"
+            )
+            if self._on_tool is not None:
+                # A call the model made counts, even when the tool never ran.
+                tool = self._toolkit.get(call.name)
+                source = tool.source if tool is not None else "unknown"
+                self._on_tool(call.name, source, "error", 0.0)
+            return await self._final(call, ctx, CallOutcome(invalid))
+        result = await self._invoke(call, ctx)
         request = request_in(result)
         if request is None:
-            return CallOutcome(result)
+            return await self._final(call, ctx, CallOutcome(result))
         if self._wait_for is None:
             if request.expired():
                 # Nobody can answer it any more: halting on it would park a dead request.
-                return CallOutcome(_declined(request), request, False)
+                return await self._final(call, ctx, CallOutcome(_declined(request), request, False))
+            if self._on_event is not None:
+                self._on_event(StreamPending(request, call.id, call.name))
+            return CallOutcome(result, request)
+        park = self._park
+        if park is None or request.expired():
+            return await self._resolve(call, ctx, request)
+        if self._on_event is not None:
+            self._on_event(StreamPending(request, call.id, call.name))
+        # What a parked run holds is what 100,000 parked runs hold: not the suspension
+        # result, nor the context (rebuilt on waking).
+        del result, ctx
+        try:
+            answer = await park(request)
+        except HaltRun:
+            return CallOutcome(ToolResult.pending(request), request)
+        except Exception as exc:
+            log.exception("wait_for raised while resolving request %s", request.id)
+            failed = _resolver_failed(request, exc)
+            ctx = ToolContext(call_id=call.id, run_id=self._run_id, tool_name=call.name)
+            return await self._final(call, ctx, CallOutcome(failed, request, None))
+        ctx = ToolContext(call_id=call.id, run_id=self._run_id, tool_name=call.name)
+        return await self._answered(call, ctx, request, answer)
+
+    async def _gated_run(
+        self, call: ToolCall, ctx: ToolContext, gate: Request, answer: Answer
+    ) -> CallOutcome:
+        """A ``before_tool`` suspension (e.g. require_approval) was answered yes.
+
+        The hook sees the answer (it may rewrite the arguments with it); the tool does not,
+        since it never asked. The tool's own suspensions then follow the rule as a fresh
+        call's would; the hook asking again gets "unresolved".
+        """
+        answered_ctx = ToolContext(
+            answer=answer, call_id=ctx.call_id, run_id=ctx.run_id, tool_name=ctx.tool_name
+        )
+        result = await self._invoke(call, answered_ctx, tool_ctx=ctx)
+        request = request_in(result)
+        if request is None:
+            return await self._final(call, ctx, CallOutcome(result, gate, True))
+        if request.id in self._gates:
+            self._gates.discard(request.id)
+            unresolved = ToolResult.error(f"unresolved: {request.prompt}")
+            return await self._final(call, ctx, CallOutcome(unresolved, gate, True))
+        if self._wait_for is None:
+            if self._on_event is not None:
+                self._on_event(StreamPending(request, call.id, call.name))
             return CallOutcome(result, request)
         return await self._resolve(call, ctx, request)
 
+    async def _invoke(
+        self, call: ToolCall, ctx: ToolContext, *, tool_ctx: ToolContext | None = None
+    ) -> ToolResult:
+        """``before_tool`` (if any), then the tool; reports the execution to metrics."""
+        started = time.perf_counter() if self._on_tool is not None else 0.0
+        result: ToolResult | None = None
+        args = call.arguments
+        hooks = self._hooks
+        if hooks is not None and hooks.before_tool is not None:
+            try:
+                verdict = await call_hook(hooks.before_tool, call.name, args, ctx)
+            except Exception as exc:
+                result = ToolResult.error(
+                    f"before_tool hook raised {type(exc).__name__} for {call.name!r}: {exc}"
+                )
+            else:
+                if isinstance(verdict, ToolResult):
+                    result = verdict
+                    gate = request_in(verdict)
+                    if gate is not None:
+                        # The hook's own request: once answered, the tool runs as a fresh
+                        # call, without an answer it never asked for.
+                        self._gates.add(gate.id)
+                elif isinstance(verdict, dict):
+                    args = verdict
+        if result is None:
+            result = await self._toolkit.execute(
+                call.name, args, ctx if tool_ctx is None else tool_ctx
+            )
+        if self._on_tool is not None:
+            outcome: ToolOutcome = (
+                "pending"
+                if request_in(result) is not None
+                else ("error" if result.is_error else "ok")
+            )
+            tool = self._toolkit.get(call.name)
+            source = tool.source if tool is not None else "unknown"
+            self._on_tool(call.name, source, outcome, time.perf_counter() - started)
+        return result
+
+    async def _final(self, call: ToolCall, ctx: ToolContext, outcome: CallOutcome) -> CallOutcome:
+        """Apply ``after_tool`` to a result the model will see (never to a suspension)."""
+        outcome = await self._after_tool(call, ctx, outcome)
+        if self._on_event is not None:
+            result = outcome.result
+            self._on_event(StreamToolResult(call.id, call.name, result.output, result.is_error))
+        return outcome
+
+    async def _after_tool(
+        self, call: ToolCall, ctx: ToolContext, outcome: CallOutcome
+    ) -> CallOutcome:
+        hooks = self._hooks
+        if hooks is None or hooks.after_tool is None:
+            return outcome
+        try:
+            changed = await call_hook(
+                hooks.after_tool, call.name, call.arguments, outcome.result, ctx
+            )
+        except Exception as exc:
+            changed = ToolResult.error(
+                f"after_tool hook raised {type(exc).__name__} for {call.name!r}: {exc}"
+            )
+        if not isinstance(changed, ToolResult) or request_in(changed) is not None:
+            return outcome
+        return CallOutcome(changed, outcome.request, outcome.answered_ok)
+
     async def _resolve(self, call: ToolCall, ctx: ToolContext, request: Request) -> CallOutcome:
+        if self._on_event is not None and not request.expired():
+            # Before anyone is asked, so a host can push the link at once.
+            self._on_event(StreamPending(request, call.id, call.name))
         try:
             answer = await self._ask(request)
         except HaltRun:
             # The resolver gave up waiting: the call stays suspended and the run halts on it.
             return CallOutcome(ToolResult.pending(request), request)
         if isinstance(answer, ToolResult):
-            return CallOutcome(answer, request, None)
+            return await self._final(call, ctx, CallOutcome(answer, request, None))
         return await self._answered(call, ctx, request, answer)
 
     async def _answered(
@@ -129,16 +307,20 @@ class Executor:
     ) -> CallOutcome:
         """Apply the host's answer to a suspended call: retry it once, or report the refusal."""
         if not answer.ok:
-            return CallOutcome(_declined(request), request, False)
+            self._gates.discard(request.id)
+            return await self._final(call, ctx, CallOutcome(_declined(request), request, False))
+        if request.id in self._gates:
+            self._gates.discard(request.id)
+            return await self._gated_run(call, ctx, request, answer)
         retry_ctx = ToolContext(
             answer=answer, call_id=ctx.call_id, run_id=ctx.run_id, tool_name=ctx.tool_name
         )
-        retried = await self._toolkit.execute(call.name, call.arguments, retry_ctx)
+        retried = await self._invoke(call, retry_ctx)
         again = request_in(retried)
         if again is not None:
             # Asking again could loop forever; the model decides what to do instead.
-            return CallOutcome(ToolResult.error(f"unresolved: {again.prompt}"), request, True)
-        return CallOutcome(retried, request, True)
+            retried = ToolResult.error(f"unresolved: {again.prompt}")
+        return await self._final(call, retry_ctx, CallOutcome(retried, request, True))
 
     async def _ask(self, request: Request) -> Answer | ToolResult:
         """The host's answer, or an error result explaining why there is none."""
@@ -150,6 +332,9 @@ class Executor:
         # A resolver that enforces expires_at itself (an Inbox) needs no cancel scope here;
         # neither does a request without one. A scope per parked run costs memory.
         timed = left is not None and not getattr(wait_for, "handles_expiry", False)
+        budget = self._budget
+        if budget is not None:
+            budget.pause()
         try:
             if timed:
                 with anyio.move_on_after(left) as scope:
@@ -167,9 +352,10 @@ class Executor:
         except Exception as exc:
             # The host's resolver failed: tell the model, keep the sibling calls running.
             log.exception("wait_for raised while resolving request %s", request.id)
-            return ToolResult.error(
-                f"could not resolve {request.prompt!r}: wait_for raised {type(exc).__name__}: {exc}"
-            )
+            return _resolver_failed(request, exc)
+        finally:
+            if budget is not None:
+                budget.resume()
         if not isinstance(answer, Answer):
             return ToolResult.error(
                 f"could not resolve {request.prompt!r}: wait_for returned "
@@ -205,6 +391,12 @@ async def _concurrently(
         # (the others start as soon as it awaits anything).
         await slot(0)
     return [o for o in outcomes if o is not None]
+
+
+def _resolver_failed(request: Request, exc: Exception) -> ToolResult:
+    return ToolResult.error(
+        f"could not resolve {request.prompt!r}: wait_for raised {type(exc).__name__}: {exc}"
+    )
 
 
 def _declined(request: Request) -> ToolResult:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -46,7 +47,7 @@ from ._messages import (
     UserMessage,
     unpaired_calls,
 )
-from ._results import RunResult, RunStatus, ToolCallRecord, Usage
+from ._results import ZERO_USAGE, RunResult, RunStatus, ToolCallRecord, Usage
 from ._types import Request, ToolResult, request_in
 
 __all__ = (
@@ -65,9 +66,11 @@ class ModelReply:
     """One decoded model reply, whatever the wire style."""
 
     message: AssistantMessage
-    usage: Usage = attrs.field(factory=Usage)
+    usage: Usage = ZERO_USAGE
     model: str | None = None
     stop_reason: str | None = None
+    # What the provider sent, decoded (for after_llm hooks); not part of equality or repr.
+    raw: Any = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -143,7 +146,7 @@ class RunLoop:
         self.run_id = run_id
         self.style = style
         self.turns = 0
-        self.usage = Usage()
+        self.usage = ZERO_USAGE
         self.model: str | None = None
         self.records: list[ToolCallRecord] = []
         self._expect = _Expect.MODEL
@@ -189,13 +192,13 @@ class RunLoop:
             return Finish(self._finish("incomplete", limit="max_turns"))
         return CallModel(self.messages, self.turns + 1)
 
-    def interrupted(self) -> RunResult:
-        """The run as it stands while a model request is due (after that request failed).
+    def interrupted(self, limit: str = "model_error") -> RunResult:
+        """The run as it stands while a model request is due (e.g. after that request failed).
 
-        ``status == "incomplete"``, ``limit == "model_error"``; the loop itself is unchanged.
+        ``status == "incomplete"`` with the given ``limit``; the loop itself is unchanged.
         """
         self._check(_Expect.MODEL)
-        result = self._finish("incomplete", limit="model_error")
+        result = self._finish("incomplete", limit=limit)
         self._expect, self._result = _Expect.MODEL, None
         return result
 

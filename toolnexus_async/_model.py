@@ -7,12 +7,15 @@ between requests. The client drives it.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ._codecs import Codec
-from ._errors import ProtocolError
+import attrs
+
+from ._codecs import Codec, SSEParser
+from ._errors import ProtocolError, ProviderError
 from ._loop import ModelReply
 from ._messages import AssistantMessage, Message
 from ._toolkit import Toolkit
@@ -27,10 +30,19 @@ Generate = Callable[
 ]
 
 
+OnText = Callable[[str], None]
+
+
 class Model(Protocol):
     name: str
+    # True when the model applies the request time limit itself (an HTTP session timeout).
+    enforces_timeout: bool
 
     async def request(self, messages: Sequence[Message], toolkit: Toolkit) -> ModelReply: ...
+
+    async def stream(
+        self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText
+    ) -> ModelReply: ...
 
     async def aclose(self) -> None: ...
 
@@ -39,6 +51,8 @@ class HttpModel:
     """A provider reached over HTTP in one wire style."""
 
     __slots__ = ("_codec", "_extra", "_headers", "_max_tokens", "_transport", "_url", "name")
+
+    enforces_timeout = True
 
     def __init__(
         self,
@@ -69,12 +83,52 @@ class HttpModel:
         )
         payload = await self._transport.post_json(self._url, self._headers, body)
         try:
-            return self._codec.decode(payload)
+            return attrs.evolve(self._codec.decode(payload), raw=payload)
         except ProtocolError as exc:
             # The codec quotes the provider's error text, which may echo the key back; the
             # unscrubbed error must not survive even as __context__.
             message = self._transport.scrub(str(exc))
         raise ProtocolError(message)
+
+    async def stream(
+        self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText
+    ) -> ModelReply:
+        """A streamed request: ``on_text`` gets the text as it arrives; the reply at the end.
+
+        A stream that breaks off or carries a provider error raises; a truncated reply is
+        never returned.
+        """
+        body = self._codec.encode(
+            messages,
+            toolkit,
+            model=self.name,
+            max_tokens=self._max_tokens,
+            extra=self._extra,
+            stream=True,
+        )
+        parser = SSEParser()
+        decoder = self._codec.stream_decoder(self._url)
+        failure: ProviderError | ProtocolError | None = None
+        chunks = self._transport.stream(self._url, self._headers, body)
+        try:
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    for event in parser.feed(chunk):
+                        for delta in decoder.feed(event):
+                            on_text(delta.text)
+                    if decoder.done:
+                        break
+                return decoder.finish()
+        except (ProviderError, ProtocolError) as exc:
+            failure = exc
+        # Decoders quote what the provider sent, which may echo the key back: rebuilt
+        # scrubbed, outside the except block so the original is not even __context__.
+        scrub = self._transport.scrub
+        if isinstance(failure, ProviderError):
+            raise ProviderError(
+                failure.status, scrub(failure.body), failure.url, headers=failure.headers
+            )
+        raise ProtocolError(scrub(str(failure)))
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -89,6 +143,8 @@ class FunctionModel:
 
     __slots__ = ("_generate", "name")
 
+    enforces_timeout = False
+
     def __init__(self, generate: Generate, model: str) -> None:
         self._generate = generate
         self.name = model
@@ -101,13 +157,22 @@ class FunctionModel:
         if isinstance(reply, ModelReply):
             return reply
         if isinstance(reply, AssistantMessage):
-            return ModelReply(reply, model=self.name)
+            return ModelReply(reply, model=self.name, raw=reply)
         if isinstance(reply, str):
-            return ModelReply(AssistantMessage(reply), model=self.name)
+            return ModelReply(AssistantMessage(reply), model=self.name, raw=reply)
         raise ProtocolError(
             f"in-process model {self.name!r} returned {type(reply).__name__}; "
             "return an AssistantMessage, a ModelReply or a str"
         )
+
+    async def stream(
+        self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText
+    ) -> ModelReply:
+        """The function's reply; its text is handed to ``on_text`` in one piece."""
+        reply = await self.request(messages, toolkit)
+        if reply.message.text:
+            on_text(reply.message.text)
+        return reply
 
     async def aclose(self) -> None:
         return None

@@ -52,6 +52,10 @@ class Usage:
         return attrs.asdict(self)
 
 
+# Frozen, so one shared zero does for every run that has not counted tokens yet.
+ZERO_USAGE = Usage()
+
+
 @attrs.frozen
 class ToolCallRecord:
     """One executed tool call: what the model asked, what came back, and in which turn.
@@ -106,7 +110,7 @@ class RunResult:
     messages: tuple[Message, ...]
     tool_calls: tuple[ToolCallRecord, ...] = ()
     turns: int = 0
-    usage: Usage = attrs.field(factory=Usage)
+    usage: Usage = ZERO_USAGE
     model: str | None = None
     pending: Request | None = None
     limit: str | None = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
@@ -84,6 +84,7 @@ class Transport:
             ) as response:
                 raw = await response.read()
                 status = response.status
+                reply_headers = response.headers
         except aiohttp.ClientError as exc:
             failure = f"POST {url} failed: {type(exc).__name__}: {self.scrub(str(exc))}"
         except TimeoutError:
@@ -91,12 +92,49 @@ class Transport:
         if failure is not None:
             raise TransportError(failure)
         if not 200 <= status < 300:
-            raise ProviderError(status, self.scrub(raw.decode("utf-8", "replace")), url)
+            raise ProviderError(
+                status,
+                self.scrub(raw.decode("utf-8", "replace")),
+                url,
+                headers={k: v for k, v in reply_headers.items()},
+            )
         try:
             return json.loads(raw)
         except ValueError:
             failure = self.scrub(raw[:200].decode("utf-8", "replace"))
         raise ProtocolError(f"reply from {url} is not JSON: {failure!r}")
+
+    async def stream(
+        self, url: str, headers: Mapping[str, str], body: Mapping[str, Any]
+    ) -> AsyncGenerator[bytes, None]:
+        """The body of a 2xx reply, chunk by chunk as it arrives; mapped errors otherwise.
+
+        An async generator: closing it early (``aclose()``) closes the response, which
+        aborts the request.
+        """
+        session = self._open()
+        data = _dumps(body)
+        failure: str | None = None
+        try:
+            async with session.post(
+                url, data=data, headers=headers, **self._per_request
+            ) as response:
+                if not 200 <= response.status < 300:
+                    raw = await response.read()
+                    raise ProviderError(
+                        response.status,
+                        self.scrub(raw.decode("utf-8", "replace")),
+                        url,
+                        headers=dict(response.headers),
+                    )
+                async for chunk in response.content.iter_any():
+                    yield chunk
+        except aiohttp.ClientError as exc:
+            failure = f"POST {url} failed: {type(exc).__name__}: {self.scrub(str(exc))}"
+        except TimeoutError:
+            failure = f"POST {url} timed out after {self._timeout.total} s"
+        if failure is not None:
+            raise TransportError(failure)
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret this transport knows replaced by ``[redacted]``."""

@@ -3,7 +3,9 @@
 Rule of this package: no I/O. A codec builds the URL, headers and JSON body of a request
 and decodes a parsed reply into a :class:`~toolnexus_async._loop.ModelReply`, raising
 :class:`~toolnexus_async.ProtocolError` when the reply lacks what the style requires.
-Sending is the transport's job; tests drive codecs with plain dicts.
+A streamed reply goes through :class:`~._sse.SSEParser` (bytes to events) and the style's
+stream decoder (events to text deltas, then one ``ModelReply``).
+Sending is the transport's job; tests drive codecs with plain dicts and bytes.
 """
 
 from __future__ import annotations
@@ -15,10 +17,20 @@ from .._errors import UsageError
 from .._loop import ModelReply
 from .._messages import Message
 from .._toolkit import Toolkit
+from ._sse import SSEEvent, SSEParser
+from ._stream import StreamDecoder, TextDelta
 from .anthropic import AnthropicCodec
 from .openai import OpenAICodec
 
-__all__ = ("STYLES", "Codec", "codec_for")
+__all__ = (
+    "STYLES",
+    "Codec",
+    "SSEEvent",
+    "SSEParser",
+    "StreamDecoder",
+    "TextDelta",
+    "codec_for",
+)
 
 
 class Codec(Protocol):
@@ -40,9 +52,12 @@ class Codec(Protocol):
         model: str,
         max_tokens: int | None,
         extra: dict[str, Any] | None = None,
+        stream: bool = False,
     ) -> dict[str, Any]: ...
 
     def decode(self, payload: object) -> ModelReply: ...
+
+    def stream_decoder(self, url: str) -> StreamDecoder: ...
 
 
 _CODECS: dict[str, Codec] = {"openai": OpenAICodec(), "anthropic": AnthropicCodec()}

@@ -6,6 +6,8 @@ required by the API, so a default is always sent. System messages become the top
 ``system``; the results of one turn's tool calls travel as ``tool_result`` blocks in a
 single user message, with ``is_error`` set for errors. Reply: ``content`` blocks of type
 ``text`` and ``tool_use``; ``input_tokens``/``output_tokens`` map to prompt/completion.
+Streamed (``stream=True``): ``"stream": true``, and the events go to
+:class:`~._stream.AnthropicStreamDecoder`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .._messages import AssistantMessage, Message, SystemMessage, ToolCall, Tool
 from .._results import Usage
 from .._toolkit import Toolkit
 from ._common import count, field, obj, provider_error_message
+from ._stream import AnthropicStreamDecoder
 
 __all__ = ("AnthropicCodec",)
 
@@ -95,6 +98,7 @@ class AnthropicCodec:
         model: str,
         max_tokens: int | None,
         extra: dict[str, Any] | None = None,
+        stream: bool = False,
     ) -> dict[str, Any]:
         system, rendered = _render(messages)
         body: dict[str, Any] = {
@@ -107,9 +111,15 @@ class AnthropicCodec:
         tools = toolkit.wire_tools("anthropic")
         if tools:
             body["tools"] = tools
+        if stream:
+            body["stream"] = True
         if extra:
             body.update(extra)
         return body
+
+    def stream_decoder(self, url: str) -> AnthropicStreamDecoder:
+        """A fresh decoder for one streamed reply from ``url`` (named in its errors)."""
+        return AnthropicStreamDecoder(url)
 
     def decode(self, payload: object) -> ModelReply:
         payload = obj(payload, "the body", STYLE)

@@ -4,6 +4,8 @@ Request: ``POST {base_url}/chat/completions`` with ``Authorization: Bearer <key>
 base URL carries any ``/v1``. Tools are ``function`` tools; a tool result is a
 ``{"role": "tool", "tool_call_id", "content"}`` message whose content is the result's
 output, unchanged. Reply: ``choices[0].message`` with ``content`` and ``tool_calls``.
+Streamed (``stream=True``): ``"stream": true`` with ``stream_options.include_usage``, and
+the chunks go to :class:`~._stream.OpenAIStreamDecoder`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .._messages import AssistantMessage, Message, SystemMessage, ToolCall, Tool
 from .._results import Usage
 from .._toolkit import Toolkit
 from ._common import count, field, obj, parse_arguments, provider_error_message
+from ._stream import OpenAIStreamDecoder
 
 __all__ = ("OpenAICodec",)
 
@@ -105,6 +108,7 @@ class OpenAICodec:
         model: str,
         max_tokens: int | None,
         extra: dict[str, Any] | None = None,
+        stream: bool = False,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "messages": [_render(m) for m in messages]}
         tools = toolkit.wire_tools("openai")
@@ -112,9 +116,17 @@ class OpenAICodec:
             body["tools"] = tools
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
+        if stream:
+            # Without include_usage a streamed reply carries no token counts at all.
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         if extra:
             body.update(extra)
         return body
+
+    def stream_decoder(self, url: str) -> OpenAIStreamDecoder:
+        """A fresh decoder for one streamed reply from ``url`` (named in its errors)."""
+        return OpenAIStreamDecoder(url)
 
     def decode(self, payload: object) -> ModelReply:
         payload = obj(payload, "the body", STYLE)

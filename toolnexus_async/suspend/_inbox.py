@@ -63,13 +63,24 @@ _Outcome = Literal["answered", "expired"]
 class _Slot:
     """One parked request. Slots keep memory per parked run small."""
 
-    __slots__ = ("deadline", "future", "request", "spill")
+    __slots__ = ("deadline", "future", "owner", "request", "spill")
 
-    def __init__(self, request: Request, future: asyncio.Future[Answer]) -> None:
+    def __init__(
+        self, owner: dict[str, _Slot], request: Request, future: asyncio.Future[Answer]
+    ) -> None:
+        self.owner = owner
         self.request = request
         self.future = future
         self.deadline = -1  # the number of its expiry entry in the heap, if it has one
         self.spill = -1  # the number of its park_timeout entry, if it has one
+
+    def __call__(self, future: asyncio.Future[Answer]) -> None:
+        """The future's done-callback: a cancelled wait leaves the inbox.
+
+        (answer() and the timer remove the slot before resolving the future.)
+        """
+        if future.cancelled() and self.owner.get(self.request.id) is self:
+            del self.owner[self.request.id]
 
 
 class _Spilled:
@@ -142,6 +153,14 @@ class Inbox:
 
     async def __call__(self, request: Request) -> Answer:
         """Park until the request is answered or expires (the ``wait_for`` protocol)."""
+        return await self.park(request)
+
+    def park(self, request: Request) -> asyncio.Future[Answer]:
+        """Park ``request`` and hand back the future its answer will arrive on.
+
+        The run loop awaits this future directly, so a parked run holds no extra frame.
+        Cancelling the future (its awaiting task was cancelled) removes the entry.
+        """
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
@@ -149,29 +168,25 @@ class Inbox:
             raise UsageError("this Inbox belongs to another event loop")
         if request.id in self._slots:
             raise UsageError(f"request id {request.id!r} is already parked; ids must be unique")
+        future: asyncio.Future[Answer] = loop.create_future()
         left = request.seconds_left()
         if left is not None and left <= 0:
             self._record(request.id, "expired")
-            return Answer(request.id, False, reason="expired")
-        future: asyncio.Future[Answer] = loop.create_future()
-        slot = _Slot(request, future)
+            future.set_result(Answer(request.id, False, reason="expired"))
+            return future
+        slot = _Slot(self._slots, request, future)
         self._slots[request.id] = slot
         if left is not None:
             slot.deadline = self._add_deadline(loop, loop.time() + left, request.id)
         if self._park_timeout is not None:
             slot.spill = self._add_deadline(loop, loop.time() + self._park_timeout, request.id)
+        future.add_done_callback(slot)
         for listener in tuple(self._listeners):
             try:
                 listener.send_nowait(request)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._listeners.discard(listener)
-        try:
-            return await future
-        finally:
-            # Cancelled, or woken: either way this slot is done. (answer() and the timer
-            # already removed it when they woke us; a cancellation did not.)
-            if self._slots.get(request.id) is slot:
-                del self._slots[request.id]
+        return future
 
     def answer(self, answer: Answer) -> None:
         """Wake the run parked on ``answer.id`` with this answer.
@@ -374,17 +389,19 @@ class Inbox:
         for record in halted.suspended:
             if record.request is not None:
                 self._spilled.pop(record.request.id, None)
+        ran: list[RunResult] = []
         try:
-            result = await resume_claimed(client, store, halted, [answer], toolkit)
-        except ModelError as exc:
-            if exc.run is None:
-                raise
-            # The tools ran; the host gets the run's state to continue from.
-            result = exc.run
-        except Exception:
-            # resume_claimed put the run back: make it answerable again.
-            await self.restore(client, toolkit)
-            log.exception("resuming spilled run %s failed; it was stored again", halted.run_id)
-            return
+            result = await resume_claimed(
+                client, store, halted, [answer], toolkit, on_tools_done=ran.append
+            )
+        except Exception as exc:
+            if not ran:
+                # Nothing ran and resume_claimed put the run back: answerable again.
+                await self.restore(client, toolkit)
+                log.exception("resuming spilled run %s failed; it was stored again", halted.run_id)
+                return
+            # The answered calls ran: the host gets the run as it stood, to continue from.
+            log.warning("resumed run %s failed after its tools ran: %r", halted.run_id, exc)
+            result = exc.run if isinstance(exc, ModelError) and exc.run is not None else ran[-1]
         if self._on_result is not None:
             await self._on_result(result)

@@ -1,0 +1,321 @@
+"""``client.ask``: a plain run without an id; with one, a conversation that is loaded,
+continued and saved, one run at a time per id, in memory or in SQLite across clients.
+
+Ordering between concurrent asks is forced with anyio events and
+``wait_all_tasks_blocked``, never with sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import anyio
+import pytest
+
+from tests.conftest import FakeLLM, Seen, assert_no_leaks, openai_reply
+from toolnexus_async import (
+    Answer,
+    AssistantMessage,
+    LlmClient,
+    MemoryConversationStore,
+    Message,
+    Request,
+    SqliteConversationStore,
+    SystemMessage,
+    ToolContext,
+    Toolkit,
+    ToolResult,
+    UsageError,
+    UserMessage,
+)
+from toolnexus_async.testing import ScriptedModel, reply, tool_call
+
+LIMIT = 5  # seconds; reached only when something hangs
+
+
+def last_prompt(messages: list[Message]) -> str:
+    return next(m.text for m in reversed(messages) if isinstance(m, UserMessage))
+
+
+def echo_handler(fake_llm: FakeLLM) -> None:
+    """The fake LLM answers every request with "re: <last user text>"."""
+
+    def handler(body: dict[str, Any], seen: Seen) -> Any:
+        users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+        return openai_reply(f"re: {users[-1]}")
+
+    fake_llm.handler = handler
+
+
+def sent(body: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(m["role"], m.get("content")) for m in body["messages"]]
+
+
+class Gated:
+    """A custom tool that suspends for approval."""
+
+    name = "pay"
+    source = "custom"
+    description = "pays, after approval"
+    input_schema: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+        return ToolResult.pending(Request("", "approval", "Pay?"))
+
+
+class RecordingStore:
+    """A conversation store (in memory) that records which methods were called."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryConversationStore()
+        self.ops: list[str] = []
+
+    async def get(self, conversation_id: str) -> list[Message]:
+        self.ops.append("get")
+        return await self.inner.get(conversation_id)
+
+    async def save(self, conversation_id: str, messages: Sequence[Message]) -> None:
+        self.ops.append("save")
+        await self.inner.save(conversation_id, messages)
+
+    async def delete(self, conversation_id: str) -> bool:
+        self.ops.append("delete")
+        return await self.inner.delete(conversation_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def test_ask_without_an_id_is_a_plain_run() -> None:
+    """No id: nothing is loaded or saved; each ask sees only its own prompt."""
+    store = RecordingStore()
+    model = ScriptedModel("one", "two")
+    with anyio.fail_after(LIMIT):
+        async with (
+            Toolkit.create(builtins=False) as tk,
+            LlmClient.in_process(model, conversations=store) as client,
+        ):
+            first = await client.ask("hello", tk)
+            second = await client.ask("again", tk)
+
+    assert (first.status, first.text, second.text) == ("done", "one", "two")
+    assert model.requests == [[UserMessage("hello")], [UserMessage("again")]]
+    assert store.ops == []
+
+
+async def test_ask_with_an_id_loads_continues_and_saves(fake_llm: FakeLLM) -> None:
+    """With an id the second ask's request carries the first exchange; other ids do not."""
+    echo_handler(fake_llm)
+    store = MemoryConversationStore()
+    with anyio.fail_after(LIMIT):
+        async with (
+            Toolkit.create(builtins=False) as tk,
+            LlmClient(
+                fake_llm.url,
+                "openai",
+                "m",
+                api_key="k",
+                system_prompt="Be brief.",
+                conversations=store,
+            ) as client,
+        ):
+            await client.ask("my name is Ann", tk, conversation_id="ann")
+            result = await client.ask("what is my name?", tk, conversation_id="ann")
+            await client.ask("who am I?", tk, conversation_id="bob")
+            stored = await store.get("ann")
+
+    assert sent(fake_llm.bodies[1]) == [
+        ("system", "Be brief."),
+        ("user", "my name is Ann"),
+        ("assistant", "re: my name is Ann"),
+        ("user", "what is my name?"),
+    ]
+    assert sent(fake_llm.bodies[2]) == [("system", "Be brief."), ("user", "who am I?")]
+    assert stored == [
+        SystemMessage("Be brief."),
+        UserMessage("my name is Ann"),
+        AssistantMessage("re: my name is Ann"),
+        UserMessage("what is my name?"),
+        AssistantMessage("re: what is my name?"),
+    ]
+    assert list(result.messages) == stored
+    assert_no_leaks()
+
+
+async def test_concurrent_asks_on_one_id_are_serialised_in_arrival_order() -> None:
+    """Asks on one id take turns: a later ask's model request starts only after the earlier
+    run finished, and it sees the earlier exchange."""
+    log: list[str] = []
+    seen: dict[str, list[Message]] = {}
+    first_started = anyio.Event()
+    release_first = anyio.Event()
+
+    async def generate(messages: list[Message], tools: list[Any]) -> str:
+        prompt = last_prompt(messages)
+        seen[prompt] = messages
+        log.append(f"start {prompt}")
+        if prompt == "first":
+            first_started.set()
+            await release_first.wait()
+        log.append(f"end {prompt}")
+        return f"re: {prompt}"
+
+    with anyio.fail_after(LIMIT):
+        async with (
+            Toolkit.create(builtins=False) as tk,
+            LlmClient.in_process(generate) as client,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(client.ask, "first", tk, "shared")
+            await first_started.wait()
+            tg.start_soon(client.ask, "second", tk, "shared")
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(client.ask, "third", tk, "shared")
+            await anyio.wait_all_tasks_blocked()
+            assert log == ["start first"], "a second ask on the id ran while the first did"
+            release_first.set()
+
+    assert log == [
+        "start first",
+        "end first",
+        "start second",
+        "end second",
+        "start third",
+        "end third",
+    ]
+    assert [last_prompt(seen["second"][:i]) for i in (1, 3)] == ["first", "second"]
+    assert [m for m in seen["third"] if isinstance(m, UserMessage)] == [
+        UserMessage("first"),
+        UserMessage("second"),
+        UserMessage("third"),
+    ]
+    assert_no_leaks()
+
+
+async def test_asks_on_different_ids_run_concurrently() -> None:
+    """Asks on different ids overlap: each model request waits for the other to start."""
+    started = {"a": anyio.Event(), "b": anyio.Event()}
+
+    async def generate(messages: list[Message], tools: list[Any]) -> str:
+        me = last_prompt(messages)
+        other = "b" if me == "a" else "a"
+        started[me].set()
+        await started[other].wait()  # deadlocks (then fail_after) if the asks take turns
+        return f"re: {me}"
+
+    with anyio.fail_after(LIMIT):
+        async with (
+            Toolkit.create(builtins=False) as tk,
+            LlmClient.in_process(generate) as client,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(client.ask, "a", tk, "id-a")
+            tg.start_soon(client.ask, "b", tk, "id-b")
+    assert_no_leaks()
+
+
+async def test_sqlite_conversations_persist_across_clients(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A conversation saved by one client's SQLite store is continued by another client's."""
+    echo_handler(fake_llm)
+    path = tmp_path / "conversations.db"
+    with anyio.fail_after(LIMIT):
+        async with Toolkit.create(builtins=False) as tk:
+            async with (
+                SqliteConversationStore(path) as store,
+                LlmClient(fake_llm.url, "openai", "m", api_key="k", conversations=store) as one,
+            ):
+                await one.ask("remember 42", tk, conversation_id="c-1")
+            async with (
+                SqliteConversationStore(path) as store,
+                LlmClient(fake_llm.url, "openai", "m", api_key="k", conversations=store) as two,
+            ):
+                result = await two.ask("which number?", tk, conversation_id="c-1")
+                stored = await store.get("c-1")
+
+    assert sent(fake_llm.bodies[1]) == [
+        ("user", "remember 42"),
+        ("assistant", "re: remember 42"),
+        ("user", "which number?"),
+    ]
+    assert result.text == "re: which number?"
+    assert stored == list(result.messages) and len(stored) == 4
+    assert_no_leaks()
+
+
+async def test_an_ask_on_a_halted_conversation_is_refused_without_asking_the_model() -> None:
+    """A conversation saved halted (a call without a result) cannot simply be continued."""
+    model = ScriptedModel(reply(tool_call("pay", id="c1")), "never")
+    with anyio.fail_after(LIMIT):
+        async with (
+            Toolkit.create(builtins=False, extra_tools=[Gated()]) as tk,
+            LlmClient.in_process(model) as client,
+        ):
+            halted = await client.ask("pay", tk, conversation_id="c")
+            assert halted.status == "pending"
+            with pytest.raises(UsageError):
+                await client.ask("and now?", tk, conversation_id="c")
+    assert len(model.requests) == 1
+
+
+async def test_a_failed_ask_saves_nothing_and_frees_the_id() -> None:
+    """A run that raises leaves the stored conversation as it was; the id is usable again."""
+    calls = 0
+
+    async def flaky(messages: list[Message], tools: list[Any]) -> Any:
+        nonlocal calls
+        calls += 1
+        return 42 if calls == 1 else f"re: {last_prompt(messages)}"  # 42 is no reply
+
+    store = MemoryConversationStore()
+    with anyio.fail_after(LIMIT):
+        async with (
+            Toolkit.create(builtins=False) as tk,
+            LlmClient.in_process(flaky, conversations=store) as client,
+        ):
+            with pytest.raises(Exception, match="returned int"):
+                await client.ask("first", tk, conversation_id="c")
+            assert await store.get("c") == []
+            result = await client.ask("second", tk, conversation_id="c")
+
+    assert list(result.messages) == [UserMessage("second"), AssistantMessage("re: second")]
+
+
+async def test_a_halted_ask_once_resumed_lets_the_conversation_go_on() -> None:
+    """ "Resume that run first" works: after client.resume, the next ask continues the
+    conversation from the resumed transcript (with the default, private store)."""
+
+    class Approved:
+        name = "pay"
+        source = "custom"
+        description = "pays, after approval"
+        input_schema: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+
+        async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+            if ctx is None or ctx.answer is None:
+                return ToolResult.pending(Request("", "approval", "Pay?"))
+            return ToolResult.ok("paid")
+
+    model = ScriptedModel(reply(tool_call("pay", id="c1")), "done paying", "you paid")
+    with anyio.fail_after(LIMIT):
+        async with (
+            Toolkit.create(builtins=False, extra_tools=[Approved()]) as tk,
+            LlmClient.in_process(model) as client,
+        ):
+            halted = await client.ask("pay", tk, conversation_id="c")
+            assert halted.pending is not None
+            resumed = await client.resume(halted, Answer(halted.pending.id, True), tk)
+            assert resumed.status == "done"
+            result = await client.ask("did I pay?", tk, conversation_id="c")
+
+    assert result.text == "you paid"
+    assert model.requests[2] == [*resumed.messages, UserMessage("did I pay?")]

@@ -1,0 +1,108 @@
+"""Hooks: the host's code at the four seams of a run, and the approval gate built on them.
+
+Rules of this module:
+
+- A hook may be a plain function or a coroutine function; its return value decides:
+  ``before_llm`` returns ``None`` or an :class:`LlmCall` that replaces the messages and/or
+  tools for the rest of the run; ``after_llm`` only observes; ``before_tool`` returns
+  ``None`` (go on), a ``dict`` (the arguments to use instead) or a ``ToolResult`` (the
+  call's result, the tool does not run; a suspension goes through the suspension rule like
+  any other); ``after_tool`` returns ``None`` or a replacement ``ToolResult``.
+- ``after_tool`` sees results the model will see, never a suspension: it runs on the
+  resolved result (after ``wait_for`` and the retry), or not at all when the run halts.
+- A tool hook that raises is reported to the model as an error result naming the hook, the
+  same way a raising tool is; the other calls of the turn go on.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeAlias
+
+import attrs
+
+from ._loop import ModelReply
+from ._messages import Message
+from ._types import Request, Tool, ToolContext, ToolResult
+
+__all__ = ("Hooks", "LlmCall", "require_approval")
+
+
+@attrs.frozen
+class LlmCall:
+    """What the next model request will carry; ``before_llm`` may return a changed copy."""
+
+    messages: list[Message]
+    tools: list[Tool]
+
+
+BeforeLlm: TypeAlias = Callable[[LlmCall], "Awaitable[LlmCall | None] | LlmCall | None"]
+AfterLlm: TypeAlias = Callable[[ModelReply, Any], "Awaitable[None] | None"]
+BeforeTool: TypeAlias = Callable[
+    [str, dict[str, Any], ToolContext],
+    "Awaitable[dict[str, Any] | ToolResult | None] | dict[str, Any] | ToolResult | None",
+]
+AfterTool: TypeAlias = Callable[
+    [str, dict[str, Any], ToolResult, ToolContext],
+    "Awaitable[ToolResult | None] | ToolResult | None",
+]
+
+
+@attrs.frozen
+class Hooks:
+    """The host's hooks; every one is optional, sync or async.
+
+    Args:
+        before_llm: ``(call: LlmCall) -> LlmCall | None`` before each model request.
+        after_llm: ``(reply: ModelReply, raw) -> None`` after each reply; ``raw`` is the
+            provider's decoded JSON (or the in-process model's return value).
+        before_tool: ``(name, args, ctx) -> dict | ToolResult | None`` before each call.
+        after_tool: ``(name, args, result, ctx) -> ToolResult | None`` on each final result.
+    """
+
+    before_llm: BeforeLlm | None = None
+    after_llm: AfterLlm | None = None
+    before_tool: BeforeTool | None = None
+    after_tool: AfterTool | None = None
+
+
+async def call_hook(hook: Callable[..., Any], *args: Any) -> Any:
+    """Call a sync or async hook and return what it returned."""
+    value = hook(*args)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+def require_approval(
+    tools: Iterable[str],
+    *,
+    prompt: Callable[[str, Mapping[str, Any]], str] | None = None,
+) -> BeforeTool:
+    """A ``before_tool`` hook that asks for approval before any of ``tools`` runs.
+
+    The call suspends with ``kind="approval"`` (``data`` holds the tool name and the
+    arguments); approved, it runs with those arguments; declined, the model is told
+    ``declined/expired: <prompt>`` and the tool never runs. Without ``wait_for`` the run
+    halts on the request like on any other.
+
+    >>> hook = require_approval(["bash"])
+    >>> import asyncio
+    >>> result = asyncio.run(hook("bash", {"command": "rm -rf build"}, ToolContext()))
+    >>> result.metadata["pending"].data
+    {'tool': 'bash', 'arguments': {'command': 'rm -rf build'}}
+    """
+    guarded = frozenset(tools)
+
+    async def before_tool(name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult | None:
+        if name not in guarded:
+            return None
+        if ctx is not None and ctx.answer is not None and ctx.answer.ok:
+            return None  # the retry after the approval: let the tool run
+        text = prompt(name, args) if prompt is not None else f"Allow {name} with {args!r}?"
+        return ToolResult.pending(
+            Request("", "approval", text, data={"tool": name, "arguments": dict(args)})
+        )
+
+    return before_tool

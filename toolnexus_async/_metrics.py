@@ -1,0 +1,382 @@
+"""Metric events and a registry that counts them and renders Prometheus text.
+
+Rule of this module: it is pure. The client measures and emits one frozen event per LLM
+call, per tool call and per run; :class:`MetricsRegistry` only folds events into counters
+and histograms and renders them on demand. Nothing here starts a thread, reads a clock or
+does I/O, and :meth:`MetricsRegistry.observe` is a few dict updates, so it may sit on the
+hot path. A suspended tool call is counted as ``"pending"``, never as an ``"error"``.
+
+The rendering follows the Prometheus text exposition format 0.0.4: a ``# HELP`` and a
+``# TYPE`` line before each metric's samples, counters named ``*_total``, histograms as
+cumulative ``_bucket{le="..."}`` samples ending with ``le="+Inf"``, then ``_sum`` and
+``_count``; label values escape backslash, double quote and line feed. Output order is
+fixed (metric, then label values sorted), so two registries fed the same events render the
+same text.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from typing import TypeAlias
+
+import attrs
+
+from ._errors import UsageError
+
+log = logging.getLogger("toolnexus_async")
+
+__all__ = (
+    "LlmCallEvent",
+    "ToolCallEvent",
+    "RunEvent",
+    "MetricEvent",
+    "MetricsRegistry",
+    "CONTENT_TYPE",
+    "DURATION_BUCKETS",
+    "RUN_DURATION_BUCKETS",
+)
+
+#: The ``Content-Type`` a host should serve :meth:`MetricsRegistry.render` with.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: Upper bounds (seconds) for LLM request and tool durations.
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+)  # fmt: skip
+
+#: Upper bounds (seconds) for whole runs, which may wait for a human: up to a day.
+RUN_DURATION_BUCKETS: tuple[float, ...] = (
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
+    14400.0, 28800.0, 86400.0,
+)  # fmt: skip
+
+# Plain ``str`` fields, so callers need not narrow; the validators keep the sets closed.
+_LLM_STATUSES = ("ok", "error")
+_TOOL_OUTCOMES = ("ok", "error", "pending")
+_RUN_STATUSES = ("done", "pending", "incomplete", "error")
+
+_non_negative = attrs.validators.ge(0)  # also refuses NaN: ``nan >= 0`` is false
+
+
+@attrs.frozen
+class LlmCallEvent:
+    """One request to the model, successful or not.
+
+    Attributes:
+        model: the model asked for (or the one that answered).
+        style: the wire style, ``"openai"`` or ``"anthropic"``.
+        status: ``"ok"``, or ``"error"`` when the request raised.
+        seconds: how long the request took, measured by the caller.
+        prompt_tokens: prompt tokens the provider reported (0 when none).
+        completion_tokens: completion tokens the provider reported (0 when none).
+        error: the exception's class name on ``"error"``; never its message, which may
+            quote a provider body.
+    """
+
+    model: str
+    style: str
+    status: str = attrs.field(validator=attrs.validators.in_(_LLM_STATUSES))
+    seconds: float = attrs.field(validator=_non_negative)
+    prompt_tokens: int = attrs.field(default=0, validator=_non_negative)
+    completion_tokens: int = attrs.field(default=0, validator=_non_negative)
+    error: str | None = None
+
+
+@attrs.frozen
+class ToolCallEvent:
+    """One tool call.
+
+    Attributes:
+        tool: the tool's name.
+        source: where the tool came from (its ``source``, e.g. ``"builtin"``).
+        outcome: ``"ok"``, ``"error"`` (an error result), or ``"pending"`` when the call
+            suspended; a suspension is never an error.
+        seconds: how long the call took, measured by the caller.
+    """
+
+    tool: str
+    source: str
+    outcome: str = attrs.field(validator=attrs.validators.in_(_TOOL_OUTCOMES))
+    seconds: float = attrs.field(validator=_non_negative)
+
+
+@attrs.frozen
+class RunEvent:
+    """One run, at its end.
+
+    Attributes:
+        status: the run's status (``"done"``, ``"pending"``, ``"incomplete"``), or
+            ``"error"`` when the run raised.
+        turns: model requests the run made.
+        seconds: the run's wall time, human waits included, measured by the caller.
+        model: the model that answered last, if any.
+    """
+
+    status: str = attrs.field(validator=attrs.validators.in_(_RUN_STATUSES))
+    turns: int = attrs.field(validator=_non_negative)
+    seconds: float = attrs.field(validator=_non_negative)
+    model: str | None = None
+
+
+MetricEvent: TypeAlias = LlmCallEvent | ToolCallEvent | RunEvent
+
+_Labels: TypeAlias = tuple[str, ...]
+
+# Metric names, label names (in rendering order) and help texts, in rendering order.
+_LLM_REQUESTS = "toolnexus_llm_requests_total"
+_LLM_TOKENS = "toolnexus_llm_tokens_total"
+_TOOL_CALLS = "toolnexus_tool_calls_total"
+_RUNS = "toolnexus_runs_total"
+_LLM_DURATION = "toolnexus_llm_request_duration_seconds"
+_TOOL_DURATION = "toolnexus_tool_duration_seconds"
+_RUN_DURATION = "toolnexus_run_duration_seconds"
+
+_COUNTERS: tuple[tuple[str, _Labels, str], ...] = (
+    (_LLM_REQUESTS, ("model", "status"), "LLM requests, by model and status."),
+    (_LLM_TOKENS, ("model", "kind"), "Tokens the provider reported, by model and kind."),
+    (_TOOL_CALLS, ("tool", "source", "outcome"), "Tool calls, by tool, source and outcome."),
+    (_RUNS, ("status",), "Runs ended, by status."),
+)
+_HISTOGRAMS: tuple[tuple[str, _Labels, str], ...] = (
+    (_LLM_DURATION, ("model",), "LLM request duration in seconds."),
+    (_TOOL_DURATION, ("tool",), "Duration in seconds of tool calls that finished."),
+    (_RUN_DURATION, (), "Run duration in seconds, human waits included."),
+)
+
+
+class _Histogram:
+    """One histogram series: a count per bucket (not cumulative; the last is +Inf) and a sum."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self, size: int) -> None:
+        self.counts = [0] * size
+        self.total = 0.0
+
+
+class MetricsRegistry:
+    """Counters and duration histograms fed by metric events.
+
+    Pass :meth:`observe` as the client's metric callback, and serve :meth:`render` (with
+    :data:`CONTENT_TYPE`) from the host's ``/metrics`` endpoint.
+
+    Args:
+        duration_buckets: upper bounds in seconds for LLM request and tool durations.
+        run_buckets: upper bounds in seconds for run durations.
+
+    Raises:
+        UsageError: a bucket list is empty, not strictly increasing, or not finite
+            (``+Inf`` is always added).
+    """
+
+    def __init__(
+        self,
+        *,
+        duration_buckets: Iterable[float] = DURATION_BUCKETS,
+        run_buckets: Iterable[float] = RUN_DURATION_BUCKETS,
+    ) -> None:
+        self._duration_buckets = _check_buckets(duration_buckets, "duration_buckets")
+        self._run_buckets = _check_buckets(run_buckets, "run_buckets")
+        self._counters: dict[str, dict[_Labels, int]] = {}
+        self._histograms: dict[str, dict[_Labels, _Histogram]] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every observation."""
+        self._counters = {name: {} for name, _, _ in _COUNTERS}
+        self._histograms = {name: {} for name, _, _ in _HISTOGRAMS}
+
+    def observe(self, event: MetricEvent) -> None:
+        """Count one event.
+
+        A pending tool call adds to ``outcome="pending"`` and stays out of the tool duration
+        histogram: it did not finish, and its time is only the time until it suspended.
+        """
+        if isinstance(event, LlmCallEvent):
+            self.record_llm(
+                event.model,
+                event.status,
+                event.seconds,
+                event.prompt_tokens,
+                event.completion_tokens,
+            )
+        elif isinstance(event, ToolCallEvent):
+            self.record_tool(event.tool, event.source, event.outcome, event.seconds)
+        else:
+            self.record_run(event.status, event.seconds)
+
+    # The record_* methods take plain values: the client feeds its own registry through
+    # them, so that counting a request allocates no event object.
+
+    def record_llm(
+        self, model: str, status: str, seconds: float, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        """Count one model request (what :meth:`observe` does with an LlmCallEvent)."""
+        counters = self._counters
+        _inc(counters[_LLM_REQUESTS], (model, status), 1)
+        tokens = counters[_LLM_TOKENS]
+        _inc(tokens, (model, "prompt"), prompt_tokens)
+        _inc(tokens, (model, "completion"), completion_tokens)
+        self._time(_LLM_DURATION, (model,), self._duration_buckets, seconds)
+
+    def record_tool(self, tool: str, source: str, outcome: str, seconds: float) -> None:
+        """Count one tool execution (what :meth:`observe` does with a ToolCallEvent)."""
+        _inc(self._counters[_TOOL_CALLS], (tool, source, outcome), 1)
+        if outcome != "pending":
+            self._time(_TOOL_DURATION, (tool,), self._duration_buckets, seconds)
+
+    def record_run(self, status: str, seconds: float) -> None:
+        """Count one finished run (what :meth:`observe` does with a RunEvent)."""
+        _inc(self._counters[_RUNS], (status,), 1)
+        self._time(_RUN_DURATION, (), self._run_buckets, seconds)
+
+    def _time(self, name: str, labels: _Labels, bounds: tuple[float, ...], seconds: float) -> None:
+        series = self._histograms[name].get(labels)
+        if series is None:
+            series = self._histograms[name][labels] = _Histogram(len(bounds) + 1)
+        # The first bound >= seconds: "le" means less than or equal.
+        series.counts[bisect_left(bounds, seconds)] += 1
+        series.total += seconds
+
+    def snapshot(self) -> dict[str, dict[tuple[str, ...], int]]:
+        """The counters as plain dicts: metric name -> label values -> count.
+
+        Label values come in the order the metric declares them, e.g.
+        ``snapshot()["toolnexus_llm_requests_total"][("gpt-4o", "ok")]``; tokens are keyed
+        ``(model, "prompt" | "completion")``. The dicts are copies.
+        """
+        return {name: dict(series) for name, series in self._counters.items()}
+
+    def render(self) -> str:
+        """Every metric in the Prometheus text exposition format 0.0.4.
+
+        Each metric has its ``# HELP`` and ``# TYPE`` lines even before any sample. The
+        unlabelled run histogram is always present, at zero until a run ends.
+        """
+        lines: list[str] = []
+        for name, label_names, help_text in _COUNTERS:
+            _header(lines, name, help_text, "counter")
+            for values, count in sorted(self._counters[name].items()):
+                lines.append(f"{name}{_labels(label_names, values)} {count}")
+        for name, label_names, help_text in _HISTOGRAMS:
+            _header(lines, name, help_text, "histogram")
+            bounds = self._run_buckets if name == _RUN_DURATION else self._duration_buckets
+            series_by_labels = self._histograms[name]
+            if not label_names and not series_by_labels:
+                series_by_labels = {(): _Histogram(len(bounds) + 1)}
+            for values, series in sorted(series_by_labels.items()):
+                _histogram_lines(lines, name, label_names, values, bounds, series)
+        return "\n".join(lines) + "\n"
+
+
+def _inc(series: dict[_Labels, int], labels: _Labels, amount: int) -> None:
+    series[labels] = series.get(labels, 0) + amount
+
+
+def _check_buckets(buckets: Iterable[float], what: str) -> tuple[float, ...]:
+    bounds = tuple(float(b) for b in buckets)
+    if not bounds:
+        raise UsageError(f"{what} must hold at least one bound")
+    if not all(math.isfinite(b) for b in bounds):
+        raise UsageError(f"{what} must be finite; +Inf is added by itself")
+    if any(lo >= hi for lo, hi in itertools.pairwise(bounds)):
+        raise UsageError(f"{what} must be strictly increasing")
+    return bounds
+
+
+def _header(lines: list[str], name: str, help_text: str, kind: str) -> None:
+    help_text = help_text.replace("\\", "\\\\").replace("\n", "\\n")
+    lines.append(f"# HELP {name} {help_text}")
+    lines.append(f"# TYPE {name} {kind}")
+
+
+def _histogram_lines(
+    lines: list[str],
+    name: str,
+    label_names: _Labels,
+    values: _Labels,
+    bounds: tuple[float, ...],
+    series: _Histogram,
+) -> None:
+    cumulative = 0
+    bucket_names = (*label_names, "le")
+    for bound, count in zip((*bounds, math.inf), series.counts, strict=True):
+        cumulative += count
+        labels = _labels(bucket_names, (*values, _number(bound)))
+        lines.append(f"{name}_bucket{labels} {cumulative}")
+    plain = _labels(label_names, values)
+    lines.append(f"{name}_sum{plain} {_number(series.total)}")
+    lines.append(f"{name}_count{plain} {cumulative}")
+
+
+def _labels(names: _Labels, values: _Labels) -> str:
+    if not names:
+        return ""
+    pairs = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True))
+    return "{" + pairs + "}"
+
+
+def _escape(value: str) -> str:
+    # Backslash first, or the escapes added for the others would be doubled.
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+class Reporter:
+    """How the client reports: its own registry always, the host's ``on_metric`` if set.
+
+    The registry is fed plain values; event objects are built only for a listener.
+    """
+
+    __slots__ = ("listener", "registry")
+
+    def __init__(
+        self, registry: MetricsRegistry, listener: Callable[[MetricEvent], object] | None
+    ) -> None:
+        self.registry = registry
+        self.listener = listener
+
+    def llm(
+        self,
+        model: str,
+        style: str,
+        status: str,
+        seconds: float,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        error: str | None = None,
+    ) -> None:
+        self.registry.record_llm(model, status, seconds, prompt_tokens, completion_tokens)
+        if self.listener is not None:
+            self._tell(
+                LlmCallEvent(model, style, status, seconds, prompt_tokens, completion_tokens, error)
+            )
+
+    def tool(self, tool: str, source: str, outcome: str, seconds: float) -> None:
+        self.registry.record_tool(tool, source, outcome, seconds)
+        if self.listener is not None:
+            self._tell(ToolCallEvent(tool, source, outcome, seconds))
+
+    def run(self, status: str, turns: int, seconds: float, model: str | None) -> None:
+        self.registry.record_run(status, seconds)
+        if self.listener is not None:
+            self._tell(RunEvent(status, turns, seconds, model))
+
+    def _tell(self, event: MetricEvent) -> None:
+        assert self.listener is not None
+        try:
+            self.listener(event)
+        except Exception:
+            # Observability must not break a run.
+            log.exception("on_metric raised for %r", event)

@@ -1,0 +1,278 @@
+"""The shell around the sans-IO loop: the only place a run awaits the loop's actions.
+
+Rules of this module:
+
+- It performs what :class:`RunLoop` asks (a model request, a turn of tool calls) and feeds
+  the outcome back; the loop decides everything else.
+- Time limits are cancel scopes: a whole-run ``timeout`` (which, with
+  ``count_wait_in_timeout=False``, is paused while a human is being waited for) and a
+  per-request ``request_timeout``. Cancelling the task that awaits a run cancels the
+  in-flight request and the tool tasks with it.
+- Retries are decided by :class:`RetryPolicy` (pure) and the host's ``on_error``; only this
+  module sleeps between attempts.
+- Every model request, tool execution and run is reported as a metric event; a suspension
+  is reported as pending, never as an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import anyio
+
+from ._errors import ModelError, RunTimeout, TransportError
+from ._executor import Executor, WaitFor
+from ._hooks import Hooks, LlmCall, call_hook
+from ._loop import CallModel, ModelReply, RunLoop, RunTools
+from ._messages import Message
+from ._metrics import Reporter
+from ._model import Model
+from ._results import RunResult
+from ._resume_plan import ResumePlan
+from ._retry import RetryPolicy
+from ._streaming import Sink, StreamText, StreamToolCall, StreamUsage
+from ._toolkit import Toolkit
+
+__all__ = ("Runner",)
+
+log = logging.getLogger("toolnexus_async")
+
+OnError = Callable[[ModelError, int], Any]
+
+
+class _Budget:
+    """A run deadline that stops while someone is waited for (count_wait_in_timeout=False)."""
+
+    __slots__ = ("_paused_at", "_saved", "_scope", "_waiting")
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self._scope = scope
+        self._waiting = 0
+        self._paused_at = 0.0
+        self._saved = math.inf
+
+    def pause(self) -> None:
+        if self._waiting == 0:
+            self._paused_at = anyio.current_time()
+            self._saved = self._scope.deadline
+            self._scope.deadline = math.inf
+        self._waiting += 1
+
+    def resume(self) -> None:
+        self._waiting -= 1
+        if self._waiting == 0:
+            self._scope.deadline = self._saved + (anyio.current_time() - self._paused_at)
+
+
+class Runner:
+    """Drives runs for one client: requests, retries, hooks, limits and metrics."""
+
+    def __init__(
+        self,
+        model: Model,
+        style: str,
+        *,
+        wait_for: WaitFor | None,
+        hooks: Hooks | None,
+        retry: RetryPolicy,
+        on_error: OnError | None,
+        timeout: float | None,
+        request_timeout: float | None,
+        count_wait_in_timeout: bool,
+        report: Reporter,
+    ) -> None:
+        self.model = model
+        self.style = style
+        self.wait_for = wait_for
+        self.hooks = hooks
+        self.retry = retry
+        self.on_error = on_error
+        self.timeout = timeout
+        self.request_timeout = request_timeout
+        self.count_wait_in_timeout = count_wait_in_timeout
+        self._report = report
+        # Set by the client when its wait_for keeps halted runs (an Inbox with a store).
+        self.on_halt: Callable[[RunResult, Toolkit], Awaitable[None]] | None = None
+
+    def execute(
+        self,
+        loop: RunLoop,
+        toolkit: Toolkit,
+        resume: ResumePlan | None = None,
+        sink: Sink | None = None,
+        on_tools_done: Callable[[RunResult], Any] | None = None,
+    ) -> Awaitable[RunResult]:
+        """Run ``loop`` to its end (continuing a halted turn first when ``resume`` is given).
+
+        With ``sink``, the model's replies are streamed and every step is reported to it.
+        Not a coroutine itself: it hands back the driving coroutine, one frame fewer for
+        each of the many runs that may be parked at once.
+        """
+        if self.timeout is None:
+            return self._drive(loop, toolkit, None, resume, sink, on_tools_done)
+        return self._drive_limited(loop, toolkit, resume, sink, on_tools_done, self.timeout)
+
+    async def _drive_limited(
+        self,
+        loop: RunLoop,
+        toolkit: Toolkit,
+        resume: ResumePlan | None,
+        sink: Sink | None,
+        on_tools_done: Callable[[RunResult], Any] | None,
+        limit: float,
+    ) -> RunResult:
+        with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
+            budget = None if self.count_wait_in_timeout else _Budget(scope)
+            return await self._drive(loop, toolkit, budget, resume, sink, on_tools_done)
+        # Only reached when the scope cancelled the run.
+        raise RunTimeout(f"the run took longer than its timeout of {limit} s")
+
+    async def _drive(
+        self,
+        loop: RunLoop,
+        toolkit: Toolkit,
+        budget: _Budget | None,
+        resume: ResumePlan | None,
+        sink: Sink | None,
+        on_tools_done: Callable[[RunResult], Any] | None = None,
+    ) -> RunResult:
+        # One frame for the whole run: it is what a parked run holds while it waits.
+        started = time.perf_counter()
+        status: Literal["done", "pending", "incomplete", "error"] = "error"
+        run_id = loop.run_id
+        executor = Executor(
+            toolkit,
+            self.wait_for,
+            run_id,
+            hooks=self.hooks,
+            budget=budget,
+            on_tool=self._report.tool,
+            on_event=sink,
+        )
+        try:
+            if resume is not None:
+                log.debug("%s: resuming with %d answer(s)", run_id, len(resume.answers))
+                outcomes = await executor.resume(resume.turn, resume.answers, resume.kept)
+                loop.tools_finished(outcomes)
+                if on_tools_done is not None and isinstance(loop.next_action(), CallModel):
+                    # The answered calls have run: from here on, the old state must not be
+                    # resumed again (a durable host learns it here).
+                    await call_hook(on_tools_done, loop.interrupted("resumed"))
+            while True:
+                action = loop.next_action()
+                if isinstance(action, CallModel):
+                    messages, toolkit = await self._before_llm(loop, action.messages, toolkit)
+                    executor.use_toolkit(toolkit)
+                    log.debug("%s: model request %d (%s)", run_id, action.turn, self.model.name)
+                    try:
+                        reply = await self._request(messages, toolkit, sink)
+                    except ModelError as exc:
+                        # The host may retry from here; tools that already ran are not redone.
+                        exc.run = loop.interrupted()
+                        raise
+                    loop.model_replied(reply)
+                    if sink is not None:
+                        sink(StreamUsage(reply.usage))
+                        for call in reply.message.tool_calls:
+                            sink(StreamToolCall(call.id, call.name, call.arguments))
+                    # Not held while the tools run (and maybe park for hours).
+                    del reply, messages
+                elif isinstance(action, RunTools):
+                    log.debug("%s: running %d tool call(s)", run_id, len(action.calls))
+                    loop.tools_finished(await executor.run(action.calls))
+                else:
+                    result = action.result
+                    status = result.status
+                    break
+        finally:
+            self._report.run(status, loop.turns, time.perf_counter() - started, loop.model)
+        log.debug("%s: %s after %d turn(s)", run_id, result.status, result.turns)
+        if status == "pending" and self.on_halt is not None:
+            # A resolver that gave up waiting (an Inbox spilling to its store) keeps the run.
+            await self.on_halt(result, toolkit)
+        return result
+
+    async def _before_llm(
+        self, loop: RunLoop, messages: Any, toolkit: Toolkit
+    ) -> tuple[list[Message], Toolkit]:
+        hooks = self.hooks
+        if hooks is None or hooks.before_llm is None:
+            return messages, toolkit
+        tools = toolkit.tools()
+        # The hook gets its own lists: an in-place edit must show as a change.
+        changed = await call_hook(hooks.before_llm, LlmCall(list(messages), list(tools)))
+        if not isinstance(changed, LlmCall):
+            return messages, toolkit
+        # A replacement holds for the rest of the run: the loop keeps the new transcript
+        # and a toolkit of the new tools executes what the model calls from now on.
+        loop.messages[:] = changed.messages
+        if changed.tools != tools:
+            toolkit = Toolkit(changed.tools)
+        return loop.messages, toolkit
+
+    async def _request(
+        self, messages: list[Message], toolkit: Toolkit, sink: Sink | None
+    ) -> ModelReply:
+        """One model request, retried as the policy and ``on_error`` decide."""
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            streamed: list[str] = []
+            try:
+                reply = await self._attempt(messages, toolkit, sink, streamed)
+            except ModelError as exc:
+                seconds = time.perf_counter() - started
+                self._report.llm(
+                    self.model.name, self.style, "error", seconds, error=type(exc).__name__
+                )
+                verdict = None
+                if self.on_error is not None:
+                    verdict = await call_hook(self.on_error, exc, attempt)
+                delay = self.retry.delay(attempt, exc, verdict=verdict)
+                if delay is None or streamed:
+                    # Text already reached the consumer: a retry would repeat it.
+                    raise
+                log.info("model request failed (%s); retry %d in %.2f s", exc, attempt, delay)
+                await anyio.sleep(delay)
+                continue
+            usage = reply.usage
+            self._report.llm(
+                self.model.name,
+                self.style,
+                "ok",
+                time.perf_counter() - started,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+            )
+            hooks = self.hooks
+            if hooks is not None and hooks.after_llm is not None:
+                await call_hook(hooks.after_llm, reply, reply.raw)
+            return reply
+
+    async def _attempt(
+        self, messages: list[Message], toolkit: Toolkit, sink: Sink | None, streamed: list[str]
+    ) -> ModelReply:
+        limit = self.request_timeout
+        if limit is None or self.model.enforces_timeout:
+            # An HTTP model has the limit in its session: no cancel scope per request.
+            return await self._ask_model(messages, toolkit, sink, streamed)
+        with anyio.move_on_after(limit):
+            return await self._ask_model(messages, toolkit, sink, streamed)
+        raise TransportError(f"the model request took longer than {limit} s")
+
+    async def _ask_model(
+        self, messages: list[Message], toolkit: Toolkit, sink: Sink | None, streamed: list[str]
+    ) -> ModelReply:
+        if sink is None:
+            return await self.model.request(messages, toolkit)
+
+        def on_text(text: str) -> None:
+            streamed.append(text)
+            sink(StreamText(text))
+
+        return await self.model.stream(messages, toolkit, on_text)
