@@ -115,3 +115,31 @@ async def test_demo_eof_on_input_cancels_and_the_run_ends_cleanly(
     assert code == 0
     assert "Booked" not in out
     assert_no_leaks()
+
+
+def test_serve_needs_a_model_with_a_base_url(capsys, monkeypatch):
+    """--base-url without --model (or TOOLNEXUS_MODEL) is refused before anything starts."""
+    monkeypatch.delenv("TOOLNEXUS_MODEL", raising=False)
+    assert main(["serve", "--base-url", "http://127.0.0.1:9/v1"]) == 2
+    assert "--model" in capsys.readouterr().err
+
+
+def test_serve_runs_the_demo_app_with_the_given_flags(monkeypatch, tmp_path):
+    """serve builds the demo app and hands host and port to aiohttp."""
+    from aiohttp import web
+
+    seen: dict[str, object] = {}
+
+    def fake_run_app(app: web.Application, **kwargs: object) -> None:
+        seen["app"] = app
+        seen.update(kwargs)
+
+    monkeypatch.setattr(web, "run_app", fake_run_app)
+    store = tmp_path / "runs.sqlite"
+    code = main(
+        ["serve", "--host", "127.0.0.2", "--port", "9999", "--store", str(store),
+         "--park-timeout", "7"]
+    )  # fmt: skip
+    assert code == 0
+    assert seen["host"] == "127.0.0.2" and seen["port"] == 9999
+    assert isinstance(seen["app"], web.Application)

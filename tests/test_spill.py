@@ -17,6 +17,7 @@ from toolnexus_async import (
     Message,
     Request,
     RunResult,
+    StoreError,
     ToolContext,
     Toolkit,
     ToolResult,
@@ -177,3 +178,38 @@ async def test_a_wait_for_may_raise_haltrun_to_halt_the_run():
     assert result.status == "pending"
     assert result.pending is not None and result.pending.kind == "approval"
     assert pay.answers == []
+
+
+async def test_a_store_failure_on_claim_keeps_the_request_answerable():
+    """A claim that fails with a store error neither crashes the inbox nor loses the run:
+    the next answer to the same request resumes it."""
+    store = MemoryRunStore()
+    results: list[RunResult] = []
+    failures = [StoreError("database is locked")]
+
+    class Flaky(MemoryRunStore):
+        async def save(self, run: RunResult) -> None:
+            await store.save(run)
+
+        async def claim(self, request_id: str) -> RunResult:
+            if failures:
+                raise failures.pop()
+            return await store.claim(request_id)
+
+    async def on_result(result: RunResult) -> None:
+        results.append(result)
+
+    pay = Pay()
+    inbox = Inbox(park_timeout=0.02, store=Flaky(), on_result=on_result)
+    with anyio.fail_after(5):
+        async with inbox, LlmClient.in_process(model, wait_for=inbox) as client:
+            halted = await client.run("pay", pay.toolkit)
+            assert halted.pending is not None
+            inbox.answer(Answer(halted.pending.id, True))
+            await wait_until(
+                lambda: halted.pending is not None and halted.pending.id in inbox._spilled
+            )
+            inbox.answer(Answer(halted.pending.id, True))
+            await wait_until(lambda: bool(results))
+    assert results[0].text == "result: paid"
+    assert pay.answers == [halted.pending.id]

@@ -7,6 +7,7 @@ this file narrates each step and asks the person at the terminal when a tool sus
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -162,6 +163,31 @@ async def run_demo(*, assume_yes: bool, prompt: str, out: TextIO | None = None) 
     return 0 if result.status == "done" else 1
 
 
+def run_serve(args: argparse.Namespace) -> int:
+    """``toolnexus-async serve``: the approval inbox on the demo model or a real endpoint."""
+    from aiohttp import web
+
+    from .serve import ServeInbox, serve_demo_app
+
+    url_env = "ANTHROPIC_BASE_URL" if args.style == "anthropic" else "OPENAI_BASE_URL"
+    base_url = args.base_url or os.environ.get(url_env)
+    model = args.model or os.environ.get("TOOLNEXUS_MODEL")
+    make_client = None
+    if base_url:
+        if not model:
+            print("--model (or TOOLNEXUS_MODEL) is needed with --base-url", file=sys.stderr)
+            return 2
+
+        def make_client(inbox: ServeInbox) -> LlmClient:
+            return LlmClient(base_url, style=args.style, model=model, wait_for=inbox)
+
+    app = serve_demo_app(args.store, make_client=make_client, park_timeout=args.park_timeout)
+    which = f"{args.style} model {model} at {base_url}" if base_url else "the demo model"
+    print(f"toolnexus-async serve: {which}; halted runs kept in {args.store}")
+    web.run_app(app, host=args.host, port=args.port, print=print)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="toolnexus-async",
@@ -177,8 +203,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--yes", action="store_true", help="answer every request for you (scripts, CI)"
     )
     demo.add_argument("--prompt", default=DEMO_PROMPT, help="what to ask the agent")
+    serve = commands.add_parser(
+        "serve",
+        help="the approval inbox: start runs over HTTP, answer them from a web page",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve.add_argument(
+        "--store",
+        default="toolnexus-runs.sqlite",
+        help="SQLite file for halted runs (default ./toolnexus-runs.sqlite)",
+    )
+    serve.add_argument(
+        "--park-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a run waits in memory before it is saved to the store (default 300)",
+    )
+    serve.add_argument(
+        "--base-url", help="an OpenAI- or Anthropic-style endpoint instead of the demo model"
+    )
+    serve.add_argument("--style", choices=("openai", "anthropic"), default="openai")
+    serve.add_argument("--model", help="the model name at --base-url")
     args = parser.parse_args(argv)
     try:
+        if args.command == "serve":
+            return run_serve(args)
         return anyio.run(lambda: run_demo(assume_yes=args.yes, prompt=args.prompt))
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

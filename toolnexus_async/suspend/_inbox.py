@@ -386,6 +386,13 @@ class Inbox:
         except AnswerError as exc:
             log.warning("could not resume spilled request %s: %s", answer.id, exc)
             return
+        except Exception:
+            # The store failed (an unreadable row, a locked file): the run is still there,
+            # so the request stays answerable; the inbox's other runs go on.
+            log.exception("could not claim spilled request %s from the store", answer.id)
+            entry = self._spilled.setdefault(answer.id, _Spilled())
+            entry.client, entry.toolkit = client, toolkit
+            return
         for record in halted.suspended:
             if record.request is not None:
                 self._spilled.pop(record.request.id, None)

@@ -1,0 +1,702 @@
+"""The approval-inbox HTTP API: every route and status, the event stream, spilling.
+
+Each test serves an app on 127.0.0.1 with aiohttp's ``TestServer`` and talks to it over
+HTTP. Nothing sleeps to synchronise: a test waits for the event that says what it needs
+(on ``/events``), under ``anyio.fail_after``. Closing the client shuts the app down, and
+the test then demands that no task or future is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from tests.conftest import assert_no_leaks
+from toolnexus_async import (
+    AssistantMessage,
+    LlmClient,
+    MemoryRunStore,
+    Request,
+    RunResult,
+    StoreError,
+    ToolCall,
+    ToolContext,
+    Toolkit,
+    ToolResult,
+    ToolReturn,
+    UsageError,
+    define_tool,
+)
+from toolnexus_async.serve import ServeInbox, create_app, demo_client, serve_demo_tools
+from toolnexus_async.serve import _app as serve_app
+from toolnexus_async.serve import _events as serve_events
+from toolnexus_async.serve._app import SERVE
+from toolnexus_async.serve._events import EventBus
+from toolnexus_async.serve._runs import RunBook
+
+LIMIT = 10  # seconds any one test may take
+
+
+class Events:
+    """The server-sent events of one ``GET /events`` response, read one at a time."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.response = response
+        self.comments: list[str] = []
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def next(self) -> tuple[str, dict[str, Any]]:
+        name, data = "", ""
+        while True:
+            line = (await self.response.content.readline()).decode()
+            assert line, "the event stream ended"
+            line = line.rstrip("\n")
+            if line.startswith(":"):
+                self.comments.append(line)
+            elif line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                data = line.removeprefix("data: ")
+            elif line == "" and name:
+                event = (name, json.loads(data))
+                self.seen.append(event)
+                return event
+
+    async def until(self, name: str, **match: Any) -> dict[str, Any]:
+        """The next event called ``name`` whose data has the items in ``match``."""
+        while True:
+            got, data = await self.next()
+            if got == name and all(data.get(k) == v for k, v in match.items()):
+                return data
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[TestClient[web.Request, web.Application]]:
+    async with TestClient(TestServer(app)) as http:
+        yield http
+    assert_no_leaks()
+
+
+@asynccontextmanager
+async def events(http: TestClient[web.Request, web.Application]) -> AsyncIterator[Events]:
+    async with http.get("/events") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "text/event-stream"
+        yield Events(response)
+
+
+def demo_app(store: Any = None, **kwargs: Any) -> web.Application:
+    """The serve demo on a memory store (the toolkit is closed by the test's own scope)."""
+    toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools())
+    return create_app(
+        make_client=demo_client,
+        toolkit=toolkit,
+        store=store if store is not None else MemoryRunStore(),
+        **kwargs,
+    )
+
+
+async def post(http: Any, path: str, body: Any) -> tuple[int, Any]:
+    async with http.post(path, json=body) as response:
+        return response.status, await response.json()
+
+
+async def answer_demo(http: Any, stream: Events, run_id: str) -> dict[str, Any]:
+    """Answer the demo's three requests for ``run_id`` (log in, choose, approve); its done."""
+    answers = [
+        {"ok": True},
+        {"ok": True, "data": {"answers": ["Sakura", "4"]}},
+        {"ok": True},
+    ]
+    for body in answers:
+        pending = await stream.until("pending", run_id=run_id)
+        assert await post(http, f"/requests/{pending['request']['id']}/answer", body) == (
+            200,
+            {"id": pending["request"]["id"], "ok": True},
+        )
+    return await stream.until("done", run_id=run_id)
+
+
+async def test_a_run_is_started_answered_and_finished_over_http():
+    """POST /runs, see each request on /events, answer it, see done; GET /runs/{id} agrees."""
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http, events(http) as stream:
+            status, started = await post(http, "/runs", {"prompt": "Dinner for my team"})
+            assert status == 202 and started["status"] == "running"
+            run_id = started["id"]
+            assert await stream.until("run_started") == {
+                "run_id": run_id,
+                "prompt": "Dinner for my team",
+            }
+            login = await stream.until("pending", run_id=run_id)
+            assert login["request"]["kind"] == "authorization"
+            assert login["request"]["url"].startswith("https://")
+            async with http.get(f"/runs/{run_id}") as reply:
+                assert (await reply.json())["status"] == "pending"
+
+            done = await answer_demo_from(http, stream, run_id, login)
+            assert done["status"] == "done"
+            assert "Sakura for 4" in done["text"]
+
+            async with http.get(f"/runs/{run_id}") as reply:
+                assert reply.status == 200
+                assert await reply.json() == {
+                    "id": run_id,
+                    "status": "done",
+                    "prompt": "Dinner for my team",
+                    "text": done["text"],
+                    "error": None,
+                }
+            names = [name for name, _ in stream.seen]
+            assert names.count("tool_call") == names.count("tool_result") == 3
+            assert names.count("answered") == 3
+            # A step is reported before the request it raised.
+            first_call = next(d for n, d in stream.seen if n == "tool_call")
+            assert first_call == {
+                "run_id": run_id,
+                "id": "serve_demo_1",
+                "name": "check_login",
+                "arguments": {},
+            }
+            assert names.index("tool_call") < names.index("pending")
+            async with http.get("/requests") as reply:
+                assert await reply.json() == {"requests": []}
+
+
+async def answer_demo_from(
+    http: Any, stream: Events, run_id: str, login: dict[str, Any]
+) -> dict[str, Any]:
+    """:func:`answer_demo` when the login request was read already."""
+    request_id = login["request"]["id"]
+    assert await post(http, f"/requests/{request_id}/answer", {"ok": True}) == (
+        200,
+        {"id": request_id, "ok": True},
+    )
+    assert await stream.until("answered", request_id=request_id) == {
+        "request_id": request_id,
+        "ok": True,
+    }
+    for body in ({"ok": True, "data": {"answers": ["Sakura", "4"]}}, {"ok": True}):
+        pending = await stream.until("pending", run_id=run_id)
+        status, _ = await post(http, f"/requests/{pending['request']['id']}/answer", body)
+        assert status == 200
+    return await stream.until("done", run_id=run_id)
+
+
+async def test_runs_are_listed_newest_first_and_unknown_ids_are_404():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http, events(http) as stream:
+            ids = []
+            for prompt in ("first", "second"):
+                ids.append((await post(http, "/runs", {"prompt": prompt}))[1]["id"])
+                await stream.until("pending", run_id=ids[-1])
+            async with http.get("/runs") as reply:
+                listed = (await reply.json())["runs"]
+            assert [(r["id"], r["prompt"], r["status"]) for r in listed] == [
+                (ids[1], "second", "pending"),
+                (ids[0], "first", "pending"),
+            ]
+            assert all(r["text"] is None and r["error"] is None for r in listed)
+            async with http.get("/runs/run_nope") as reply:
+                assert reply.status == 404
+                assert "run_nope" in (await reply.json())["error"]
+            async with http.get("/requests") as reply:
+                requests = (await reply.json())["requests"]
+            assert [(r["run_id"], r["kind"]) for r in requests] == [
+                (ids[0], "authorization"),
+                (ids[1], "authorization"),
+            ]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b"{}", "'prompt' must be a string"),
+        (b'{"prompt": 3}', "'prompt' must be a string"),
+        (b'{"prompt": ""}', "must not be empty"),
+        (b'{"prompt": "  \\n "}', "must not be empty"),
+        (json.dumps({"prompt": "x" * 10_001}).encode(), "longer than 10000"),
+        (b'{"prompt": "hi", "model": "gpt"}', "unknown key(s) 'model'"),
+        (b"\xff\xfe", "not valid JSON"),
+    ],
+)
+async def test_a_malformed_run_is_422(body, message):
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            headers = {"Content-Type": "application/json"}
+            async with http.post("/runs", data=body, headers=headers) as reply:
+                assert reply.status == 422
+                assert message in (await reply.json())["error"]
+            async with http.get("/runs") as reply:
+                assert await reply.json() == {"runs": []}
+
+
+async def test_a_run_of_exactly_the_longest_prompt_is_accepted():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            assert (await post(http, "/runs", {"prompt": "é" * 10_000}))[0] == 202
+
+
+async def test_bodies_over_max_body_are_413_and_non_json_bodies_415():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(max_body=1024)) as http:
+            big = {"prompt": "x" * 2000}
+            async with http.post("/runs", json=big) as reply:  # Content-Length says it
+                assert reply.status == 413
+                assert "1024 bytes" in (await reply.json())["error"]
+
+            async def chunks() -> AsyncIterator[bytes]:
+                yield json.dumps(big).encode()
+
+            headers = {"Content-Type": "application/json"}
+            async with http.post("/runs", data=chunks(), headers=headers) as reply:
+                assert reply.status == 413  # no length given: counted while read
+                assert "error" in await reply.json()
+
+            async with http.post("/runs", data='{"prompt": "hi"}') as reply:  # text/plain
+                assert reply.status == 415
+                assert "application/json" in (await reply.json())["error"]
+            async with http.post("/requests/r1/answer", data=b'{"ok": true}') as reply:
+                assert reply.status == 415
+            async with http.get("/runs") as reply:
+                assert await reply.json() == {"runs": []}
+
+
+async def test_unknown_routes_and_methods_answer_json_errors():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            async with http.get("/nowhere") as reply:
+                assert reply.status == 404 and "error" in await reply.json()
+            async with http.delete("/runs") as reply:
+                assert reply.status == 405 and "error" in await reply.json()
+                assert "POST" in reply.headers["Allow"]
+
+
+async def test_answers_404_409_422_and_200():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http, events(http) as stream:
+            run_id = (await post(http, "/runs", {"prompt": "go"}))[1]["id"]
+            request_id = (await stream.until("pending", run_id=run_id))["request"]["id"]
+            path = f"/requests/{request_id}/answer"
+
+            assert (await post(http, "/requests/req_nobody/answer", {"ok": True}))[0] == 404
+            for bad, message in [
+                ({"ok": "yes"}, "'ok' must be bool"),
+                ({}, "missing 'ok'"),
+                ({"ok": True, "reason": "declined"}, "ok=True carries no reason"),
+                ({"ok": False, "reason": "bored"}, "'reason' must be one of"),
+                ({"ok": True, "data": [1]}, "'data' must be dict"),
+                ({"ok": True, "id": "req_other"}, "the body names request 'req_other'"),
+                ({"ok": True, "extra": 1}, "unknown key(s) 'extra'"),
+                ([True], "must be a JSON object"),
+            ]:
+                status, error = await post(http, path, bad)
+                assert (status, message in error["error"]) == (422, True), (bad, error)
+            async with http.post(
+                path, data=b"{oops", headers={"Content-Type": "application/json"}
+            ) as r:
+                assert r.status == 422
+            async with http.get("/requests") as reply:  # nothing above changed anything
+                assert [r["id"] for r in (await reply.json())["requests"]] == [request_id]
+
+            body = {"id": request_id, "ok": False, "reason": "declined"}
+            assert await post(http, path, body) == (200, {"id": request_id, "ok": False})
+            assert (await post(http, path, {"ok": True}))[0] == 409  # answered already
+            done = await stream.until("done", run_id=run_id)
+            assert done["status"] == "done" and "not logged in" in done["text"]
+
+
+def expiring_tool(seconds: float) -> Any:
+    @define_tool(name="pay")
+    async def pay(ctx: ToolContext | None = None) -> ToolResult:
+        """Pay; the approval expires soon."""
+        if ctx is None or ctx.answer is None:
+            expires = (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+            return ToolResult.pending(Request("", "approval", "Pay?", expires_at=expires))
+        return ToolResult.ok("paid")
+
+    return pay
+
+
+def call_then_echo(name: str) -> Any:
+    """A model that calls ``name`` once, then answers with the last tool output."""
+
+    def model(messages: list[Any], tools: list[Any]) -> AssistantMessage:
+        returns = [m for m in messages if isinstance(m, ToolReturn)]
+        if not returns:
+            return AssistantMessage(None, (ToolCall("call_1", name, {}),))
+        return AssistantMessage(returns[-1].output)
+
+    return model
+
+
+def app_with(
+    model: Any, tools: list[Any], store: Any = None, max_turns: int = 10, **kwargs: Any
+) -> web.Application:
+    def make_client(inbox: ServeInbox) -> LlmClient:
+        return LlmClient.in_process(model, wait_for=inbox, max_turns=max_turns)
+
+    return create_app(
+        make_client=make_client,
+        toolkit=Toolkit.create(builtins=False, extra_tools=tools),
+        store=store if store is not None else MemoryRunStore(),
+        **kwargs,
+    )
+
+
+async def test_an_expired_request_is_announced_and_then_409():
+    with anyio.fail_after(LIMIT):
+        app = app_with(call_then_echo("pay"), [expiring_tool(0.05)])
+        async with serving(app) as http, events(http) as stream:
+            run_id = (await post(http, "/runs", {"prompt": "pay"}))[1]["id"]
+            request_id = (await stream.until("pending", run_id=run_id))["request"]["id"]
+            assert await stream.until("answered", request_id=request_id) == {
+                "request_id": request_id,
+                "ok": False,
+                "reason": "expired",
+            }
+            status, error = await post(http, f"/requests/{request_id}/answer", {"ok": True})
+            assert status == 409 and "expired" in error["error"]
+            done = await stream.until("done", run_id=run_id)
+            assert done["text"] == "declined/expired: Pay?"
+
+
+async def test_a_failing_run_is_error_and_a_limited_one_incomplete():
+    def broken(messages: list[Any], tools: list[Any]) -> AssistantMessage:
+        raise RuntimeError("the model fell over")
+
+    with anyio.fail_after(LIMIT):
+        async with serving(app_with(broken, [])) as http, events(http) as stream:
+            run_id = (await post(http, "/runs", {"prompt": "hi"}))[1]["id"]
+            failed = await stream.until("error", run_id=run_id)
+            assert "the model fell over" in failed["message"]
+            async with http.get(f"/runs/{run_id}") as reply:
+                run = await reply.json()
+            assert (run["status"], run["error"], run["text"]) == ("error", failed["message"], None)
+
+    @define_tool
+    async def noop() -> str:
+        """Does nothing."""
+        return "nothing"
+
+    def forever(messages: list[Any], tools: list[Any]) -> AssistantMessage:
+        return AssistantMessage("again", (ToolCall(f"c{len(messages)}", "noop", {}),))
+
+    with anyio.fail_after(LIMIT):
+        async with serving(app_with(forever, [noop], max_turns=2)) as http, events(http) as stream:
+            run_id = (await post(http, "/runs", {"prompt": "loop"}))[1]["id"]
+            done = await stream.until("done", run_id=run_id)
+            assert done["status"] == "incomplete"
+            async with http.get(f"/runs/{run_id}") as reply:
+                assert (await reply.json())["status"] == "incomplete"
+
+
+class WatchedStore(MemoryRunStore):
+    """A memory store that says when a run was saved (spilled)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: list[RunResult] = []
+        self.changed = anyio.Event()
+
+    async def save(self, run: RunResult) -> None:
+        await super().save(run)
+        self.saved.append(run)
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+async def test_a_spilled_run_is_listed_and_resumes_when_answered_over_http():
+    """park_timeout passes: the run goes to the store, stays listed, and an answer over HTTP
+    resumes it; the requests of the resumed run (which has no stream) still show up."""
+    store = WatchedStore()
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(store, park_timeout=0.05)) as http, events(http) as stream:
+            run_id = (await post(http, "/runs", {"prompt": "slow"}))[1]["id"]
+            login = (await stream.until("pending", run_id=run_id))["request"]
+            while not store.saved:
+                await store.changed.wait()
+            assert [r.run_id for r in store.saved] == [run_id]
+            async with http.get("/requests") as reply:
+                assert (await reply.json())["requests"] == [{**login, "run_id": run_id}]
+            async with http.get(f"/runs/{run_id}") as reply:
+                assert (await reply.json())["status"] == "pending"
+
+            done = await answer_demo_from(http, stream, run_id, {"request": login})
+            assert done["status"] == "done" and "Sakura for 4" in done["text"]
+            async with http.get(f"/runs/{run_id}") as reply:
+                run = await reply.json()
+            assert (run["status"], run["text"]) == ("done", done["text"])
+            assert len(store) == 0
+
+
+async def test_the_event_stream_sends_keep_alive_comments(monkeypatch):
+    monkeypatch.setattr(serve_events, "KEEPALIVE_SECONDS", 0.01)
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http, events(http) as stream:
+            while ": keep-alive" not in stream.comments:
+                line = (await stream.response.content.readline()).decode().rstrip("\n")
+                if line.startswith(":"):
+                    stream.comments.append(line)
+            assert stream.comments[0] == ": connected"
+
+
+async def test_a_subscriber_that_never_reads_is_dropped_and_runs_go_on(monkeypatch):
+    """A client that opens /events and never reads: once its buffer is full it is dropped
+    and disconnected; runs keep starting and parking, and a reading subscriber sees all."""
+    monkeypatch.setattr(serve_events, "SUBSCRIBER_BUFFER", 16)
+    app = demo_app()
+    bus = app[SERVE].bus
+    parked: set[str] = set()
+    progress = anyio.Event()
+
+    async def read_all(stream: Events) -> None:
+        nonlocal progress
+        while True:
+            name, data = await stream.next()
+            if name == "pending":
+                parked.add(data["run_id"])
+                progress.set()
+                progress = anyio.Event()
+
+    with anyio.fail_after(30):
+        async with serving(app) as http:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # fills up quickly
+            sock.setblocking(False)
+            address = (http.server.host, http.server.port)
+            await asyncio.get_running_loop().sock_connect(sock, address)
+            reader, writer = await asyncio.open_connection(sock=sock)
+            try:
+                writer.write(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                await writer.drain()
+                assert await reader.readuntil(b": connected\n\n")  # subscribed; now never read
+                async with events(http) as stream, anyio.create_task_group() as tg:
+                    tg.start_soon(read_all, stream)
+                    assert len(bus) == 2
+                    started: list[str] = []
+                    while bus.dropped == 0:  # big events fill the socket buffers, then the queue
+                        status, run = await post(http, "/runs", {"prompt": "x" * 10_000})
+                        assert status == 202
+                        started.append(run["id"])
+                    assert len(bus) == 1  # only the slow one was dropped
+                    while not parked >= set(started):
+                        await progress.wait()
+                    tg.cancel_scope.cancel()
+                async with http.get("/runs") as reply:
+                    runs = (await reply.json())["runs"]
+                assert [r["id"] for r in runs] == started[::-1]
+                assert {r["status"] for r in runs} == {"pending"}
+                # The dropped client finds its connection closed after what was sent.
+                try:
+                    while await reader.read(1 << 16):
+                        pass
+                except ConnectionResetError:
+                    pass
+            finally:
+                writer.close()
+                try:
+                    await writer.wait_closed()
+                except ConnectionResetError:
+                    pass
+
+
+async def test_the_bus_drops_a_full_subscriber_without_blocking_and_ends_the_rest():
+    bus = serve_events.EventBus(buffer=2)
+    slow, idle = bus.subscribe(), bus.subscribe()
+    for n in range(2):
+        bus.publish("tick", {"n": n})
+    assert await idle.receive.receive() == b'event: tick\ndata: {"n":0}\n\n'
+    bus.publish("tick", {"n": 2})  # slow is full: dropped, idle had room
+    assert (len(bus), bus.dropped, slow.dropped, idle.dropped) == (1, 1, True, False)
+    assert slow.scope.cancel_called
+    bus.close()
+    assert [await idle.receive.receive() for _ in range(2)] == [
+        b'event: tick\ndata: {"n":1}\n\n',
+        b'event: tick\ndata: {"n":2}\n\n',
+    ]
+    with pytest.raises(anyio.EndOfStream):
+        await idle.receive.receive()
+    late = bus.subscribe()  # after close: an empty stream
+    with pytest.raises(anyio.EndOfStream):
+        await late.receive.receive()
+    bus.publish("tick", {"n": 3})  # nobody left: a no-op
+    for sub in (slow, idle, late):
+        sub.receive.close()
+
+
+async def test_shutdown_ends_open_event_streams():
+    """A browser tab left open must not hold the shutdown up (aiohttp would wait 60 s)."""
+    with anyio.fail_after(LIMIT):
+        async with aiohttp.ClientSession() as session:
+            server = TestServer(demo_app())
+            await server.start_server()
+            async with session.get(server.make_url("/events")) as response:
+                assert await response.content.readline() == b": connected\n"
+                await server.close()
+                assert await response.content.read() == b"\n"  # the end of the stream
+        assert_no_leaks()
+
+
+async def test_metrics_are_prometheus_text():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http, events(http) as stream:
+            run_id = (await post(http, "/runs", {"prompt": "count me"}))[1]["id"]
+            await stream.until("pending", run_id=run_id)
+            async with http.get("/metrics") as reply:
+                assert reply.status == 200
+                assert reply.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+                text = await reply.text()
+            assert "# TYPE toolnexus_llm_requests_total counter" in text
+            assert 'toolnexus_llm_requests_total{model="serve-demo",status="ok"} 1' in text
+            assert 'toolnexus_tool_calls_total{tool="check_login"' in text
+
+
+async def test_openapi_json_describes_every_route():
+    app = demo_app()
+    routes = {
+        (route.resource.canonical, route.method.lower())
+        for route in app.router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    }
+    with anyio.fail_after(LIMIT):
+        async with serving(app) as http:
+            async with http.get("/openapi.json") as reply:
+                assert reply.status == 200
+                assert reply.headers["Content-Type"].startswith("application/json")
+                spec = await reply.json()
+    assert spec["openapi"].startswith("3.1")
+    described = {
+        (path, method)
+        for path, item in spec["paths"].items()
+        for method in item
+        if method in ("get", "post", "put", "patch", "delete")
+    }
+    assert described == routes
+    statuses = {
+        (path, method): set(op["responses"])
+        for path, item in spec["paths"].items()
+        for method, op in item.items()
+        if method in ("get", "post")
+    }
+    assert statuses[("/runs", "post")] >= {"202", "413", "415", "422"}
+    assert statuses[("/requests/{id}/answer", "post")] >= {"200", "404", "409", "413", "422"}
+    assert statuses[("/runs/{id}", "get")] == {"200", "404"}
+    schemas = spec["components"]["schemas"]
+    refs = json.dumps(spec).count('"$ref"')
+    assert refs and all(ref.removeprefix("#/components/schemas/") in schemas for ref in _refs(spec))
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == "$ref"] + [
+            r for v in node.values() for r in _refs(v)
+        ]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
+
+
+async def test_the_page_and_its_files_are_served_and_nothing_else(monkeypatch, tmp_path: Path):
+    static = tmp_path / "static"
+    static.mkdir()
+    (static / "index.html").write_text("<!doctype html><title>inbox</title>")
+    (static / "app.js").write_text("console.log('hi');")
+    (static / ".secret").write_text("no")
+    (tmp_path / "outside.txt").write_text("no")
+    monkeypatch.setattr(serve_app, "STATIC_DIR", static)
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            async with http.get("/") as reply:
+                assert reply.status == 200
+                assert reply.content_type == "text/html"
+                assert "<title>inbox</title>" in await reply.text()
+            async with http.get("/static/app.js") as reply:
+                assert reply.status == 200
+                assert reply.content_type in ("text/javascript", "application/javascript")
+            for path in (
+                "/static/missing.css",
+                "/static/.secret",
+                "/static/..%2Foutside.txt",
+                "/static/%2e%2e%2foutside.txt",
+                "/static/../outside.txt",
+                "/static/",
+                "/outside.txt",
+            ):
+                async with http.get(path) as reply:
+                    assert reply.status == 404, path
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setattr(serve_app, "STATIC_DIR", empty)
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            async with http.get("/") as reply:
+                assert reply.status == 404
+
+
+async def test_the_client_must_park_in_the_apps_inbox():
+    def stray(inbox: ServeInbox) -> LlmClient:
+        return demo_client(ServeInbox(RunBook(EventBus()), MemoryRunStore(), 1.0))
+
+    app = create_app(
+        make_client=stray,
+        toolkit=Toolkit.create(builtins=False, extra_tools=serve_demo_tools()),
+        store=MemoryRunStore(),
+    )
+    with anyio.fail_after(LIMIT):
+        server = TestServer(app)
+        with pytest.raises(UsageError, match="wait_for"):
+            await server.start_server()
+        await server.close()
+    with pytest.raises(UsageError):
+        demo_app(park_timeout=0)
+    with pytest.raises(UsageError):
+        demo_app(max_body=0)
+
+
+class BreakableStore(WatchedStore):
+    """A memory store whose saved runs can be made unreadable, as a damaged file's are."""
+
+    broken = False
+
+    async def load(self, request_id: str) -> RunResult:
+        if self.broken:
+            raise StoreError(f"stored run of {request_id!r} cannot be read")
+        return await super().load(request_id)
+
+    async def claim(self, request_id: str) -> RunResult:
+        if self.broken:
+            raise StoreError(f"stored run of {request_id!r} cannot be read")
+        return await super().claim(request_id)
+
+
+async def test_answering_an_unreadable_saved_run_is_500_and_the_server_goes_on():
+    store = BreakableStore()
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(store, park_timeout=0.05)) as http, events(http) as stream:
+            run_id = (await post(http, "/runs", {"prompt": "doomed"}))[1]["id"]
+            login = (await stream.until("pending", run_id=run_id))["request"]
+            while not store.saved:
+                await store.changed.wait()
+            store.broken = True
+            status, error = await post(http, f"/requests/{login['id']}/answer", {"ok": True})
+            assert status == 500 and "cannot be read" in error["error"]
+
+            store.broken = False  # repaired: the run is still there, and answerable
+            done = await answer_demo_from(http, stream, run_id, {"request": login})
+            assert done["status"] == "done"

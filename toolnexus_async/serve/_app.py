@@ -1,0 +1,367 @@
+"""``create_app``: the approval inbox as an aiohttp application (routes, validation, lifespan).
+
+Rules of this module:
+
+- Handlers validate, then act, then answer; they never await a run. A run is started in the
+  app's task group and reports through the :class:`RunBook` and the event bus.
+- Every background task (runs, resumes of spilled runs) lives in one anyio task group,
+  opened by the app's cleanup context on startup and closed on shutdown: parked runs are
+  saved to the store first, then whatever still runs is cancelled. Nothing is left behind.
+  Startup and shutdown must therefore happen in the same task, as ``web.run_app``,
+  ``AppRunner`` and aiohttp's ``TestClient`` do.
+- Every error is JSON ``{"error": "..."}`` with the status the API documents; bodies are
+  read only up to ``max_body`` bytes and must be JSON (``Content-Type: application/json``,
+  which also keeps other web sites from posting here through a visitor's browser).
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+from aiohttp import web
+from anyio.abc import TaskGroup
+
+from .._client import LlmClient
+from .._errors import (
+    AlreadyAnswered,
+    AlreadyResumed,
+    RequestExpired,
+    StoreError,
+    UnknownRequest,
+    UsageError,
+)
+from .._toolkit import Toolkit
+from .._types import Answer
+from ..durable import RunStore
+from ._events import EventBus, stream_events
+from ._runs import CURRENT_RUN, RunBook, ServeInbox, drive, load_stored
+
+__all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
+
+MakeClient = Callable[[ServeInbox], LlmClient]
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+OPENAPI = STATIC_DIR.parent / "openapi.json"
+
+MAX_PROMPT = 10_000
+REASONS = ("declined", "cancelled", "expired")
+# Seconds a shutdown waits, after the last busy run ended, for the others to park (and be
+# saved) or end; then they are cancelled.
+SHUTDOWN_GRACE = 10.0
+
+_STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+_METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_TOO_LARGE = "the request body is larger than {} bytes"
+
+
+@attrs.define
+class _Serve:
+    """The app's live state; the task group and client exist between startup and shutdown."""
+
+    make_client: MakeClient
+    toolkit: Toolkit
+    store: RunStore
+    park_timeout: float
+    max_body: int
+    static: Path
+    bus: EventBus
+    book: RunBook
+    client: LlmClient | None = None
+    inbox: ServeInbox | None = None
+    tg: TaskGroup | None = None
+    closing: bool = False
+
+
+SERVE = web.AppKey("toolnexus_serve", _Serve)
+
+
+def create_app(
+    *,
+    make_client: MakeClient,
+    toolkit: Toolkit,
+    store: RunStore,
+    park_timeout: float = 300.0,
+    max_body: int = 64 * 1024,
+) -> web.Application:
+    """The approval-inbox web application.
+
+    Args:
+        make_client: called once at startup with the app's inbox; returns the
+            :class:`LlmClient` that runs the prompts, created with ``wait_for=inbox``
+            (else startup fails with :class:`UsageError`). The app closes it on shutdown.
+        toolkit: the tools of every run (the caller keeps it open while the app runs).
+        store: where runs parked longer than ``park_timeout`` seconds, and every parked
+            run at shutdown, are saved; at startup the runs found there become answerable.
+            The caller opens and closes it.
+        park_timeout: seconds a run waits in memory before it is spilled to ``store``.
+        max_body: the largest request body accepted, in bytes (413 above it).
+    """
+    if park_timeout <= 0:
+        raise UsageError(f"park_timeout must be > 0 seconds, got {park_timeout}")
+    if max_body < 1:
+        raise UsageError(f"max_body must be at least 1 byte, got {max_body}")
+    app = web.Application(client_max_size=max_body, middlewares=[json_errors])
+    bus = EventBus()
+    app[SERVE] = _Serve(
+        make_client, toolkit, store, park_timeout, max_body, STATIC_DIR, bus, RunBook(bus)
+    )
+    app.cleanup_ctx.append(_lifespan)
+    app.on_shutdown.append(_stop_accepting)
+    app.router.add_post("/runs", post_run)
+    app.router.add_get("/runs", list_runs)
+    app.router.add_get("/runs/{id}", get_run)
+    app.router.add_get("/requests", list_requests)
+    app.router.add_post("/requests/{id}/answer", post_answer)
+    app.router.add_get("/events", events)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/", index)
+    app.router.add_get("/static/{name}", static)
+    return app
+
+
+async def _lifespan(app: web.Application) -> AsyncIterator[None]:
+    serve = app[SERVE]
+    inbox = ServeInbox(serve.book, serve.store, serve.park_timeout)
+    client = serve.make_client(inbox)
+    if client.wait_for is not inbox:
+        await client.aclose()
+        raise UsageError("make_client must create the LlmClient with wait_for=<the inbox given>")
+    # The client is closed outside the task group, whose cancellation would cut its close.
+    async with client:
+        async with anyio.create_task_group() as tg, inbox:
+            await load_stored(serve.book, serve.store)
+            await inbox.restore(client, serve.toolkit)
+            serve.client, serve.inbox, serve.tg = client, inbox, tg
+            try:
+                yield
+            finally:
+                serve.closing = True
+                serve.bus.close()
+                inbox.halt_all()  # parked runs halt and are saved to the store
+                await serve.book.settle(SHUTDOWN_GRACE)
+                tg.cancel_scope.cancel()
+                serve.tg = None
+
+
+async def _stop_accepting(app: web.Application) -> None:
+    # Before aiohttp waits for open handlers: event streams would otherwise hold it up.
+    serve = app[SERVE]
+    serve.closing = True
+    serve.bus.close()
+
+
+# -- errors and bodies -------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """A refusal with its HTTP status; the middleware turns it into ``{"error": ...}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@web.middleware
+async def json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every error the API returns is JSON, aiohttp's own (404, 405, 413) included."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return web.json_response({"error": str(exc)}, status=exc.status)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        message = _TOO_LARGE.format(request.app[SERVE].max_body) if exc.status == 413 else None
+        return web.json_response(
+            {"error": message or exc.reason}, status=exc.status, headers=headers
+        )
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object, or the right refusal (413, 415, 422)."""
+    serve = request.app[SERVE]
+    if request.content_length is not None and request.content_length > serve.max_body:
+        raise ApiError(413, _TOO_LARGE.format(serve.max_body))
+    if request.content_type != "application/json":
+        raise ApiError(415, "send the body as JSON, with Content-Type: application/json")
+    raw = await request.read()  # aiohttp refuses (413) past client_max_size
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
+        raise ApiError(422, f"the body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(422, f"the body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _only(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    if extra := ", ".join(map(repr, sorted(set(body) - set(allowed)))):
+        raise ApiError(422, f"unknown key(s) {extra}; allowed: {', '.join(allowed)}")
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+async def post_run(request: web.Request) -> web.Response:
+    """``POST /runs {"prompt": str}``: start a run; 202 with its id."""
+    serve = request.app[SERVE]
+    body = await _json_object(request)
+    _only(body, ("prompt",))
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise ApiError(422, "'prompt' must be a string")
+    if not prompt.strip():
+        raise ApiError(422, "'prompt' must not be empty")
+    if len(prompt) > MAX_PROMPT:
+        raise ApiError(422, f"'prompt' is longer than {MAX_PROMPT} characters")
+    tg, client = serve.tg, serve.client
+    if serve.closing or tg is None or client is None:
+        raise ApiError(503, "the server is shutting down")
+    record = serve.book.start(prompt)
+    serve.book.busy()
+    tg.start_soon(drive, client, serve.toolkit, serve.book, record, name=f"run {record.id}")
+    return web.json_response({"id": record.id, "status": "running"}, status=202)
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    """``GET /runs``: every run this server knows, newest first."""
+    runs = request.app[SERVE].book.newest_first()
+    return web.json_response({"runs": [r.to_dict() for r in runs]})
+
+
+async def get_run(request: web.Request) -> web.Response:
+    """``GET /runs/{id}``: one run's status and result."""
+    run_id = request.match_info["id"]
+    record = request.app[SERVE].book.get(run_id)
+    if record is None:
+        raise ApiError(404, f"no run {run_id!r}")
+    return web.json_response(record.to_dict())
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+async def list_requests(request: web.Request) -> web.Response:
+    """``GET /requests``: every outstanding request, parked or spilled, in arrival order."""
+    serve = request.app[SERVE]
+    parked = serve.inbox.pending() if serve.inbox is not None else []
+    return web.json_response({"requests": await serve.book.listing(parked, serve.store)})
+
+
+async def post_answer(request: web.Request) -> web.Response:
+    """``POST /requests/{id}/answer {"ok": bool, "data"?, "reason"?}``: wake its run."""
+    serve = request.app[SERVE]
+    request_id = request.match_info["id"]
+    body = await _json_object(request)
+    _only(body, ("id", "ok", "data", "reason"))
+    if body.get("id", request_id) != request_id:
+        raise ApiError(422, f"the body names request {body['id']!r}, the path {request_id!r}")
+    reason = body.get("reason")
+    if reason is not None and reason not in REASONS:
+        raise ApiError(422, f"'reason' must be one of {', '.join(REASONS)}, got {reason!r}")
+    try:
+        answer = Answer.from_dict({**body, "id": request_id})
+    except ValueError as exc:  # PayloadError
+        raise ApiError(422, str(exc)) from None
+    inbox = serve.inbox
+    resumed = inbox is not None and inbox.get(request_id) is None
+    resumed = resumed and await _resumed_before(serve.store, request_id)
+    if inbox is None or serve.closing:
+        raise ApiError(503, "the server is shutting down")
+    hot = inbox.get(request_id) is not None
+    run_id = serve.book.run_of(request_id)
+    # A spilled run resumes in a task started by answer(): it inherits this context.
+    token = CURRENT_RUN.set((run_id, False))
+    try:
+        inbox.answer(answer)
+    except UnknownRequest as exc:
+        if resumed:
+            raise ApiError(409, f"request {request_id!r} was answered already") from None
+        raise ApiError(404, str(exc)) from None
+    except (AlreadyAnswered, RequestExpired) as exc:
+        raise ApiError(409, str(exc)) from None
+    finally:
+        CURRENT_RUN.reset(token)
+    if not hot:
+        serve.book.busy()  # a spilled run resumes now; on_result ends it
+    serve.book.answered(answer)
+    return web.json_response({"id": request_id, "ok": answer.ok})
+
+
+async def _resumed_before(store: RunStore, request_id: str) -> bool:
+    """Whether the store remembers resuming this request (in an earlier process, say).
+
+    A saved run that cannot be read back is refused here (500): the inbox would claim it in
+    its resume task, and a store error there escapes into the app's task group.
+    """
+    try:
+        await store.load(request_id)
+    except AlreadyResumed:
+        return True
+    except StoreError as exc:
+        message = f"the saved run of request {request_id!r} cannot be read: {exc}"
+        raise ApiError(500, message) from None
+    except Exception:  # parked, being saved, unknown: answer() decides
+        return False
+    return False
+
+
+# -- streams, metrics, files --------------------------------------------------------------------
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """``GET /events``: the server-sent event stream."""
+    return await stream_events(request, request.app[SERVE].bus)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: the client's Prometheus text."""
+    client = request.app[SERVE].client
+    text = client.metrics() if client is not None else ""
+    return web.Response(body=text.encode(), headers={"Content-Type": _METRICS_TYPE})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    """``GET /openapi.json``: the API description."""
+    return await _file(OPENAPI.parent, OPENAPI.name)
+
+
+async def index(request: web.Request) -> web.Response:
+    """``GET /``: the page."""
+    return await _file(request.app[SERVE].static, "index.html")
+
+
+async def static(request: web.Request) -> web.Response:
+    """``GET /static/{name}``: the page's scripts and styles."""
+    return await _file(request.app[SERVE].static, request.match_info["name"])
+
+
+async def _file(folder: Path, name: str) -> web.Response:
+    # One plain file name, no separators and no leading dot: nothing outside the folder.
+    # Read whole and awaited (the files are small): unlike FileResponse, which closes its
+    # file in an executor job nobody waits for, this leaves nothing running behind.
+    if not _STATIC_NAME.fullmatch(name):
+        raise ApiError(404, f"no file {name!r}")
+    try:
+        body = await anyio.Path(folder, name).read_bytes()
+    except OSError:  # missing, a directory, unreadable
+        raise ApiError(404, f"no file {name!r}") from None
+    kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    text = kind.startswith("text/") or kind in ("application/javascript", "application/json")
+    return web.Response(
+        body=body,
+        content_type=kind,
+        charset="utf-8" if text else None,
+        headers={"Cache-Control": "no-cache"},
+    )

@@ -1,0 +1,178 @@
+"""The serve demo: an in-process rule-based model and three tools that each stop for a human.
+
+Rule of this module: no I/O and no state between runs; whatever the prompt, a run goes
+
+1. ``check_login``: a login link (``kind="authorization"``) on the first call, fine once
+   answered;
+2. ``question``: the built-in tool, asking which restaurant and for how many people, with
+   options;
+3. ``book_table`` (from the terminal demo): a deposit that needs approval;
+4. a final text that sums up the answers.
+
+A refusal at any step ends the run with a text that says so. :func:`serve_demo_app` wires
+them into :func:`create_app` with a :class:`SqliteRunStore`; ``toolnexus-async serve``
+uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from .._client import LlmClient
+from .._demo import book_table
+from .._messages import AssistantMessage, Message, ToolCall, ToolReturn, UserMessage
+from .._toolkit import Toolkit
+from .._types import Tool, ToolContext, ToolResult
+from ..durable import SqliteRunStore
+from ..tools.builtin import QuestionTool
+from ..tools.native import define_tool
+from ._app import MakeClient, create_app
+from ._runs import ServeInbox
+
+__all__ = (
+    "LOGIN_URL",
+    "RESTAURANTS",
+    "demo_client",
+    "serve_demo_app",
+    "serve_demo_model",
+    "serve_demo_tools",
+)
+
+LOGIN_URL = "https://example.com/login?app=toolnexus-demo"
+RESTAURANTS = ("Luigi's", "Sakura", "Le Petit Zinc")
+PARTY_SIZES = ("2", "4", "6")
+TIME = "19:30"
+
+
+@define_tool
+async def check_login(ctx: ToolContext | None = None) -> ToolResult:
+    """Check that the user is logged in to the booking service; ask them to log in if not."""
+    if ctx is None or ctx.answer is None:
+        return ToolResult.auth_required(
+            LOGIN_URL, "Log in to the booking service, then confirm here."
+        )
+    return ToolResult.ok("Logged in to the booking service.")
+
+
+def serve_demo_tools() -> list[Tool]:
+    """The demo's tools: ``check_login``, ``question`` and ``book_table``."""
+    return [check_login, QuestionTool(), book_table]
+
+
+def _returns(messages: list[Message]) -> dict[str, ToolReturn]:
+    return {m.name: m for m in messages if isinstance(m, ToolReturn)}
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string (or number) in an answer, in order, however the form nested them."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [str(value)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _choices(output: str) -> tuple[str, int]:
+    """The restaurant and party size the human chose (defaults for anything unclear)."""
+    try:
+        answers = _strings(json.loads(output))
+    except ValueError:
+        answers = []
+    restaurant = answers[0] if answers and answers[0].strip() else RESTAURANTS[0]
+    size = 2
+    if len(answers) > 1 and (digits := re.search(r"\d+", answers[1])):
+        size = max(1, min(20, int(digits.group())))
+    return restaurant.strip()[:100], size
+
+
+def _call(name: str, arguments: dict[str, Any], turn: int) -> ToolCall:
+    return ToolCall(f"serve_demo_{turn}", name, arguments)
+
+
+def serve_demo_model(messages: list[Message], tools: list[Tool]) -> AssistantMessage:
+    """The rule-based model: it reads the results so far and takes the next step."""
+    prompt = next((m.text for m in messages if isinstance(m, UserMessage)), "")
+    done = _returns(messages)
+    login = done.get("check_login")
+    if login is None:
+        return AssistantMessage(
+            "First, let me make sure you are logged in.", (_call("check_login", {}, 1),)
+        )
+    if login.is_error:
+        return AssistantMessage(f"I stopped: you are not logged in ({login.output}).")
+    asked = done.get("question")
+    if asked is None:
+        questions = [
+            {"question": "Which restaurant?", "header": "Restaurant", "options": list(RESTAURANTS)},
+            {"question": "For how many people?", "header": "Party", "options": list(PARTY_SIZES)},
+        ]
+        return AssistantMessage(
+            "You are logged in. A couple of questions.",
+            (_call("question", {"questions": questions}, 2),),
+        )
+    if asked.is_error:
+        return AssistantMessage(f"I stopped: I need your choices ({asked.output}).")
+    restaurant, size = _choices(asked.output)
+    booking = done.get("book_table")
+    if booking is None:
+        arguments = {"restaurant": restaurant, "time": TIME, "party_size": size}
+        return AssistantMessage(
+            f"Booking {restaurant} for {size} at {TIME}; the deposit needs your approval.",
+            (_call("book_table", arguments, 3),),
+        )
+    if booking.is_error:
+        return AssistantMessage(
+            f"You asked: {prompt!r}. You chose {restaurant} for {size}, "
+            f"but I did not book it: {booking.output}"
+        )
+    return AssistantMessage(
+        f"You asked: {prompt!r}. You chose {restaurant} for {size} at {TIME}. {booking.output}"
+    )
+
+
+def demo_client(inbox: ServeInbox) -> LlmClient:
+    """The in-process demo model, parking in ``inbox`` (a ``make_client`` for create_app)."""
+    return LlmClient.in_process(serve_demo_model, model="serve-demo", wait_for=inbox)
+
+
+def serve_demo_app(
+    store_path: str | os.PathLike[str],
+    *,
+    make_client: MakeClient | None = None,
+    park_timeout: float = 300.0,
+    max_body: int = 64 * 1024,
+) -> web.Application:
+    """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
+
+    ``make_client`` replaces the demo model (a real endpoint, say); the demo tools stay.
+    The app owns the toolkit and the store it makes here and closes them on shutdown.
+    """
+    toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools())
+    store = SqliteRunStore(store_path)
+    app = create_app(
+        make_client=make_client or demo_client,
+        toolkit=toolkit,
+        store=store,
+        park_timeout=park_timeout,
+        max_body=max_body,
+    )
+
+    async def owned(app: web.Application) -> AsyncIterator[None]:
+        # First in the list: opened before the app's own context, closed after it.
+        async with toolkit, store:
+            yield
+
+    app.cleanup_ctx.insert(0, owned)
+    return app

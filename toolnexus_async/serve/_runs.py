@@ -1,0 +1,372 @@
+"""What the server knows about its runs, the inbox they park in, and the task that drives each.
+
+Rules of this module:
+
+- :class:`RunBook` is the one place that changes a run's status, and every change that a
+  person may care about is published on the event bus as it happens.
+- A run's status is derived, never stored twice: ``done``/``incomplete``/``error`` once it
+  ended, else ``pending`` while it waits for at least one answer (parked in memory or
+  spilled to the store), else ``running``.
+- Requests are booked where they park (:meth:`ServeInbox.park`), so a run resumed from
+  the store, which has no stream, is seen too. The run a request belongs to travels in a
+  context variable set by the task that drives the run, and by the handler that answers a
+  spilled one (its resume task inherits the context).
+- A streamed run's events are published in its stream's order (``pending`` after the
+  ``tool_call`` that raised it); only a run without a stream has ``pending`` published
+  from the inbox.
+- On shutdown nothing parked is lost: every parked run is halted and saved to the store,
+  as if its ``park_timeout`` had passed, so a server restarted on the same store file
+  resumes it when its answer arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import logging
+import uuid
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+
+from .._errors import StoreError, UnknownRequest
+from .._messages import UserMessage
+from .._results import RunResult
+from .._streaming import StreamDone, StreamPending, StreamToolCall, StreamToolResult
+from .._types import Answer, HaltRun, Request
+from ..suspend import Inbox
+from ._events import EventBus
+
+if TYPE_CHECKING:
+    from .._client import LlmClient
+    from .._toolkit import Toolkit
+    from ..durable import RunStore
+
+__all__ = ("CURRENT_RUN", "KEEP_FINISHED", "RunBook", "RunRecord", "ServeInbox", "drive")
+
+log = logging.getLogger("toolnexus_async.serve")
+
+# The run on whose behalf the current task works, and whether a stream reports its steps
+# (see the module docstring).
+CURRENT_RUN: ContextVar[tuple[str | None, bool]] = ContextVar(
+    "toolnexus_serve_run", default=(None, False)
+)
+
+# Finished runs remembered for GET /runs; older ones are forgotten (bounded memory).
+KEEP_FINISHED = 10_000
+
+Outcome = Literal["done", "incomplete", "error"]
+
+
+class RunRecord:
+    """One run as the API shows it."""
+
+    __slots__ = ("error", "id", "outcome", "prompt", "text", "waiting")
+
+    def __init__(self, run_id: str, prompt: str) -> None:
+        self.id = run_id
+        self.prompt = prompt
+        self.outcome: Outcome | None = None
+        self.text: str | None = None
+        self.error: str | None = None
+        self.waiting: set[str] = set()  # ids of its outstanding requests
+
+    @property
+    def status(self) -> str:
+        if self.outcome is not None:
+            return self.outcome
+        return "pending" if self.waiting else "running"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "prompt": self.prompt,
+            "text": self.text,
+            "error": self.error,
+        }
+
+
+class RunBook:
+    """The runs of this server and their outstanding requests, in the order they came."""
+
+    def __init__(self, bus: EventBus, *, keep_finished: int | None = None) -> None:
+        self.bus = bus
+        self._runs: dict[str, RunRecord] = {}
+        # Outstanding request id -> (request, run id), in arrival order.
+        self._requests: dict[str, tuple[Request, str | None]] = {}
+        self._finished: collections.deque[str] = collections.deque()
+        self._keep = KEEP_FINISHED if keep_finished is None else keep_finished
+        self._busy = 0  # runs being driven or resumed right now
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def get(self, run_id: str) -> RunRecord | None:
+        return self._runs.get(run_id)
+
+    def newest_first(self) -> list[RunRecord]:
+        return list(reversed(self._runs.values()))
+
+    def run_of(self, request_id: str) -> str | None:
+        """The run an outstanding request belongs to, if the book knows it."""
+        entry = self._requests.get(request_id)
+        return entry[1] if entry is not None else None
+
+    async def listing(self, parked: list[Request], store: RunStore) -> list[dict[str, Any]]:
+        """The requests parked in memory or saved in ``store``, oldest first, with run ids."""
+        stored = await store.requests()
+        live = {r.id for r in parked} | {r.id for r in stored}
+        out = [
+            {**request.to_dict(), "run_id": run_id}
+            for request, run_id in self._requests.values()
+            if request.id in live
+        ]
+        known = {item["id"] for item in out}
+        for request in stored:  # unknown to the book: put back after a failed resume, say
+            if request.id not in known:
+                try:
+                    run_id: str | None = (await store.load(request.id)).run_id
+                except Exception:  # gone meanwhile, or unreadable: the listing goes on
+                    run_id = None
+                out.append({**request.to_dict(), "run_id": run_id})
+        return out
+
+    # -- runs -------------------------------------------------------------------------------
+
+    def start(self, prompt: str) -> RunRecord:
+        """A new run, announced with ``run_started``."""
+        record = RunRecord("run_" + uuid.uuid4().hex, prompt)
+        self._runs[record.id] = record
+        self.bus.publish("run_started", {"run_id": record.id, "prompt": prompt})
+        return record
+
+    def add_stored(self, run: RunResult) -> None:
+        """A halted run found in the store at startup: known as pending, no event."""
+        record = self._runs.get(run.run_id)
+        if record is None:
+            prompt = next((m.text for m in run.messages if isinstance(m, UserMessage)), "")
+            record = self._runs[run.run_id] = RunRecord(run.run_id, prompt)
+        for call in run.suspended:
+            if call.request is not None:
+                self._requests[call.request.id] = (call.request, run.run_id)
+                record.waiting.add(call.request.id)
+
+    def finished(self, result: RunResult) -> None:
+        """A run's result arrived: a halted one stays pending, any other ends with ``done``."""
+        record = self._runs.get(result.run_id)
+        if record is None or result.status == "pending":
+            return  # halted: its requests are booked already, and now wait in the store
+        self._end(record, result.status, text=result.text)
+        self.bus.publish(
+            "done", {"run_id": record.id, "status": result.status, "text": result.text}
+        )
+
+    def failed(self, run_id: str, error: BaseException) -> None:
+        record = self._runs.get(run_id)
+        if record is None:
+            return
+        message = f"{type(error).__name__}: {error}"
+        self._end(record, "error", error=message)
+        self.bus.publish("error", {"run_id": run_id, "message": message})
+
+    def _end(
+        self,
+        record: RunRecord,
+        outcome: Outcome,
+        *,
+        text: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        record.outcome, record.text, record.error = outcome, text, error
+        for request_id in record.waiting:
+            self._requests.pop(request_id, None)
+        record.waiting.clear()
+        self._finished.append(record.id)
+        while len(self._finished) > self._keep:
+            self._runs.pop(self._finished.popleft(), None)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def parked(self, request: Request, run_id: str | None, *, announce: bool = True) -> None:
+        """A request started waiting in the inbox (``announce``: publish ``pending`` now)."""
+        self._requests[request.id] = (request, run_id)
+        record = self._runs.get(run_id) if run_id is not None else None
+        if record is not None:
+            record.waiting.add(request.id)
+        if announce:
+            self.announce(request)
+
+    def announce(self, request: Request) -> None:
+        """Publish ``pending`` for ``request`` if it still waits (not answered meanwhile)."""
+        entry = self._requests.get(request.id)
+        if entry is not None:
+            self.bus.publish("pending", {"run_id": entry[1], "request": request.to_dict()})
+
+    def answered(self, answer: Answer) -> None:
+        """A request got its answer (or expired): announced with ``answered``, once."""
+        entry = self._requests.pop(answer.id, None)
+        if entry is None:
+            return
+        record = self._runs.get(entry[1]) if entry[1] is not None else None
+        if record is not None:
+            record.waiting.discard(answer.id)
+        event: dict[str, Any] = {"request_id": answer.id, "ok": answer.ok}
+        if answer.reason is not None:
+            event["reason"] = answer.reason
+        self.bus.publish("answered", event)
+
+    def forget(self, request_id: str) -> None:
+        """A parked request whose run was cancelled: it just leaves, no event."""
+        entry = self._requests.pop(request_id, None)
+        record = self._runs.get(entry[1]) if entry is not None and entry[1] else None
+        if record is not None:
+            record.waiting.discard(request_id)
+
+    # -- busy runs, for a graceful shutdown -------------------------------------------------
+
+    def busy(self) -> None:
+        self._busy += 1
+        if self._idle.is_set():
+            self._idle = anyio.Event()
+
+    def done_with(self) -> None:
+        self._busy -= 1
+        if self._busy == 0:
+            self._idle.set()
+
+    async def settle(self, patience: float) -> None:
+        """Until no run is being driven or resumed, or none has ended for ``patience`` s.
+
+        Runs halted at shutdown end quickly, each saved to the store; however many there
+        are, waiting goes on while they do. Only runs that make no progress (a model call
+        that takes long) are given up on.
+        """
+        left = self._busy
+        quiet_since = anyio.current_time()
+        while self._busy:
+            with anyio.move_on_after(min(1.0, patience)):
+                await self._idle.wait()
+            now = anyio.current_time()
+            if self._busy < left:
+                left, quiet_since = self._busy, now
+            elif now - quiet_since >= patience:
+                log.warning("shutting down with %d run(s) still busy; they are cancelled", left)
+                return
+
+
+class ServeInbox(Inbox):
+    """The app's :class:`Inbox`: books every request it parks, and halts them all on shutdown."""
+
+    def __init__(self, book: RunBook, store: RunStore, park_timeout: float) -> None:
+        super().__init__(park_timeout=park_timeout, store=store, on_result=self._on_result)
+        self._book = book
+        self._keep = store
+        self._parked: dict[str, asyncio.Future[Answer]] = {}
+        self._halting: set[str] = set()
+        self._closing = False
+
+    def park(self, request: Request) -> asyncio.Future[Answer]:
+        future = super().park(request)
+        if future.done():
+            return future  # expired already: answered on the spot, never outstanding
+        self._parked[request.id] = future
+        future.add_done_callback(functools.partial(self._settled, request.id))
+        run_id, streamed = CURRENT_RUN.get()
+        self._book.parked(request, run_id, announce=not streamed)
+        if self._closing:
+            self._halt(request.id, future)
+        return future
+
+    def _settled(self, request_id: str, future: asyncio.Future[Answer]) -> None:
+        self._parked.pop(request_id, None)
+        if future.cancelled():
+            self._book.forget(request_id)
+        elif future.exception() is None:
+            self._book.answered(future.result())  # an answer, or expiry
+        # else HaltRun: the request stays outstanding; its run goes to the store.
+
+    def halt_all(self) -> None:
+        """Shutdown: halt every parked run (it is saved to the store) and any that parks later."""
+        self._closing = True
+        for request_id, future in tuple(self._parked.items()):
+            self._halt(request_id, future)
+
+    def _halt(self, request_id: str, future: asyncio.Future[Answer]) -> None:
+        if not future.done():
+            self._halting.add(request_id)
+            future.set_exception(HaltRun("the server is shutting down"))
+
+    async def on_halt(self, run: RunResult, client: LlmClient, toolkit: Toolkit) -> None:
+        await super().on_halt(run, client, toolkit)  # saves runs that spilled
+        ids = {r.request.id for r in run.suspended if r.request is not None}
+        if ids & self._halting:
+            await self._keep.save(run)
+            self._halting -= ids
+
+    async def _on_result(self, result: RunResult) -> None:
+        """A run resumed from the store ended (or halted again)."""
+        self._book.finished(result)
+        self._book.done_with()
+
+
+async def load_stored(book: RunBook, store: RunStore) -> int:
+    """Book the halted runs waiting in the store (at startup); returns how many runs."""
+    runs: set[str] = set()
+    for request in await store.requests():
+        if book.run_of(request.id) is not None:
+            continue
+        try:
+            run = await store.load(request.id)
+        except (StoreError, UnknownRequest) as exc:
+            log.warning("cannot list stored request %s: %s", request.id, exc)
+            continue
+        book.add_stored(run)
+        runs.add(run.run_id)
+    return len(runs)
+
+
+async def drive(client: LlmClient, toolkit: Toolkit, book: RunBook, record: RunRecord) -> None:
+    """Run ``record``'s prompt to its end, forwarding its steps to the event bus."""
+    CURRENT_RUN.set((record.id, True))  # this task's context: parks below book to this run
+    bus = book.bus
+    try:
+        result: RunResult | None = None
+        async with client.stream(record.prompt, toolkit, run_id=record.id) as events:
+            async for event in events:
+                if isinstance(event, StreamToolCall):
+                    bus.publish(
+                        "tool_call",
+                        {
+                            "run_id": record.id,
+                            "id": event.id,
+                            "name": event.name,
+                            "arguments": event.arguments,
+                        },
+                    )
+                elif isinstance(event, StreamToolResult):
+                    bus.publish(
+                        "tool_result",
+                        {
+                            "run_id": record.id,
+                            "id": event.id,
+                            "name": event.name,
+                            "output": event.output,
+                            "is_error": event.is_error,
+                        },
+                    )
+                elif isinstance(event, StreamPending):
+                    book.announce(event.request)
+                elif isinstance(event, StreamDone):
+                    result = event.result
+        if result is not None:
+            book.finished(result)
+    except Exception as exc:
+        log.warning("run %s failed: %r", record.id, exc)
+        book.failed(record.id, exc)
+    finally:
+        book.done_with()
