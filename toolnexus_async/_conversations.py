@@ -16,6 +16,8 @@ Rules of this module:
   not shared with :class:`~toolnexus_async.durable.SqliteRunStore`: that store takes any
   file bearing its application id and schema version to hold its own tables, so a file
   stamped first by this store would break it. Each store refuses the other's file loudly.
+  Its connection follows :class:`~toolnexus_async._sqlite_file.SqliteFile`'s rules; every
+  write is one statement (atomic under autocommit), sent through its shielded ``_write``.
 - A store does not serialise a read-run-save cycle; :class:`ConversationLocks` does, per
   conversation id, within one process and one event loop.
 """
@@ -24,19 +26,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
-import aiosqlite
 import anyio
 
 from ._errors import PayloadError, StoreError, UsageError
 from ._messages import Message, messages_from_json, messages_to_json
+from ._sqlite_file import Conn, SqliteFile, rows
 
 __all__ = (
     "ConversationStore",
@@ -46,8 +46,6 @@ __all__ = (
 )
 
 log = logging.getLogger("toolnexus_async.conversations")
-
-T = TypeVar("T")
 
 MAX_CONVERSATION_ID = 256
 
@@ -219,14 +217,8 @@ _SCHEMA = (
         body TEXT NOT NULL)""",
 )
 
-Conn = aiosqlite.Connection
 
-
-async def _rows(conn: Conn, sql: str, params: Iterable[Any] = ()) -> list[Any]:
-    return list(await conn.execute_fetchall(sql, tuple(params)))
-
-
-class SqliteConversationStore:
+class SqliteConversationStore(SqliteFile):
     """A :class:`ConversationStore` in one SQLite file of its own.
 
     The file is opened on first use, or by ``async with``; :meth:`aclose` closes it (and
@@ -238,12 +230,8 @@ class SqliteConversationStore:
         timeout: seconds to wait for another process's write lock before giving up.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
-        self.path = os.fspath(path)
-        self._timeout = timeout
-        self._conn: Conn | None = None
-        self._closed = False
-        self._lock = anyio.Lock()
+    _label = "conversation store"
+    _log = log
 
     def __repr__(self) -> str:
         return f"SqliteConversationStore({self.path!r})"
@@ -252,7 +240,7 @@ class SqliteConversationStore:
         check_conversation_id(conversation_id)
 
         async def op(conn: Conn) -> list[Message]:
-            found = await _rows(
+            found = await rows(
                 conn,
                 "SELECT body FROM conversation_transcripts WHERE conversation_id = ?",
                 (conversation_id,),
@@ -286,93 +274,10 @@ class SqliteConversationStore:
 
         return await self._write(op)
 
-    async def aclose(self) -> None:
-        """Close the connection and its worker thread; idempotent."""
-        async with self._lock:
-            self._closed = True
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                with anyio.CancelScope(shield=True):
-                    await conn.close()
-
-    async def __aenter__(self) -> Self:
-        await self._locked(self._noop)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    @staticmethod
-    async def _noop(conn: Conn) -> None:
-        return None
-
-    async def _locked(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run ``op`` alone on the connection (one statement: autocommit is atomic)."""
-        async with self._lock:
-            conn = await self._connection()
-            try:
-                return await op(conn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"conversation store {self.path}: {exc}") from exc
-
-    async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run a one-statement write shielded: once sent, a cancel scope cannot orphan it."""
-
-        async def shielded(conn: Conn) -> T:
-            with anyio.CancelScope(shield=True):
-                result = await op(conn)
-            return result
-
-        return await self._locked(shielded)
-
-    async def _connection(self) -> Conn:
-        if self._closed:
-            raise UsageError("this conversation store is closed")
-        if self._conn is None:
-            try:
-                conn = await aiosqlite.connect(
-                    self.path, isolation_level=None, timeout=self._timeout
-                )
-            except sqlite3.Error as exc:
-                raise StoreError(f"conversation store {self.path} cannot be opened: {exc}") from exc
-            try:
-                with anyio.CancelScope(shield=True):
-                    await self._prepare(conn)
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await conn.close()
-                raise
-            self._conn = conn
-        return self._conn
-
-    async def _prepare(self, conn: Conn) -> None:
-        """Check the file is ours and current (creating the schema in a new file), then WAL."""
-        try:
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                await self._check_schema(conn)
-            except BaseException:
-                await conn.execute("ROLLBACK")
-                raise
-            await conn.execute("COMMIT")
-            # After the check: a foreign file must not have its journal mode changed.
-            mode = await _rows(conn, "PRAGMA journal_mode=WAL")
-            if str(mode[0][0]).lower() != "wal":
-                log.warning(
-                    "conversation store %s: WAL unavailable, journal mode %s", self.path, mode
-                )
-        except sqlite3.Error as exc:
-            raise StoreError(f"conversation store {self.path} cannot be opened: {exc}") from exc
-
     async def _check_schema(self, conn: Conn) -> None:
-        app = (await _rows(conn, "PRAGMA application_id"))[0][0]
+        app = (await rows(conn, "PRAGMA application_id"))[0][0]
         if app == 0:
-            if await _rows(conn, "SELECT name FROM sqlite_master LIMIT 1"):
+            if await rows(conn, "SELECT name FROM sqlite_master LIMIT 1"):
                 raise StoreError(f"{self.path} is a SQLite file of another application")
             for statement in _SCHEMA:
                 await conn.execute(statement)
@@ -388,7 +293,7 @@ class SqliteConversationStore:
             )
         if app != APPLICATION_ID:
             raise StoreError(f"{self.path} is a SQLite file of another application (id {app})")
-        found = await _rows(
+        found = await rows(
             conn, "SELECT value FROM conversation_meta WHERE key = ?", (VERSION_KEY,)
         )
         version = found[0][0] if found else None

@@ -117,6 +117,21 @@ class _Expect(enum.Enum):
 class RunLoop:
     """The state of one run, advanced by the outcomes the caller feeds in."""
 
+    # Slots: every parked run holds one RunLoop, and a __dict__ each adds up.
+    __slots__ = (
+        "_calls",
+        "_expect",
+        "_result",
+        "max_turns",
+        "messages",
+        "model",
+        "records",
+        "run_id",
+        "style",
+        "turns",
+        "usage",
+    )
+
     def __init__(
         self,
         prompt: str | None,

@@ -182,8 +182,10 @@ class Runner:
                     # Not held while the tools run (and maybe park for hours).
                     del reply, messages
                 elif isinstance(action, RunTools):
-                    log.debug("%s: running %d tool call(s)", run_id, len(action.calls))
-                    loop.tools_finished(await executor.run(action.calls))
+                    calls = action.calls
+                    del action  # not held while the tools run (and maybe park for hours)
+                    log.debug("%s: running %d tool call(s)", run_id, len(calls))
+                    loop.tools_finished(await executor.run(calls))
                 else:
                     result = action.result
                     status = result.status

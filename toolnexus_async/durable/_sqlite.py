@@ -10,36 +10,28 @@ Rules of this module:
 - Every change is one ``BEGIN IMMEDIATE`` transaction, which takes SQLite's write lock up
   front: two processes (or two tasks) claiming the same request are serialised by SQLite,
   so exactly one gets the run and the other sees the tombstone.
-- Within a process, one connection (aiosqlite: one worker thread) is shared by every task,
-  so a lock keeps one task's transaction from interleaving with another's statements.
-- A transaction is shielded from cancel scopes: a time limit must not leave the connection
-  inside ``BEGIN``, nor lose a run that a committed claim already removed.
-- ``sqlite3`` errors are mapped to :class:`StoreError` naming the file.
+- The connection is :class:`~toolnexus_async._sqlite_file.SqliteFile`'s, and so are its
+  rules: one connection per store behind a lock, and ``sqlite3`` errors mapped to
+  :class:`StoreError` naming the file. Every transaction goes through ``_atomic``, which
+  shields it from cancel scopes: a time limit must not leave the connection inside
+  ``BEGIN``, nor lose a run that a committed claim already removed.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from types import TracebackType
-from typing import Any, Self, TypeVar
-
-import aiosqlite
-import anyio
 
 from .._errors import AlreadyResumed, StoreError, UnknownRequest, UsageError
 from .._results import RunResult
+from .._sqlite_file import Conn, SqliteFile, rows
 from .._types import Request
 from ._store import DEFAULT_REMEMBER, decode_run, encode_run, outstanding_requests
 
 __all__ = ("SqliteRunStore",)
 
 log = logging.getLogger("toolnexus_async.durable")
-
-T = TypeVar("T")
 
 # "TnxA": SQLite's header field for telling one application's files from another's.
 APPLICATION_ID = 0x546E7841
@@ -62,18 +54,12 @@ _SCHEMA = (
         claimed REAL NOT NULL)""",
 )
 
-Conn = aiosqlite.Connection
-
-
-async def _rows(conn: Conn, sql: str, params: Iterable[Any] = ()) -> list[Any]:
-    return list(await conn.execute_fetchall(sql, tuple(params)))
-
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SqliteRunStore:
+class SqliteRunStore(SqliteFile):
     """A :class:`RunStore` in one SQLite file; the embedded default for durable hosts.
 
     The file is opened on first use, or by ``async with``; :meth:`aclose` closes it (and
@@ -86,6 +72,9 @@ class SqliteRunStore:
         remember: how many claimed request ids are kept as tombstones.
     """
 
+    _label = "run store"
+    _log = log
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -95,12 +84,8 @@ class SqliteRunStore:
     ) -> None:
         if remember < 0:
             raise UsageError(f"remember must be >= 0, got {remember}")
-        self.path = os.fspath(path)
-        self._timeout = timeout
+        super().__init__(path, timeout=timeout)
         self._remember = remember
-        self._conn: Conn | None = None
-        self._closed = False
-        self._lock = anyio.Lock()
 
     def __repr__(self) -> str:
         return f"SqliteRunStore({self.path!r})"
@@ -109,7 +94,7 @@ class SqliteRunStore:
         text, ids = encode_run(run)
 
         async def op(conn: Conn) -> None:
-            owners = await _rows(
+            owners = await rows(
                 conn,
                 f"SELECT request_id, run_id FROM requests WHERE request_id IN ({_marks(len(ids))})",
                 ids,
@@ -144,7 +129,7 @@ class SqliteRunStore:
             run_id, body = await self._find(conn, request_id)
             # Decoded before anything is deleted: a corrupt row stays for a human to inspect.
             run = decode_run(body, run_id, request_id)
-            ids = await _rows(conn, "SELECT request_id FROM requests WHERE run_id = ?", (run_id,))
+            ids = await rows(conn, "SELECT request_id FROM requests WHERE run_id = ?", (run_id,))
             await conn.execute("DELETE FROM requests WHERE run_id = ?", (run_id,))
             await conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
             now = time.time()
@@ -163,7 +148,7 @@ class SqliteRunStore:
     async def requests(self) -> list[Request]:
         async def op(conn: Conn) -> list[Request]:
             out: list[Request] = []
-            for run_id, body in await _rows(conn, "SELECT run_id, body FROM runs ORDER BY seq"):
+            for run_id, body in await rows(conn, "SELECT run_id, body FROM runs ORDER BY seq"):
                 try:
                     out.extend(outstanding_requests(decode_run(body, str(run_id))))
                 except StoreError as exc:
@@ -172,33 +157,8 @@ class SqliteRunStore:
 
         return await self._locked(op)
 
-    async def aclose(self) -> None:
-        """Close the connection and its worker thread; idempotent."""
-        async with self._lock:
-            self._closed = True
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                with anyio.CancelScope(shield=True):
-                    await conn.close()
-
-    async def __aenter__(self) -> Self:
-        await self._locked(self._noop)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    @staticmethod
-    async def _noop(conn: Conn) -> None:
-        return None
-
     async def _find(self, conn: Conn, request_id: str) -> tuple[str, object]:
-        found = await _rows(
+        found = await rows(
             conn,
             "SELECT runs.run_id, runs.body FROM requests JOIN runs USING (run_id)"
             " WHERE requests.request_id = ?",
@@ -206,80 +166,18 @@ class SqliteRunStore:
         )
         if found:
             return str(found[0][0]), found[0][1]
-        tomb = await _rows(conn, "SELECT run_id FROM claimed WHERE request_id = ?", (request_id,))
+        tomb = await rows(conn, "SELECT run_id FROM claimed WHERE request_id = ?", (request_id,))
         if tomb:
             raise AlreadyResumed(
                 request_id, f"request {request_id!r} (run {tomb[0][0]!r}) was resumed already"
             )
         raise UnknownRequest(request_id, f"no stored run waits for request {request_id!r}")
 
-    async def _locked(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run ``op`` alone on the connection: reads need no transaction of their own."""
-        async with self._lock:
-            conn = await self._connection()
-            try:
-                return await op(conn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"run store {self.path}: {exc}") from exc
-
-    async def _atomic(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run ``op`` in one write transaction, committed only if it returns."""
-
-        async def transaction(conn: Conn) -> T:
-            with anyio.CancelScope(shield=True):
-                await conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = await op(conn)
-                except BaseException:
-                    await conn.execute("ROLLBACK")
-                    raise
-                await conn.execute("COMMIT")
-            return result
-
-        return await self._locked(transaction)
-
-    async def _connection(self) -> Conn:
-        if self._closed:
-            raise UsageError("this run store is closed")
-        if self._conn is None:
-            try:
-                conn = await aiosqlite.connect(
-                    self.path, isolation_level=None, timeout=self._timeout
-                )
-            except sqlite3.Error as exc:
-                raise StoreError(f"run store {self.path} cannot be opened: {exc}") from exc
-            try:
-                with anyio.CancelScope(shield=True):
-                    await self._prepare(conn)
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await conn.close()
-                raise
-            self._conn = conn
-        return self._conn
-
-    async def _prepare(self, conn: Conn) -> None:
-        """Check the file is ours and current (creating the schema in a new file), then WAL."""
-        try:
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                await self._check_schema(conn)
-            except BaseException:
-                await conn.execute("ROLLBACK")
-                raise
-            await conn.execute("COMMIT")
-            # After the check: a foreign file must not have its journal mode changed.
-            mode = await _rows(conn, "PRAGMA journal_mode=WAL")
-            if str(mode[0][0]).lower() != "wal":
-                log.warning("run store %s: WAL unavailable, journal mode %s", self.path, mode)
-        except sqlite3.Error as exc:
-            raise StoreError(f"run store {self.path} cannot be opened: {exc}") from exc
-
     async def _check_schema(self, conn: Conn) -> None:
-        app = (await _rows(conn, "PRAGMA application_id"))[0][0]
-        version = (await _rows(conn, "PRAGMA user_version"))[0][0]
+        app = (await rows(conn, "PRAGMA application_id"))[0][0]
+        version = (await rows(conn, "PRAGMA user_version"))[0][0]
         if app == 0 and version == 0:
-            if await _rows(conn, "SELECT name FROM sqlite_master LIMIT 1"):
+            if await rows(conn, "SELECT name FROM sqlite_master LIMIT 1"):
                 raise StoreError(f"{self.path} is a SQLite file of another application")
             for statement in _SCHEMA:
                 await conn.execute(statement)
