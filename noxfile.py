@@ -47,7 +47,11 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "--strict")
 
 
-BENCHMARKS = {"overhead": "benchmarks/overhead.py", "park": "benchmarks/park.py"}
+BENCHMARKS = {
+    "overhead": "benchmarks/overhead.py",
+    "park": "benchmarks/park.py",
+    "serve_load": "benchmarks/serve_load.py",
+}
 
 
 @nox.session
@@ -56,7 +60,8 @@ def bench(session: nox.Session) -> None:
 
     ``nox -s bench`` runs every benchmark with its defaults; ``nox -s bench -- --quick``
     passes the arguments to each (``--quick`` and ``--help`` are common to all);
-    ``nox -s bench -- park --runs 20000`` runs only the named one, with its own flags.
+    ``nox -s bench -- park --runs 20000`` runs only the named one, with its own flags
+    (``overhead``, ``park`` or ``serve_load``).
     """
     session.install("-e", ".[dev]")
     args = list(session.posargs)
