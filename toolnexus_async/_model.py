@@ -12,8 +12,6 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-import attrs
-
 from ._codecs import Codec, SSEParser
 from ._errors import ProtocolError, ProviderError
 from ._loop import ModelReply
@@ -83,7 +81,7 @@ class HttpModel:
         )
         payload = await self._transport.post_json(self._url, self._headers, body)
         try:
-            return attrs.evolve(self._codec.decode(payload), raw=payload)
+            return self._codec.decode(payload)
         except ProtocolError as exc:
             # The codec quotes the provider's error text, which may echo the key back; the
             # unscrubbed error must not survive even as __context__.

@@ -169,4 +169,5 @@ class AnthropicCodec:
             totals,
             model if isinstance(model, str) else None,
             reason if isinstance(reason, str) else None,
+            raw=payload,
         )

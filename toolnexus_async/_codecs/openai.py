@@ -150,4 +150,5 @@ class OpenAICodec:
             totals,
             model if isinstance(model, str) else None,
             reason if isinstance(reason, str) else None,
+            raw=payload,
         )

@@ -206,6 +206,7 @@ class FunctionTool:
             properties[param.name] = schema
             self._params.add(param.name)
         self._required = tuple(required)
+        self._required_set = frozenset(required)
         self.input_schema: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
             self.input_schema["required"] = required
@@ -252,10 +253,12 @@ class FunctionTool:
         return _as_result(value)
 
     def _check(self, args: Mapping[str, Any]) -> str | None:
-        missing = [name for name in self._required if name not in args]
-        if missing:
+        keys = args.keys()
+        # Set comparisons first (in C): the lists are only built for the error message.
+        if not keys >= self._required_set:
+            missing = [name for name in self._required if name not in args]
             return f"missing required argument(s): {', '.join(missing)}"
-        if not self._accepts_extra:
+        if not self._accepts_extra and not keys <= self._params:
             extra = [key for key in args if key not in self._params]
             if extra:
                 return (
