@@ -46,6 +46,9 @@ __all__ = ("Executor", "WaitFor")
 
 log = logging.getLogger("toolnexus_async")
 
+# Shared and never added to (see Executor._gates).
+_NO_GATES: set[str] = set()
+
 WaitFor = Callable[[Request], Awaitable[Answer] | Answer]
 
 
@@ -95,6 +98,7 @@ class Executor:
         budget: Pausable | None = None,
         on_tool: OnTool | None = None,
         on_event: Sink | None = None,
+        park: Callable[[Request], Awaitable[Answer]] | None = None,
     ) -> None:
         self._toolkit = toolkit
         self._wait_for = wait_for
@@ -103,16 +107,14 @@ class Executor:
         has_tool_hooks = hooks is not None and (hooks.before_tool or hooks.after_tool)
         self._hooks = hooks if has_tool_hooks else None
         self._budget = budget
-        self._gates: set[str] = set()
+        # Request ids of before_tool suspensions; most runs never have one, so no set yet.
+        self._gates: set[str] = _NO_GATES
         self._on_tool = on_tool
         self._on_event = on_event
         # A resolver that parks requests itself (an Inbox) is awaited right here: the
         # parked run then holds no frame for _resolve/_ask. Not with a wait budget to
         # pause around the wait.
-        park = getattr(wait_for, "park", None)
-        self._park: Callable[[Request], Awaitable[Answer]] | None = (
-            park if budget is None and callable(park) else None
-        )
+        self._park = park if budget is None else None
 
     def use_toolkit(self, toolkit: _Executes) -> None:
         """Execute with ``toolkit`` from now on (a ``before_llm`` hook replaced the tools)."""
@@ -253,6 +255,8 @@ class Executor:
                     if gate is not None:
                         # The hook's own request: once answered, the tool runs as a fresh
                         # call, without an answer it never asked for.
+                        if self._gates is _NO_GATES:
+                            self._gates = set()
                         self._gates.add(gate.id)
                 elif isinstance(verdict, dict):
                     args = verdict

@@ -108,6 +108,10 @@ class Finish:
 Action = CallModel | RunTools | Finish
 
 
+# Never appended to (see RunLoop.records).
+_NO_RECORDS: list[ToolCallRecord] = []
+
+
 class _Expect(enum.Enum):
     MODEL = "a model reply"
     TOOLS = "tool outcomes"
@@ -163,7 +167,8 @@ class RunLoop:
         self.turns = 0
         self.usage = ZERO_USAGE
         self.model: str | None = None
-        self.records: list[ToolCallRecord] = []
+        # Shared until the first tool call: a run parked in its first turn holds no list.
+        self.records: list[ToolCallRecord] = _NO_RECORDS
         self._expect = _Expect.MODEL
         self._calls: tuple[ToolCall, ...] = ()
         self._result: RunResult | None = None
@@ -247,6 +252,8 @@ class RunLoop:
                 outcome.request or still,
                 outcome.answered_ok,
             )
+            if self.records is _NO_RECORDS:
+                self.records = []
             self.records.append(record)
             if still is not None:
                 suspended.append(record)

@@ -41,6 +41,8 @@ class Usage:
     total_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
+        if not (other.prompt_tokens or other.completion_tokens or other.total_tokens):
+            return self  # nothing counted (an in-process model): no new object per turn
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,

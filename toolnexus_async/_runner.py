@@ -36,6 +36,7 @@ from ._resume_plan import ResumePlan
 from ._retry import RetryPolicy
 from ._streaming import Sink, StreamText, StreamToolCall, StreamUsage
 from ._toolkit import Toolkit
+from ._types import Answer, Request
 
 __all__ = ("Runner",)
 
@@ -98,6 +99,12 @@ class Runner:
         self.request_timeout = request_timeout
         self.count_wait_in_timeout = count_wait_in_timeout
         self._report = report
+        # Bound once: every run's executor shares them instead of binding its own.
+        self._on_tool = report.tool
+        park = getattr(wait_for, "park", None)
+        # A resolver that parks requests itself (an Inbox) is awaited by the executor
+        # directly: a parked run then holds no frame for the resolver.
+        self._park: Callable[[Request], Awaitable[Answer]] | None = park if callable(park) else None
         # Set by the client when its wait_for keeps halted runs (an Inbox with a store).
         self.on_halt: Callable[[RunResult, Toolkit], Awaitable[None]] | None = None
 
@@ -153,8 +160,9 @@ class Runner:
             run_id,
             hooks=self.hooks,
             budget=budget,
-            on_tool=self._report.tool,
+            on_tool=self._on_tool,
             on_event=sink,
+            park=self._park,
         )
         try:
             if resume is not None:
@@ -188,7 +196,11 @@ class Runner:
                     calls = action.calls
                     del action  # not held while the tools run (and maybe park for hours)
                     log.debug("%s: running %d tool call(s)", run_id, len(calls))
-                    loop.tools_finished(await executor.run(calls))
+                    if len(calls) == 1:
+                        # The common turn, awaited here: one coroutine fewer while parked.
+                        loop.tools_finished([await executor.run_one(calls[0])])
+                    else:
+                        loop.tools_finished(await executor.run(calls))
                 else:
                     result = action.result
                     status = result.status

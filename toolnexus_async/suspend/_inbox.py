@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import heapq
 import itertools
 import logging
@@ -58,6 +59,7 @@ log = logging.getLogger("toolnexus_async")
 __all__ = ("Inbox",)
 
 _Outcome = Literal["answered", "expired"]
+_NO_CONTEXT = contextvars.Context()
 
 
 class _Slot:
@@ -180,7 +182,8 @@ class Inbox:
             slot.deadline = self._add_deadline(loop, loop.time() + left, request.id)
         if self._park_timeout is not None:
             slot.spill = self._add_deadline(loop, loop.time() + self._park_timeout, request.id)
-        future.add_done_callback(slot)
+        # No context copy per parked request: the slot's callback reads no context vars.
+        future.add_done_callback(slot, context=_NO_CONTEXT)
         for listener in tuple(self._listeners):
             try:
                 listener.send_nowait(request)
