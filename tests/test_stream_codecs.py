@@ -12,14 +12,11 @@ import pytest
 from toolnexus_async import ProtocolError, ProviderError, ToolCall, Toolkit, UserMessage
 from toolnexus_async._codecs import codec_for
 from toolnexus_async._codecs._sse import SSEEvent, SSEParser
-from toolnexus_async._codecs._stream import (
-    AnthropicStreamDecoder,
-    OpenAIStreamDecoder,
-    StreamDecoder,
-    TextDelta,
-)
+from toolnexus_async._codecs._stream import StreamDecoder, TextDelta
 from toolnexus_async._codecs.anthropic import AnthropicCodec
+from toolnexus_async._codecs.anthropic_stream import AnthropicStreamDecoder
 from toolnexus_async._codecs.openai import OpenAICodec
+from toolnexus_async._codecs.openai_stream import OpenAIStreamDecoder
 from toolnexus_async._loop import ModelReply
 from toolnexus_async._results import Usage
 

@@ -14,52 +14,37 @@ Rules of this module:
 from __future__ import annotations
 
 import enum
-import itertools
 import logging
 import os
-import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
 import attrs
 
+from ._client_resume import Resuming
 from ._codecs import codec_for
-from ._conversations import (
-    ConversationLocks,
-    ConversationStore,
-    MemoryConversationStore,
-    check_conversation_id,
-)
+from ._conversations import ConversationRuns, ConversationStore, MemoryConversationStore
 from ._errors import UsageError
 from ._executor import WaitFor
 from ._hooks import Hooks
+from ._ids import new_run_id
 from ._loop import RunLoop
 from ._messages import Message
 from ._metrics import MetricEvent, MetricsRegistry, Reporter
 from ._model import FunctionModel, Generate, HttpModel, Model
-from ._results import RunResult, Usage
-from ._resume_plan import ResumePlan, plan_from_transcript, plan_resume
+from ._results import RunResult
+from ._resume_plan import ResumePlan
 from ._retry import RetryPolicy
 from ._runner import OnError, Runner
 from ._streaming import RunStream, Sink
 from ._toolkit import Toolkit
 from ._transport import Transport
-from ._types import Answer, Request
 
 __all__ = ("LlmClient",)
 
 log = logging.getLogger("toolnexus_async")
-
-
-# Unique without a uuid per run: a random prefix per process, then a counter.
-_RUN_PREFIX = "run_" + uuid.uuid4().hex[:12] + "_"
-_run_numbers = itertools.count(1)
-
-
-def _new_run_id() -> str:
-    return f"{_RUN_PREFIX}{next(_run_numbers)}"
 
 
 @attrs.frozen
@@ -81,7 +66,7 @@ class _State(enum.Enum):
     CLOSED = "closed"  # aclose() ran; the client cannot be used again
 
 
-class LlmClient:
+class LlmClient(Resuming):
     """Runs the tool-calling loop against a model.
 
     Args:
@@ -262,14 +247,11 @@ class LlmClient:
         self.system_prompt = system_prompt
         self.max_turns = max_turns
         self._metrics = MetricsRegistry()
-        self._conversations = (
+        self._conversation_runs = ConversationRuns(
             options.conversations
             if options.conversations is not None
             else MemoryConversationStore()
         )
-        # Halted runs of ask(), by run id: resuming one saves its conversation back.
-        self._halted_asks: dict[str, str] = {}
-        self._conversation_locks = ConversationLocks()
         self._on_metric = options.on_metric
         self._runner = Runner(
             model,
@@ -339,7 +321,7 @@ class LlmClient:
         self._check_open()
         if prompt is None and not history:
             raise UsageError("run(None, ...) continues a history; pass history=")
-        run_id = run_id or _new_run_id()
+        run_id = run_id or new_run_id()
         loop = RunLoop(
             prompt,
             history=history or (),
@@ -383,7 +365,7 @@ class LlmClient:
             history=history or (),
             system_prompt=self.system_prompt,
             max_turns=self.max_turns,
-            run_id=run_id or _new_run_id(),
+            run_id=run_id or new_run_id(),
             style=self.style,
         )
 
@@ -391,89 +373,6 @@ class LlmClient:
             return await self._execute(loop, toolkit, sink=sink)
 
         return RunStream(start)
-
-    async def resume(
-        self,
-        halted: RunResult,
-        answers: Answer | Iterable[Answer],
-        toolkit: Toolkit,
-        *,
-        on_tools_done: Callable[[RunResult], Any] | None = None,
-    ) -> RunResult:
-        """Continue a run that halted with ``status == "pending"``, given answers to it.
-
-        Each answer must echo the id of one of the halted turn's outstanding requests
-        (``halted.suspended``). The calls of that turn that completed are never executed
-        again; each answered call runs again with ``ctx.answer`` (or gets
-        ``"declined/expired: <prompt>"``); the other suspended calls run again and may
-        suspend again, halting the run once more on the first in call order. The model then
-        sees exactly one result per call of the turn and no new user message. An answer to
-        a request whose ``expires_at`` has passed counts as ``Answer(ok=False,
-        reason="expired")``, whatever it says.
-
-        ``on_tools_done`` (sync or async) is called once the halted turn's calls have run,
-        before the model is asked again, with the run as it stands (``status ==
-        "incomplete"``, ``limit == "resumed"``): from then on the halted state must not be
-        resumed again, or the answered calls would run twice. A durable host uses it to
-        know; :func:`resume_stored` does.
-
-        Raises:
-            AnswerMismatch: an answer echoes no outstanding request; nothing was executed.
-            UsageError: ``halted`` is not a halted run, no answer was given, or two answers
-                share an id.
-        """
-        self._check_open()
-        plan = plan_resume(halted, answers)
-        loop = RunLoop.resume(
-            plan.turn,
-            turns=halted.turns,
-            usage=halted.usage,
-            model=halted.model,
-            records=halted.tool_calls,
-            max_turns=self.max_turns,
-            run_id=halted.run_id or _new_run_id(),
-            style=self.style,
-        )
-        result = await self._execute(loop, toolkit, plan, on_tools_done)
-        if halted.run_id in self._halted_asks:
-            # The run came from ask(): its conversation goes on from the resumed transcript.
-            await self._save_resumed_ask(halted.run_id, result)
-        return result
-
-    async def run_with_answer(
-        self,
-        toolkit: Toolkit,
-        history: Sequence[Message],
-        pending: Request,
-        answer: Answer,
-    ) -> RunResult:
-        """Resume from a halted transcript and its pending request alone.
-
-        ``history`` is a halted run's ``messages`` (completed results included, suspended
-        calls unanswered) and ``pending`` its ``pending`` request. A transcript does not say
-        which request each unanswered call raised, so the answer goes to the **first**
-        unanswered call, the one ``RunResult.pending`` always belongs to; to answer another
-        call of the turn, use :meth:`resume`. The rules are those of :meth:`resume`. Turn
-        counts and usage start afresh (the resumed turn's records carry turn 0), since a
-        transcript does not carry them.
-
-        Raises:
-            AnswerMismatch: ``answer.id`` is not ``pending.id``.
-            UsageError: ``history`` is not a halted transcript.
-        """
-        self._check_open()
-        plan = plan_from_transcript(history, pending, answer)
-        loop = RunLoop.resume(
-            plan.turn,
-            turns=0,
-            usage=Usage(),
-            model=None,
-            records=(),
-            max_turns=self.max_turns,
-            run_id=_new_run_id(),
-            style=self.style,
-        )
-        return await self._execute(loop, toolkit, plan)
 
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:
@@ -511,23 +410,11 @@ class LlmClient:
         """
         if conversation_id is None:
             return await self.run(prompt, toolkit)
-        check_conversation_id(conversation_id)
-        async with self._conversation_locks.hold(conversation_id):
-            history = await self._conversations.get(conversation_id)
-            result = await self.run(prompt, toolkit, history=history)
-            await self._conversations.save(conversation_id, result.messages)
-        if result.status == "pending":
-            self._halted_asks[result.run_id] = conversation_id
-        return result
+        return await self._conversation_runs.ask(self.run, prompt, toolkit, conversation_id)
 
-    async def _save_resumed_ask(self, run_id: str, result: RunResult) -> None:
-        conversation_id = self._halted_asks.pop(run_id, None)
-        if conversation_id is None:
-            return
-        async with self._conversation_locks.hold(conversation_id):
-            await self._conversations.save(conversation_id, result.messages)
-        if result.status == "pending":
-            self._halted_asks[result.run_id] = conversation_id
+    async def _after_resume(self, halted: RunResult, result: RunResult) -> None:
+        # A run that came from ask(): its conversation goes on from the resumed transcript.
+        await self._conversation_runs.resumed(halted.run_id, result)
 
     def metrics(self) -> str:
         """Every model request, tool call and run of this client so far, as Prometheus text."""

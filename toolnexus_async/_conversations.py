@@ -27,10 +27,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 import anyio
 
@@ -38,7 +38,11 @@ from ._errors import PayloadError, StoreError, UsageError
 from ._messages import Message, messages_from_json, messages_to_json
 from ._sqlite_file import Conn, SqliteFile, rows
 
+if TYPE_CHECKING:
+    from ._results import RunResult
+
 __all__ = (
+    "ConversationRuns",
     "ConversationStore",
     "MemoryConversationStore",
     "SqliteConversationStore",
@@ -352,3 +356,40 @@ class ConversationLocks:
             entry.users -= 1
             if entry.users == 0:
                 del self._entries[conversation_id]
+
+
+class ConversationRuns:
+    """What ``client.ask`` keeps: the store, a lock per conversation, and which halted run
+    belongs to which conversation (so that resuming it saves the conversation back)."""
+
+    def __init__(self, store: ConversationStore) -> None:
+        self.store = store
+        self._locks = ConversationLocks()
+        self._halted: dict[str, str] = {}
+
+    async def ask(
+        self,
+        run: Callable[..., Awaitable[RunResult]],
+        prompt: str,
+        toolkit: Any,
+        conversation_id: str,
+    ) -> RunResult:
+        """Load, run (with ``run(prompt, toolkit, history=...)``) and save, one at a time."""
+        check_conversation_id(conversation_id)
+        async with self._locks.hold(conversation_id):
+            history = await self.store.get(conversation_id)
+            result = await run(prompt, toolkit, history=history)
+            await self.store.save(conversation_id, result.messages)
+        if result.status == "pending":
+            self._halted[result.run_id] = conversation_id
+        return result
+
+    async def resumed(self, run_id: str, result: RunResult) -> None:
+        """A run resumed on the client: save its conversation if it came from ``ask``."""
+        conversation_id = self._halted.pop(run_id, None)
+        if conversation_id is None:
+            return
+        async with self._locks.hold(conversation_id):
+            await self.store.save(conversation_id, result.messages)
+        if result.status == "pending":
+            self._halted[result.run_id] = conversation_id

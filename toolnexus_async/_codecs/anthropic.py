@@ -7,7 +7,7 @@ required by the API, so a default is always sent. System messages become the top
 single user message, with ``is_error`` set for errors. Reply: ``content`` blocks of type
 ``text`` and ``tool_use``; ``input_tokens``/``output_tokens`` map to prompt/completion.
 Streamed (``stream=True``): ``"stream": true``, and the events go to
-:class:`~._stream.AnthropicStreamDecoder`.
+:class:`~.anthropic_stream.AnthropicStreamDecoder`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .._messages import AssistantMessage, Message, SystemMessage, ToolCall, Tool
 from .._results import Usage
 from .._toolkit import Toolkit
 from ._common import count, field, obj, provider_error_message
-from ._stream import AnthropicStreamDecoder
+from .anthropic_stream import AnthropicStreamDecoder
 
 __all__ = ("AnthropicCodec",)
 

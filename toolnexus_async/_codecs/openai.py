@@ -5,7 +5,7 @@ base URL carries any ``/v1``. Tools are ``function`` tools; a tool result is a
 ``{"role": "tool", "tool_call_id", "content"}`` message whose content is the result's
 output, unchanged. Reply: ``choices[0].message`` with ``content`` and ``tool_calls``.
 Streamed (``stream=True``): ``"stream": true`` with ``stream_options.include_usage``, and
-the chunks go to :class:`~._stream.OpenAIStreamDecoder`.
+the chunks go to :class:`~.openai_stream.OpenAIStreamDecoder`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .._messages import AssistantMessage, Message, SystemMessage, ToolCall, Tool
 from .._results import Usage
 from .._toolkit import Toolkit
 from ._common import count, field, obj, parse_arguments, provider_error_message
-from ._stream import OpenAIStreamDecoder
+from .openai_stream import OpenAIStreamDecoder
 
 __all__ = ("OpenAICodec",)
 

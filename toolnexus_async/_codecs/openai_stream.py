@@ -1,0 +1,165 @@
+"""The OpenAI Chat Completions stream decoder: ``data:`` chunks in, one reply at ``[DONE]``.
+
+Rule of this module: only what is particular to the OpenAI stream (chunk shapes, tool-call
+fragments keyed by ``index``, the usage chunk, ``finish_reason`` as an end); the end and
+failure bookkeeping, JSON parsing and :class:`~._stream.TextDelta` come from
+:mod:`._stream`. No I/O: tests feed events by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .._errors import ProtocolError, ProviderError
+from .._loop import ModelReply
+from .._messages import AssistantMessage, ToolCall
+from .._results import Usage
+from ._common import count, parse_arguments
+from ._sse import SSEEvent
+from ._stream import TextDelta, _Decoder, _int_index
+
+__all__ = ("OpenAIStreamDecoder",)
+
+
+@attrs.define
+class _OpenAICall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = attrs.field(factory=list)
+
+
+def _openai_status(error: object) -> int:
+    code = error.get("code") if isinstance(error, dict) else None
+    if isinstance(code, str) and code.isascii() and code.isdigit():
+        code = int(code)
+    # Only a code that reads as an HTTP status is one; "rate_limit_exceeded" or 1234 is not.
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code
+    return 500
+
+
+class OpenAIStreamDecoder(_Decoder):
+    """Chat Completions chunks: ``choices[0].delta`` pieces, then ``data: [DONE]``.
+
+    Tool calls arrive as fragments keyed by ``index``: the first fragment of an index
+    carries ``id`` and ``function.name``, every fragment may add to ``function.arguments``.
+    With ``stream_options.include_usage`` a last chunk with empty ``choices`` carries the
+    usage. The stream is complete once ``[DONE]`` or a ``finish_reason`` arrived.
+    """
+
+    style = "openai"
+    end_marker = "[DONE]"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._text: list[str] | None = None  # None until the model sends any content
+        self._calls: dict[int, _OpenAICall] = {}
+        self._usage: dict[str, Any] | None = None
+        self._model: str | None = None
+        self._finish_reason: str | None = None
+
+    def finish(self) -> ModelReply:
+        # A finish_reason is the model's own end; a proxy that drops [DONE] (or a usage
+        # chunk) after it has not truncated the reply.
+        if self._finish_reason is not None and not self._failed:
+            self._done = True
+        return super().finish()
+
+    def _feed(self, event: SSEEvent) -> list[TextDelta]:
+        if event.data.strip() == "[DONE]":
+            self._done = True
+            return []
+        chunk = self._json(event)
+        if chunk.get("error"):
+            raise ProviderError(_openai_status(chunk["error"]), event.data, self._url)
+        model = chunk.get("model")
+        if isinstance(model, str) and model:
+            self._model = model
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            # Servers that repeat usage on every chunk send running totals: keep the last.
+            self._usage = usage
+        choices = chunk.get("choices")
+        if choices is None:
+            return []  # vLLM's usage-only chunk has "choices": null
+        if not isinstance(choices, list):
+            raise self._bad(event, "choices must be a list")
+        deltas: list[TextDelta] = []
+        for choice in choices:
+            # With n > 1 the other choices interleave; the reply is choice 0, as unstreamed.
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            deltas.extend(self._choice(event, choice))
+        return deltas
+
+    def _choice(self, event: SSEEvent, choice: dict[str, Any]) -> list[TextDelta]:
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self._finish_reason = reason
+        delta = choice.get("delta")
+        if delta is None:
+            return []
+        if not isinstance(delta, dict):
+            raise self._bad(event, "choices[0].delta must be an object")
+        fragments = delta.get("tool_calls")
+        if fragments is not None and not isinstance(fragments, list):
+            raise self._bad(event, "choices[0].delta.tool_calls must be a list")
+        for fragment in fragments or ():
+            self._fragment(event, fragment)
+        content = delta.get("content")
+        if content is None:
+            return []
+        if not isinstance(content, str):
+            raise self._bad(event, "choices[0].delta.content must be a string or null")
+        if self._text is None:
+            self._text = []
+        if not content:
+            return []
+        self._text.append(content)
+        return [TextDelta(content)]
+
+    def _fragment(self, event: SSEEvent, fragment: object) -> None:
+        if not isinstance(fragment, dict):
+            raise self._bad(event, "a tool_calls fragment must be an object")
+        index = _int_index(fragment.get("index"))
+        if index is None:
+            raise self._bad(event, "a tool_calls fragment has no integer 'index'")
+        call = self._calls.setdefault(index, _OpenAICall())
+        call_id = fragment.get("id")
+        if isinstance(call_id, str) and call_id and not call.id:
+            call.id = call_id
+        function = fragment.get("function")
+        if not isinstance(function, dict):
+            return
+        name = function.get("name")
+        if isinstance(name, str) and name and not call.name:
+            call.name = name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            call.arguments.append(arguments)
+
+    def _reply(self) -> ModelReply:
+        calls: list[ToolCall] = []
+        seen: set[str] = set()
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            where = f"openai stream: tool call at index {index}"
+            if not call.id or call.id in seen:
+                raise ProtocolError(f"{where} has an empty or repeated id {call.id!r}")
+            if not call.name:
+                raise ProtocolError(f"{where} has no function name")
+            seen.add(call.id)
+            arguments, invalid = parse_arguments("".join(call.arguments))
+            calls.append(ToolCall(call.id, call.name, arguments, invalid))
+        totals = Usage()
+        if self._usage is not None:
+            prompt = count(self._usage, "prompt_tokens")
+            completion = count(self._usage, "completion_tokens")
+            total = count(self._usage, "total_tokens") or prompt + completion
+            totals = Usage(prompt, completion, total)
+        text = None if self._text is None else "".join(self._text)
+        return ModelReply(
+            AssistantMessage(text, tuple(calls)), totals, self._model, self._finish_reason
+        )
