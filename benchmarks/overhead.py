@@ -36,23 +36,16 @@ import argparse
 import asyncio
 import gc
 import json
-import math
-import multiprocessing
 import multiprocessing.connection
-import os
-import platform
-import shlex
 import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 import anyio
+from _common import ChildServer, percentile, print_footer, print_header, serve_over_pipe, verdict
 from aiohttp import web
 
 from toolnexus_async import LlmClient, Toolkit, define_tool
@@ -141,13 +134,12 @@ def check_same_schema(toolkit: Toolkit) -> None:
 # --------------------------------------------------------------------------------------
 # The mock provider.
 #
-# It runs in its own *process* (multiprocessing, spawn), not in a thread. A thread would
-# share the measured process's GIL: every request the mock parses and answers would steal
-# time from the event loop being measured, in proportion to the request rate, and blur the
-# very overhead this file measures. On a 2-core machine the measured process keeps one core
-# and the mock gets the other. The mock's own cost still shows up in every run's wall time,
-# alike for both contenders; it is kept small (no access log, canned replies) and its CPU
-# use is printed for the throughput part, so a saturated mock would be visible.
+# It runs in its own *process* (``_common.ChildServer``), not in a thread, so that the
+# requests it parses and answers do not steal the measured event loop's GIL in proportion
+# to the request rate and blur the very overhead this file measures. Its own cost still
+# shows up in every run's wall time, alike for both contenders; it is kept small (no access
+# log, canned replies) and its CPU use is printed for the throughput part, so a saturated
+# mock would be visible.
 
 LATENCY_KEY = web.AppKey("latency_s", float)
 
@@ -222,85 +214,32 @@ async def _serve(conn: multiprocessing.connection.Connection, latency_s: float) 
     app = web.Application()
     app[LATENCY_KEY] = latency_s
     app.router.add_post("/v1/chat/completions", _chat_completions)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    # A deep backlog: the throughput part opens hundreds of connections at once, and a
-    # dropped SYN costs a one-second retransmit that would dwarf everything measured.
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
-    await site.start()
-    port: int = runner.addresses[0][1]
-    stop = asyncio.Event()
 
-    def on_message() -> None:
-        try:
-            message = conn.recv()
-        except EOFError:  # the parent went away
-            stop.set()
-            return
-        if message == "cpu":
-            conn.send(time.process_time())
-        else:
-            stop.set()
+    def reply(message: str) -> float:
+        return time.process_time()  # the one question asked: "cpu"
 
-    loop = asyncio.get_running_loop()
-    loop.add_reader(conn.fileno(), on_message)
-    conn.send(port)
-    try:
-        await stop.wait()
-    finally:
-        loop.remove_reader(conn.fileno())
-        await runner.cleanup()
+    await serve_over_pipe(conn, app, reply)
 
 
 def _server_main(conn: multiprocessing.connection.Connection, latency_s: float) -> None:
     asyncio.run(_serve(conn, latency_s))
 
 
-class MockServer:
+class MockServer(ChildServer):
     """The mock provider in a child process; a context manager that starts and stops it."""
 
     def __init__(self, latency_ms: float) -> None:
+        super().__init__("mock server", _server_main, latency_ms / 1000)
         self.latency_ms = latency_ms
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child_conn = ctx.Pipe()
-        self._process = ctx.Process(
-            target=_server_main, args=(child_conn, latency_ms / 1000), daemon=True
-        )
-        self.base_url = ""
 
-    def __enter__(self) -> Self:
-        self._process.start()
-        try:
-            if not self._conn.poll(30):
-                raise EOFError
-            port = self._conn.recv()
-        except EOFError:
-            self._process.kill()
-            raise SystemExit("the mock server did not start (see its traceback above)") from None
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        return self
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
 
     def cpu_seconds(self) -> float:
         """CPU time the mock process has used so far (asked between measurements only)."""
-        self._conn.send("cpu")
-        seconds: float = self._conn.recv()
+        seconds: float = self.ask("cpu")
         return seconds
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self._conn.send("stop")
-        except OSError:
-            pass
-        self._process.join(10)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
-        self._conn.close()
 
 
 # --------------------------------------------------------------------------------------
@@ -359,12 +298,6 @@ def floor_runner(session: aiohttp.ClientSession, base_url: str) -> RunOnce:
 
 # --------------------------------------------------------------------------------------
 # Measurement.
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 @dataclass
@@ -540,33 +473,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def dist_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:  # e.g. run from a checkout on PYTHONPATH
-        return "(not installed)"
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "MISSED"
-
-
 async def main(args: argparse.Namespace) -> None:
-    print(f"command:   {shlex.join(sys.orig_argv)}")
-    print(
-        f"versions:  Python {platform.python_version()} ({platform.python_implementation()}), "
-        f"aiohttp {dist_version('aiohttp')}, anyio {dist_version('anyio')}, "
-        f"toolnexus-async {dist_version('toolnexus-async')}"
-    )
-    print(
-        f"machine:   {platform.platform()}, {os.cpu_count()} CPUs, "
-        f"load average {load_average()}; event loop: {type(asyncio.get_running_loop()).__name__}"
-    )
-    print()
+    print_header("aiohttp", "anyio")
 
     print(
         f"overhead: {args.runs} interleaved runs each after {args.warmup} warm-up runs, "
@@ -602,8 +510,7 @@ async def main(args: argparse.Namespace) -> None:
         f"   median of round pairs {paired:.3f};"
         f"   CPU per run {tn_rate.cpu_per_run / floor_rate.cpu_per_run:.3f}"
     )
-    print()
-    print(f"load average at the end: {load_average()}")
+    print_footer()
 
 
 if __name__ == "__main__":

@@ -46,14 +46,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
-import ctypes.util
 import gc
 import json
 import math
-import os
-import platform
-import shlex
 import sqlite3
 import statistics
 import sys
@@ -61,28 +56,33 @@ import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
+from _common import (
+    PROMPT,
+    approval_model,
+    expected_text,
+    malloc_trim,
+    percentile,
+    print_footer,
+    print_header,
+    rss_bytes,
+    verdict,
+)
 
 from toolnexus_async import (
     Answer,
-    AssistantMessage,
     Inbox,
     LlmClient,
-    Message,
     Request,
     RunResult,
     Tool,
-    ToolCall,
     ToolContext,
     Toolkit,
     ToolResult,
-    ToolReturn,
-    UserMessage,
     define_tool,
 )
 
@@ -91,9 +91,6 @@ BYTES_TARGET = 5_000  # bytes of RSS per parked run, at most
 PARK_RATE_TARGET = 20_000.0  # parks per second, at least
 ANSWER_RATE_TARGET = 20_000.0  # answers per second, at least
 P99_TARGET = 0.050  # seconds from answer() to the tool running again, at most
-
-PROMPT = "Pay invoice {n}."
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 # --------------------------------------------------------------------------------------
@@ -141,16 +138,12 @@ class Latency:
         return cls(len(seconds), percentile(seconds, 50), percentile(seconds, 99), seconds[-1])
 
 
-def expected_text(n: int) -> str:
-    return f"Done: invoice {n} paid."
-
-
 def request_id(n: int) -> str:
     return f"req-{n}"
 
 
 # --------------------------------------------------------------------------------------
-# The toolnexus side: one tool that asks approval, and a model that calls it once.
+# The toolnexus side: one tool that asks approval (``_common.approval_model`` calls it once).
 
 
 def make_tool(probe: Probe | None) -> Tool:
@@ -172,37 +165,8 @@ def make_tool(probe: Probe | None) -> Tool:
     return pay_invoice
 
 
-def approval_model(messages: list[Message], tools: list[Tool]) -> AssistantMessage:
-    """Turn 1: call ``pay_invoice`` with the number in the prompt. Turn 2: report."""
-    last = messages[-1]
-    if isinstance(last, UserMessage):
-        invoice = int(last.text.rsplit(" ", 1)[1].rstrip("."))
-        return AssistantMessage(None, (ToolCall("call_1", "pay_invoice", {"invoice": invoice}),))
-    if isinstance(last, ToolReturn):
-        return AssistantMessage(f"Done: {last.output}.")
-    raise AssertionError(f"unexpected transcript end: {last!r}")
-
-
 # --------------------------------------------------------------------------------------
 # Memory and clocks.
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * PAGE_SIZE
-
-
-_libc: Any = None
-
-
-def malloc_trim() -> None:
-    """Give freed heap back to the system (glibc), so a phase starts from a lean RSS."""
-    global _libc
-    if _libc is None:
-        name = ctypes.util.find_library("c")
-        _libc = ctypes.CDLL(name) if name else False
-    if _libc and hasattr(_libc, "malloc_trim"):
-        _libc.malloc_trim(0)
 
 
 @dataclass
@@ -264,12 +228,6 @@ def timed_collect() -> float:
     start = time.perf_counter()
     gc.collect()
     return time.perf_counter() - start
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def ms(seconds: float) -> str:
@@ -682,37 +640,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def dist_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:  # e.g. run from a checkout on PYTHONPATH
-        return "(not installed)"
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "MISSED"
-
-
 def ratio_line(label: str, tn: float, floor: float, unit: str) -> str:
     return f"    {label:<22} {tn:>12,.1f} / {floor:>12,.1f} {unit:<10} = {tn / floor:.2f}"
 
 
 async def main(args: argparse.Namespace) -> None:
-    print(f"command:   {shlex.join(sys.orig_argv)}")
-    print(
-        f"versions:  Python {platform.python_version()} ({platform.python_implementation()}), "
-        f"anyio {dist_version('anyio')}, aiosqlite {dist_version('aiosqlite')}, "
-        f"SQLite {sqlite3.sqlite_version}, toolnexus-async {dist_version('toolnexus-async')}"
-    )
-    print(
-        f"machine:   {platform.platform()}, {os.cpu_count()} CPUs, "
-        f"load average {load_average()}; event loop: {type(asyncio.get_running_loop()).__name__}"
-    )
-    print()
+    print_header("anyio", "aiosqlite", "SQLite")
 
     print(
         f"hot parking: {args.runs:,} runs parked on one Inbox ({args.spawner} task group), "
@@ -782,8 +715,7 @@ async def main(args: argparse.Namespace) -> None:
         ):
             x, y = statistics.median(a), statistics.median(b)
             print(f"    {label:<22} {x * 1e6:8.1f} / {y * 1e6:8.1f} us = {x / y:.2f}")
-    print()
-    print(f"load average at the end: {load_average()}")
+    print_footer()
 
 
 if __name__ == "__main__":

@@ -52,16 +52,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
-import ctypes.util
 import gc
 import json
 import math
-import multiprocessing
 import multiprocessing.connection
-import os
-import platform
-import shlex
 import sqlite3
 import sys
 import tempfile
@@ -69,47 +63,42 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 import anyio
+from _common import (
+    PROMPT,
+    ChildServer,
+    approval_model,
+    expected_text,
+    invoice_of,
+    malloc_trim,
+    percentile,
+    print_footer,
+    print_header,
+    rss_bytes,
+    serve_over_pipe,
+)
 from aiohttp import web
 
 from toolnexus_async import (
-    AssistantMessage,
     LlmClient,
-    Message,
     Request,
-    Tool,
-    ToolCall,
     ToolContext,
     Toolkit,
     ToolResult,
-    ToolReturn,
-    UserMessage,
     define_tool,
 )
 from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.serve import ServeInbox, create_app
 
-PROMPT = "Pay invoice {n}."
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 HOT_PARK_TIMEOUT = 3600.0  # seconds: far longer than any run of this benchmark
 SPILL_PARK_TIMEOUT = 1.0  # seconds, for --spill: every run is saved before it is answered
 POLL_SECONDS = 0.02  # pause between two polls (one poll in flight at a time)
 STALL_SECONDS = 60.0  # no progress for this long while waiting: something is lost
 KEEP_FINISHED = 10_000  # the server remembers this many finished runs (GET /runs)
-
-
-def expected_text(n: int) -> str:
-    return f"Done: invoice {n} paid."
-
-
-def invoice_of(prompt: str) -> int:
-    return int(prompt.rsplit(" ", 1)[1].rstrip("."))
 
 
 # --------------------------------------------------------------------------------------
@@ -128,17 +117,6 @@ async def pay_invoice(invoice: int, ctx: ToolContext | None = None) -> ToolResul
             Request("", "approval", f"Pay invoice {invoice}?", data={"invoice": invoice})
         )
     return ToolResult.ok(f"invoice {invoice} paid")
-
-
-def approval_model(messages: list[Message], tools: list[Tool]) -> AssistantMessage:
-    """Turn 1: call ``pay_invoice`` with the number in the prompt. Turn 2: report."""
-    last = messages[-1]
-    if isinstance(last, UserMessage):
-        invoice = invoice_of(last.text)
-        return AssistantMessage(None, (ToolCall("call_1", "pay_invoice", {"invoice": invoice}),))
-    if isinstance(last, ToolReturn):
-        return AssistantMessage(f"Done: {last.output}.")
-    raise AssertionError(f"unexpected transcript end: {last!r}")
 
 
 @dataclass
@@ -271,24 +249,6 @@ def floor_app() -> tuple[web.Application, Probe]:
     return app, Probe(parked=state["waiting"].__len__)
 
 
-_libc: Any = None
-
-
-def malloc_trim() -> None:
-    """Give freed heap back to the system (glibc), so that the RSS reads what is in use."""
-    global _libc
-    if _libc is None:
-        name = ctypes.util.find_library("c")
-        _libc = ctypes.CDLL(name) if name else False
-    if _libc and hasattr(_libc, "malloc_trim"):
-        _libc.malloc_trim(0)
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * PAGE_SIZE
-
-
 class GcWatch:
     """The cyclic collector's time and full collections so far (via ``gc.callbacks``).
 
@@ -337,109 +297,47 @@ async def _serve(conn: multiprocessing.connection.Connection, kind: str, store: 
     else:
         timeout = SPILL_PARK_TIMEOUT if kind == "spill" else HOT_PARK_TIMEOUT
         app, probe = toolnexus_app(Path(store), timeout)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    # A deep backlog: hundreds of connections open at once, and a dropped SYN costs a
-    # one-second retransmit that would dwarf what is measured.
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
-    await site.start()
-    port: int = runner.addresses[0][1]
-    stop = asyncio.Event()
     watch = GcWatch()
 
-    def on_message() -> None:
-        try:
-            message = conn.recv()
-        except EOFError:  # the parent went away
-            stop.set()
-            return
+    def reply(message: str) -> ServerState:
+        """``settled`` (after a full collection; between phases only) or ``state``."""
         if message == "settled":
             gc.collect()
             malloc_trim()
-        if message in ("settled", "state"):
-            conn.send(
-                ServerState(
-                    rss_bytes(),
-                    sys.getallocatedblocks(),
-                    time.process_time(),
-                    probe.parked(),
-                    watch.seconds,
-                    watch.full,
-                )
-            )
-        else:
-            stop.set()
+        return ServerState(
+            rss_bytes(),
+            sys.getallocatedblocks(),
+            time.process_time(),
+            probe.parked(),
+            watch.seconds,
+            watch.full,
+        )
 
-    loop = asyncio.get_running_loop()
-    loop.add_reader(conn.fileno(), on_message)
-    conn.send(port)
-    try:
-        await stop.wait()
-    finally:
-        loop.remove_reader(conn.fileno())
-        await runner.cleanup()
+    await serve_over_pipe(conn, app, reply)
 
 
 def _server_main(conn: multiprocessing.connection.Connection, kind: str, store: str) -> None:
     asyncio.run(_serve(conn, kind, store))
 
 
-class Server:
+class Server(ChildServer):
     """One contender's server in a child process; a context manager that starts and stops it."""
 
     def __init__(self, kind: str, store: Path) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child_conn = ctx.Pipe()
-        self._process = ctx.Process(
-            target=_server_main, args=(child_conn, kind, str(store)), daemon=True
-        )
-        self.base_url = ""
+        super().__init__("server", _server_main, kind, str(store))
 
-    def __enter__(self) -> Self:
-        self._process.start()
-        try:
-            if not self._conn.poll(60):
-                raise EOFError
-            port = self._conn.recv()
-        except EOFError:
-            self._process.kill()
-            raise SystemExit("the server did not start (see its traceback above)") from None
-        self.base_url = f"http://127.0.0.1:{port}"
-        return self
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def ask(self, what: str) -> ServerState:
         """``settled`` (after a full collection; between phases only) or ``state``."""
-        self._conn.send(what)
-        if not self._conn.poll(120):
-            raise SystemExit("the server stopped answering on its pipe")
-        state: ServerState = self._conn.recv()
+        state: ServerState = super().ask(what)
         return state
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self._conn.send("stop")
-        except OSError:
-            pass
-        self._process.join(30)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
-        self._conn.close()
 
 
 # --------------------------------------------------------------------------------------
 # The client.
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 @dataclass(frozen=True)
@@ -851,30 +749,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def dist_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:  # e.g. run from a checkout on PYTHONPATH
-        return "(not installed)"
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 async def main(args: argparse.Namespace) -> None:
-    print(f"command:   {shlex.join(sys.orig_argv)}")
-    print(
-        f"versions:  Python {platform.python_version()} ({platform.python_implementation()}), "
-        f"aiohttp {dist_version('aiohttp')}, anyio {dist_version('anyio')}, "
-        f"aiosqlite {dist_version('aiosqlite')}, SQLite {sqlite3.sqlite_version}, "
-        f"toolnexus-async {dist_version('toolnexus-async')}"
-    )
-    print(
-        f"machine:   {platform.platform()}, {os.cpu_count()} CPUs, "
-        f"load average {load_average()}; event loop: {type(asyncio.get_running_loop()).__name__}"
-    )
-    print()
+    print_header("aiohttp", "anyio", "aiosqlite", "SQLite")
     print(
         f"serve under load: {args.runs:,} runs started over HTTP, all parked on one approval,"
         f" then all answered over HTTP; {args.concurrency} requests in flight at most,"
@@ -905,8 +781,7 @@ async def main(args: argparse.Namespace) -> None:
         if kind in results:
             print_ratios(results[kind], floor)
     print("  none lost: every run of every contender was started once, parked once, done once")
-    print()
-    print(f"load average at the end: {load_average()}")
+    print_footer()
 
 
 if __name__ == "__main__":
