@@ -9,6 +9,7 @@ broken implementation runs under ``anyio.fail_after``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -479,7 +480,11 @@ async def test_require_approval_suspends_before_the_tool_and_runs_it_once_approv
 
     ((request, runs_before),) = asked
     assert request.kind == "approval"
-    assert request.data == {"tool": "deploy", "arguments": {"env": "prod"}}
+    assert request.data == {
+        "tool": "deploy",
+        "arguments": {"env": "prod"},
+        "gate": "require_approval",
+    }
     assert runs_before == 0, "the tool ran before it was approved"
     assert deploy.arguments == [{"env": "prod"}]
     assert returns(model.requests[1])["c1"].output == "deploy ran with [('env', 'prod')]"
@@ -541,7 +546,11 @@ async def test_require_approval_without_wait_for_halts_and_resume_decides(approv
             halted = await client.run("go", tk)
             assert halted.status == "pending"
             assert halted.pending is not None and halted.pending.kind == "approval"
-            assert halted.pending.data == {"tool": "deploy", "arguments": {"env": "prod"}}
+            assert halted.pending.data == {
+                "tool": "deploy",
+                "arguments": {"env": "prod"},
+                "gate": "require_approval",
+            }
             assert deploy.calls == []
             done = await client.resume(halted, Answer(halted.pending.id, approve), tk)
 
@@ -576,3 +585,23 @@ async def test_require_approval_in_front_of_a_tool_that_asks_its_own_question() 
     assert asked == ["approval", "question"]
     assert returns(model.requests[1])["c1"].output == '{"answers": ["blue"]}'
     assert result.status == "done"
+
+
+async def test_require_approval_survives_a_halt_then_the_tool_asks_its_own_question() -> None:
+    """Halted on the approval and resumed from its JSON form: the approved tool runs without
+    the approval as its answer, so its own question is asked (and halts the run again)."""
+    questions = {"questions": [{"question": "Which colour?", "options": ["red", "blue"]}]}
+    hooks = Hooks(before_tool=require_approval(["question"]))
+    async with Toolkit.create() as toolkit:
+        model = ScriptedModel(reply(tool_call("question", questions, id="c1")), "noted")
+        async with LlmClient.in_process(model, hooks=hooks) as client:
+            halted = await client.run("ask me", toolkit)
+        assert halted.pending is not None and halted.pending.kind == "approval"
+        stored = RunResult.from_dict(json.loads(json.dumps(halted.to_dict())))
+        assert stored.pending is not None
+        async with LlmClient.in_process(ScriptedModel("unused"), hooks=hooks) as other:
+            again = await other.resume(stored, Answer(stored.pending.id, True), toolkit)
+
+    assert again.status == "pending"
+    assert again.pending is not None and again.pending.kind == "question"
+    assert again.pending.prompt == "Which colour? (options: red, blue)"

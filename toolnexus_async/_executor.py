@@ -36,7 +36,7 @@ from typing import Any, Literal, Protocol
 
 import anyio
 
-from ._hooks import Hooks, call_hook
+from ._hooks import GATE, Hooks, call_hook
 from ._loop import CallOutcome, HaltedTurn
 from ._messages import ToolCall
 from ._streaming import Sink, StreamPending, StreamToolResult
@@ -324,7 +324,7 @@ class Executor:
         if not answer.ok:
             self._gates.discard(request.id)
             return await self._final(call, ctx, CallOutcome(_declined(request), request, False))
-        if request.id in self._gates:
+        if request.id in self._gates or _is_gate(request):
             self._gates.discard(request.id)
             return await self._gated_run(call, ctx, request, answer)
         retry_ctx = ToolContext(
@@ -406,6 +406,11 @@ async def _concurrently(
         # (the others start as soon as it awaits anything).
         await slot(0)
     return [o for o in outcomes if o is not None]
+
+
+def _is_gate(request: Request) -> bool:
+    # A require_approval request carried over a halt: the executor that made it is gone.
+    return request.data is not None and request.data.get("gate") == GATE
 
 
 def _resolver_failed(request: Request, exc: Exception) -> ToolResult:

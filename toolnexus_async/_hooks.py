@@ -26,7 +26,10 @@ from ._loop import ModelReply
 from ._messages import Message
 from ._types import Request, Tool, ToolContext, ToolResult
 
-__all__ = ("Hooks", "LlmCall", "require_approval")
+__all__ = ("GATE", "Hooks", "LlmCall", "require_approval")
+
+# The value of data["gate"] in require_approval's requests.
+GATE = "require_approval"
 
 
 @attrs.frozen
@@ -91,7 +94,7 @@ def require_approval(
     >>> import asyncio
     >>> result = asyncio.run(hook("bash", {"command": "rm -rf build"}, ToolContext()))
     >>> result.metadata["pending"].data
-    {'tool': 'bash', 'arguments': {'command': 'rm -rf build'}}
+    {'tool': 'bash', 'arguments': {'command': 'rm -rf build'}, 'gate': 'require_approval'}
     """
     guarded = frozenset(tools)
 
@@ -102,7 +105,15 @@ def require_approval(
             return None  # the retry after the approval: let the tool run
         text = prompt(name, args) if prompt is not None else f"Allow {name} with {args!r}?"
         return ToolResult.pending(
-            Request("", "approval", text, data={"tool": name, "arguments": dict(args)})
+            Request(
+                "",
+                "approval",
+                text,
+                # "gate" marks the request as the hook's, not the tool's, so that a run
+                # halted on it and resumed (maybe in another process) still runs the tool
+                # without handing it this approval as its own answer.
+                data={"tool": name, "arguments": dict(args), "gate": GATE},
+            )
         )
 
     return before_tool
