@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import assert_no_leaks, openai_reply
+from tests.shared import Ledger, final_from_results
 from toolnexus_async import (
     AlreadyResumed,
     Answer,
@@ -27,47 +28,6 @@ from toolnexus_async import (
     define_tool,
 )
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
-
-
-class Ledger:
-    """Tools with side effects we can count: a payment made twice would show here."""
-
-    def __init__(self) -> None:
-        self.paid: list[int] = []
-        self.looked_up = 0
-        self.approved = False
-
-    def toolkit(self) -> Toolkit:
-        @define_tool
-        async def lookup(invoice: str) -> str:
-            """Find an invoice."""
-            self.looked_up += 1
-            return f"{invoice}: 30 EUR"
-
-        @define_tool
-        async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
-            """Pay an amount; needs approval."""
-            if ctx is None or ctx.answer is None:
-                return ToolResult.pending(
-                    Request("", "approval", f"Pay {amount} EUR?", data={"amount": amount})
-                )
-            self.paid.append(amount)
-            return ToolResult.ok(f"paid {amount}")
-
-        @define_tool
-        async def notify(ctx: ToolContext | None = None) -> ToolResult:
-            """Ask who to notify."""
-            if ctx is None or ctx.answer is None:
-                return ToolResult.pending(Request("", "input", "Who should know?"))
-            return ToolResult.ok(f"notified {(ctx.answer.data or {}).get('who')}")
-
-        return Toolkit.create(builtins=False, extra_tools=[lookup, pay, notify])
-
-
-def final_from_results(messages: list[Message]) -> str:
-    """A model that answers with every tool result it was given, in transcript order."""
-    returns = [m for m in messages if isinstance(m, ToolReturn)]
-    return " | ".join(f"{r.call_id}={r.output}" for r in returns)
 
 
 def three_calls() -> AssistantMessage:

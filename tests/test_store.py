@@ -16,6 +16,7 @@ import attrs
 import pytest
 
 from tests.conftest import assert_no_leaks
+from tests.shared import Ledger, final_from_results
 from toolnexus_async import (
     AlreadyResumed,
     Answer,
@@ -25,59 +26,18 @@ from toolnexus_async import (
     Message,
     PayloadError,
     ProviderError,
-    Request,
     RetryPolicy,
     RunResult,
     StoreError,
-    ToolContext,
     Toolkit,
     ToolResult,
-    ToolReturn,
     UnknownRequest,
     UsageError,
-    define_tool,
 )
 from toolnexus_async.durable import MemoryRunStore, RunStore, SqliteRunStore, resume_stored
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 StoreFactory = Callable[..., RunStore]
-
-
-class Ledger:
-    """Tools whose side effects are counted: a payment made twice would show here."""
-
-    def __init__(self) -> None:
-        self.looked_up = 0
-        self.paid: list[int] = []
-
-    def toolkit(self) -> Toolkit:
-        @define_tool
-        async def lookup(invoice: str) -> str:
-            """Find an invoice."""
-            self.looked_up += 1
-            return f"{invoice}: 30 EUR"
-
-        @define_tool
-        async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
-            """Pay an amount; needs approval."""
-            if ctx is None or ctx.answer is None:
-                return ToolResult.pending(Request("", "approval", f"Pay {amount} EUR?"))
-            self.paid.append(amount)
-            return ToolResult.ok(f"paid {amount}")
-
-        @define_tool
-        async def notify(ctx: ToolContext | None = None) -> ToolResult:
-            """Ask who to notify."""
-            if ctx is None or ctx.answer is None:
-                return ToolResult.pending(Request("", "input", "Who should know?"))
-            return ToolResult.ok(f"notified {(ctx.answer.data or {}).get('who')}")
-
-        return Toolkit.create(builtins=False, extra_tools=[lookup, pay, notify])
-
-
-def final_from_results(messages: list[Message]) -> str:
-    """A model that answers with every tool result it was given."""
-    return " | ".join(f"{m.call_id}={m.output}" for m in messages if isinstance(m, ToolReturn))
 
 
 @attrs.define

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.shared import loopback
 from toolnexus_async import ToolContext, Toolkit, ToolResult, UsageError
 from toolnexus_async.tools.builtin import BUILTIN_NAMES
 
@@ -181,22 +182,15 @@ async def test_aclose_closes_the_shared_http_session():
 
     app = web.Application()
     app.router.add_get("/", page)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with loopback(app) as url:
         toolkit = Toolkit.create()
-        result = await toolkit.execute("webfetch", {"url": f"http://127.0.0.1:{port}/"})
+        result = await toolkit.execute("webfetch", {"url": f"{url}/"})
         session = toolkit._resources[0]
         await toolkit.aclose()
-    finally:
-        await runner.cleanup()
 
     assert "# Hi" in result.output
     assert session.closed
-    after = await toolkit.execute("webfetch", {"url": f"http://127.0.0.1:{port}/"})
+    after = await toolkit.execute("webfetch", {"url": f"{url}/"})
     assert after.is_error
 
 

@@ -10,6 +10,7 @@ import anyio
 import pytest
 from aiohttp import web
 
+from tests.shared import loopback
 from toolnexus_async import Tool, ToolResult
 from toolnexus_async.tools._session import SharedSession
 from toolnexus_async.tools.builtin.webfetch import (
@@ -99,16 +100,11 @@ async def server() -> AsyncIterator[Server]:
     srv = Server()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", srv.handle)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    srv.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        yield srv
-    finally:
-        srv.release.set()
-        await runner.cleanup()
+    async with loopback(app) as srv.url:
+        try:
+            yield srv
+        finally:
+            srv.release.set()
 
 
 @pytest.fixture

@@ -1,0 +1,74 @@
+"""Test helpers used by several test files: tools with countable side effects, and an
+aiohttp app served on 127.0.0.1 inside the test's own event loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+
+from toolnexus_async import (
+    Message,
+    Request,
+    ToolContext,
+    Toolkit,
+    ToolResult,
+    ToolReturn,
+    define_tool,
+)
+
+
+class Ledger:
+    """Tools whose side effects are counted: a payment made twice would show here.
+
+    ``lookup`` completes, ``pay`` asks for approval, ``notify`` asks for input.
+    """
+
+    def __init__(self) -> None:
+        self.paid: list[int] = []
+        self.looked_up = 0
+
+    def toolkit(self) -> Toolkit:
+        @define_tool
+        async def lookup(invoice: str) -> str:
+            """Find an invoice."""
+            self.looked_up += 1
+            return f"{invoice}: 30 EUR"
+
+        @define_tool
+        async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
+            """Pay an amount; needs approval."""
+            if ctx is None or ctx.answer is None:
+                return ToolResult.pending(
+                    Request("", "approval", f"Pay {amount} EUR?", data={"amount": amount})
+                )
+            self.paid.append(amount)
+            return ToolResult.ok(f"paid {amount}")
+
+        @define_tool
+        async def notify(ctx: ToolContext | None = None) -> ToolResult:
+            """Ask who to notify."""
+            if ctx is None or ctx.answer is None:
+                return ToolResult.pending(Request("", "input", "Who should know?"))
+            return ToolResult.ok(f"notified {(ctx.answer.data or {}).get('who')}")
+
+        return Toolkit.create(builtins=False, extra_tools=[lookup, pay, notify])
+
+
+def final_from_results(messages: list[Message]) -> str:
+    """A model that answers with every tool result it was given, in transcript order."""
+    return " | ".join(f"{m.call_id}={m.output}" for m in messages if isinstance(m, ToolReturn))
+
+
+@asynccontextmanager
+async def loopback(app: web.Application) -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1 (a free port) for the block; yields its base URL."""
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
