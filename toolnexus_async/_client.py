@@ -318,18 +318,7 @@ class LlmClient(Resuming):
             TransportError: the provider could not be reached.
             UsageError: the client is closed, or ``history`` ends with unanswered calls.
         """
-        self._check_open()
-        if prompt is None and not history:
-            raise UsageError("run(None, ...) continues a history; pass history=")
-        run_id = run_id or new_run_id()
-        loop = RunLoop(
-            prompt,
-            history=history or (),
-            system_prompt=self.system_prompt,
-            max_turns=self.max_turns,
-            run_id=run_id,
-            style=self.style,
-        )
+        loop = self._new_loop("run", prompt, history, run_id)
         return await self._execute(loop, toolkit)
 
     def stream(
@@ -357,10 +346,25 @@ class LlmClient(Resuming):
         the tool tasks are cancelled. Iterating without ``async with`` is refused
         (:class:`UsageError`), since nothing could stop the run if the loop broke off.
         """
+        loop = self._new_loop("stream", prompt, history, run_id)
+
+        async def start(sink: Sink) -> RunResult:
+            return await self._execute(loop, toolkit, sink=sink)
+
+        return RunStream(start)
+
+    def _new_loop(
+        self,
+        entry: str,
+        prompt: str | None,
+        history: Sequence[Message] | None,
+        run_id: str | None,
+    ) -> RunLoop:
+        """A fresh run's loop, after the checks ``run`` and ``stream`` share."""
         self._check_open()
         if prompt is None and not history:
-            raise UsageError("stream(None, ...) continues a history; pass history=")
-        loop = RunLoop(
+            raise UsageError(f"{entry}(None, ...) continues a history; pass history=")
+        return RunLoop(
             prompt,
             history=history or (),
             system_prompt=self.system_prompt,
@@ -368,11 +372,6 @@ class LlmClient(Resuming):
             run_id=run_id or new_run_id(),
             style=self.style,
         )
-
-        async def start(sink: Sink) -> RunResult:
-            return await self._execute(loop, toolkit, sink=sink)
-
-        return RunStream(start)
 
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:

@@ -162,11 +162,8 @@ class Executor:
                 f"invalid arguments for tool {call.name!r}: expected a JSON object, got "
                 f"{_excerpt(call.invalid_arguments)}; call it again with valid JSON"
             )
-            if self._on_tool is not None:
-                # A call the model made counts, even when the tool never ran.
-                tool = self._toolkit.get(call.name)
-                source = tool.source if tool is not None else "unknown"
-                self._on_tool(call.name, source, "error", 0.0)
+            # A call the model made counts in the metrics, even when the tool never ran.
+            self._report(call.name, invalid, time.perf_counter())
             return await self._final(call, ctx, CallOutcome(invalid))
         if self._hooks is None:
             # No hooks: the tool is awaited right here, a coroutine fewer per call.
@@ -228,6 +225,9 @@ class Executor:
             unresolved = ToolResult.error(f"unresolved: {request.prompt}")
             return await self._final(call, ctx, CallOutcome(unresolved, gate, True))
         if self._wait_for is None:
+            if request.expired():
+                # As in run_one: never halt on a request nobody can answer any more.
+                return await self._final(call, ctx, CallOutcome(_declined(request), request, False))
             if self._on_event is not None:
                 self._on_event(StreamPending(request, call.id, call.name))
             return CallOutcome(result, request)
