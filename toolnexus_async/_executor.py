@@ -2,13 +2,15 @@
 
 Rules of this module (DESIGN §3):
 
-- The calls of a turn run concurrently in one task group that owns their tasks (the first
-  call runs in the calling task); the outcomes come back in call order. A failing tool is
-  an error result (the toolkit sees to that) and never cancels its siblings; only
-  cancellation propagates. The group is ``asyncio.TaskGroup``, not anyio's: on this hot
-  path anyio's group cost 52 us of CPU per run against 31 us and doubled GC collections
-  (500 concurrent runs, no HTTP). Both are structured; an anyio cancel scope around a run
-  still reaches the children, through the calling task that the group belongs to.
+- The calls of a turn run concurrently (``_concurrency.run_concurrently``): a call that
+  finishes without awaiting needs no task, the first call that waits goes on in the
+  calling task and the calls after it start in tasks of one ``asyncio.TaskGroup``; the
+  outcomes come back in call order. A failing tool is an error result (the toolkit sees
+  to that) and never cancels its siblings; only cancellation propagates. The group is
+  ``asyncio.TaskGroup``, not anyio's: on this hot path anyio's group cost 52 us of CPU per
+  run against 31 us and doubled GC collections (500 concurrent runs, no HTTP). Both are
+  structured; an anyio cancel scope around a run still reaches the children, through the
+  calling task that the group belongs to.
 - A call whose result is a suspension, when ``wait_for`` is set, awaits ``wait_for`` in that
   call's own task, so two approvals asked in one turn are outstanding at the same time.
   - ``answer.ok``: the same tool runs once more with the same arguments and
@@ -26,7 +28,6 @@ Rules of this module (DESIGN §3):
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
@@ -36,6 +37,7 @@ from typing import Any, Literal, Protocol
 
 import anyio
 
+from ._concurrency import Job, run_concurrently
 from ._hooks import GATE, Hooks, call_hook
 from ._loop import CallOutcome, HaltedTurn
 from ._messages import ToolCall
@@ -123,9 +125,9 @@ class Executor:
     async def run(self, calls: Sequence[ToolCall]) -> list[CallOutcome]:
         """One outcome per call, in call order."""
         if len(calls) == 1:
-            # The common turn: no task group, no partials, one frame fewer while parked.
+            # The common turn: no partials, one frame fewer while parked.
             return [await self.run_one(calls[0])]
-        return await _concurrently([functools.partial(self.run_one, call) for call in calls])
+        return await run_concurrently([functools.partial(self.run_one, call) for call in calls])
 
     async def resume(
         self,
@@ -140,7 +142,7 @@ class Executor:
         by call id) runs again with ``ctx.answer``; any other open call runs again and may
         suspend again.
         """
-        jobs: list[Callable[[], Awaitable[CallOutcome]]] = []
+        jobs: list[Job[CallOutcome]] = []
         for call in halted.assistant.tool_calls:
             done = halted.completed.get(call.id)
             if done is not None:
@@ -152,7 +154,7 @@ class Executor:
                 jobs.append(functools.partial(self._answered, call, ctx, request, answer))
             else:
                 jobs.append(functools.partial(self.run_one, call))
-        return await _concurrently(jobs)
+        return await run_concurrently(jobs)
 
     async def run_one(self, call: ToolCall) -> CallOutcome:
         """Execute one call and, when it suspends and ``wait_for`` is set, resolve it."""
@@ -386,26 +388,6 @@ class Executor:
 
 async def _ready(outcome: CallOutcome) -> CallOutcome:
     return outcome
-
-
-async def _concurrently(
-    jobs: Sequence[Callable[[], Awaitable[CallOutcome]]],
-) -> list[CallOutcome]:
-    """Run ``jobs`` concurrently in one task group; their outcomes in the order given."""
-    if len(jobs) == 1:
-        return [await jobs[0]()]
-    outcomes: list[CallOutcome | None] = [None] * len(jobs)
-
-    async def slot(index: int) -> None:
-        outcomes[index] = await jobs[index]()
-
-    async with asyncio.TaskGroup() as tg:
-        for index in range(1, len(jobs)):
-            tg.create_task(slot(index))
-        # The first job runs in this task: one task fewer per turn, the same concurrency
-        # (the others start as soon as it awaits anything).
-        await slot(0)
-    return [o for o in outcomes if o is not None]
 
 
 def _is_gate(request: Request) -> bool:
