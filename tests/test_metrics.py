@@ -384,7 +384,7 @@ def test_observe_keeps_one_series_per_label_set_and_no_events() -> None:
     snap = registry.snapshot()
     assert {("m", "ok"): 10_000} == snap["toolnexus_llm_requests_total"]
     assert 2 == len(snap["toolnexus_llm_tokens_total"])
-    assert 1 == len(registry._histograms["toolnexus_llm_request_duration_seconds"])
+    assert 1 == len(registry._histograms()["toolnexus_llm_request_duration_seconds"])
     del event
     gc.collect()
     assert ref() is None

@@ -157,6 +157,34 @@ class _Histogram:
         self.counts = [0] * size
         self.total = 0.0
 
+    def add(self, bounds: tuple[float, ...], seconds: float) -> None:
+        # The first bound >= seconds: "le" means less than or equal.
+        self.counts[bisect_left(bounds, seconds)] += 1
+        self.total += seconds
+
+
+class _ModelSeries:
+    """Everything counted for one model: one lookup per request instead of four."""
+
+    __slots__ = ("completion", "duration", "prompt", "statuses")
+
+    def __init__(self, buckets: int) -> None:
+        self.statuses: dict[str, int] = {}
+        self.prompt = 0
+        self.completion = 0
+        self.duration = _Histogram(buckets)
+
+
+class _ToolSeries:
+    """Everything counted for one tool name."""
+
+    __slots__ = ("duration", "outcomes")
+
+    def __init__(self) -> None:
+        self.outcomes: dict[tuple[str, str], int] = {}  # (source, outcome) -> count
+        # Only once a call finished: a tool that only ever suspended has no duration series.
+        self.duration: _Histogram | None = None
+
 
 class MetricsRegistry:
     """Counters and duration histograms fed by metric events.
@@ -181,14 +209,19 @@ class MetricsRegistry:
     ) -> None:
         self._duration_buckets = _check_buckets(duration_buckets, "duration_buckets")
         self._run_buckets = _check_buckets(run_buckets, "run_buckets")
-        self._counters: dict[str, dict[_Labels, int]] = {}
-        self._histograms: dict[str, dict[_Labels, _Histogram]] = {}
-        self.reset()
+        # Kept per model and per tool name, not per metric: the client records on every
+        # request and tool call, and this way a record is one lookup and a few additions.
+        self._models: dict[str, _ModelSeries] = {}
+        self._tools: dict[str, _ToolSeries] = {}
+        self._runs: dict[str, int] = {}
+        self._run_duration = _Histogram(len(self._run_buckets) + 1)
 
     def reset(self) -> None:
         """Forget every observation."""
-        self._counters = {name: {} for name, _, _ in _COUNTERS}
-        self._histograms = {name: {} for name, _, _ in _HISTOGRAMS}
+        self._models = {}
+        self._tools = {}
+        self._runs = {}
+        self._run_duration = _Histogram(len(self._run_buckets) + 1)
 
     def observe(self, event: MetricEvent) -> None:
         """Count one event.
@@ -216,31 +249,61 @@ class MetricsRegistry:
         self, model: str, status: str, seconds: float, prompt_tokens: int, completion_tokens: int
     ) -> None:
         """Count one model request (what :meth:`observe` does with an LlmCallEvent)."""
-        counters = self._counters
-        _inc(counters[_LLM_REQUESTS], (model, status), 1)
-        tokens = counters[_LLM_TOKENS]
-        _inc(tokens, (model, "prompt"), prompt_tokens)
-        _inc(tokens, (model, "completion"), completion_tokens)
-        self._time(_LLM_DURATION, (model,), self._duration_buckets, seconds)
+        series = self._models.get(model)
+        if series is None:
+            series = self._models[model] = _ModelSeries(len(self._duration_buckets) + 1)
+        statuses = series.statuses
+        statuses[status] = statuses.get(status, 0) + 1
+        series.prompt += prompt_tokens
+        series.completion += completion_tokens
+        series.duration.add(self._duration_buckets, seconds)
 
     def record_tool(self, tool: str, source: str, outcome: str, seconds: float) -> None:
         """Count one tool execution (what :meth:`observe` does with a ToolCallEvent)."""
-        _inc(self._counters[_TOOL_CALLS], (tool, source, outcome), 1)
+        series = self._tools.get(tool)
+        if series is None:
+            series = self._tools[tool] = _ToolSeries()
+        outcomes = series.outcomes
+        key = (source, outcome)
+        outcomes[key] = outcomes.get(key, 0) + 1
         if outcome != "pending":
-            self._time(_TOOL_DURATION, (tool,), self._duration_buckets, seconds)
+            duration = series.duration
+            if duration is None:
+                duration = series.duration = _Histogram(len(self._duration_buckets) + 1)
+            duration.add(self._duration_buckets, seconds)
 
     def record_run(self, status: str, seconds: float) -> None:
         """Count one finished run (what :meth:`observe` does with a RunEvent)."""
-        _inc(self._counters[_RUNS], (status,), 1)
-        self._time(_RUN_DURATION, (), self._run_buckets, seconds)
+        self._runs[status] = self._runs.get(status, 0) + 1
+        self._run_duration.add(self._run_buckets, seconds)
 
-    def _time(self, name: str, labels: _Labels, bounds: tuple[float, ...], seconds: float) -> None:
-        series = self._histograms[name].get(labels)
-        if series is None:
-            series = self._histograms[name][labels] = _Histogram(len(bounds) + 1)
-        # The first bound >= seconds: "le" means less than or equal.
-        series.counts[bisect_left(bounds, seconds)] += 1
-        series.total += seconds
+    def _counters(self) -> dict[str, dict[_Labels, int]]:
+        models = self._models.items()
+        tokens: dict[_Labels, int] = {}
+        for model, series in models:
+            tokens[(model, "prompt")] = series.prompt
+            tokens[(model, "completion")] = series.completion
+        return {
+            _LLM_REQUESTS: {
+                (model, status): n for model, s in models for status, n in s.statuses.items()
+            },
+            _LLM_TOKENS: tokens,
+            _TOOL_CALLS: {
+                (tool, source, outcome): n
+                for tool, s in self._tools.items()
+                for (source, outcome), n in s.outcomes.items()
+            },
+            _RUNS: {(status,): n for status, n in self._runs.items()},
+        }
+
+    def _histograms(self) -> dict[str, dict[_Labels, _Histogram]]:
+        return {
+            _LLM_DURATION: {(model,): s.duration for model, s in self._models.items()},
+            _TOOL_DURATION: {
+                (tool,): s.duration for tool, s in self._tools.items() if s.duration is not None
+            },
+            _RUN_DURATION: {(): self._run_duration},
+        }
 
     def snapshot(self) -> dict[str, dict[tuple[str, ...], int]]:
         """The counters as plain dicts: metric name -> label values -> count.
@@ -249,7 +312,7 @@ class MetricsRegistry:
         ``snapshot()["toolnexus_llm_requests_total"][("gpt-4o", "ok")]``; tokens are keyed
         ``(model, "prompt" | "completion")``. The dicts are copies.
         """
-        return {name: dict(series) for name, series in self._counters.items()}
+        return self._counters()
 
     def render(self) -> str:
         """Every metric in the Prometheus text exposition format 0.0.4.
@@ -258,23 +321,22 @@ class MetricsRegistry:
         unlabelled run histogram is always present, at zero until a run ends.
         """
         lines: list[str] = []
+        counters = self._counters()
         for name, label_names, help_text in _COUNTERS:
             _header(lines, name, help_text, "counter")
-            for values, count in sorted(self._counters[name].items()):
+            for values, count in sorted(counters[name].items()):
                 lines.append(f"{name}{_labels(label_names, values)} {count}")
+        histograms = self._histograms()
         for name, label_names, help_text in _HISTOGRAMS:
             _header(lines, name, help_text, "histogram")
             bounds = self._run_buckets if name == _RUN_DURATION else self._duration_buckets
-            series_by_labels = self._histograms[name]
-            if not label_names and not series_by_labels:
-                series_by_labels = {(): _Histogram(len(bounds) + 1)}
-            for values, series in sorted(series_by_labels.items()):
+            for values, series in sorted(histograms[name].items(), key=_by_labels):
                 _histogram_lines(lines, name, label_names, values, bounds, series)
         return "\n".join(lines) + "\n"
 
 
-def _inc(series: dict[_Labels, int], labels: _Labels, amount: int) -> None:
-    series[labels] = series.get(labels, 0) + amount
+def _by_labels(item: tuple[_Labels, _Histogram]) -> _Labels:
+    return item[0]
 
 
 def _check_buckets(buckets: Iterable[float], what: str) -> tuple[float, ...]:
