@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 
 from toolnexus_async import (
@@ -224,6 +225,28 @@ def test_openai_encode_sends_invalid_arguments_back_as_they_came():
     )
     assert body["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city": Oslo'
     assert body["messages"][1]["content"] is None
+
+
+def test_openai_decoded_arguments_go_back_as_the_model_wrote_them():
+    """The next request carries the provider's own argument text, byte for byte."""
+    text = '{ "city":"Zürich",  "days": 2 }'
+    reply = OPENAI.decode(openai_body({"tool_calls": [raw_call("c1", "get_weather", text)]}))
+    call = reply.message.tool_calls[0]
+    assert call == ToolCall("c1", "get_weather", {"city": "Zürich", "days": 2})
+    body = OPENAI.encode([UserMessage("q"), reply.message], EMPTY, model="m", max_tokens=None)
+    assert body["messages"][1]["tool_calls"][0]["function"]["arguments"] == text
+
+
+def test_openai_changed_arguments_are_encoded_afresh():
+    """A call rebuilt with other arguments (a hook's edit) never sends the old text."""
+    text = '{"city": "Oslo"}'
+    reply = OPENAI.decode(openai_body({"tool_calls": [raw_call("c1", "get_weather", text)]}))
+    edited = attrs.evolve(reply.message.tool_calls[0], arguments={"city": "Rome"})
+    message = AssistantMessage(None, (edited,))
+    body = OPENAI.encode([UserMessage("q"), message], EMPTY, model="m", max_tokens=None)
+    assert json.loads(body["messages"][1]["tool_calls"][0]["function"]["arguments"]) == {
+        "city": "Rome"
+    }
 
 
 # --- encode: anthropic ----------------------------------------------------------------------

@@ -62,6 +62,23 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = attrs.field(factory=dict)
     invalid_arguments: str | None = None
+    # The provider's own JSON text of ``arguments``, when a codec decoded it: sent back as
+    # is. Not an init argument, so ``attrs.evolve`` with new arguments drops it.
+    _wire_arguments: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
+
+
+def remember_wire_arguments(call: ToolCall, text: str) -> None:
+    """Record the JSON text ``call.arguments`` was decoded from (codecs only)."""
+    object.__setattr__(call, "_wire_arguments", text)
+
+
+def wire_arguments(call: ToolCall) -> str:
+    """``call``'s arguments as JSON text: what the model sent, or an encoding of them."""
+    if call.invalid_arguments is not None:
+        return call.invalid_arguments
+    if call._wire_arguments is not None:
+        return call._wire_arguments
+    return json.dumps(call.arguments)
 
 
 @attrs.frozen

@@ -10,14 +10,21 @@ the chunks go to :class:`~.openai_stream.OpenAIStreamDecoder`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from .._errors import ProtocolError
 from .._loop import ModelReply
-from .._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolReturn
-from .._results import Usage
+from .._messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolReturn,
+    remember_wire_arguments,
+    wire_arguments,
+)
+from .._results import ZERO_USAGE, Usage
 from .._toolkit import Toolkit
 from ._common import count, field, obj, parse_arguments, provider_error_message
 from .openai_stream import OpenAIStreamDecoder
@@ -39,9 +46,7 @@ def _render(message: Message) -> dict[str, Any]:
                     "type": "function",
                     "function": {
                         "name": call.name,
-                        "arguments": call.invalid_arguments
-                        if call.invalid_arguments is not None
-                        else json.dumps(call.arguments),
+                        "arguments": wire_arguments(call),
                     },
                 }
                 for call in message.tool_calls
@@ -74,17 +79,34 @@ def _calls(raw_calls: object) -> tuple[ToolCall, ...]:
     calls = []
     seen: set[str] = set()
     for i, raw in enumerate(raw_calls):
-        where = f"choices[0].message.tool_calls[{i}]"
-        raw = obj(raw, where, STYLE)
-        call_id = field(raw, "id", str, where, STYLE)
-        if not call_id or call_id in seen:
-            raise ProtocolError(f"openai reply: {where}.id {call_id!r} is empty or repeated")
+        # The shape every provider sends, checked inline; anything else goes through
+        # _checked_call, which names what is wrong.
+        function = raw.get("function") if type(raw) is dict else None
+        call_id = raw.get("id") if function is not None else None
+        name = function.get("name") if type(function) is dict else None
+        if not (type(call_id) is str and call_id and call_id not in seen and type(name) is str):
+            call_id, function, name = _checked_call(raw, i, seen)
+        assert isinstance(function, dict)
         seen.add(call_id)
-        function = obj(raw.get("function"), f"{where}.function", STYLE)
-        name = field(function, "name", str, f"{where}.function", STYLE)
-        arguments, invalid = parse_arguments(function.get("arguments", ""))
-        calls.append(ToolCall(call_id, name, arguments, invalid))
+        text = function.get("arguments", "")
+        arguments, invalid = parse_arguments(text)
+        call = ToolCall(call_id, name, arguments, invalid)
+        if invalid is None and type(text) is str and text:
+            # Sent back verbatim next turn instead of being encoded again.
+            remember_wire_arguments(call, text)
+        calls.append(call)
     return tuple(calls)
+
+
+def _checked_call(raw: object, i: int, seen: set[str]) -> tuple[str, dict[str, Any], str]:
+    where = f"choices[0].message.tool_calls[{i}]"
+    raw = obj(raw, where, STYLE)
+    call_id = field(raw, "id", str, where, STYLE)
+    if not call_id or call_id in seen:
+        raise ProtocolError(f"openai reply: {where}.id {call_id!r} is empty or repeated")
+    function = obj(raw.get("function"), f"{where}.function", STYLE)
+    name = field(function, "name", str, f"{where}.function", STYLE)
+    return call_id, function, name
 
 
 class OpenAICodec:
@@ -139,7 +161,7 @@ class OpenAICodec:
             _text(message.get("content")), _calls(message.get("tool_calls"))
         )
         usage = payload.get("usage")
-        totals = Usage()
+        totals = ZERO_USAGE
         if isinstance(usage, dict):
             prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
             totals = Usage(prompt, completion, count(usage, "total_tokens") or prompt + completion)
