@@ -76,10 +76,16 @@ class HttpModel:
         return self._url
 
     async def request(self, messages: Sequence[Message], toolkit: Toolkit) -> ModelReply:
-        body = self._codec.encode(
-            messages, toolkit, model=self.name, max_tokens=self._max_tokens, extra=self._extra
+        # The body goes straight into the call, not into a local: no frame of this run holds
+        # its dicts while the request is in flight, so the garbage collector, which visits
+        # every live container of every run in flight, does not visit them over and over.
+        payload = await self._transport.post_json(
+            self._url,
+            self._headers,
+            self._codec.encode(
+                messages, toolkit, model=self.name, max_tokens=self._max_tokens, extra=self._extra
+            ),
         )
-        payload = await self._transport.post_json(self._url, self._headers, body)
         try:
             return self._codec.decode(payload)
         except ProtocolError as exc:
@@ -96,18 +102,21 @@ class HttpModel:
         A stream that breaks off or carries a provider error raises; a truncated reply is
         never returned.
         """
-        body = self._codec.encode(
-            messages,
-            toolkit,
-            model=self.name,
-            max_tokens=self._max_tokens,
-            extra=self._extra,
-            stream=True,
-        )
         parser = SSEParser()
         decoder = self._codec.stream_decoder(self._url)
         failure: ProviderError | ProtocolError | None = None
-        chunks = self._transport.stream(self._url, self._headers, body)
+        chunks = self._transport.stream(
+            self._url,
+            self._headers,
+            self._codec.encode(
+                messages,
+                toolkit,
+                model=self.name,
+                max_tokens=self._max_tokens,
+                extra=self._extra,
+                stream=True,
+            ),
+        )
         try:
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:

@@ -74,6 +74,7 @@ class Transport:
         """
         session = self._open()
         data = _dumps(body)
+        del body  # not held while the request is in flight (see HttpModel.request)
         # Errors are raised after the except blocks, not inside them: the originals must not
         # even become __context__, since aiohttp errors can hold the request headers (the
         # key) and a JSON decode error holds the whole raw body.
@@ -114,6 +115,7 @@ class Transport:
         """
         session = self._open()
         data = _dumps(body)
+        del body  # not held while the reply streams in
         failure: str | None = None
         try:
             async with session.post(
