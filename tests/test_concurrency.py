@@ -26,6 +26,14 @@ def job(fn: Callable[..., Coroutine[Any, Any, str]], *args: Any) -> Job:
     return functools.partial(fn, *args)
 
 
+def start(job: Job) -> Coroutine[Any, Any, str]:
+    return job()
+
+
+async def together(jobs: list[Job]) -> list[str]:
+    return await run_concurrently(start, jobs)
+
+
 async def test_jobs_that_never_wait_run_in_the_calling_task_in_order() -> None:
     caller = asyncio.current_task()
     seen: list[tuple[str, bool]] = []
@@ -34,7 +42,7 @@ async def test_jobs_that_never_wait_run_in_the_calling_task_in_order() -> None:
         seen.append((name, asyncio.current_task() is caller))
         return name.upper()
 
-    results = await run_concurrently([job(quick, "a"), job(quick, "b"), job(quick, "c")])
+    results = await together([job(quick, "a"), job(quick, "b"), job(quick, "c")])
     assert results == ["A", "B", "C"]
     assert seen == [("a", True), ("b", True), ("c", True)]
     assert asyncio.all_tasks() == {caller}
@@ -60,7 +68,7 @@ async def test_the_first_job_that_waits_stays_in_the_caller_and_later_ones_get_t
         return name
 
     with anyio.fail_after(LIMIT):
-        results = await run_concurrently(
+        results = await together(
             [job(quick, "q"), job(waits, "w"), job(releases, "r"), job(quick, "q2")]
         )
     assert results == ["q", "w", "r", "q2"]
@@ -83,7 +91,7 @@ async def test_waiting_jobs_run_concurrently_and_results_keep_job_order() -> Non
         return f"job {index}"
 
     with anyio.fail_after(LIMIT):
-        results = await run_concurrently([job(chained, i) for i in range(3)])
+        results = await together([job(chained, i) for i in range(3)])
     assert results == ["job 0", "job 1", "job 2"]
     assert finish_order == [2, 1, 0]
     assert_no_leaks()
@@ -107,7 +115,7 @@ async def test_each_job_has_its_own_copy_of_the_context() -> None:
         return var.get()
 
     with anyio.fail_after(LIMIT):
-        results = await run_concurrently([job(also_sets, "a"), job(sets, "b"), job(also_sets, "c")])
+        results = await together([job(also_sets, "a"), job(sets, "b"), job(also_sets, "c")])
     assert results == ["a", "b", "c"]
     assert seen == ["caller", "caller", "caller"]
     assert var.get() == "caller"
@@ -132,7 +140,7 @@ async def test_a_cancel_scope_inside_a_job_that_waits_works_across_the_hand_over
         return "cancelled it"
 
     with anyio.fail_after(LIMIT):
-        results = await run_concurrently([job(guarded), job(canceller)])
+        results = await together([job(guarded), job(canceller)])
     assert results == ["cancelled", "cancelled it"]
     assert_no_leaks()
 
@@ -154,7 +162,7 @@ async def test_a_job_that_fails_after_waiting_cancels_the_others() -> None:
         return name
 
     with anyio.fail_after(LIMIT), pytest.raises(ExceptionGroup) as caught:
-        await run_concurrently([job(fails), job(forever, "x"), job(forever, "y")])
+        await together([job(fails), job(forever, "x"), job(forever, "y")])
     assert [type(e) for e in caught.value.exceptions] == [ValueError]
     assert sorted(cancelled) == ["x", "y"]
     assert_no_leaks()
@@ -171,7 +179,7 @@ async def test_a_job_that_fails_before_waiting_raises_as_is_and_later_jobs_never
         return "later"
 
     with pytest.raises(ValueError, match="broken at once"):
-        await run_concurrently([job(fails), job(later)])
+        await together([job(fails), job(later)])
     assert started == []
 
 
@@ -193,7 +201,7 @@ async def test_cancelling_the_caller_cancels_every_job_and_leaves_nothing() -> N
 
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run_concurrently, [job(forever, i) for i in range(3)])
+            tg.start_soon(together, [job(forever, i) for i in range(3)])
             await all_waiting.wait()
             tg.cancel_scope.cancel()
     assert sorted(cancelled) == [0, 1, 2]
@@ -214,7 +222,7 @@ async def test_closing_an_unfinished_run_closes_the_job_it_carries() -> None:
     async def quick() -> str:
         return "quick"
 
-    outer = run_concurrently([job(quick), job(waits)])
+    outer = together([job(quick), job(waits)])
     assert outer.send(None) is future  # the job's future reaches whoever drives the run
     outer.close()
     assert finished == ["closed"]

@@ -24,18 +24,22 @@ import types
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any, TypeVar
 
-__all__ = ("Job", "run_concurrently")
+__all__ = ("run_concurrently",)
 
 T = TypeVar("T")
+X = TypeVar("X")
 
-Job = Callable[[], Coroutine[Any, Any, T]]
 
+async def run_concurrently(
+    start: Callable[[X], Coroutine[Any, Any, T]], items: Sequence[X]
+) -> list[T]:
+    """``start(item)`` for every item, concurrently; the results in the order of the items.
 
-async def run_concurrently(jobs: Sequence[Job[T]]) -> list[T]:
-    """Every job's result, in job order; jobs that wait run concurrently."""
+    ``start(item)`` is a job: a coroutine made only when its turn comes.
+    """
     results: list[T] = []
-    for index, job in enumerate(jobs):
-        coro = job()
+    for index, item in enumerate(items):
+        coro = start(item)
         context = contextvars.copy_context()
         try:
             waiting_on = context.run(coro.send, None)
@@ -43,12 +47,12 @@ async def run_concurrently(jobs: Sequence[Job[T]]) -> list[T]:
             # Finished without awaiting: no task was needed.
             results.append(done.value)
             continue
-        rest = jobs[index + 1 :]
+        rest = items[index + 1 :]
         if not rest:
             results.append(await _carry_on(coro, context, waiting_on))
             return results
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(later()) for later in rest]
+            tasks = [group.create_task(start(later)) for later in rest]
             results.append(await _carry_on(coro, context, waiting_on))
         results.extend(task.result() for task in tasks)
         return results

@@ -32,12 +32,12 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import anyio
 
-from ._concurrency import Job, run_concurrently
+from ._concurrency import run_concurrently
 from ._hooks import GATE, Hooks, call_hook
 from ._loop import CallOutcome, HaltedTurn
 from ._messages import ToolCall
@@ -118,16 +118,12 @@ class Executor:
         # pause around the wait.
         self._park = park if budget is None else None
 
-    def use_toolkit(self, toolkit: _Executes) -> None:
-        """Execute with ``toolkit`` from now on (a ``before_llm`` hook replaced the tools)."""
-        self._toolkit = toolkit
-
     async def run(self, calls: Sequence[ToolCall]) -> list[CallOutcome]:
         """One outcome per call, in call order."""
         if len(calls) == 1:
             # The common turn: no partials, one frame fewer while parked.
             return [await self.run_one(calls[0])]
-        return await run_concurrently([functools.partial(self.run_one, call) for call in calls])
+        return await run_concurrently(self.run_one, calls)
 
     async def resume(
         self,
@@ -142,7 +138,7 @@ class Executor:
         by call id) runs again with ``ctx.answer``; any other open call runs again and may
         suspend again.
         """
-        jobs: list[Job[CallOutcome]] = []
+        jobs: list[Callable[[], Coroutine[Any, Any, CallOutcome]]] = []
         for call in halted.assistant.tool_calls:
             done = halted.completed.get(call.id)
             if done is not None:
@@ -154,7 +150,7 @@ class Executor:
                 jobs.append(functools.partial(self._answered, call, ctx, request, answer))
             else:
                 jobs.append(functools.partial(self.run_one, call))
-        return await run_concurrently(jobs)
+        return await run_concurrently(_start, jobs)
 
     async def run_one(self, call: ToolCall) -> CallOutcome:
         """Execute one call and, when it suspends and ``wait_for`` is set, resolve it."""
@@ -388,6 +384,10 @@ class Executor:
 
 async def _ready(outcome: CallOutcome) -> CallOutcome:
     return outcome
+
+
+def _start(job: Callable[[], Coroutine[Any, Any, CallOutcome]]) -> Coroutine[Any, Any, CallOutcome]:
+    return job()
 
 
 def _is_gate(request: Request) -> bool:

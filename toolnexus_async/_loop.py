@@ -242,31 +242,30 @@ class RunLoop:
         calls = self._calls
         if len(outcomes) != len(calls):
             raise UsageError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
-        suspended: list[ToolCallRecord] = []
-        for call, outcome in zip(calls, outcomes, strict=True):
-            still = request_in(outcome.result)
-            record = ToolCallRecord(
-                call,
-                outcome.result,
-                self.turns,
-                outcome.request or still,
-                outcome.answered_ok,
-            )
-            if self.records is _NO_RECORDS:
-                self.records = []
-            self.records.append(record)
-            if still is not None:
-                suspended.append(record)
-        self._calls = ()
-        for call, outcome in zip(calls, outcomes, strict=True):
+        if self.records is _NO_RECORDS:
+            self.records = []
+        records = self.records
+        first = len(records)
+        suspended = False
+        for index, call in enumerate(calls):
+            outcome = outcomes[index]
             result = outcome.result
-            if request_in(result) is None:
+            still = request_in(result)
+            records.append(
+                ToolCallRecord(
+                    call, result, self.turns, outcome.request or still, outcome.answered_ok
+                )
+            )
+            if still is None:
                 self.messages.append(ToolReturn(call.id, call.name, result.output, result.is_error))
+            else:
+                suspended = True
+        self._calls = ()
         if suspended:
             # The suspended calls stay without a result: the transcript alone says where the
             # run stands, and the run resumes from exactly here once a request is answered.
-            first = request_in(suspended[0].result)
-            self._finish("pending", pending=first, suspended=tuple(suspended))
+            halted = tuple(r for r in records[first:] if request_in(r.result) is not None)
+            self._finish("pending", pending=request_in(halted[0].result), suspended=halted)
             return
         self._expect = _Expect.MODEL
 
@@ -283,7 +282,9 @@ class RunLoop:
         suspended: tuple[ToolCallRecord, ...] = (),
     ) -> RunResult:
         text = ""
-        for message in reversed(self.messages):
+        messages = self.messages
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
             if isinstance(message, AssistantMessage):
                 text = message.text or ""
                 break

@@ -36,7 +36,7 @@ class Model(Protocol):
     # True when the model applies the request time limit itself (an HTTP session timeout).
     enforces_timeout: bool
 
-    async def request(self, messages: Sequence[Message], toolkit: Toolkit) -> ModelReply: ...
+    def request(self, messages: Sequence[Message], toolkit: Toolkit) -> Awaitable[ModelReply]: ...
 
     async def stream(
         self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText
@@ -75,24 +75,20 @@ class HttpModel:
     def url(self) -> str:
         return self._url
 
-    async def request(self, messages: Sequence[Message], toolkit: Toolkit) -> ModelReply:
-        # The body goes straight into the call, not into a local: no frame of this run holds
-        # its dicts while the request is in flight, so the garbage collector, which visits
-        # every live container of every run in flight, does not visit them over and over.
-        payload = await self._transport.post_json(
+    def request(self, messages: Sequence[Message], toolkit: Toolkit) -> Awaitable[ModelReply]:
+        # The transport's coroutine, not one of our own: a frame fewer per request in flight.
+        # And the body goes straight into the call, not into a local: no frame of this run
+        # holds its dicts while the request is in flight, so the garbage collector, which
+        # visits every live container of every run in flight, does not visit them over and
+        # over.
+        return self._transport.post_json(
             self._url,
             self._headers,
             self._codec.encode(
                 messages, toolkit, model=self.name, max_tokens=self._max_tokens, extra=self._extra
             ),
+            self._codec.decode,
         )
-        try:
-            return self._codec.decode(payload)
-        except ProtocolError as exc:
-            # The codec quotes the provider's error text, which may echo the key back; the
-            # unscrubbed error must not survive even as __context__.
-            message = self._transport.scrub(str(exc))
-        raise ProtocolError(message)
 
     async def stream(
         self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText

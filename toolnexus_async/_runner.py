@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 import anyio
 
 from ._errors import ModelError, RunTimeout, TransportError
 from ._executor import Executor, WaitFor
-from ._hooks import Hooks, LlmCall, call_hook
+from ._hooks import BeforeLlm, Hooks, LlmCall, call_hook
 from ._loop import CallModel, ModelReply, RunLoop, RunTools
 from ._messages import Message
 from ._metrics import Reporter
@@ -154,20 +154,14 @@ class Runner:
         started = time.perf_counter()
         status: Literal["done", "pending", "incomplete", "error"] = "error"
         run_id = loop.run_id
-        executor = Executor(
-            toolkit,
-            self.wait_for,
-            run_id,
-            hooks=self.hooks,
-            budget=budget,
-            on_tool=self._on_tool,
-            on_event=sink,
-            park=self._park,
-        )
+        # Asked once per run: a log.debug call asks the logger again on every turn.
+        debug = log.isEnabledFor(logging.DEBUG)
         try:
             if resume is not None:
                 log.debug("%s: resuming with %d answer(s)", run_id, len(resume.answers))
+                executor = self._executor(toolkit, run_id, budget, sink)
                 outcomes = await executor.resume(resume.turn, resume.answers, resume.kept)
+                del executor
                 loop.tools_finished(outcomes)
                 if on_tools_done is not None and isinstance(loop.next_action(), CallModel):
                     # The answered calls have run: from here on, the old state must not be
@@ -176,11 +170,30 @@ class Runner:
             while True:
                 action = loop.next_action()
                 if isinstance(action, CallModel):
-                    messages, toolkit = await self._before_llm(loop, action.messages, toolkit)
-                    executor.use_toolkit(toolkit)
-                    log.debug("%s: model request %d (%s)", run_id, action.turn, self.model.name)
+                    messages = action.messages
+                    if debug:
+                        log.debug("%s: model request %d (%s)", run_id, action.turn, self.model.name)
+                    del action  # not held while the request is in flight
+                    hooks = self.hooks
+                    if hooks is not None and hooks.before_llm is not None:
+                        messages, toolkit = await _before_llm(
+                            hooks.before_llm, loop, messages, toolkit
+                        )
+                    streamed: list[str] = [] if sink is not None else _NO_TEXT
+                    request_started = time.perf_counter()
                     try:
-                        reply = await self._request(messages, toolkit, sink)
+                        # The first attempt is awaited right here: a frame of its own would be
+                        # one more object per run in flight. Retries (rare) have their own.
+                        try:
+                            reply = await self._attempt(messages, toolkit, sink, streamed)
+                        except ModelError as exc:
+                            reply = await self._retry(
+                                exc, request_started, messages, toolkit, sink, streamed
+                            )
+                        else:
+                            self._report_reply(reply, request_started)
+                        if hooks is not None and hooks.after_llm is not None:
+                            await call_hook(hooks.after_llm, reply, reply.raw)
                     except ModelError as exc:
                         # The host may retry from here; tools that already ran are not redone.
                         exc.run = loop.interrupted()
@@ -195,87 +208,98 @@ class Runner:
                 elif isinstance(action, RunTools):
                     calls = action.calls
                     del action  # not held while the tools run (and maybe park for hours)
-                    log.debug("%s: running %d tool call(s)", run_id, len(calls))
+                    if debug:
+                        log.debug("%s: running %d tool call(s)", run_id, len(calls))
+                    # One executor per turn of tool calls: it is not held while the model
+                    # is asked, so a run in flight holds one object fewer.
+                    executor = self._executor(toolkit, run_id, budget, sink)
                     if len(calls) == 1:
                         # The common turn, awaited here: one coroutine fewer while parked.
                         loop.tools_finished([await executor.run_one(calls[0])])
                     else:
                         loop.tools_finished(await executor.run(calls))
+                    del executor
                 else:
                     result = action.result
                     status = result.status
                     break
         finally:
             self._report.run(status, loop.turns, time.perf_counter() - started, loop.model)
-        log.debug("%s: %s after %d turn(s)", run_id, result.status, result.turns)
+        if debug:
+            log.debug("%s: %s after %d turn(s)", run_id, result.status, result.turns)
         if status == "pending" and self.on_halt is not None:
             # A resolver that gave up waiting (an Inbox spilling to its store) keeps the run.
             await self.on_halt(result, toolkit)
         return result
 
-    async def _before_llm(
-        self, loop: RunLoop, messages: Any, toolkit: Toolkit
-    ) -> tuple[list[Message], Toolkit]:
-        hooks = self.hooks
-        if hooks is None or hooks.before_llm is None:
-            return messages, toolkit
-        tools = toolkit.tools()
-        # The hook gets its own lists: an in-place edit must show as a change.
-        changed = await call_hook(hooks.before_llm, LlmCall(list(messages), list(tools)))
-        if not isinstance(changed, LlmCall):
-            return messages, toolkit
-        # A replacement holds for the rest of the run: the loop keeps the new transcript
-        # and a toolkit of the new tools executes what the model calls from now on.
-        loop.messages[:] = changed.messages
-        if changed.tools != tools:
-            toolkit = Toolkit(changed.tools)
-        return loop.messages, toolkit
+    def _executor(
+        self, toolkit: Toolkit, run_id: str, budget: _Budget | None, sink: Sink | None
+    ) -> Executor:
+        return Executor(
+            toolkit,
+            self.wait_for,
+            run_id,
+            hooks=self.hooks,
+            budget=budget,
+            on_tool=self._on_tool,
+            on_event=sink,
+            park=self._park,
+        )
 
-    async def _request(
-        self, messages: list[Message], toolkit: Toolkit, sink: Sink | None
+    def _report_reply(self, reply: ModelReply, started: float) -> None:
+        usage = reply.usage
+        self._report.llm(
+            self.model.name,
+            self.style,
+            "ok",
+            time.perf_counter() - started,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+        )
+
+    async def _retry(
+        self,
+        failure: ModelError,
+        started: float,
+        messages: Sequence[Message],
+        toolkit: Toolkit,
+        sink: Sink | None,
+        streamed: list[str],
     ) -> ModelReply:
-        """One model request, retried as the policy and ``on_error`` decide."""
-        attempt = 0
+        """After a failed first attempt: retry as the policy and ``on_error`` decide.
+
+        Every attempt is reported to metrics; raises the last failure when they give up.
+        """
+        attempt = 1
         while True:
+            seconds = time.perf_counter() - started
+            self._report.llm(
+                self.model.name, self.style, "error", seconds, error=type(failure).__name__
+            )
+            verdict = None
+            if self.on_error is not None:
+                verdict = await call_hook(self.on_error, failure, attempt)
+            delay = self.retry.delay(attempt, failure, verdict=verdict)
+            if delay is None or streamed:
+                # Text already reached the consumer: a retry would repeat it.
+                raise failure
+            log.info("model request failed (%s); retry %d in %.2f s", failure, attempt, delay)
+            await anyio.sleep(delay)
             attempt += 1
             started = time.perf_counter()
-            streamed: list[str] = [] if sink is not None else _NO_TEXT
             try:
                 reply = await self._attempt(messages, toolkit, sink, streamed)
             except ModelError as exc:
-                seconds = time.perf_counter() - started
-                self._report.llm(
-                    self.model.name, self.style, "error", seconds, error=type(exc).__name__
-                )
-                verdict = None
-                if self.on_error is not None:
-                    verdict = await call_hook(self.on_error, exc, attempt)
-                delay = self.retry.delay(attempt, exc, verdict=verdict)
-                if delay is None or streamed:
-                    # Text already reached the consumer: a retry would repeat it.
-                    raise
-                log.info("model request failed (%s); retry %d in %.2f s", exc, attempt, delay)
-                await anyio.sleep(delay)
+                failure = exc
                 continue
-            usage = reply.usage
-            self._report.llm(
-                self.model.name,
-                self.style,
-                "ok",
-                time.perf_counter() - started,
-                usage.prompt_tokens,
-                usage.completion_tokens,
-            )
-            hooks = self.hooks
-            if hooks is not None and hooks.after_llm is not None:
-                await call_hook(hooks.after_llm, reply, reply.raw)
+            self._report_reply(reply, started)
             return reply
 
     # _attempt and _ask_model hand back the model's coroutine rather than awaiting it:
     # two coroutine objects fewer per request on the hot path.
 
     def _attempt(
-        self, messages: list[Message], toolkit: Toolkit, sink: Sink | None, streamed: list[str]
+        self, messages: Sequence[Message], toolkit: Toolkit, sink: Sink | None, streamed: list[str]
     ) -> Awaitable[ModelReply]:
         limit = self.request_timeout
         call = self._ask_model(messages, toolkit, sink, streamed)
@@ -285,7 +309,7 @@ class Runner:
         return _limited(call, limit)
 
     def _ask_model(
-        self, messages: list[Message], toolkit: Toolkit, sink: Sink | None, streamed: list[str]
+        self, messages: Sequence[Message], toolkit: Toolkit, sink: Sink | None, streamed: list[str]
     ) -> Awaitable[ModelReply]:
         if sink is None:
             return self.model.request(messages, toolkit)
@@ -301,3 +325,19 @@ async def _limited(call: Awaitable[ModelReply], limit: float) -> ModelReply:
     with anyio.move_on_after(limit):
         return await call
     raise TransportError(f"the model request took longer than {limit} s")
+
+
+async def _before_llm(
+    hook: BeforeLlm, loop: RunLoop, messages: Sequence[Message], toolkit: Toolkit
+) -> tuple[Sequence[Message], Toolkit]:
+    tools = toolkit.tools()
+    # The hook gets its own lists: an in-place edit must show as a change.
+    changed = await call_hook(hook, LlmCall(list(messages), list(tools)))
+    if not isinstance(changed, LlmCall):
+        return messages, toolkit
+    # A replacement holds for the rest of the run: the loop keeps the new transcript
+    # and a toolkit of the new tools executes what the model calls from now on.
+    loop.messages[:] = changed.messages
+    if changed.tools != tools:
+        toolkit = Toolkit(changed.tools)
+    return loop.messages, toolkit

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Any, TypeVar
 
 import aiohttp
 
 from ._errors import ProtocolError, ProviderError, TransportError, UsageError
 
 __all__ = ("Transport",)
+
+T = TypeVar("T")
 
 
 def _dumps(body: object) -> bytes:
@@ -66,11 +68,19 @@ class Transport:
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
-    async def post_json(self, url: str, headers: Mapping[str, str], body: Mapping[str, Any]) -> Any:
-        """The parsed JSON of a 2xx reply; a mapped error otherwise.
+    async def post_json(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: Mapping[str, Any],
+        decode: Callable[[Any], T],
+    ) -> T:
+        """``decode`` applied to the parsed JSON of a 2xx reply; a mapped error otherwise.
 
         ``headers`` are sent as given (the caller includes ``Content-Type``): they are built
-        once per client, not once per request.
+        once per client, not once per request. A :class:`ProtocolError` from ``decode`` is
+        raised again with the secrets scrubbed from its message: decoders quote what the
+        provider sent, which may echo the key back.
         """
         session = self._open()
         data = _dumps(body)
@@ -100,10 +110,19 @@ class Transport:
                 headers={k: v for k, v in reply_headers.items()},
             )
         try:
-            return json.loads(raw)
+            payload = json.loads(raw)
         except ValueError:
-            failure = self.scrub(raw[:200].decode("utf-8", "replace"))
-        raise ProtocolError(f"reply from {url} is not JSON: {failure!r}")
+            excerpt = self.scrub(raw[:200].decode("utf-8", "replace"))
+            failure = f"reply from {url} is not JSON: {excerpt!r}"
+        if failure is not None:
+            raise ProtocolError(failure)
+        try:
+            return decode(payload)
+        except ProtocolError as exc:
+            # Rebuilt outside the except block: the unscrubbed error must not survive even
+            # as __context__.
+            failure = self.scrub(str(exc))
+        raise ProtocolError(failure)
 
     async def stream(
         self, url: str, headers: Mapping[str, str], body: Mapping[str, Any]
