@@ -73,7 +73,11 @@ class ModelReply:
     raw: Any = attrs.field(default=None, eq=False, repr=False)
 
 
-@attrs.frozen
+# The loop's own messages to and from its driver, made several times per run: plain slotted
+# classes, since a frozen attrs class pays for every field it sets (treat them as frozen).
+
+
+@attrs.define
 class CallOutcome:
     """What became of one tool call: its final result and, if it suspended, the request."""
 
@@ -82,7 +86,7 @@ class CallOutcome:
     answered_ok: bool | None = None
 
 
-@attrs.frozen
+@attrs.define
 class CallModel:
     """Send ``messages`` to the model; this will be request number ``turn``."""
 
@@ -90,7 +94,7 @@ class CallModel:
     turn: int
 
 
-@attrs.frozen
+@attrs.define
 class RunTools:
     """Execute ``calls`` (concurrently) and report one outcome per call, in this order."""
 
@@ -98,7 +102,7 @@ class RunTools:
     turn: int
 
 
-@attrs.frozen
+@attrs.define
 class Finish:
     """The run is over."""
 
@@ -148,7 +152,7 @@ class RunLoop:
     ) -> None:
         if max_turns < 1:
             raise UsageError(f"max_turns must be at least 1, got {max_turns}")
-        unpaired = unpaired_calls(history)
+        unpaired = unpaired_calls(history) if history else ()
         if unpaired:
             names = ", ".join(f"{c.name} ({c.id})" for c in unpaired)
             raise UsageError(

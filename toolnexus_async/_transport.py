@@ -30,8 +30,13 @@ __all__ = ("Transport",)
 T = TypeVar("T")
 
 
+# One encoder for every request: json.dumps with any non-default option builds a new
+# JSONEncoder per call.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def _dumps(body: object) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return _encode(body).encode()
 
 
 class Transport:

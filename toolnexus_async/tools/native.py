@@ -138,6 +138,8 @@ def _indent_of(lines: list[str], name: str) -> int:
 
 
 def _as_result(value: object) -> ToolResult:
+    if type(value) is str:
+        return ToolResult(value)
     if isinstance(value, ToolResult):
         return value
     if isinstance(value, str):
@@ -224,7 +226,7 @@ class FunctionTool:
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
         """Run the function with ``args``; every failure is an error result."""
         raw: object = args  # a direct caller may pass anything
-        if not isinstance(raw, Mapping):
+        if type(raw) is not dict and not isinstance(raw, Mapping):
             return ToolResult.error(f"{self.name}: arguments must be an object")
         problem = self._check(args)
         if problem is not None:
