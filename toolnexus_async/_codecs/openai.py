@@ -151,20 +151,20 @@ class OpenAICodec:
         return OpenAIStreamDecoder(url)
 
     def decode(self, payload: object) -> ModelReply:
-        payload = obj(payload, "the body", STYLE)
-        choices = payload.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise ProtocolError("openai reply has no choices[0]" + provider_error_message(payload))
-        choice = obj(choices[0], "choices[0]", STYLE)
-        message = obj(choice.get("message"), "choices[0].message", STYLE)
+        # The usual shape, checked inline; anything else goes through _checked_reply, which
+        # names what is missing.
+        choices = payload.get("choices") if type(payload) is dict else None
+        choice = choices[0] if type(choices) is list and choices else None
+        message = choice.get("message") if type(choice) is dict else None
+        if type(message) is not dict:
+            payload, choice, message = _checked_reply(payload)
+        assert isinstance(payload, dict) and isinstance(choice, dict)
+        content = message.get("content")
         assistant = AssistantMessage(
-            _text(message.get("content")), _calls(message.get("tool_calls"))
+            content if content is None or type(content) is str else _text(content),
+            _calls(message.get("tool_calls")),
         )
-        usage = payload.get("usage")
-        totals = ZERO_USAGE
-        if isinstance(usage, dict):
-            prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
-            totals = Usage(prompt, completion, count(usage, "total_tokens") or prompt + completion)
+        totals = _usage(payload.get("usage"))
         model = payload.get("model")
         reason = choice.get("finish_reason")
         return ModelReply(
@@ -174,3 +174,19 @@ class OpenAICodec:
             reason if isinstance(reason, str) else None,
             raw=payload,
         )
+
+
+def _checked_reply(payload: object) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    payload = obj(payload, "the body", STYLE)
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ProtocolError("openai reply has no choices[0]" + provider_error_message(payload))
+    choice = obj(choices[0], "choices[0]", STYLE)
+    return payload, choice, obj(choice.get("message"), "choices[0].message", STYLE)
+
+
+def _usage(usage: object) -> Usage:
+    if not isinstance(usage, dict):
+        return ZERO_USAGE
+    prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
+    return Usage(prompt, completion, count(usage, "total_tokens") or prompt + completion)
