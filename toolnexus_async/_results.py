@@ -41,8 +41,11 @@ class Usage:
     total_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
+        # Frozen values: a sum with nothing on one side is the other side, no new object.
         if not (other.prompt_tokens or other.completion_tokens or other.total_tokens):
-            return self  # nothing counted (an in-process model): no new object per turn
+            return self
+        if not (self.prompt_tokens or self.completion_tokens or self.total_tokens):
+            return other
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
