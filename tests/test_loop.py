@@ -319,6 +319,24 @@ def test_results_enter_the_transcript_in_tool_call_order():
     assert [r.id for r in loop.records] == ["a", "b", "c"]
 
 
+def test_records_keep_what_each_tool_returned():
+    """A result with metadata is kept as it came; a plain one is recorded equal to it."""
+    loop = RunLoop("q", max_turns=3)
+    tagged = ToolResult.ok("A", {"source": "cache"})
+    loop.model_replied(calls_reply(ToolCall("a", "t1"), ToolCall("b", "t2")))
+    loop.tools_finished([CallOutcome(tagged), CallOutcome(ToolResult.error("B"))])
+    loop.model_replied(calls_reply(ToolCall("c", "t3")))
+    loop.tools_finished([ok("C")])
+    records = loop.records
+    assert records[0].result is tagged
+    assert [(r.id, r.turn, r.result) for r in records] == [
+        ("a", 1, tagged),
+        ("b", 1, ToolResult.error("B")),
+        ("c", 2, ToolResult.ok("C")),
+    ]
+    assert loop.records is records  # asking again builds nothing new
+
+
 def test_exactly_one_result_per_call_before_the_next_model_request():
     """Each CallModel after a tool turn sees one ToolReturn per call of that turn, no more."""
     loop = RunLoop("q", max_turns=4)

@@ -112,8 +112,14 @@ class Finish:
 Action = CallModel | RunTools | Finish
 
 
+# One executed call, until its ToolCallRecord is needed: (call, turn, request, answered_ok,
+# kept), where ``kept`` is the tool's result, or the ToolReturn it was copied into when that
+# says it all (a plain ToolResult without metadata).
+_Entry = tuple[ToolCall, int, Request | None, bool | None, ToolResult | ToolReturn]
+
 # Never appended to (see RunLoop.records).
 _NO_RECORDS: list[ToolCallRecord] = []
+_NO_ENTRIES: list[_Entry] = []
 
 
 class _Expect(enum.Enum):
@@ -128,12 +134,13 @@ class RunLoop:
     # Slots: every parked run holds one RunLoop, and a __dict__ each adds up.
     __slots__ = (
         "_calls",
+        "_entries",
         "_expect",
+        "_records",
         "_result",
         "max_turns",
         "messages",
         "model",
-        "records",
         "run_id",
         "style",
         "turns",
@@ -172,7 +179,8 @@ class RunLoop:
         self.usage = ZERO_USAGE
         self.model: str | None = None
         # Shared until the first tool call: a run parked in its first turn holds no list.
-        self.records: list[ToolCallRecord] = _NO_RECORDS
+        self._records: list[ToolCallRecord] = _NO_RECORDS
+        self._entries: list[_Entry] = _NO_ENTRIES
         self._expect = _Expect.MODEL
         self._calls: tuple[ToolCall, ...] = ()
         self._result: RunResult | None = None
@@ -205,6 +213,32 @@ class RunLoop:
         loop._calls = halted.assistant.tool_calls
         loop._expect = _Expect.TOOLS
         return loop
+
+    @property
+    def records(self) -> list[ToolCallRecord]:
+        """A :class:`ToolCallRecord` for every executed call so far, in order.
+
+        Built when asked for (in practice once, when the run ends) rather than per call: a
+        run in flight then holds a tuple per call instead of a record and a result object,
+        and the garbage collector, which keeps visiting what every run in flight holds,
+        has half as much to visit.
+        """
+        entries = self._entries
+        if entries:
+            if self._records is _NO_RECORDS:
+                self._records = []
+            for call, turn, request, answered_ok, kept in entries:
+                result = (
+                    kept if isinstance(kept, ToolResult) else ToolResult(kept.output, kept.is_error)
+                )
+                self._records.append(ToolCallRecord(call, result, turn, request, answered_ok))
+            entries.clear()
+        return self._records
+
+    @records.setter
+    def records(self, records: list[ToolCallRecord]) -> None:
+        self._records = records
+        self._entries = _NO_ENTRIES
 
     def next_action(self) -> Action:
         """What the caller must do next. Asking twice without feeding anything is harmless."""
@@ -246,29 +280,29 @@ class RunLoop:
         calls = self._calls
         if len(outcomes) != len(calls):
             raise UsageError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
-        if self.records is _NO_RECORDS:
-            self.records = []
-        records = self.records
-        first = len(records)
+        if self._entries is _NO_ENTRIES:
+            self._entries = []
+        entries = self._entries
         suspended = False
         for index, call in enumerate(calls):
             outcome = outcomes[index]
             result = outcome.result
             still = request_in(result)
-            records.append(
-                ToolCallRecord(
-                    call, result, self.turns, outcome.request or still, outcome.answered_ok
-                )
-            )
+            kept: ToolResult | ToolReturn = result
             if still is None:
-                self.messages.append(ToolReturn(call.id, call.name, result.output, result.is_error))
+                message = ToolReturn(call.id, call.name, result.output, result.is_error)
+                self.messages.append(message)
+                if type(result) is ToolResult and result.metadata is None:
+                    kept = message  # the same output and flag: the result is rebuilt from it
             else:
                 suspended = True
+            entries.append((call, self.turns, outcome.request or still, outcome.answered_ok, kept))
         self._calls = ()
         if suspended:
             # The suspended calls stay without a result: the transcript alone says where the
             # run stands, and the run resumes from exactly here once a request is answered.
-            halted = tuple(r for r in records[first:] if request_in(r.result) is not None)
+            turn = self.records[-len(calls) :]
+            halted = tuple(r for r in turn if request_in(r.result) is not None)
             self._finish("pending", pending=request_in(halted[0].result), suspended=halted)
             return
         self._expect = _Expect.MODEL
