@@ -1,11 +1,14 @@
-"""Test helpers used by several test files: tools with countable side effects, and an
-aiohttp app served on 127.0.0.1 inside the test's own event loop."""
+"""Test helpers used by several test files: tools with countable side effects, waiters that
+are only ever cancelled, and an aiohttp app served on 127.0.0.1 inside the test's own event
+loop."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import NoReturn
 
+import anyio
 from aiohttp import web
 
 from toolnexus_async import (
@@ -54,6 +57,30 @@ class Ledger:
             return ToolResult.ok(f"notified {(ctx.answer.data or {}).get('who')}")
 
         return Toolkit.create(builtins=False, extra_tools=[lookup, pay, notify])
+
+
+class Holding:
+    """Waiters that wait until they are cancelled, for tests of cancellation.
+
+    ``all_here`` is set once ``expected`` of them wait at the same time; ``cancelled``
+    lists the name of each one that was cancelled.
+    """
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.waiting = 0
+        self.all_here = anyio.Event()
+        self.cancelled: list[str] = []
+
+    async def hold(self, name: str) -> NoReturn:
+        self.waiting += 1
+        if self.waiting == self.expected:
+            self.all_here.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.cancelled.append(name)
+        raise AssertionError("sleep_forever returned")
 
 
 def final_from_results(messages: list[Message]) -> str:

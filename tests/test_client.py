@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from tests.conftest import FakeLLM, Seen, anthropic_reply, assert_no_leaks, openai_reply
+from tests.shared import Holding
 from toolnexus_async import (
     Answer,
     LlmClient,
@@ -696,20 +697,10 @@ async def test_a_run_cancelled_while_parked_in_wait_for_leaves_nothing_behind(
         """Needs approval."""
         return ToolResult.pending(Request("", "approval", "ok?"))
 
-    parked = 0
-    both_parked = anyio.Event()
-    cancelled: list[str] = []
+    parked = Holding(2)
 
     async def wait_for(request: Request) -> Answer:
-        nonlocal parked
-        parked += 1
-        if parked == 2:
-            both_parked.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.append(request.id)
-        raise AssertionError("unreachable")
+        await parked.hold(request.id)
 
     async with make_client(fake_llm, "openai", wait_for=wait_for) as client:
         with anyio.fail_after(LIMIT):
@@ -717,33 +708,23 @@ async def test_a_run_cancelled_while_parked_in_wait_for_leaves_nothing_behind(
                 with anyio.CancelScope() as scope:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(client.run, "approve both", tk)
-                        await both_parked.wait()
+                        await parked.all_here.wait()
                         scope.cancel()
         session = client.session
-    assert len(cancelled) == 2
+    assert len(parked.cancelled) == 2
     assert session is not None and session.closed
     assert_no_leaks()
 
 
 async def test_a_run_cancelled_while_tools_run_concurrently_leaves_nothing_behind() -> None:
     """Cancelled while two tools of one turn run: both are cancelled, nothing left."""
-    started = 0
-    both_started = anyio.Event()
-    cancelled: list[str] = []
+    working = Holding(2)
 
     def busy(name: str) -> Any:
         @define_tool(name=name)
         async def tool() -> str:
             """Works forever."""
-            nonlocal started
-            started += 1
-            if started == 2:
-                both_started.set()
-            try:
-                await anyio.sleep_forever()
-            finally:
-                cancelled.append(name)
-            return "never"
+            await working.hold(name)
 
         return tool
 
@@ -755,7 +736,7 @@ async def test_a_run_cancelled_while_tools_run_concurrently_leaves_nothing_behin
                 with anyio.CancelScope() as scope:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(client.run, "work", tk)
-                        await both_started.wait()
+                        await working.all_here.wait()
                         scope.cancel()
-    assert sorted(cancelled) == ["one", "two"]
+    assert sorted(working.cancelled) == ["one", "two"]
     assert_no_leaks()

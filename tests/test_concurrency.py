@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from tests.conftest import assert_no_leaks
+from tests.shared import Holding
 from toolnexus_async._concurrency import run_concurrently
 
 LIMIT = 5
@@ -184,27 +185,17 @@ async def test_a_job_that_fails_before_waiting_raises_as_is_and_later_jobs_never
 
 
 async def test_cancelling_the_caller_cancels_every_job_and_leaves_nothing() -> None:
-    all_waiting = anyio.Event()
-    waiting = 0
-    cancelled: list[int] = []
+    waiting = Holding(3)
 
-    async def forever(index: int) -> str:
-        nonlocal waiting
-        waiting += 1
-        if waiting == 3:
-            all_waiting.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.append(index)
-        return "never"
+    async def forever(name: str) -> str:
+        await waiting.hold(name)
 
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(together, [job(forever, i) for i in range(3)])
-            await all_waiting.wait()
+            tg.start_soon(together, [job(forever, str(i)) for i in range(3)])
+            await waiting.all_here.wait()
             tg.cancel_scope.cancel()
-    assert sorted(cancelled) == [0, 1, 2]
+    assert sorted(waiting.cancelled) == ["0", "1", "2"]
     assert_no_leaks()
 
 
