@@ -32,7 +32,8 @@ from ._hooks import Hooks
 from ._ids import new_run_id
 from ._loop import RunLoop
 from ._messages import Message
-from ._metrics import MetricEvent, MetricsRegistry, Reporter
+from ._metric_events import MetricEvent, Reporter
+from ._metrics import MetricsRegistry
 from ._model import FunctionModel, Generate, HttpModel, Model
 from ._results import RunResult
 from ._resume_plan import ResumePlan

@@ -1,10 +1,10 @@
-"""Metric events and a registry that counts them and renders Prometheus text.
+"""A registry that folds metric events into counters and histograms, and renders Prometheus text.
 
-Rule of this module: it is pure. The client measures and emits one frozen event per LLM
-call, per tool call and per run; :class:`MetricsRegistry` only folds events into counters
-and histograms and renders them on demand. Nothing here starts a thread, reads a clock or
-does I/O, and :meth:`MetricsRegistry.observe` is a few dict updates, so it may sit on the
-hot path. A suspended tool call is counted as ``"pending"``, never as an ``"error"``.
+Rule of this module: it is pure. :class:`MetricsRegistry` only folds events (see
+``_metric_events``) into counters and histograms and renders them on demand. Nothing here
+starts a thread, reads a clock or does I/O, and recording is a lookup and a few additions,
+so it may sit on the hot path. A suspended tool call is counted as ``"pending"``, never as
+an ``"error"``.
 
 The rendering follows the Prometheus text exposition format 0.0.4: a ``# HELP`` and a
 ``# TYPE`` line before each metric's samples, counters named ``*_total``, histograms as
@@ -17,17 +17,13 @@ same text.
 from __future__ import annotations
 
 import itertools
-import logging
 import math
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TypeAlias
 
-import attrs
-
 from ._errors import UsageError
-
-log = logging.getLogger("toolnexus_async")
+from ._metric_events import LlmCallEvent, MetricEvent, RunEvent, ToolCallEvent
 
 __all__ = (
     "LlmCallEvent",
@@ -53,76 +49,6 @@ RUN_DURATION_BUCKETS: tuple[float, ...] = (
     0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
     14400.0, 28800.0, 86400.0,
 )  # fmt: skip
-
-# Plain ``str`` fields, so callers need not narrow; the validators keep the sets closed.
-_LLM_STATUSES = ("ok", "error")
-_TOOL_OUTCOMES = ("ok", "error", "pending")
-_RUN_STATUSES = ("done", "pending", "incomplete", "error")
-
-_non_negative = attrs.validators.ge(0)  # also refuses NaN: ``nan >= 0`` is false
-
-
-@attrs.frozen
-class LlmCallEvent:
-    """One request to the model, successful or not.
-
-    Attributes:
-        model: the model asked for (or the one that answered).
-        style: the wire style, ``"openai"`` or ``"anthropic"``.
-        status: ``"ok"``, or ``"error"`` when the request raised.
-        seconds: how long the request took, measured by the caller.
-        prompt_tokens: prompt tokens the provider reported (0 when none).
-        completion_tokens: completion tokens the provider reported (0 when none).
-        error: the exception's class name on ``"error"``; never its message, which may
-            quote a provider body.
-    """
-
-    model: str
-    style: str
-    status: str = attrs.field(validator=attrs.validators.in_(_LLM_STATUSES))
-    seconds: float = attrs.field(validator=_non_negative)
-    prompt_tokens: int = attrs.field(default=0, validator=_non_negative)
-    completion_tokens: int = attrs.field(default=0, validator=_non_negative)
-    error: str | None = None
-
-
-@attrs.frozen
-class ToolCallEvent:
-    """One tool call.
-
-    Attributes:
-        tool: the tool's name.
-        source: where the tool came from (its ``source``, e.g. ``"builtin"``).
-        outcome: ``"ok"``, ``"error"`` (an error result), or ``"pending"`` when the call
-            suspended; a suspension is never an error.
-        seconds: how long the call took, measured by the caller.
-    """
-
-    tool: str
-    source: str
-    outcome: str = attrs.field(validator=attrs.validators.in_(_TOOL_OUTCOMES))
-    seconds: float = attrs.field(validator=_non_negative)
-
-
-@attrs.frozen
-class RunEvent:
-    """One run, at its end.
-
-    Attributes:
-        status: the run's status (``"done"``, ``"pending"``, ``"incomplete"``), or
-            ``"error"`` when the run raised.
-        turns: model requests the run made.
-        seconds: the run's wall time, human waits included, measured by the caller.
-        model: the model that answered last, if any.
-    """
-
-    status: str = attrs.field(validator=attrs.validators.in_(_RUN_STATUSES))
-    turns: int = attrs.field(validator=_non_negative)
-    seconds: float = attrs.field(validator=_non_negative)
-    model: str | None = None
-
-
-MetricEvent: TypeAlias = LlmCallEvent | ToolCallEvent | RunEvent
 
 _Labels: TypeAlias = tuple[str, ...]
 
@@ -393,52 +319,3 @@ def _number(value: float) -> str:
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     return repr(float(value))
-
-
-class Reporter:
-    """How the client reports: its own registry always, the host's ``on_metric`` if set.
-
-    The registry is fed plain values; event objects are built only for a listener.
-    """
-
-    __slots__ = ("listener", "registry")
-
-    def __init__(
-        self, registry: MetricsRegistry, listener: Callable[[MetricEvent], object] | None
-    ) -> None:
-        self.registry = registry
-        self.listener = listener
-
-    def llm(
-        self,
-        model: str,
-        style: str,
-        status: str,
-        seconds: float,
-        prompt_tokens: int = 0,
-        completion_tokens: int = 0,
-        error: str | None = None,
-    ) -> None:
-        self.registry.record_llm(model, status, seconds, prompt_tokens, completion_tokens)
-        if self.listener is not None:
-            self._tell(
-                LlmCallEvent(model, style, status, seconds, prompt_tokens, completion_tokens, error)
-            )
-
-    def tool(self, tool: str, source: str, outcome: str, seconds: float) -> None:
-        self.registry.record_tool(tool, source, outcome, seconds)
-        if self.listener is not None:
-            self._tell(ToolCallEvent(tool, source, outcome, seconds))
-
-    def run(self, status: str, turns: int, seconds: float, model: str | None) -> None:
-        self.registry.record_run(status, seconds)
-        if self.listener is not None:
-            self._tell(RunEvent(status, turns, seconds, model))
-
-    def _tell(self, event: MetricEvent) -> None:
-        assert self.listener is not None
-        try:
-            self.listener(event)
-        except Exception:
-            # Observability must not break a run.
-            log.exception("on_metric raised for %r", event)

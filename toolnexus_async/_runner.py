@@ -29,7 +29,7 @@ from ._executor import Executor, WaitFor
 from ._hooks import BeforeLlm, Hooks, LlmCall, call_hook
 from ._loop import CallModel, ModelReply, RunLoop, RunTools
 from ._messages import Message
-from ._metrics import Reporter
+from ._metric_events import Reporter
 from ._model import Model
 from ._results import RunResult
 from ._resume_plan import ResumePlan
