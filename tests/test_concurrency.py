@@ -98,6 +98,24 @@ async def test_waiting_jobs_run_concurrently_and_results_keep_job_order() -> Non
     assert_no_leaks()
 
 
+async def test_a_job_that_only_yields_to_the_loop_goes_on_where_it_left_off() -> None:
+    """A bare yield (asyncio.sleep(0)) is passed through, and the job resumes after it."""
+    steps: list[str] = []
+
+    async def yields(name: str) -> str:
+        for step in range(3):
+            steps.append(f"{name}{step}")
+            await asyncio.sleep(0)
+        return name
+
+    with anyio.fail_after(LIMIT):
+        results = await together([job(yields, "a"), job(yields, "b")])
+    assert results == ["a", "b"]
+    assert sorted(steps) == ["a0", "a1", "a2", "b0", "b1", "b2"]
+    assert steps.index("b0") < steps.index("a2")  # they took turns: concurrent, not serial
+    assert_no_leaks()
+
+
 async def test_each_job_has_its_own_copy_of_the_context() -> None:
     var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="caller")
     seen: list[str] = []
