@@ -240,6 +240,8 @@ async def test_retryable_statuses_get_two_retries_then_raise(
         await run_http(client)
 
     assert caught.value.status == status
+    # The last failure alone: not chained to the attempts before it.
+    assert caught.value.__context__ is None and caught.value.__cause__ is None
     assert len(fake_llm.requests) == 3
     assert fake_llm.bodies[0] == fake_llm.bodies[1] == fake_llm.bodies[2]
     assert_no_leaks()

@@ -183,15 +183,21 @@ class Runner:
                     request_started = time.perf_counter()
                     try:
                         # The first attempt is awaited right here: a frame of its own would be
-                        # one more object per run in flight. Retries (rare) have their own.
+                        # one more object per run in flight. Retries (rare) have their own,
+                        # entered outside the except block so that a later failure is not
+                        # chained to the first.
+                        failure: ModelError | None = None
                         try:
                             reply = await self._attempt(messages, toolkit, sink, streamed)
                         except ModelError as exc:
-                            reply = await self._retry(
-                                exc, request_started, messages, toolkit, sink, streamed
-                            )
-                        else:
+                            failure = exc
+                        if failure is None:
                             self._report_reply(reply, request_started)
+                        else:
+                            reply = await self._retry(
+                                failure, request_started, messages, toolkit, sink, streamed
+                            )
+                            failure = None
                         if hooks is not None and hooks.after_llm is not None:
                             await call_hook(hooks.after_llm, reply, reply.raw)
                     except ModelError as exc:
