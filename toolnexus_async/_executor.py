@@ -11,8 +11,9 @@ Rules of this module (DESIGN §3):
   run against 31 us and doubled GC collections (500 concurrent runs, no HTTP). Both are
   structured; an anyio cancel scope around a run still reaches the children, through the
   calling task that the group belongs to.
-- A call whose result is a suspension, when ``wait_for`` is set, awaits ``wait_for`` in that
-  call's own task, so two approvals asked in one turn are outstanding at the same time.
+- A call whose result is a suspension, when ``wait_for`` is set, awaits ``wait_for`` in the
+  course of that call, concurrently with the other calls of the turn, so two approvals
+  asked in one turn are outstanding at the same time.
   - ``answer.ok``: the same tool runs once more with the same arguments and
     ``ctx.answer``; if it suspends again the model gets ``"unresolved: <prompt>"``.
   - not ``answer.ok``: the model gets ``"declined/expired: <prompt>"``.
