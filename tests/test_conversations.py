@@ -178,6 +178,9 @@ async def test_a_closed_store_refuses_work(make_store):
     for call in (store.get("conv"), store.save("conv", []), store.delete("conv")):
         with pytest.raises(UsageError, match="closed"):
             await call
+    with pytest.raises(UsageError, match="conversation store is closed"):
+        async with store:
+            pass
     await store.aclose()
     assert_no_leaks()
 

@@ -228,6 +228,9 @@ async def test_a_closed_store_refuses_work(make_store):
         await store.requests()
     with pytest.raises(UsageError, match="closed"):
         await store.load("x")
+    with pytest.raises(UsageError, match="run store is closed"):
+        async with store:
+            pass
     await store.aclose()  # idempotent
 
 

@@ -17,13 +17,13 @@ import enum
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
 import attrs
 
 from ._client_resume import Resuming
+from ._closing import Closing
 from ._codecs import codec_for
 from ._conversations import ConversationRuns, ConversationStore, MemoryConversationStore
 from ._errors import UsageError
@@ -67,7 +67,7 @@ class _State(enum.Enum):
     CLOSED = "closed"  # aclose() ran; the client cannot be used again
 
 
-class LlmClient(Resuming):
+class LlmClient(Resuming, Closing):
     """Runs the tool-calling loop against a model.
 
     Args:
@@ -429,11 +429,3 @@ class LlmClient(Resuming):
         if self._state is _State.CLOSED:
             raise UsageError("this client is closed; create a new LlmClient")
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

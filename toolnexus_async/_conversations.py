@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 import anyio
 
+from ._closing import FlagClosing
 from ._errors import PayloadError, StoreError, UsageError
 from ._messages import Message, messages_from_json, messages_to_json
 from ._sqlite_file import Conn, SqliteFile, rows
@@ -151,7 +152,7 @@ class ConversationStore(Protocol):
     ) -> None: ...
 
 
-class MemoryConversationStore:
+class MemoryConversationStore(FlagClosing):
     """A :class:`ConversationStore` in this process's memory; the default.
 
     It keeps each transcript's JSON text, so it behaves like the durable store: every
@@ -159,9 +160,10 @@ class MemoryConversationStore:
     ``save``. Its methods never await, so each one is atomic on its event loop.
     """
 
+    _kind = "conversation store"
+
     def __init__(self) -> None:
         self._texts: dict[str, str] = {}
-        self._closed = False
 
     def __len__(self) -> int:
         """The number of stored conversations."""
@@ -182,25 +184,6 @@ class MemoryConversationStore:
         self._check_open()
         check_conversation_id(conversation_id)
         return self._texts.pop(conversation_id, None) is not None
-
-    async def aclose(self) -> None:
-        self._closed = True
-
-    async def __aenter__(self) -> Self:
-        self._check_open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError("this conversation store is closed")
 
 
 # "TnxC": not the run store's "TnxA" (see the module docstring for why they do not share).

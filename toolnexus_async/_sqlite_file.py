@@ -22,12 +22,12 @@ import logging
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
-from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
 import aiosqlite
 import anyio
 
+from ._closing import Closing
 from ._errors import StoreError, UsageError
 
 __all__ = ("Conn", "SqliteFile", "rows")
@@ -56,7 +56,7 @@ async def _transaction(conn: Conn, op: Callable[[Conn], Awaitable[T]]) -> T:
     return result
 
 
-class SqliteFile:
+class SqliteFile(Closing):
     """A store's connection to its SQLite file; a subclass adds the tables and the calls.
 
     A subclass sets ``_label`` (how messages name it, e.g. ``"run store"``) and ``_log``
@@ -89,14 +89,6 @@ class SqliteFile:
     async def __aenter__(self) -> Self:
         await self._locked(self._noop)
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     @staticmethod
     async def _noop(conn: Conn) -> None:

@@ -21,9 +21,9 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
+from ._closing import Closing
 from ._errors import UsageError
 from ._types import Tool, ToolContext, ToolResult, check_tool_name
 from ._validation import Validator, validator_for
@@ -95,7 +95,7 @@ _RENDERERS: dict[str, Callable[[Tool], dict[str, Any]]] = {
 }
 
 
-class Toolkit:
+class Toolkit(Closing):
     """A set of uniquely named tools, executed safely.
 
     Build one with :meth:`create`; use it as an async context manager so that every source
@@ -271,17 +271,6 @@ class Toolkit:
                 first = first or exc
         if first is not None:
             raise first
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _enabled_builtins(builtins: bool | Mapping[str, Any]) -> set[str]:

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from .._closing import FlagClosing
 from .._errors import AlreadyResumed, PayloadError, StoreError, UnknownRequest, UsageError
 from .._results import RunResult
 from .._types import Request
@@ -154,7 +155,7 @@ def outstanding_requests(run: RunResult) -> list[Request]:
     return [r.request for r in run.suspended if r.request is not None]
 
 
-class MemoryRunStore:
+class MemoryRunStore(FlagClosing):
     """A :class:`RunStore` in this process's memory, for tests and single-process hosts.
 
     It keeps each run's JSON text, so it behaves like the durable store: every load is a
@@ -166,6 +167,8 @@ class MemoryRunStore:
             resume gets :class:`AlreadyResumed` rather than :class:`UnknownRequest`.
     """
 
+    _kind = "run store"
+
     def __init__(self, *, remember: int = DEFAULT_REMEMBER) -> None:
         if remember < 0:
             raise UsageError(f"remember must be >= 0, got {remember}")
@@ -174,7 +177,6 @@ class MemoryRunStore:
         self._by_request: dict[str, str] = {}
         self._claimed: OrderedDict[str, str] = OrderedDict()
         self._remember = remember
-        self._closed = False
 
     def __len__(self) -> int:
         """The number of stored runs."""
@@ -221,21 +223,6 @@ class MemoryRunStore:
                 log.warning("skipping a stored run: %s", exc)
         return out
 
-    async def aclose(self) -> None:
-        self._closed = True
-
-    async def __aenter__(self) -> Self:
-        self._check_open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     def _find(self, request_id: str) -> str:
         run_id = self._by_request.get(request_id)
         if run_id is not None:
@@ -252,7 +239,3 @@ class MemoryRunStore:
         if stored is not None:
             for request_id in stored[1]:
                 self._by_request.pop(request_id, None)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError("this run store is closed")
