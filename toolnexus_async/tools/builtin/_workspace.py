@@ -30,6 +30,7 @@ __all__ = (
     "ArgumentError",
     "ConfinementError",
     "Workspace",
+    "WorkspaceTool",
     "optional_bool",
     "optional_int",
     "optional_str",
@@ -95,6 +96,16 @@ class Workspace:
         if path.is_relative_to(self.root):
             return path.relative_to(self.root).as_posix()
         return str(path)
+
+
+class WorkspaceTool:
+    """What the built-ins that act on files share: the workspace they act in, and their
+    source. ``Workspace()`` (the unconfined current directory) when none is given."""
+
+    source = "builtin"
+
+    def __init__(self, workspace: Workspace | None = None) -> None:
+        self.workspace = workspace if workspace is not None else Workspace()
 
 
 def _check_args(args: object) -> Mapping[str, Any]:

@@ -26,7 +26,7 @@ from ._patch import (
     apply_hunks,
     parse_patch,
 )
-from ._workspace import ArgumentError, Workspace, required_str
+from ._workspace import ArgumentError, Workspace, WorkspaceTool, required_str
 from .files import MUTATION_LOCK, NotTextError, describe_os_error, is_binary
 
 # The grammar's names are re-exported: callers (and the tests) import them from here.
@@ -168,7 +168,7 @@ _SCHEMA: dict[str, Any] = {
 }
 
 
-class ApplyPatchTool:
+class ApplyPatchTool(WorkspaceTool):
     """Apply a multi-file patch atomically: every file changes, or none does."""
 
     name = "apply_patch"
@@ -184,10 +184,6 @@ class ApplyPatchTool:
         "match, no file is changed."
     )
     input_schema = _SCHEMA
-    source = "builtin"
-
-    def __init__(self, workspace: Workspace | None = None) -> None:
-        self.workspace = workspace if workspace is not None else Workspace()
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
         try:

@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 
 from ..._types import ToolContext, ToolResult
-from ._workspace import ArgumentError, Workspace, optional_str, required_str
+from ._workspace import ArgumentError, Workspace, WorkspaceTool, optional_str, required_str
 
 __all__ = ("DEFAULT_TIMEOUT_MS", "MAX_OUTPUT", "BashTool")
 
@@ -190,7 +190,7 @@ async def _end_group(pid: int, collector: _Collector) -> None:
         await anyio.to_thread.run_sync(_wait_group_gone, pid, _CLEANUP_LIMIT_S)
 
 
-class BashTool:
+class BashTool(WorkspaceTool):
     """Run a shell command in the workspace, with a time limit and capped output."""
 
     name = "bash"
@@ -201,10 +201,9 @@ class BashTool:
         "Output longer than the cap is cut in the middle."
     )
     input_schema = _SCHEMA
-    source = "builtin"
 
     def __init__(self, workspace: Workspace | None = None, *, max_output: int = MAX_OUTPUT) -> None:
-        self.workspace = workspace if workspace is not None else Workspace()
+        super().__init__(workspace)
         self.max_output = max_output
         self._shell = shutil.which("bash") or "/bin/sh"
 

@@ -24,7 +24,7 @@ import anyio
 from ..._types import ToolContext, ToolResult
 from ._workspace import (
     ArgumentError,
-    Workspace,
+    WorkspaceTool,
     optional_bool,
     optional_int,
     required_str,
@@ -106,7 +106,7 @@ _READ_SCHEMA: dict[str, Any] = {
 }
 
 
-class ReadTool:
+class ReadTool(WorkspaceTool):
     """Read a text file, its lines numbered."""
 
     name = "read"
@@ -116,10 +116,6 @@ class ReadTool:
         f"lines). Lines over {MAX_LINE_CHARS} characters are cut."
     )
     input_schema = _READ_SCHEMA
-    source = "builtin"
-
-    def __init__(self, workspace: Workspace | None = None) -> None:
-        self.workspace = workspace if workspace is not None else Workspace()
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
         try:
@@ -189,7 +185,7 @@ _WRITE_SCHEMA: dict[str, Any] = {
 }
 
 
-class WriteTool:
+class WriteTool(WorkspaceTool):
     """Create or overwrite a file with the given content."""
 
     name = "write"
@@ -198,10 +194,6 @@ class WriteTool:
         "creating missing parent folders. Prefer edit for changing part of a file."
     )
     input_schema = _WRITE_SCHEMA
-    source = "builtin"
-
-    def __init__(self, workspace: Workspace | None = None) -> None:
-        self.workspace = workspace if workspace is not None else Workspace()
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
         try:
@@ -245,7 +237,7 @@ _EDIT_SCHEMA: dict[str, Any] = {
 }
 
 
-class EditTool:
+class EditTool(WorkspaceTool):
     """Replace an exact piece of text in a file."""
 
     name = "edit"
@@ -255,10 +247,6 @@ class EditTool:
         "is true. On any error the file is left unchanged."
     )
     input_schema = _EDIT_SCHEMA
-    source = "builtin"
-
-    def __init__(self, workspace: Workspace | None = None) -> None:
-        self.workspace = workspace if workspace is not None else Workspace()
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
         try:

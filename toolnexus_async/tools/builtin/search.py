@@ -26,7 +26,14 @@ import anyio
 import anyio.from_thread
 
 from ..._types import ToolContext, ToolResult
-from ._workspace import ArgumentError, Workspace, optional_int, optional_str, required_str
+from ._workspace import (
+    ArgumentError,
+    Workspace,
+    WorkspaceTool,
+    optional_int,
+    optional_str,
+    required_str,
+)
 from .files import BINARY_PROBE, is_binary
 
 __all__ = ("DEFAULT_SEARCH_LIMIT", "GlobMatcher", "GlobTool", "GrepTool")
@@ -189,7 +196,7 @@ _GREP_SCHEMA: dict[str, Any] = {
 }
 
 
-class GrepTool:
+class GrepTool(WorkspaceTool):
     """Search file contents for a regular expression."""
 
     name = "grep"
@@ -199,10 +206,6 @@ class GrepTool:
         ".git are skipped. Narrow with 'path' and 'include' (a glob such as '*.py')."
     )
     input_schema = _GREP_SCHEMA
-    source = "builtin"
-
-    def __init__(self, workspace: Workspace | None = None) -> None:
-        self.workspace = workspace if workspace is not None else Workspace()
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
         try:
@@ -279,7 +282,7 @@ _GLOB_SCHEMA: dict[str, Any] = {
 }
 
 
-class GlobTool:
+class GlobTool(WorkspaceTool):
     """List files whose path matches a glob pattern."""
 
     name = "glob"
@@ -289,10 +292,6 @@ class GlobTool:
         "pattern is matched relative to 'path' (default: the workspace root)."
     )
     input_schema = _GLOB_SCHEMA
-    source = "builtin"
-
-    def __init__(self, workspace: Workspace | None = None) -> None:
-        self.workspace = workspace if workspace is not None else Workspace()
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
         try:
