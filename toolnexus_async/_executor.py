@@ -177,12 +177,7 @@ class Executor:
                 return CallOutcome(result)
             return await self._final(call, ctx, CallOutcome(result))
         if self._wait_for is None:
-            if request.expired():
-                # Nobody can answer it any more: halting on it would park a dead request.
-                return await self._final(call, ctx, CallOutcome(_declined(request), request, False))
-            if self._on_event is not None:
-                self._on_event(StreamPending(request, call.id, call.name))
-            return CallOutcome(result, request)
+            return await self._unresolved(call, ctx, result, request)
         park = self._park
         if park is None or request.expired():
             return await self._resolve(call, ctx, request)
@@ -224,13 +219,19 @@ class Executor:
             unresolved = ToolResult.error(f"unresolved: {request.prompt}")
             return await self._final(call, ctx, CallOutcome(unresolved, gate, True))
         if self._wait_for is None:
-            if request.expired():
-                # As in run_one: never halt on a request nobody can answer any more.
-                return await self._final(call, ctx, CallOutcome(_declined(request), request, False))
-            if self._on_event is not None:
-                self._on_event(StreamPending(request, call.id, call.name))
-            return CallOutcome(result, request)
+            return await self._unresolved(call, ctx, result, request)
         return await self._resolve(call, ctx, request)
+
+    async def _unresolved(
+        self, call: ToolCall, ctx: ToolContext, result: ToolResult, request: Request
+    ) -> CallOutcome:
+        """No ``wait_for``: the call stays suspended and the run will halt on it."""
+        if request.expired():
+            # Nobody can answer it any more: halting on it would park a dead request.
+            return await self._final(call, ctx, CallOutcome(_declined(request), request, False))
+        if self._on_event is not None:
+            self._on_event(StreamPending(request, call.id, call.name))
+        return CallOutcome(result, request)
 
     async def _invoke(
         self, call: ToolCall, ctx: ToolContext, *, tool_ctx: ToolContext | None = None

@@ -101,19 +101,12 @@ class Transport:
                 raw = await response.read()
                 status = response.status
                 reply_headers = response.headers
-        except aiohttp.ClientError as exc:
-            failure = f"POST {url} failed: {type(exc).__name__}: {self.scrub(str(exc))}"
-        except TimeoutError:
-            failure = f"POST {url} timed out after {self._timeout.total} s"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            failure = self._failure(url, exc)
         if failure is not None:
             raise TransportError(failure)
         if not 200 <= status < 300:
-            raise ProviderError(
-                status,
-                self.scrub(raw.decode("utf-8", "replace")),
-                url,
-                headers={k: v for k, v in reply_headers.items()},
-            )
+            raise self._provider_error(url, status, raw, reply_headers)
         try:
             payload = json.loads(raw)
         except ValueError:
@@ -147,20 +140,26 @@ class Transport:
             ) as response:
                 if not 200 <= response.status < 300:
                     raw = await response.read()
-                    raise ProviderError(
-                        response.status,
-                        self.scrub(raw.decode("utf-8", "replace")),
-                        url,
-                        headers=dict(response.headers),
-                    )
+                    raise self._provider_error(url, response.status, raw, response.headers)
                 async for chunk in response.content.iter_any():
                     yield chunk
-        except aiohttp.ClientError as exc:
-            failure = f"POST {url} failed: {type(exc).__name__}: {self.scrub(str(exc))}"
-        except TimeoutError:
-            failure = f"POST {url} timed out after {self._timeout.total} s"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            failure = self._failure(url, exc)
         if failure is not None:
             raise TransportError(failure)
+
+    def _failure(self, url: str, exc: aiohttp.ClientError | TimeoutError) -> str:
+        """What went wrong reaching ``url``, without the original (it may hold the key)."""
+        # aiohttp's own timeouts are ClientErrors too: they are reported with their name.
+        if isinstance(exc, aiohttp.ClientError):
+            return f"POST {url} failed: {type(exc).__name__}: {self.scrub(str(exc))}"
+        return f"POST {url} timed out after {self._timeout.total} s"
+
+    def _provider_error(
+        self, url: str, status: int, raw: bytes, headers: Mapping[str, str]
+    ) -> ProviderError:
+        body = self.scrub(raw.decode("utf-8", "replace"))
+        return ProviderError(status, body, url, headers=dict(headers))
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret this transport knows replaced by ``[redacted]``."""
