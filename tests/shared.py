@@ -1,12 +1,14 @@
-"""Test helpers used by several test files: tools with countable side effects, waiters that
-are only ever cancelled, and an aiohttp app served on 127.0.0.1 inside the test's own event
-loop."""
+"""Test helpers used by several test files: tools with countable side effects, a custom
+tool that asks for approval, waiters that are only ever cancelled, raw SQL on a store's
+file, and aiohttp apps served on 127.0.0.1 inside the test's own event loop."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import NoReturn
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, closing
+from pathlib import Path
+from typing import Any, NoReturn
 
 import anyio
 from aiohttp import web
@@ -59,6 +61,20 @@ class Ledger:
         return Toolkit.create(builtins=False, extra_tools=[lookup, pay, notify])
 
 
+class ApprovedPay:
+    """A custom tool (no define_tool) that asks for approval, then reports "paid"."""
+
+    name = "pay"
+    source = "custom"
+    description = "pays, after approval"
+    input_schema: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+        if ctx is None or ctx.answer is None:
+            return ToolResult.pending(Request("", "approval", "Pay?"))
+        return ToolResult.ok("paid")
+
+
 class Holding:
     """Waiters that wait until they are cancelled, for tests of cancellation.
 
@@ -99,3 +115,27 @@ async def loopback(app: web.Application) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+@asynccontextmanager
+async def every_path(
+    handle: Callable[[web.Request], Awaitable[web.StreamResponse]], release: Callable[[], Any]
+) -> AsyncIterator[str]:
+    """Serve ``handle`` for every method and path on 127.0.0.1; yields the base URL.
+
+    ``release()`` is called on the way out, so a handler held on it ends before the server
+    stops.
+    """
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    async with loopback(app) as url:
+        try:
+            yield url
+        finally:
+            release()
+
+
+def raw_sql(path: Path, sql: str, *params: Any) -> list[Any]:
+    """Run one statement straight on a SQLite file, as a foreign writer would."""
+    with closing(sqlite3.connect(path)) as db, db:
+        return db.execute(sql, params).fetchall()

@@ -15,18 +15,16 @@ import anyio
 import pytest
 
 from tests.conftest import FakeLLM, Seen, assert_no_leaks, openai_reply
+from tests.shared import ApprovedPay
 from toolnexus_async import (
     Answer,
     AssistantMessage,
     LlmClient,
     MemoryConversationStore,
     Message,
-    Request,
     SqliteConversationStore,
     SystemMessage,
-    ToolContext,
     Toolkit,
-    ToolResult,
     UsageError,
     UserMessage,
 )
@@ -51,18 +49,6 @@ def echo_handler(fake_llm: FakeLLM) -> None:
 
 def sent(body: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(m["role"], m.get("content")) for m in body["messages"]]
-
-
-class Gated:
-    """A custom tool that suspends for approval."""
-
-    name = "pay"
-    source = "custom"
-    description = "pays, after approval"
-    input_schema: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
-
-    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
-        return ToolResult.pending(Request("", "approval", "Pay?"))
 
 
 class RecordingStore:
@@ -257,7 +243,7 @@ async def test_an_ask_on_a_halted_conversation_is_refused_without_asking_the_mod
     model = ScriptedModel(reply(tool_call("pay", id="c1")), "never")
     with anyio.fail_after(LIMIT):
         async with (
-            Toolkit.create(builtins=False, extra_tools=[Gated()]) as tk,
+            Toolkit.create(builtins=False, extra_tools=[ApprovedPay()]) as tk,
             LlmClient.in_process(model) as client,
         ):
             halted = await client.ask("pay", tk, conversation_id="c")
@@ -294,21 +280,10 @@ async def test_a_halted_ask_once_resumed_lets_the_conversation_go_on() -> None:
     """ "Resume that run first" works: after client.resume, the next ask continues the
     conversation from the resumed transcript (with the default, private store)."""
 
-    class Approved:
-        name = "pay"
-        source = "custom"
-        description = "pays, after approval"
-        input_schema: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
-
-        async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
-            if ctx is None or ctx.answer is None:
-                return ToolResult.pending(Request("", "approval", "Pay?"))
-            return ToolResult.ok("paid")
-
     model = ScriptedModel(reply(tool_call("pay", id="c1")), "done paying", "you paid")
     with anyio.fail_after(LIMIT):
         async with (
-            Toolkit.create(builtins=False, extra_tools=[Approved()]) as tk,
+            Toolkit.create(builtins=False, extra_tools=[ApprovedPay()]) as tk,
             LlmClient.in_process(model) as client,
         ):
             halted = await client.ask("pay", tk, conversation_id="c")

@@ -4,10 +4,8 @@ and per-conversation locks that serialise holders and leave nothing behind."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from tests.conftest import assert_no_leaks
+from tests.shared import raw_sql
 from toolnexus_async._conversations import (
     ConversationLocks,
     ConversationStore,
@@ -76,12 +75,6 @@ async def make_store(request: Any, tmp_path: Path) -> AsyncIterator[StoreFactory
 def store(make_store: StoreFactory) -> ConversationStore:
     """One store of each kind (the suite runs once per kind)."""
     return make_store()
-
-
-def raw(path: Path, sql: str, *params: Any) -> list[Any]:
-    """Run one statement straight on the SQLite file, as a foreign writer would."""
-    with closing(sqlite3.connect(path)) as db, db:
-        return db.execute(sql, params).fetchall()
 
 
 # The contract, for both stores.
@@ -200,7 +193,7 @@ async def test_conversations_outlive_the_store_and_aclose_ends_the_thread(tmp_pa
     for thread in started:
         thread.join(timeout=5)
         assert not thread.is_alive()
-    assert raw(path, "PRAGMA journal_mode") == [("wal",)]
+    assert raw_sql(path, "PRAGMA journal_mode") == [("wal",)]
 
     async with SqliteConversationStore(path) as reopened:
         assert await reopened.get("conv") == TRANSCRIPT
@@ -235,7 +228,7 @@ async def test_a_corrupt_row_fails_alone_naming_its_conversation(tmp_path: Path,
     path = tmp_path / "conversations.db"
     async with SqliteConversationStore(path) as store:
         await store.save("good", TRANSCRIPT)
-        raw(
+        raw_sql(
             path,
             "INSERT INTO conversation_transcripts (conversation_id, updated, body)"
             " VALUES (?, 0, ?)",
@@ -261,11 +254,11 @@ async def test_a_file_not_ours_or_newer_is_refused_and_not_touched(tmp_path: Pat
     if kind == "newer schema":
         async with SqliteConversationStore(path) as store:
             await store.save("conv", TRANSCRIPT)
-        raw(path, "UPDATE conversation_meta SET value = 2")
+        raw_sql(path, "UPDATE conversation_meta SET value = 2")
     elif kind == "other application":
-        raw(path, "CREATE TABLE notes (text TEXT)")
+        raw_sql(path, "CREATE TABLE notes (text TEXT)")
     elif kind == "other app id":
-        raw(path, "PRAGMA application_id = 7")
+        raw_sql(path, "PRAGMA application_id = 7")
     elif kind == "run store":
         async with SqliteRunStore(path) as runs:
             await runs.requests()

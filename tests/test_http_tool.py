@@ -13,7 +13,7 @@ import anyio
 import pytest
 from aiohttp import web
 
-from tests.shared import loopback
+from tests.shared import every_path
 from toolnexus_async import Tool, ToolResult, UsageError
 from toolnexus_async.tools._session import SharedSession
 from toolnexus_async.tools.http import HttpTool, http_tool
@@ -94,13 +94,8 @@ class Server:
 @pytest.fixture
 async def server() -> AsyncIterator[Server]:
     srv = Server()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", srv.handle)
-    async with loopback(app) as srv.url:
-        try:
-            yield srv
-        finally:
-            srv.release.set()
+    async with every_path(srv.handle, srv.release.set) as srv.url:
+        yield srv
 
 
 @pytest.fixture

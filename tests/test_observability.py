@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from tests.conftest import FakeLLM, Seen, anthropic_reply, assert_no_leaks, openai_reply
+from tests.shared import ApprovedPay
 from toolnexus_async import (
     Answer,
     Hooks,
@@ -25,9 +26,7 @@ from toolnexus_async import (
     RunResult,
     RunTimeout,
     ToolCallEvent,
-    ToolContext,
     Toolkit,
-    ToolResult,
     define_tool,
 )
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
@@ -46,20 +45,6 @@ async def add(a: int, b: int) -> str:
 async def explode() -> str:
     """Always fails."""
     raise ValueError("boom")
-
-
-class Gated:
-    """A custom tool that suspends for approval and reports once approved."""
-
-    name = "pay"
-    source = "custom"
-    description = "pays, after approval"
-    input_schema: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
-
-    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
-        if ctx is None or ctx.answer is None:
-            return ToolResult.pending(Request("", "approval", "Pay?"))
-        return ToolResult.ok("paid")
 
 
 def script(fake_llm: FakeLLM, *replies: Any) -> None:
@@ -136,7 +121,7 @@ async def test_tool_call_events_name_tool_source_and_outcome_and_a_suspension_is
     )
     with anyio.fail_after(LIMIT):
         async with (
-            Toolkit.create(builtins=False, extra_tools=[add, explode, Gated()]) as tk,
+            Toolkit.create(builtins=False, extra_tools=[add, explode, ApprovedPay()]) as tk,
             LlmClient.in_process(
                 model, model="scripted", wait_for=approve, on_metric=events.append
             ) as client,
@@ -163,7 +148,7 @@ async def test_a_halted_run_is_a_pending_tool_call_and_a_pending_run() -> None:
     model = ScriptedModel(reply(tool_call("pay", id="c1")))
     with anyio.fail_after(LIMIT):
         async with (
-            Toolkit.create(builtins=False, extra_tools=[Gated()]) as tk,
+            Toolkit.create(builtins=False, extra_tools=[ApprovedPay()]) as tk,
             LlmClient.in_process(model, model="scripted", on_metric=events.append) as client,
         ):
             result = await client.run("go", tk)
@@ -239,7 +224,7 @@ async def test_metrics_renders_prometheus_text(fake_llm: FakeLLM) -> None:
     fake_llm.handler = lambda body, seen: replies[len(fake_llm.requests) - 1]
     client = LlmClient(fake_llm.url, "openai", "m", api_key="k", retry=FAST, wait_for=approve)
     async with client:
-        await run(client, add, Gated())
+        await run(client, add, ApprovedPay())
         text = client.metrics()
     other = LlmClient.in_process(ScriptedModel("hi"))
 
@@ -275,7 +260,7 @@ async def test_a_raising_on_metric_does_not_break_the_run(caplog: pytest.LogCapt
     )
     with anyio.fail_after(LIMIT), caplog.at_level(logging.ERROR, logger="toolnexus_async"):
         async with (
-            Toolkit.create(builtins=False, extra_tools=[add, Gated()]) as tk,
+            Toolkit.create(builtins=False, extra_tools=[add, ApprovedPay()]) as tk,
             LlmClient.in_process(
                 model, model="scripted", wait_for=approve, on_metric=broken
             ) as client,
@@ -294,7 +279,7 @@ async def test_a_tool_added_by_before_llm_reports_its_own_source() -> None:
     """A tool that before_llm put in the run is reported with its source, not "unknown"."""
 
     def swap(call: LlmCall) -> LlmCall:
-        return LlmCall(call.messages, [Gated()])
+        return LlmCall(call.messages, [ApprovedPay()])
 
     events: list[MetricEvent] = []
     model = ScriptedModel(reply(tool_call("pay", id="c1")), "ok")

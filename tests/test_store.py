@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ import attrs
 import pytest
 
 from tests.conftest import assert_no_leaks
-from tests.shared import Ledger, final_from_results
+from tests.shared import Ledger, final_from_results, raw_sql
 from toolnexus_async import (
     AlreadyResumed,
     Answer,
@@ -99,12 +97,6 @@ async def make_store(request: Any, tmp_path: Path) -> AsyncIterator[StoreFactory
 def store(make_store: StoreFactory) -> RunStore:
     """One store of each kind (the suite runs once per kind)."""
     return make_store()
-
-
-def raw(path: Path, sql: str, *params: Any) -> list[Any]:
-    """Run one statement straight on the SQLite file, as a foreign writer would."""
-    with closing(sqlite3.connect(path)) as db, db:
-        return db.execute(sql, params).fetchall()
 
 
 async def test_a_saved_run_loads_under_each_request_id_as_a_fresh_object(store, case):
@@ -238,8 +230,8 @@ async def test_a_closed_store_refuses_work(make_store):
 
 
 def put_row(path: Path, run_id: str, body: str, request_id: str) -> None:
-    raw(path, "INSERT INTO runs (run_id, created, body) VALUES (?, 0, ?)", run_id, body)
-    raw(path, "INSERT INTO requests (request_id, run_id) VALUES (?, ?)", request_id, run_id)
+    raw_sql(path, "INSERT INTO runs (run_id, created, body) VALUES (?, 0, ?)", run_id, body)
+    raw_sql(path, "INSERT INTO requests (request_id, run_id) VALUES (?, ?)", request_id, run_id)
 
 
 async def test_corrupt_and_foreign_rows_fail_alone(tmp_path: Path, case, caplog):
@@ -274,9 +266,9 @@ async def test_a_file_not_ours_or_newer_is_refused_and_not_touched(tmp_path, cas
     if kind == "newer schema":
         async with SqliteRunStore(path) as store:
             await store.save(case.halted)
-        raw(path, "PRAGMA user_version = 2")
+        raw_sql(path, "PRAGMA user_version = 2")
     elif kind == "other application":
-        raw(path, "CREATE TABLE notes (text TEXT)")
+        raw_sql(path, "CREATE TABLE notes (text TEXT)")
     else:
         path.write_bytes(b"definitely not sqlite " * 100)
     before = path.read_bytes()
@@ -305,7 +297,7 @@ async def test_the_file_outlives_its_store_and_aclose_ends_the_thread(tmp_path: 
     for thread in started:
         thread.join(timeout=5)
         assert not thread.is_alive()
-    assert raw(path, "PRAGMA journal_mode") == [("wal",)]
+    assert raw_sql(path, "PRAGMA journal_mode") == [("wal",)]
 
     async with SqliteRunStore(path) as reopened:
         assert await reopened.claim(case.ids[0]) == case.halted

@@ -10,7 +10,7 @@ import anyio
 import pytest
 from aiohttp import web
 
-from tests.shared import loopback
+from tests.shared import every_path
 from toolnexus_async import Tool, ToolResult
 from toolnexus_async.tools._session import SharedSession
 from toolnexus_async.tools.builtin.webfetch import (
@@ -98,13 +98,8 @@ ENDLESS_LIMIT = 16 * MAX_BYTES
 @pytest.fixture
 async def server() -> AsyncIterator[Server]:
     srv = Server()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", srv.handle)
-    async with loopback(app) as srv.url:
-        try:
-            yield srv
-        finally:
-            srv.release.set()
+    async with every_path(srv.handle, srv.release.set) as srv.url:
+        yield srv
 
 
 @pytest.fixture
