@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import math
 import os
 import platform
 import shlex
 import sqlite3
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -163,6 +166,46 @@ async def serve_over_pipe(
     finally:
         loop.remove_reader(conn.fileno())
         await runner.cleanup()
+
+
+class GcWatch:
+    """Counts the cyclic collector's runs and the time they take (via ``gc.callbacks``).
+
+    With many runs parked, one full (generation 2) collection walks every tracked object of
+    every parked run, and CPython starts one each time the long-lived objects grew by 25%;
+    these pauses are a large part of what parking costs, so the benchmarks report them.
+    """
+
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.counts[generation] += 1
+            self.seconds[generation] += time.perf_counter() - self._started
+
+    def mark(self) -> GcSpan:
+        return GcSpan(self.counts[2], sum(self.seconds), self.seconds[2])
+
+    def since(self, mark: GcSpan) -> GcSpan:
+        now = self.mark()
+        return GcSpan(now.full - mark.full, now.seconds - mark.seconds, now.full_s - mark.full_s)
+
+
+@dataclass(frozen=True)
+class GcSpan:
+    full: int  # full collections
+    seconds: float  # time in all collections
+    full_s: float  # time in the full ones
+
+    def text(self) -> str:
+        return f"gc {self.seconds:.3f} s, of which {self.full} full collections {self.full_s:.3f} s"
 
 
 class ChildServer:

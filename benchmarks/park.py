@@ -63,6 +63,8 @@ import anyio
 import anyio.abc
 from _common import (
     PROMPT,
+    GcSpan,
+    GcWatch,
     approval_model,
     expected_text,
     malloc_trim,
@@ -179,46 +181,6 @@ def settle() -> Memory:
     gc.collect()
     malloc_trim()
     return Memory(rss_bytes(), sys.getallocatedblocks())
-
-
-class GcWatch:
-    """Counts the cyclic collector's runs and the time they take (via ``gc.callbacks``).
-
-    With many runs parked, one full (generation 2) collection walks every tracked object of
-    every parked run, and CPython starts one each time the long-lived objects grew by 25%;
-    these pauses are a large part of what parking costs, so they are reported.
-    """
-
-    def __init__(self) -> None:
-        self.counts = [0, 0, 0]
-        self.seconds = [0.0, 0.0, 0.0]
-        self._started = 0.0
-        gc.callbacks.append(self._callback)
-
-    def _callback(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            generation = info["generation"]
-            self.counts[generation] += 1
-            self.seconds[generation] += time.perf_counter() - self._started
-
-    def mark(self) -> GcSpan:
-        return GcSpan(self.counts[2], sum(self.seconds), self.seconds[2])
-
-    def since(self, mark: GcSpan) -> GcSpan:
-        now = self.mark()
-        return GcSpan(now.full - mark.full, now.seconds - mark.seconds, now.full_s - mark.full_s)
-
-
-@dataclass(frozen=True)
-class GcSpan:
-    full: int  # full collections
-    seconds: float  # time in all collections
-    full_s: float  # time in the full ones
-
-    def text(self) -> str:
-        return f"gc {self.seconds:.3f} s, of which {self.full} full collections {self.full_s:.3f} s"
 
 
 GC = GcWatch()

@@ -71,6 +71,7 @@ import anyio
 from _common import (
     PROMPT,
     ChildServer,
+    GcWatch,
     approval_model,
     expected_text,
     invoice_of,
@@ -249,27 +250,6 @@ def floor_app() -> tuple[web.Application, Probe]:
     return app, Probe(parked=state["waiting"].__len__)
 
 
-class GcWatch:
-    """The cyclic collector's time and full collections so far (via ``gc.callbacks``).
-
-    With thousands of runs parked, a full (generation 2) collection walks every tracked
-    object of every parked run; these pauses are part of what the server's latency shows.
-    """
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.full = 0
-        self._started = 0.0
-        gc.callbacks.append(self._callback)
-
-    def _callback(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._started
-            self.full += info["generation"] == 2
-
-
 @dataclass(frozen=True)
 class ServerState:
     rss: int = 0  # bytes, after gc.collect() and malloc_trim() when settled
@@ -304,13 +284,14 @@ async def _serve(conn: multiprocessing.connection.Connection, kind: str, store: 
         if message == "settled":
             gc.collect()
             malloc_trim()
+        gc_so_far = watch.mark()
         return ServerState(
             rss_bytes(),
             sys.getallocatedblocks(),
             time.process_time(),
             probe.parked(),
-            watch.seconds,
-            watch.full,
+            gc_so_far.seconds,
+            gc_so_far.full,
         )
 
     await serve_over_pipe(conn, app, reply)
