@@ -37,6 +37,15 @@ def snapshot(top: Path) -> dict[str, bytes | None]:
     }
 
 
+async def refused(root: Path, tool: ApplyPatchTool, text: str) -> str:
+    """Apply ``text``, which must fail and leave every file as it was; the error's text."""
+    before = snapshot(root.parent)
+    result = await tool.execute({"patchText": text})
+    assert result.is_error
+    assert snapshot(root.parent) == before
+    return result.output
+
+
 def patch(*lines: str) -> str:
     return "\n".join(["*** Begin Patch", *lines, "*** End Patch"]) + "\n"
 
@@ -95,73 +104,50 @@ async def test_move_to_renames_and_changes(root: Path, tool: ApplyPatchTool) -> 
 
 async def test_a_failing_hunk_writes_nothing(root: Path, tool: ApplyPatchTool) -> None:
     """If any hunk does not match, no file changes, not even the ones before it."""
-    before = snapshot(root.parent)
-    result = await tool.execute(
-        {
-            "patchText": patch(
-                "*** Add File: created.txt",
-                "+should not appear",
-                "*** Update File: src/app.py",
-                "@@",
-                "-import os",
-                "+import sys",
-                "*** Delete File: notes.txt",
-                "*** Update File: src/app.py",
-                "@@",
-                " def main():",
-                "-    print('nope')",
-                "+    print('x')",
-            )
-        }
+    output = await refused(
+        root,
+        tool,
+        patch(
+            "*** Add File: created.txt",
+            "+should not appear",
+            "*** Update File: src/app.py",
+            "@@",
+            "-import os",
+            "+import sys",
+            "*** Delete File: notes.txt",
+            "*** Update File: src/app.py",
+            "@@",
+            " def main():",
+            "-    print('nope')",
+            "+    print('x')",
+        ),
     )
-    assert result.is_error
-    assert "hunk 1 of src/app.py does not match" in result.output
-    assert "print('nope')" in result.output
-    assert "No file was changed" in result.output
-    assert snapshot(root.parent) == before
+    assert "hunk 1 of src/app.py does not match" in output
+    assert "print('nope')" in output
+    assert "No file was changed" in output
 
 
 async def test_the_error_names_the_hunk_and_its_anchor(root: Path, tool: ApplyPatchTool) -> None:
     """The second hunk failing is reported as hunk 2, with its '@@' line."""
-    before = snapshot(root.parent)
-    result = await tool.execute(
-        {
-            "patchText": patch(
-                "*** Update File: notes.txt",
-                "@@",
-                "-alpha",
-                "+ALPHA",
-                "@@ gamma",
-                "-delta",
-                "+DELTA",
-            )
-        }
+    output = await refused(
+        root,
+        tool,
+        patch(
+            "*** Update File: notes.txt", "@@", "-alpha", "+ALPHA", "@@ gamma", "-delta", "+DELTA"
+        ),
     )
-    assert result.is_error
-    assert "hunk 2 of notes.txt (@@ gamma) does not match" in result.output
-    assert snapshot(root.parent) == before
+    assert "hunk 2 of notes.txt (@@ gamma) does not match" in output
 
 
 async def test_hunks_must_match_in_order(root: Path, tool: ApplyPatchTool) -> None:
     """A later hunk is searched after the earlier one, never before it."""
-    before = snapshot(root.parent)
-    result = await tool.execute(
-        {
-            "patchText": patch(
-                "*** Update File: notes.txt",
-                "@@",
-                "-gamma",
-                "+GAMMA",
-                "@@",
-                "-alpha",
-                "+ALPHA",
-            )
-        }
+    output = await refused(
+        root,
+        tool,
+        patch("*** Update File: notes.txt", "@@", "-gamma", "+GAMMA", "@@", "-alpha", "+ALPHA"),
     )
-    assert result.is_error
-    assert "hunk 2 of notes.txt does not match" in result.output
-    assert "after the previous hunk" in result.output
-    assert snapshot(root.parent) == before
+    assert "hunk 2 of notes.txt does not match" in output
+    assert "after the previous hunk" in output
 
 
 async def test_several_hunks_and_an_anchor(root: Path, tool: ApplyPatchTool) -> None:
@@ -300,11 +286,7 @@ async def test_malformed_patches_write_nothing(
     root: Path, tool: ApplyPatchTool, text: str, expected: str
 ) -> None:
     """A patch that does not parse is an error naming the problem; no file changes."""
-    before = snapshot(root.parent)
-    result = await tool.execute({"patchText": text})
-    assert result.is_error
-    assert expected in result.output
-    assert snapshot(root.parent) == before
+    assert expected in await refused(root, tool, text)
 
 
 @pytest.mark.parametrize(
@@ -324,11 +306,7 @@ async def test_file_state_errors_write_nothing(
     root: Path, tool: ApplyPatchTool, lines: tuple[str, ...], expected: str
 ) -> None:
     """Adding an existing file, touching a missing one, or moving onto one is refused."""
-    before = snapshot(root.parent)
-    result = await tool.execute({"patchText": patch("*** Add File: first.txt", "+1", *lines)})
-    assert result.is_error
-    assert expected in result.output
-    assert snapshot(root.parent) == before
+    assert expected in await refused(root, tool, patch("*** Add File: first.txt", "+1", *lines))
 
 
 async def test_binary_files_are_not_patched(root: Path, tool: ApplyPatchTool) -> None:
@@ -342,7 +320,6 @@ async def test_binary_files_are_not_patched(root: Path, tool: ApplyPatchTool) ->
 async def test_confinement_refuses_every_escape(root: Path, tool: ApplyPatchTool) -> None:
     """'..', absolute, symlinked-folder and Move-to escapes are refused and nothing is written."""
     (root / "door").symlink_to(root.parent, target_is_directory=True)
-    before = snapshot(root.parent)
     outside = str(root.parent / "outside.txt")
     for lines in [
         ("*** Update File: ../outside.txt", "-outside", "+pwned"),
@@ -350,10 +327,8 @@ async def test_confinement_refuses_every_escape(root: Path, tool: ApplyPatchTool
         ("*** Add File: door/new.txt", "+pwned"),
         ("*** Update File: notes.txt", "*** Move to: ../moved.txt", "-beta", "+b"),
     ]:
-        result = await tool.execute({"patchText": patch("*** Add File: ok.txt", "+1", *lines)})
-        assert result.is_error, lines
-        assert "workspace root" in result.output
-        assert snapshot(root.parent) == before
+        output = await refused(root, tool, patch("*** Add File: ok.txt", "+1", *lines))
+        assert "workspace root" in output, lines
 
 
 async def test_a_failed_write_restores_what_was_written(
