@@ -101,6 +101,32 @@ async def test_resume_after_a_json_round_trip_never_repeats_a_completed_call():
     assert result.turns == 2
 
 
+async def test_a_resumed_call_is_told_the_request_its_answer_answers():
+    """After a JSON round trip, the retried tool gets ctx.request: the request it asked."""
+    seen: list[ToolContext | None] = []
+
+    @define_tool
+    async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
+        """Pay after approval."""
+        seen.append(ctx)
+        if ctx is None or ctx.answer is None:
+            return ToolResult.pending(Request("", "approval", "Pay?", data={"amount": amount}))
+        return ToolResult.ok("paid")
+
+    async with Toolkit.create(builtins=False, extra_tools=[pay]) as toolkit:
+        model = ScriptedModel(reply(tool_call("pay", {"amount": 5}, id="c1")), "done")
+        async with LlmClient.in_process(model) as client:
+            halted = await client.run("pay", toolkit)
+            stored = RunResult.from_dict(json.loads(json.dumps(halted.to_dict())))
+            assert stored.pending is not None
+            result = await client.resume(stored, Answer(stored.pending.id, True), toolkit)
+
+    assert result.status == "done"
+    retry = seen[-1]
+    assert retry is not None and retry.request == stored.pending
+    assert retry.request.data == {"amount": 5}
+
+
 async def test_resume_sends_one_result_per_call_and_no_new_user_turn():
     """After a resume the model sees exactly one result per call of the halted turn."""
     ledger = Ledger()

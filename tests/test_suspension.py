@@ -100,8 +100,10 @@ async def test_ok_answer_retries_once_with_ctx_answer_and_the_same_arguments() -
     assert len(asked) == 1 and asked[0].prompt == "Pay 30 EUR?"
     assert [args for args, _ in tool.calls] == [{"amount": 30, "to": "Bob"}] * 2
     first_ctx, retry_ctx = (ctx for _, ctx in tool.calls)
-    assert first_ctx is not None and first_ctx.answer is None
+    assert first_ctx is not None and first_ctx.answer is None and first_ctx.request is None
     assert retry_ctx is not None and retry_ctx.answer == answers[0]
+    # The retry is told which request the answer answers: the tool can check what was approved.
+    assert retry_ctx.request == asked[0]
     assert retry_ctx.answer.data == {"note": "fine"}
     (fed,) = tool_returns(model.requests[1])
     assert fed.call_id == "c1"

@@ -13,6 +13,7 @@ from toolnexus_async import (
     PayloadError,
     Request,
     RunResult,
+    ToolContext,
     ToolnexusError,
     ToolResult,
     UserMessage,
@@ -407,3 +408,91 @@ def test_tool_result_pending_of_matches_the_module_function():
     assert ToolResult.pending_of(run) is request
     assert ToolResult.pending_of(ToolResult.ok("x")) is None
     assert ToolResult.pending_of(object()) is None
+
+
+# -- constructors check their fields as strictly as from_dict (issue 10) ----------------------
+
+
+@pytest.mark.parametrize("ok", ["no", "false", "true", 1, 0, None, [], "yes"])
+def test_answer_refuses_an_ok_that_is_not_a_bool(ok: object):
+    """A form posting "false" (or "no") must not count as an approval: it is refused."""
+    with pytest.raises(PayloadError, match=r"Answer\.ok must be True or False, got"):
+        Answer("r1", ok)  # type: ignore[arg-type]
+
+
+def test_answer_type_errors_are_also_type_errors():
+    """A wrong type can be caught as TypeError too, as Python code expects."""
+    with pytest.raises(TypeError):
+        Answer("r1", "no")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("request_id", ["", None, 7])
+def test_answer_needs_a_non_empty_string_id(request_id: object):
+    """An answer that names no request cannot be applied to any."""
+    with pytest.raises(PayloadError, match=r"Answer\.id"):
+        Answer(request_id, True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("reason", ["decline", "no", "DECLINED", ""])
+def test_answer_refuses_an_unknown_reason(reason: str):
+    """The reason is advisory but from a closed set: a typo is caught where it is made."""
+    with pytest.raises(PayloadError, match="must be one of declined, cancelled, expired"):
+        Answer("r1", False, reason=reason)
+    with pytest.raises(PayloadError, match="must be one of"):
+        Answer.from_dict({"id": "r1", "ok": False, "reason": reason})
+
+
+def test_answer_refuses_data_that_is_not_a_dict():
+    """data is what a person filled in: a JSON object or nothing."""
+    with pytest.raises(PayloadError, match=r"Answer\.data must be a dict or None, got list"):
+        Answer("r1", True, data=["x"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"id": 1}, r"Request\.id must be a str"),
+        ({"kind": ""}, r"Request\.kind must not be empty"),
+        ({"kind": None}, r"Request\.kind must be a str"),
+        ({"prompt": b"bytes"}, r"Request\.prompt must be a str"),
+        ({"url": 3}, r"Request\.url must be a str or None"),
+        ({"data": "x"}, r"Request\.data must be a dict or None"),
+        ({"expires_at": 5}, r"Request\.expires_at must be a str"),
+    ],
+)
+def test_request_checks_its_fields_on_construction(fields: dict[str, Any], message: str):
+    """Each field of a Request is checked when it is built, naming the field."""
+    values: dict[str, Any] = {"id": "r1", "kind": "approval", "prompt": "Pay?", **fields}
+    with pytest.raises(PayloadError, match=message):
+        Request(**values)
+
+
+def test_request_from_dict_refuses_an_empty_id():
+    """On the wire a request must carry its id; only the constructor may leave it empty."""
+    assert Request("", "approval", "Pay?").id == ""
+    with pytest.raises(PayloadError, match="'id' must not be empty"):
+        Request.from_dict({"id": "", "kind": "approval", "prompt": "Pay?"})
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((None,), r"ToolResult\.output must be a str"),
+        (("x", "yes"), r"ToolResult\.is_error must be True or False"),
+        (("x", False, ["m"]), r"ToolResult\.metadata must be a dict or None"),
+    ],
+)
+def test_tool_result_checks_its_fields(args: tuple[Any, ...], message: str):
+    """A result with a non-text output or a non-bool error flag is refused where it is built."""
+    with pytest.raises(PayloadError, match=message):
+        ToolResult(*args)
+
+
+def test_tool_context_checks_its_fields():
+    """The context's answer must be an Answer: a bare True is not an approval."""
+    with pytest.raises(PayloadError, match=r"ToolContext\.answer must be an Answer or None"):
+        ToolContext(answer=True)  # type: ignore[arg-type]
+    with pytest.raises(PayloadError, match=r"ToolContext\.request must be a Request or None"):
+        ToolContext(request={"id": "r1"})  # type: ignore[arg-type]
+    with pytest.raises(PayloadError, match=r"ToolContext\.call_id must be a str or None"):
+        ToolContext(call_id=3)  # type: ignore[arg-type]

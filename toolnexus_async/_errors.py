@@ -80,8 +80,13 @@ class UsageError(ToolnexusError, ValueError):
     """
 
 
-class PayloadError(ToolnexusError, ValueError):
-    """A wire payload (``Request``, ``Answer``, a stored transcript) is malformed."""
+class PayloadError(ToolnexusError, ValueError, TypeError):
+    """A data value is malformed or of the wrong type: a ``Request``, ``Answer`` or
+    ``ToolResult`` being built, or a wire payload (a stored transcript, a JSON body).
+
+    Both a :class:`ValueError` and a :class:`TypeError`, so that either ``except`` catches
+    ``Answer(request_id, ok="no")``.
+    """
 
 
 class ConfinementError(ToolnexusError, ValueError):

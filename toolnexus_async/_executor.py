@@ -328,7 +328,11 @@ class Executor:
             self._gates.discard(request.id)
             return await self._gated_run(call, ctx, request, answer)
         retry_ctx = ToolContext(
-            answer=answer, call_id=ctx.call_id, run_id=ctx.run_id, tool_name=ctx.tool_name
+            answer=answer,
+            call_id=ctx.call_id,
+            run_id=ctx.run_id,
+            tool_name=ctx.tool_name,
+            request=request,
         )
         retried = await self._invoke(call, retry_ctx)
         again = request_in(retried)

@@ -69,9 +69,21 @@ def parse_timestamp(value: str) -> datetime:
     return parsed
 
 
-def _check_expires_at(_instance: object, _attribute: object, value: str | None) -> None:
-    if value is not None:
-        parse_timestamp(value)
+def _wrong_type(owner: str, field: str, expected: str, value: object) -> PayloadError:
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+    return PayloadError(f"{owner}.{field} must be {expected}, got {type(value).__name__} {shown}")
+
+
+def _check_str(owner: str, field: str, value: object, *, empty: bool = True) -> None:
+    if not isinstance(value, str):
+        raise _wrong_type(owner, field, "a str", value)
+    if not empty and not value:
+        raise PayloadError(f"{owner}.{field} must not be empty")
+
+
+def _check_optional(owner: str, field: str, value: object, kind: type, expected: str) -> None:
+    if value is not None and not isinstance(value, kind):
+        raise _wrong_type(owner, field, f"{expected} or None", value)
 
 
 def _require(payload: Mapping[str, Any], key: str, kind: type, what: str) -> Any:
@@ -121,7 +133,19 @@ class Request:
     prompt: str
     url: str | None = None
     data: dict[str, Any] | None = None
-    expires_at: str | None = attrs.field(default=None, validator=_check_expires_at)
+    expires_at: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        # As strict as from_dict, except that an empty id is allowed here: it asks
+        # ToolResult.pending for a generated one.
+        _check_str("Request", "id", self.id)
+        _check_str("Request", "kind", self.kind, empty=False)
+        _check_str("Request", "prompt", self.prompt)
+        _check_optional("Request", "url", self.url, str, "a str")
+        _check_optional("Request", "data", self.data, dict, "a dict")
+        if self.expires_at is not None:
+            _check_str("Request", "expires_at", self.expires_at)
+            parse_timestamp(self.expires_at)
 
     def expired(self, now: datetime | None = None) -> bool:
         """True when ``expires_at`` is set and has passed (``now`` defaults to the clock)."""
@@ -151,8 +175,11 @@ class Request:
     def from_dict(cls, payload: Mapping[str, Any]) -> Request:
         """Build from the wire form; raises :class:`PayloadError` naming what is wrong."""
         payload = _mapping(payload, "Request")
+        request_id = _require(payload, "id", str, "Request")
+        if not request_id:
+            raise PayloadError("Request 'id' must not be empty")
         return cls(
-            id=_require(payload, "id", str, "Request"),
+            id=request_id,
             kind=_require(payload, "kind", str, "Request"),
             prompt=_require(payload, "prompt", str, "Request"),
             url=_optional(payload, "url", str, "Request"),
@@ -161,9 +188,8 @@ class Request:
         )
 
 
-def _check_reason(instance: Answer, _attribute: object, value: str | None) -> None:
-    if value is not None and instance.ok:
-        raise PayloadError("an Answer with ok=True carries no reason")
+# Advisory, but a closed set: a typo ("decline") would otherwise pass unnoticed.
+REASONS: tuple[str, ...] = ("declined", "cancelled", "expired")
 
 
 @attrs.frozen
@@ -177,6 +203,10 @@ class Answer:
         reason: only when ``ok`` is false, advisory: ``"declined"``, ``"cancelled"`` or
             ``"expired"``.
 
+    Every field is checked on construction, as strictly as :meth:`from_dict` checks the
+    wire form: ``ok`` must be a real bool, so ``Answer(id, "no")`` (a form that posts a
+    string) raises :class:`PayloadError` instead of counting as an approval.
+
     >>> Answer.from_dict({"id": "r1", "ok": False, "reason": "declined"})
     Answer(id='r1', ok=False, data=None, reason='declined')
     """
@@ -184,7 +214,21 @@ class Answer:
     id: str
     ok: bool
     data: dict[str, Any] | None = None
-    reason: str | None = attrs.field(default=None, validator=_check_reason)
+    reason: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _check_str("Answer", "id", self.id, empty=False)
+        if self.ok is not True and self.ok is not False:
+            raise _wrong_type("Answer", "ok", "True or False", self.ok)
+        _check_optional("Answer", "data", self.data, dict, "a dict")
+        if self.reason is not None:
+            if self.ok:
+                raise PayloadError("an Answer with ok=True carries no reason")
+            if self.reason not in REASONS:
+                raise PayloadError(
+                    f"Answer.reason must be one of {', '.join(REASONS)} or None, "
+                    f"got {self.reason!r}"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """The wire form; absent optionals are omitted."""
@@ -226,6 +270,15 @@ class ToolResult:
     output: str
     is_error: bool = False
     metadata: dict[str, Any] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        # Plain checks, not attrs validators: a result is built on every tool call.
+        if not isinstance(self.output, str):
+            raise _wrong_type("ToolResult", "output", "a str", self.output)
+        if self.is_error is not True and self.is_error is not False:
+            raise _wrong_type("ToolResult", "is_error", "True or False", self.is_error)
+        if self.metadata is not None and not isinstance(self.metadata, dict):
+            raise _wrong_type("ToolResult", "metadata", "a dict or None", self.metadata)
 
     @classmethod
     def ok(cls, text: str, metadata: dict[str, Any] | None = None) -> ToolResult:
@@ -307,12 +360,24 @@ class ToolContext:
         call_id: the model's id for this tool call.
         run_id: the id of the run the call belongs to.
         tool_name: the name the model called.
+        request: on that retry, the request ``answer`` answers (what the tool asked, its
+            ``data`` included), so a tool can check that what was approved is what it is
+            about to do.
     """
 
     answer: Answer | None = None
     call_id: str | None = None
     run_id: str | None = None
     tool_name: str | None = None
+    request: Request | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.answer is not None and not isinstance(self.answer, Answer):
+            raise _wrong_type("ToolContext", "answer", "an Answer or None", self.answer)
+        if self.request is not None and not isinstance(self.request, Request):
+            raise _wrong_type("ToolContext", "request", "a Request or None", self.request)
+        for name in ("call_id", "run_id", "tool_name"):
+            _check_optional("ToolContext", name, getattr(self, name), str, "a str")
 
 
 @runtime_checkable
