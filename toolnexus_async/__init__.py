@@ -23,6 +23,7 @@ from ._errors import (
     PayloadError,
     ProtocolError,
     ProviderError,
+    ReplyTooLarge,
     RequestExpired,
     RunTimeout,
     StoreError,
@@ -140,5 +141,6 @@ __all__ = (
     "ModelError",
     "ProviderError",
     "ProtocolError",
+    "ReplyTooLarge",
     "TransportError",
 )

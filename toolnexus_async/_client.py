@@ -39,9 +39,10 @@ from ._results import RunResult
 from ._resume_plan import ResumePlan
 from ._retry import RetryPolicy
 from ._runner import OnError, Runner
+from ._secrets import redact_url, url_secrets
 from ._streaming import RunStream, Sink
 from ._toolkit import Toolkit
-from ._transport import Transport
+from ._transport import DEFAULT_MAX_REPLY_BYTES, Transport
 
 __all__ = ("LlmClient",)
 
@@ -101,6 +102,9 @@ class LlmClient(Resuming, Closing):
         conversations: where :meth:`ask` keeps transcripts (default: in memory).
         max_tokens: the reply budget (anthropic requires one and defaults to 4096).
         max_connections: cap on pooled connections; ``None`` means no cap.
+        max_reply_bytes: the largest model reply read, in bytes once decompressed (default
+            32 MiB; a streamed reply counts all its chunks); a longer one raises
+            :class:`ReplyTooLarge` and is not read further.
         session: an ``aiohttp.ClientSession`` to borrow instead of creating one.
         extra_body: keys merged into every request body (``temperature``, ...).
     """
@@ -126,6 +130,7 @@ class LlmClient(Resuming, Closing):
         conversations: ConversationStore | None = None,
         max_tokens: int | None = None,
         max_connections: int | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         session: aiohttp.ClientSession | None = None,
         extra_body: dict[str, Any] | None = None,
     ) -> None:
@@ -137,7 +142,11 @@ class LlmClient(Resuming, Closing):
             raise UsageError(f"base_url must be an http(s) URL, got {base!r}")
         self.__api_key = api_key if api_key is not None else os.environ.get(codec.key_env)
         request_headers = {**codec.headers(self.__api_key), **(headers or {})}
-        secrets = (self.__api_key or "", *(headers or {}).values())
+        if isinstance(max_reply_bytes, bool) or not isinstance(max_reply_bytes, int):
+            raise UsageError(f"max_reply_bytes must be an int, got {max_reply_bytes!r}")
+        if max_reply_bytes < 1:
+            raise UsageError(f"max_reply_bytes must be at least 1, got {max_reply_bytes}")
+        secrets = (self.__api_key or "", *(headers or {}).values(), *url_secrets(base))
         # The request time limit is the session's (aiohttp's total timeout), which costs
         # nothing per request, unlike a cancel scope per request.
         transport = Transport(
@@ -145,6 +154,7 @@ class LlmClient(Resuming, Closing):
             timeout=request_timeout,
             max_connections=max_connections,
             secrets=secrets,
+            max_reply_bytes=max_reply_bytes,
         )
         self._transport: Transport | None = transport
         model_impl = HttpModel(
@@ -292,7 +302,7 @@ class LlmClient(Resuming, Closing):
 
     def __repr__(self) -> str:
         key = "set" if self.__api_key else "unset"
-        where = f", base_url={self.base_url!r}" if self.base_url else ""
+        where = f", base_url={redact_url(self.base_url)!r}" if self.base_url else ""
         return f"LlmClient(style={self.style!r}, model={self.model!r}{where}, api_key=<{key}>)"
 
     async def run(

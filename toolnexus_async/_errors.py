@@ -25,6 +25,7 @@
         ├── ProviderError           the provider answered with a non-2xx status;
         │                           carries ``status`` and a bounded ``body`` excerpt
         ├── ProtocolError           a 2xx reply that lacks what the wire style requires
+        │   └── ReplyTooLarge       the reply is longer than ``max_reply_bytes``
         └── TransportError          the request never got an HTTP answer (connection
                                     refused, reset, timed out); mapped from aiohttp
 
@@ -60,6 +61,7 @@ __all__ = (
     "PayloadError",
     "ProtocolError",
     "ProviderError",
+    "ReplyTooLarge",
     "ToolnexusError",
     "TransportError",
     "UsageError",
@@ -198,6 +200,25 @@ def _rebuild_provider_error(
 
 class ProtocolError(ModelError):
     """A 2xx reply that is not what the wire style promises (missing keys, wrong types)."""
+
+
+class ReplyTooLarge(ProtocolError):
+    """The reply is longer than the client's ``max_reply_bytes``; it was not read further.
+
+    Attributes:
+        limit: the cap, in bytes (decompressed).
+    """
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_too_large, (str(self), self.limit))
+
+
+def _rebuild_too_large(message: str, limit: int) -> ReplyTooLarge:
+    return ReplyTooLarge(message, limit=limit)
 
 
 class TransportError(ModelError):

@@ -219,6 +219,8 @@ def messages_from_json(payload: object) -> list[Message]:
             payload = json.loads(payload)
         except ValueError as exc:
             raise PayloadError(f"transcript is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise PayloadError("transcript JSON is nested too deeply to read") from None
     if not isinstance(payload, Mapping):
         raise PayloadError("transcript must be a JSON object with 'version' and 'messages'")
     version = payload.get("version")

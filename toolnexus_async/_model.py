@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ._codecs import Codec, SSEParser
-from ._errors import ProtocolError, ProviderError
+from ._errors import ProtocolError, ProviderError, ReplyTooLarge
 from ._loop import ModelReply
 from ._messages import AssistantMessage, Message
 from ._toolkit import Toolkit
@@ -127,6 +127,8 @@ class HttpModel:
         # Decoders quote what the provider sent, which may echo the key back: rebuilt
         # scrubbed, outside the except block so the original is not even __context__.
         scrub = self._transport.scrub
+        if isinstance(failure, ReplyTooLarge):
+            raise ReplyTooLarge(str(failure), limit=failure.limit)  # built scrubbed
         if isinstance(failure, ProviderError):
             raise ProviderError(
                 failure.status, scrub(failure.body), failure.url, headers=failure.headers

@@ -260,6 +260,8 @@ def run_from_dict(payload: object) -> RunResult:
             payload = json.loads(payload)
         except ValueError as exc:
             raise PayloadError(f"run is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise PayloadError("run JSON is nested too deeply to read") from None
     if not isinstance(payload, dict):
         raise PayloadError("a run must be a JSON object")
     version = payload.get("version")

@@ -8,7 +8,13 @@ Rules of this module:
   no ``__context__``, because the originals can hold the request headers or the raw body,
   i.e. secrets.
 - Secrets stay here: the request headers (API key, user headers) are never put in a
-  message, and the key is scrubbed from any body excerpt the provider echoes back.
+  message; the key, header values and URL credentials are scrubbed from any body excerpt
+  or reply header the provider echoes back, and URLs are shown without their credentials.
+- A reply is read up to ``max_reply_bytes`` (decompressed; a streamed reply counts all its
+  chunks), never further: past it the request is abandoned with :class:`ReplyTooLarge`.
+  An error reply is read only as far as its excerpt needs.
+- A reply nested too deeply to parse is a :class:`ProtocolError`, never a bare
+  ``RecursionError``.
 - A session we create is ours to close; a session the caller lends us is not. Our
   connector has no connection cap unless one is configured, so that the pool never limits
   concurrency below what the host runs.
@@ -23,9 +29,24 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from ._errors import ProtocolError, ProviderError, TransportError, UsageError
+from ._errors import (
+    BODY_EXCERPT_LIMIT,
+    ProtocolError,
+    ProviderError,
+    ReplyTooLarge,
+    TransportError,
+    UsageError,
+)
+from ._secrets import Scrubber, redact_url
 
-__all__ = ("Transport",)
+__all__ = ("DEFAULT_MAX_REPLY_BYTES", "Transport")
+
+# Generous: the longest real replies (long completions, big tool-call arguments) are a few
+# MiB; the cap is there so that a broken or hostile endpoint cannot exhaust memory.
+DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
+# An error body is only ever shown as an excerpt: reading more than this is waste.
+_ERROR_BODY_READ = 16 * BODY_EXCERPT_LIMIT
+_CHUNK = 64 * 1024
 
 T = TypeVar("T")
 
@@ -39,6 +60,34 @@ def _dumps(body: object) -> bytes:
     return _encode(body).encode()
 
 
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The whole (decompressed) body, or None as soon as it is longer than ``limit``."""
+    length = response.content_length
+    if length is not None and "Content-Encoding" not in response.headers:
+        # The usual reply: its length is known up front, and read in one call.
+        return None if length > limit else await response.read()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _read_head(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most ``limit`` bytes of the body: enough for an error excerpt."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(_CHUNK):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(chunks)[:limit]
+
+
 class Transport:
     """POSTs JSON to a provider and returns the parsed JSON reply."""
 
@@ -49,6 +98,7 @@ class Transport:
         timeout: float | None = 600.0,
         max_connections: int | None = None,
         secrets: tuple[str, ...] = (),
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         timeout_obj = aiohttp.ClientTimeout(total=timeout)
         self._session = session
@@ -57,7 +107,8 @@ class Transport:
         self._per_request: dict[str, Any] = {} if session is None else {"timeout": timeout_obj}
         self._timeout = timeout_obj
         self._max_connections = max_connections or 0  # aiohttp: 0 means no cap
-        self._secrets = tuple(s for s in secrets if s)
+        self._scrub = Scrubber(secrets)
+        self._max_reply = max_reply_bytes
         self._closed = False
 
     @property
@@ -98,20 +149,27 @@ class Transport:
             async with session.post(
                 url, data=data, headers=headers, **self._per_request
             ) as response:
-                raw = await response.read()
                 status = response.status
                 reply_headers = response.headers
+                if 200 <= status < 300:
+                    raw = await _read_capped(response, self._max_reply)
+                else:
+                    raw = await _read_head(response, _ERROR_BODY_READ)
         except (aiohttp.ClientError, TimeoutError) as exc:
             failure = self._failure(url, exc)
         if failure is not None:
             raise TransportError(failure)
+        if raw is None:
+            raise self._too_large(url)
         if not 200 <= status < 300:
             raise self._provider_error(url, status, raw, reply_headers)
         try:
             payload = json.loads(raw)
         except ValueError:
             excerpt = self.scrub(raw[:200].decode("utf-8", "replace"))
-            failure = f"reply from {url} is not JSON: {excerpt!r}"
+            failure = f"reply from {self.shown(url)} is not JSON: {excerpt!r}"
+        except RecursionError:
+            failure = f"reply from {self.shown(url)} is JSON nested too deeply to read"
         if failure is not None:
             raise ProtocolError(failure)
         try:
@@ -139,9 +197,13 @@ class Transport:
                 url, data=data, headers=headers, **self._per_request
             ) as response:
                 if not 200 <= response.status < 300:
-                    raw = await response.read()
+                    raw = await _read_head(response, _ERROR_BODY_READ)
                     raise self._provider_error(url, response.status, raw, response.headers)
+                left = self._max_reply
                 async for chunk in response.content.iter_any():
+                    left -= len(chunk)
+                    if left < 0:
+                        raise self._too_large(url)
                     yield chunk
         except (aiohttp.ClientError, TimeoutError) as exc:
             failure = self._failure(url, exc)
@@ -151,21 +213,31 @@ class Transport:
     def _failure(self, url: str, exc: aiohttp.ClientError | TimeoutError) -> str:
         """What went wrong reaching ``url``, without the original (it may hold the key)."""
         # aiohttp's own timeouts are ClientErrors too: they are reported with their name.
+        shown = self.shown(url)
         if isinstance(exc, aiohttp.ClientError):
-            return f"POST {url} failed: {type(exc).__name__}: {self.scrub(str(exc))}"
-        return f"POST {url} timed out after {self._timeout.total} s"
+            return f"POST {shown} failed: {type(exc).__name__}: {self.scrub(str(exc))}"
+        return f"POST {shown} timed out after {self._timeout.total} s"
 
     def _provider_error(
         self, url: str, status: int, raw: bytes, headers: Mapping[str, str]
     ) -> ProviderError:
         body = self.scrub(raw.decode("utf-8", "replace"))
-        return ProviderError(status, body, url, headers=dict(headers))
+        return ProviderError(status, body, self.shown(url), headers=self._scrub.headers(headers))
+
+    def _too_large(self, url: str) -> ReplyTooLarge:
+        return ReplyTooLarge(
+            f"reply from {self.shown(url)} is larger than max_reply_bytes="
+            f"{self._max_reply}; it was not read further",
+            limit=self._max_reply,
+        )
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret this transport knows replaced by ``[redacted]``."""
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        return text
+        return self._scrub(text)
+
+    def shown(self, url: str) -> str:
+        """``url`` as a message may show it: without credentials, scrubbed."""
+        return self._scrub(redact_url(url))
 
     async def aclose(self) -> None:
         """Close the session if we created it. Idempotent."""

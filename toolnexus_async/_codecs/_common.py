@@ -42,7 +42,7 @@ def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
         return {}, None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply is as unusable as malformed
         return {}, raw
     if isinstance(value, dict):
         return value, None

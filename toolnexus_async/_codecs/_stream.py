@@ -107,6 +107,11 @@ class _Decoder:
                 f"{self.style} stream: event {self._name(event)} data is not JSON: "
                 f"{event.data[:_EXCERPT]!r}"
             ) from None
+        except RecursionError:
+            raise ProtocolError(
+                f"{self.style} stream: event {self._name(event)} data is JSON nested too "
+                "deeply to read"
+            ) from None
         if not isinstance(value, dict):
             raise ProtocolError(
                 f"{self.style} stream: event {self._name(event)} data must be an object, "

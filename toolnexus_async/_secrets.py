@@ -1,0 +1,81 @@
+"""Keeping secrets out of what we show: messages, reprs, error attributes.
+
+Rules of this module:
+
+- A secret is any value we were given to authenticate with: the API key, the values of
+  the headers a user configures, and the credentials in a URL (``https://user:pass@host``).
+  :class:`Scrubber` replaces each of them by ``[redacted]`` in any text we are about to
+  show, longest first, so that a secret containing a shorter one is not half replaced.
+- A URL is shown without its credentials (:func:`redact_url`): the structure of the URL is
+  known, so its userinfo is removed by position, whatever it holds, rather than hoping the
+  scrubber recognises it.
+- Scrubbing works on text we built or were sent; it is a last line of defence, not a
+  licence to put a secret in a message in the first place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+__all__ = ("REDACTED", "Scrubber", "redact_url", "url_secrets")
+
+REDACTED = "[redacted]"
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The credentials in ``url``'s userinfo, as written and percent-decoded.
+
+    The password when there is one; a user name alone is a token too (``https://TOKEN@host``)
+    and counts as a secret then, while a user name next to a password is not one.
+    """
+    try:
+        parts = urlsplit(url)
+        username, password = parts.username, parts.password
+    except ValueError:  # a malformed port or netloc: no credentials we can read
+        return ()
+    secret = password if password is not None else username
+    if not secret:
+        return ()
+    return tuple(dict.fromkeys((secret, unquote(secret))))
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its userinfo (``user:pass@``), if any, replaced by ``[redacted]@``.
+
+    >>> redact_url("https://bob:hunter2@api.example.com/v1")
+    'https://[redacted]@api.example.com/v1'
+    >>> redact_url("https://api.example.com/v1")
+    'https://api.example.com/v1'
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{REDACTED}@{host}"))
+
+
+class Scrubber:
+    """Replaces each known secret in a text by ``[redacted]``."""
+
+    __slots__ = ("_secrets",)
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        # Longest first: a key that contains a shorter secret is replaced whole.
+        self._secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+
+    def __bool__(self) -> bool:
+        return bool(self._secrets)
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """``headers`` with every value scrubbed (a server may echo a key in a header)."""
+        return {name: self(value) for name, value in headers.items()}
