@@ -17,6 +17,7 @@ from toolnexus_async import (
     AnswerError,
     Inbox,
     LlmClient,
+    MemoryRunStore,
     Message,
     Request,
     RequestExpired,
@@ -172,6 +173,38 @@ async def test_cancelling_a_parked_run_removes_its_entry():
     assert len(inbox) == 0
     with pytest.raises(UnknownRequest):
         inbox.answer(Answer(request.id, True))
+    assert_no_leaks()
+
+
+async def test_cancelled_and_answered_parks_leave_no_timer_entry_behind():
+    """Entries of requests that left (cancelled, answered) do not pile up in the timer heap.
+
+    100,000 cancelled parks once kept their entries until each deadline (~25 MiB): the heap
+    now holds at most twice the live entries, and none when nothing with a deadline waits.
+    """
+    inbox = Inbox(park_timeout=3600, store=MemoryRunStore())
+    results: list[RunResult] = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as doomed:
+                await start_runs(doomed, inbox, 50, results, expires=3600)
+                await wait_until(lambda: len(inbox) == 50)
+                assert len(inbox._deadlines) == 100  # an expiry and a spill entry each
+                doomed.cancel_scope.cancel()
+            assert len(inbox) == 0
+            assert inbox._deadlines == [] and inbox._timer is None
+
+            await start_runs(tg, inbox, 40, results, expires=3600)
+            await wait_until(lambda: len(inbox) == 40)
+            for request in inbox.pending()[:30]:
+                inbox.answer(Answer(request.id, True))
+            await wait_until(lambda: len(results) == 30)
+            live = 2 * len(inbox)
+            assert live <= len(inbox._deadlines) <= 2 * live
+            for request in inbox.pending():
+                inbox.answer(Answer(request.id, True))
+    assert inbox._deadlines == [] and inbox._timer is None
+    assert len(results) == 40
     assert_no_leaks()
 
 

@@ -5,7 +5,10 @@ Rules of this module:
 - A parked run costs one future and one small slot, keyed by the request id; nothing
   polls. ``answer()`` resolves exactly that future, so exactly that run wakes.
 - Expiry costs one timer for the whole inbox, not a sleeping task per request: deadlines
-  sit in a heap and a single ``loop.call_at`` handle fires for the earliest one.
+  sit in a heap and a single ``loop.call_at`` handle fires for the earliest one. An
+  answered or cancelled request's entries are removed lazily but boundedly: once stale
+  entries are at least half the heap it is rebuilt, so the heap never holds more than
+  twice the live entries, and none once nothing with a deadline is parked.
 - A wrong answer changes nothing: an unknown, already answered or expired id raises its own
   :class:`AnswerError` subclass before any state is touched.
 - Cancellation cleans up: a parked run whose task is cancelled (or whose time limit fires)
@@ -65,24 +68,29 @@ _NO_CONTEXT = contextvars.Context()
 class _Slot:
     """One parked request. Slots keep memory per parked run small."""
 
-    __slots__ = ("deadline", "future", "owner", "request", "spill")
+    __slots__ = ("deadline", "future", "inbox", "request", "spill")
 
-    def __init__(
-        self, owner: dict[str, _Slot], request: Request, future: asyncio.Future[Answer]
-    ) -> None:
-        self.owner = owner
+    def __init__(self, inbox: Inbox, request: Request, future: asyncio.Future[Answer]) -> None:
+        self.inbox = inbox
         self.request = request
         self.future = future
         self.deadline = -1  # the number of its expiry entry in the heap, if it has one
         self.spill = -1  # the number of its park_timeout entry, if it has one
+
+    @property
+    def timers(self) -> int:
+        """How many entries of the timer heap are this slot's."""
+        return (self.deadline >= 0) + (self.spill >= 0)
 
     def __call__(self, future: asyncio.Future[Answer]) -> None:
         """The future's done-callback: a cancelled wait leaves the inbox.
 
         (answer() and the timer remove the slot before resolving the future.)
         """
-        if future.cancelled() and self.owner.get(self.request.id) is self:
-            del self.owner[self.request.id]
+        inbox = self.inbox
+        if future.cancelled() and inbox._slots.get(self.request.id) is self:
+            del inbox._slots[self.request.id]
+            inbox._drop_timers(self)
 
 
 class _Spilled:
@@ -132,6 +140,7 @@ class Inbox:
         self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
         self._remember = remember
         self._deadlines: list[tuple[float, int, str]] = []
+        self._stale = 0  # heap entries of requests no longer parked
         self._order = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
@@ -176,7 +185,7 @@ class Inbox:
             self._record(request.id, "expired")
             future.set_result(Answer(request.id, False, reason="expired"))
             return future
-        slot = _Slot(self._slots, request, future)
+        slot = _Slot(self, request, future)
         self._slots[request.id] = slot
         if left is not None:
             slot.deadline = self._add_deadline(loop, loop.time() + left, request.id)
@@ -213,6 +222,7 @@ class Inbox:
                 answer.id, f"no run is waiting on request {answer.id!r} (unknown or cancelled)"
             )
         del self._slots[answer.id]
+        self._drop_timers(slot)
         self._record(answer.id, "answered")
         slot.future.set_result(answer)
 
@@ -279,6 +289,28 @@ class Inbox:
             self._timer = loop.call_at(when, self._expire_due)
         return number
 
+    def _drop_timers(self, slot: _Slot) -> None:
+        """``slot`` left the inbox: its heap entries are stale; compact when they pile up."""
+        count = slot.timers
+        if not count:
+            return
+        self._stale += count
+        if self._stale * 2 < len(self._deadlines):
+            return
+        live = self._slots
+        self._deadlines = [
+            entry
+            for entry in self._deadlines
+            if (owner := live.get(entry[2])) is not None
+            and entry[1] in (owner.deadline, owner.spill)
+        ]
+        heapq.heapify(self._deadlines)
+        self._stale = 0
+        if not self._deadlines and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._timer_at = math.inf
+
     def _expire_due(self) -> None:
         loop = self._loop
         assert loop is not None
@@ -293,8 +325,11 @@ class Inbox:
             # Entries of answered, cancelled or re-parked requests are skipped: the heap is
             # cleaned lazily rather than searched on every answer.
             if slot is None or slot.future.done() or number not in (slot.deadline, slot.spill):
+                self._stale = max(0, self._stale - 1)
                 continue
             del self._slots[request_id]
+            # The slot's other entry (expiry or spill), if any, is stale from now on.
+            self._stale += slot.timers - 1
             if number == slot.deadline:
                 self._record(request_id, "expired")
                 slot.future.set_result(Answer(request_id, False, reason="expired"))
