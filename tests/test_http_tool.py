@@ -15,6 +15,7 @@ from aiohttp import web
 
 from tests.shared import every_path
 from toolnexus_async import Tool, ToolResult, UsageError
+from toolnexus_async.tools._egress import EgressPolicy
 from toolnexus_async.tools._session import SharedSession
 from toolnexus_async.tools.http import HttpTool, http_tool
 
@@ -107,8 +108,13 @@ async def shared() -> AsyncIterator[SharedSession]:
         await session.aclose()
 
 
+# The test servers listen on loopback, which an http tool refuses unless it is allowed.
+LOOPBACK = ["127.0.0.1"]
+
+
 def make(url: str, shared: SharedSession, **options: Any) -> HttpTool:
     options.setdefault("method", "POST")
+    options.setdefault("allow_hosts", LOOPBACK)
     return http_tool(
         "api", "Call the test API.", url=url, input_schema=SCHEMA, session=shared, **options
     )
@@ -304,6 +310,8 @@ async def test_usage_errors_never_show_header_values() -> None:
         {"result": "html"},
         {"timeout": 0},
         {"headers": {**headers, "X-Bad": 5}},
+        {"allow_hosts": ["http://127.0.0.1:8080"]},
+        {"max_redirects": -1},
     ]
     for case in cases:
         options: dict[str, Any] = {
@@ -341,7 +349,7 @@ async def test_arguments_that_are_not_an_object(shared: SharedSession) -> None:
 
 async def test_one_session_serves_every_call(server: Server) -> None:
     """Sequential calls reuse one pooled connection of one session."""
-    tool = http_tool("api", "d", "GET", server.url + "/x", SCHEMA)
+    tool = http_tool("api", "d", "GET", server.url + "/x", SCHEMA, allow_hosts=LOOPBACK)
     try:
         for _ in range(3):
             assert not (await call(tool, {})).is_error
@@ -358,9 +366,9 @@ async def test_tools_sharing_a_session_share_its_pool(server: Server) -> None:
         first = make(server.url + "/a", shared)
         second = make(server.url + "/b", shared)
         await call(first, {})
-        session = shared.get()
+        session = shared.get(EgressPolicy(LOOPBACK))
         await call(second, {})
-        assert shared.get() is session
+        assert shared.get(EgressPolicy(LOOPBACK)) is session
         assert len(server.peers) == 1
     finally:
         await shared.aclose()
@@ -368,8 +376,8 @@ async def test_tools_sharing_a_session_share_its_pool(server: Server) -> None:
 
 async def test_aclose_closes_an_own_session_only(server: Server) -> None:
     """aclose closes the session the tool made itself, never a borrowed one."""
-    own = http_tool("own", "d", "GET", server.url + "/x", SCHEMA)
-    await call(own, {})
+    own = http_tool("own", "d", "GET", server.url + "/x", SCHEMA, allow_hosts=LOOPBACK)
+    assert not (await call(own, {})).is_error
     await own.aclose()
     after = await call(own, {})
     assert after.is_error and "closed" in after.output
@@ -379,7 +387,7 @@ async def test_aclose_closes_an_own_session_only(server: Server) -> None:
         borrowing = make(server.url + "/x", shared)
         await call(borrowing, {})
         await borrowing.aclose()
-        assert not shared.closed and not shared.get().closed
+        assert not shared.closed and not shared.get(EgressPolicy(LOOPBACK)).closed
         assert not (await call(borrowing, {})).is_error
     finally:
         await shared.aclose()

@@ -175,20 +175,29 @@ async def test_re_registering_a_tool_uses_its_new_schema():
 
 
 async def test_aclose_closes_the_shared_http_session():
-    """webfetch's session is created on use and closed with the toolkit."""
+    """webfetch's session is created on use and closed with the toolkit.
+
+    The built-in is guarded: by name, loopback is refused once resolved, with no request.
+    """
+    served: list[str] = []
 
     async def page(request: web.Request) -> web.Response:
+        served.append(request.path)
         return web.Response(text="<h1>Hi</h1>", content_type="text/html")
 
     app = web.Application()
     app.router.add_get("/", page)
     async with loopback(app) as url:
+        url = url.replace("127.0.0.1", "localhost")
         toolkit = Toolkit.create()
         result = await toolkit.execute("webfetch", {"url": f"{url}/"})
         session = toolkit._resources[0]
+        opened = repr(session)
         await toolkit.aclose()
 
-    assert "# Hi" in result.output
+    assert result.output.startswith("webfetch: refused to connect to 127.0.0.1 (localhost)")
+    assert served == []
+    assert opened == "SharedSession(open)"
     assert session.closed
     after = await toolkit.execute("webfetch", {"url": f"{url}/"})
     assert after.is_error

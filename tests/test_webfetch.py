@@ -12,6 +12,7 @@ from aiohttp import web
 
 from tests.shared import every_path
 from toolnexus_async import Tool, ToolResult
+from toolnexus_async.tools._egress import EgressPolicy
 from toolnexus_async.tools._session import SharedSession
 from toolnexus_async.tools.builtin.webfetch import (
     MAX_BYTES,
@@ -93,6 +94,8 @@ class Server:
 
 # Far above MAX_BYTES, so a tool that reads to the end is caught without hanging.
 ENDLESS_LIMIT = 16 * MAX_BYTES
+# The test servers listen on loopback, which webfetch refuses unless it is allowed.
+LOOPBACK = ["127.0.0.1"]
 
 
 @pytest.fixture
@@ -106,7 +109,7 @@ async def server() -> AsyncIterator[Server]:
 async def tool() -> AsyncIterator[WebFetchTool]:
     shared = SharedSession()
     try:
-        yield WebFetchTool(shared)
+        yield WebFetchTool(shared, allow_hosts=LOOPBACK)
     finally:
         await shared.aclose()
 
@@ -277,7 +280,7 @@ async def test_one_session_for_many_calls(server: Server) -> None:
     """Calls share the SharedSession's pool: three fetches use one connection."""
     shared = SharedSession()
     try:
-        tool = WebFetchTool(shared)
+        tool = WebFetchTool(shared, allow_hosts=LOOPBACK)
         for _ in range(3):
             assert not (await fetch(tool, server.url + "/plain")).is_error
         assert len(server.paths) == 3
@@ -289,9 +292,9 @@ async def test_one_session_for_many_calls(server: Server) -> None:
 async def test_aclose_leaves_the_shared_session_open(server: Server) -> None:
     """The tool's aclose does not close the session it borrows; the owner's aclose does."""
     shared = SharedSession()
-    tool = WebFetchTool(shared)
-    await fetch(tool, server.url + "/plain")
-    session = shared.get()
+    tool = WebFetchTool(shared, allow_hosts=LOOPBACK)
+    assert not (await fetch(tool, server.url + "/plain")).is_error
+    session = shared.get(EgressPolicy(LOOPBACK))
     await tool.aclose()
     open_after_tool_close = not session.closed
     await shared.aclose()
@@ -299,6 +302,16 @@ async def test_aclose_leaves_the_shared_session_open(server: Server) -> None:
     assert session.closed
     result = await fetch(tool, server.url + "/plain")
     assert result.is_error and "closed" in result.output
+
+
+async def test_without_a_session_the_tool_owns_one(server: Server) -> None:
+    """WebFetchTool() makes its own session on first use and closes it in aclose."""
+    tool = WebFetchTool(allow_hosts=LOOPBACK)
+    assert not (await fetch(tool, server.url + "/plain")).is_error
+    await tool.aclose()
+    after = await fetch(tool, server.url + "/plain")
+    assert after.is_error and "closed" in after.output
+    assert repr(tool) == f"WebFetchTool(max_bytes={MAX_BYTES}, allow_hosts=['127.0.0.1'])"
 
 
 def test_html_to_markdown_keeps_entities_and_drops_js_links() -> None:

@@ -13,8 +13,12 @@ Rules of this module:
   echoes the request headers must not hand the model a key); only the literal values of
   descriptive headers such as ``Content-Type`` are left alone.
 - Every failure is an error result, never an exception: a non-2xx reply is
-  ``HTTP <status>: <body excerpt>`` with a bounded excerpt; a connection failure or a
-  timeout says so. Only cancellation propagates.
+  ``HTTP <status>: <body excerpt>`` with a bounded excerpt; a refused address, a
+  connection failure or a timeout says so. Only cancellation propagates.
+- Guarded like ``webfetch`` (``tools/_egress.py``): only public addresses are reached unless
+  ``allow_hosts`` names more, and the template's own host is no exception. Redirects are
+  followed by the guard, each hop checked; a header whose value is a secret is never sent
+  to another origin than the one it was meant for.
 - Calls share one aiohttp session: a :class:`SharedSession` passed in (the toolkit's, which
   its owner closes) or one the tool creates on first use and closes in :meth:`aclose`.
 """
@@ -34,6 +38,7 @@ import anyio
 
 from .._errors import BODY_EXCERPT_LIMIT, UsageError
 from .._types import ToolContext, ToolResult, check_tool_name
+from ._egress import MAX_REDIRECTS, EgressPolicy, EgressRefused, guarded_request
 from ._session import SharedSession
 
 __all__ = ("HttpTool", "http_tool")
@@ -95,6 +100,8 @@ class HttpTool:
         timeout: float,
         result: ResultMode,
         session: SharedSession | None,
+        allow_hosts: Iterable[str] = (),
+        max_redirects: int = MAX_REDIRECTS,
     ) -> None:
         self.name = name
         self.description = description
@@ -107,6 +114,17 @@ class HttpTool:
         self._body = body
         self._timeout = timeout
         self._result = result
+        try:
+            self._egress = EgressPolicy(allow_hosts)
+        except UsageError as exc:
+            raise UsageError(f"http tool {name!r}: {exc}") from None
+        if (
+            isinstance(max_redirects, bool)
+            or not isinstance(max_redirects, int)
+            or max_redirects < 0
+        ):
+            raise UsageError(f"http tool {name!r}: max_redirects must be an int >= 0")
+        self._max_redirects = max_redirects
         self._owns_session = session is None
         self._session = session if session is not None else SharedSession()
 
@@ -120,11 +138,18 @@ class HttpTool:
         """The URL template, ``{placeholders}`` included."""
         return self._url
 
+    @property
+    def allow_hosts(self) -> tuple[str, ...]:
+        """The allow-list, canonical and sorted; empty means public addresses only."""
+        return self._egress.allow_hosts
+
     def __repr__(self) -> str:
-        # Header names only: their values are secrets.
+        # Header names only: their values are secrets. Allowed hosts are no secret.
+        allowed = f", allow_hosts={list(self.allow_hosts)!r}" if self.allow_hosts else ""
         return (
             f"HttpTool(name={self.name!r}, method={self.method!r}, url={self.url!r}, "
-            f"headers={sorted(self._headers)!r}, body={self._body!r}, result={self._result!r})"
+            f"headers={sorted(self._headers)!r}, body={self._body!r}, result={self._result!r}"
+            f"{allowed})"
         )
 
     async def aclose(self) -> None:
@@ -132,10 +157,12 @@ class HttpTool:
         if self._owns_session:
             await self._session.aclose()
 
-    def _expand_headers(self) -> tuple[dict[str, str], list[str]] | str:
-        """(headers to send, secrets to scrub), or the error naming a missing variable."""
+    def _expand_headers(self) -> tuple[dict[str, str], list[str], list[str]] | str:
+        """(headers to send, secrets to scrub, names of the secret headers), or the error
+        naming a missing variable."""
         sent: dict[str, str] = {}
         secrets: list[str] = []
+        secret_names: list[str] = []
         for key, value in self._headers.items():
             missing = [n for n in _ENV.findall(value) if n not in os.environ]
             if missing:
@@ -144,10 +171,11 @@ class HttpTool:
             secrets.extend(os.environ[n] for n in _ENV.findall(value))
             if expanded != value or key.lower() not in _PLAIN_HEADERS:
                 secrets.append(expanded)
+                secret_names.append(key)
             sent[key] = expanded
         # Longest first, so a key is not half-replaced by a shorter value it contains.
         secrets = sorted({s for s in secrets if s.strip()}, key=len, reverse=True)
-        return sent, secrets
+        return sent, secrets, secret_names
 
     def _route(self, args: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]], Any] | str:
         """(url, query pairs, body or None), or the problem with the arguments."""
@@ -175,13 +203,17 @@ class HttpTool:
         expanded = self._expand_headers()
         if isinstance(expanded, str):
             return ToolResult.error(f"{self.name}: {expanded}")
-        headers, secrets = expanded
+        headers, secrets, secret_names = expanded
         routed = self._route(args)
         if isinstance(routed, str):
             return ToolResult.error(f"{self.name}: {routed}")
         url, query, data = routed
         try:
-            reply = await self._send(url, query, data, headers)
+            reply = await self._send(url, query, data, headers, secret_names)
+        except EgressRefused as exc:
+            problem = _scrub(str(exc), secrets)
+            log.debug("http tool %r: %s %s refused: %s", self.name, self.method, url, problem)
+            return ToolResult.error(f"{self.name}: {self.method} {url}: {problem}")
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, UsageError) as exc:
             # The message is built from aiohttp's text, which could in theory quote a header.
             problem = _scrub(f"{type(exc).__name__}: {exc}", secrets)
@@ -197,15 +229,28 @@ class HttpTool:
         return self._result_of(status, _scrub(text, secrets), cut)
 
     async def _send(
-        self, url: str, query: list[tuple[str, str]], data: Any, headers: dict[str, str]
+        self,
+        url: str,
+        query: list[tuple[str, str]],
+        data: Any,
+        headers: dict[str, str],
+        secret_names: list[str],
     ) -> tuple[int, str, bool] | None:
         """(status, body text, cut) of the reply, or None when the deadline passed."""
-        session = self._session.get()
-        kwargs: dict[str, Any] = {"headers": headers, "params": query or None}
-        if data is not None:
-            kwargs["json" if self._body == "json" else "data"] = data
+        as_json = self._body == "json"
         with anyio.move_on_after(self._timeout):
-            async with session.request(self.method, url, **kwargs) as response:
+            async with guarded_request(
+                self._session,
+                self._egress,
+                self.method,
+                url,
+                headers=headers,
+                secret_headers=secret_names,
+                params=query or None,
+                json=data if as_json else None,
+                data=None if as_json else data,
+                max_redirects=self._max_redirects,
+            ) as response:
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in response.content.iter_chunked(_CHUNK):
@@ -265,6 +310,9 @@ def http_tool(
     timeout: float = 30,
     result: ResultMode = "text",
     session: SharedSession | None = None,
+    *,
+    allow_hosts: Iterable[str] = (),
+    max_redirects: int = MAX_REDIRECTS,
 ) -> HttpTool:
     """A tool that calls ``method url`` with the model's arguments.
 
@@ -284,6 +332,11 @@ def http_tool(
             ``"status+text"`` (the status on the first line, then the body).
         session: a :class:`SharedSession` to borrow (the toolkit's); without one the tool
             creates its own on first use and closes it in ``aclose()``.
+        allow_hosts: host names, IP addresses and networks (``"10.0.0.0/8"``) beyond the
+            public internet that the tool may reach. Empty by default: loopback, private,
+            link-local and other non-public addresses are refused, the URL's own host
+            included, so an endpoint on ``127.0.0.1`` needs ``allow_hosts=["127.0.0.1"]``.
+        max_redirects: how many redirects to follow, each checked like the first request.
 
     >>> weather = http_tool(
     ...     "weather", "Current weather for a city.", "GET",
@@ -336,4 +389,6 @@ headers=['Authorization'], body='json', result='text')
         timeout=float(timeout),
         result=result,
         session=session,
+        allow_hosts=allow_hosts,
+        max_redirects=max_redirects,
     )

@@ -2,21 +2,25 @@
 
 Rules of this module:
 
-- Every failure is an error result, never an exception: a URL that is not http(s), a
-  connection error, a non-2xx reply (the result starts with ``HTTP <status>``), a timeout.
-  Only cancellation propagates.
-- At most :data:`MAX_BYTES` of a body is read; a longer body is cut and the result says so.
+- Every failure is an error result, never an exception: a URL that is not http(s), an
+  address the egress rule refuses, a connection error, a non-2xx reply (the result starts
+  with ``HTTP <status>``), a timeout. Only cancellation propagates.
+- Guarded by default: only public addresses are reached, unless ``allow_hosts`` names more
+  (see ``tools/_egress.py``). Redirects are followed by the guard, each hop checked.
+- At most ``max_bytes`` (default :data:`MAX_BYTES`) of a body is read; a longer body is cut
+  and the result says so.
 - HTML becomes markdown or text with the standard library's ``html.parser`` only: headings,
   paragraphs, links as ``[text](href)``, lists, code and ``pre``; scripts and styles are
   dropped. Other textual types are returned as sent; ``format="html"`` returns the page as
   sent. A large page is converted in a worker thread so the event loop keeps running.
-- The aiohttp session is borrowed from a :class:`SharedSession`; its owner (the toolkit)
-  closes it, so this tool has nothing to close.
+- The aiohttp session comes from a :class:`SharedSession`: a borrowed one (the toolkit's)
+  is closed by its owner; without one the tool makes its own and closes it in ``aclose``.
 """
 
 from __future__ import annotations
 
 import codecs
+from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
@@ -26,6 +30,7 @@ import anyio.to_thread
 
 from ..._errors import UsageError
 from ..._types import ToolContext, ToolResult
+from .._egress import MAX_REDIRECTS, EgressPolicy, EgressRefused, guarded_request
 from .._session import SharedSession
 from ._html import html_to_markdown, html_to_text
 
@@ -136,15 +141,45 @@ class WebFetchTool:
     input_schema = _SCHEMA
     source = "builtin"
 
-    def __init__(self, session: SharedSession, *, max_bytes: int = MAX_BYTES) -> None:
-        self._session = session
+    def __init__(
+        self,
+        session: SharedSession | None = None,
+        *,
+        allow_hosts: Iterable[str] = (),
+        max_bytes: int = MAX_BYTES,
+        max_redirects: int = MAX_REDIRECTS,
+    ) -> None:
+        """``allow_hosts``: names, addresses and networks beyond the public internet that
+        the tool may reach (``["127.0.0.1"]``, ``["10.0.0.0/8"]``, ``["wiki.internal"]``).
+        """
+        for label, value, least in (
+            ("max_bytes", max_bytes, 1),
+            ("max_redirects", max_redirects, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise UsageError(f"webfetch: {label} must be an int >= {least}, got {value!r}")
+        try:
+            self._egress = EgressPolicy(allow_hosts)
+        except UsageError as exc:
+            raise UsageError(f"webfetch: {exc}") from None
+        self._owns_session = session is None
+        self._session = SharedSession() if session is None else session
         self._max_bytes = max_bytes
+        self._max_redirects = max_redirects
+
+    @property
+    def allow_hosts(self) -> tuple[str, ...]:
+        """The allow-list, canonical and sorted; empty means public addresses only."""
+        return self._egress.allow_hosts
 
     def __repr__(self) -> str:
-        return f"WebFetchTool(max_bytes={self._max_bytes})"
+        allowed = f", allow_hosts={list(self.allow_hosts)!r}" if self.allow_hosts else ""
+        return f"WebFetchTool(max_bytes={self._max_bytes}{allowed})"
 
     async def aclose(self) -> None:
-        """Nothing to close: the session belongs to the :class:`SharedSession`'s owner."""
+        """Close the session this tool made; a borrowed one is its owner's to close."""
+        if self._owns_session:
+            await self._session.aclose()
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
         parsed = _parse_args(args)
@@ -153,7 +188,7 @@ class WebFetchTool:
         url, fmt, seconds = parsed
         try:
             page = await self._fetch(url, fmt, seconds)
-        except UsageError as exc:
+        except (UsageError, EgressRefused) as exc:
             return ToolResult.error(f"webfetch: {exc}")
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             # aiohttp's message names the host and the failure (refused, reset, DNS, TLS).
@@ -186,10 +221,16 @@ class WebFetchTool:
 
     async def _fetch(self, url: str, fmt: str, seconds: float) -> _Page | ToolResult:
         """The page, or the error result of a non-2xx reply or a passed deadline."""
-        session = self._session.get()
         headers = {"Accept": _ACCEPT[fmt], "User-Agent": "toolnexus_async-webfetch"}
         with anyio.move_on_after(seconds):
-            async with session.get(url, headers=headers, allow_redirects=True) as response:
+            async with guarded_request(
+                self._session,
+                self._egress,
+                "GET",
+                url,
+                headers=headers,
+                max_redirects=self._max_redirects,
+            ) as response:
                 status = response.status
                 if not 200 <= status < 300:
                     reason = f" {response.reason}" if response.reason else ""
