@@ -1,0 +1,207 @@
+"""The inbox under hostile or broken input: bodies and event encoding.
+
+Bodies nested 10,000 deep, lone surrogates and unexpected exceptions must be answered in
+JSON and change nothing; a run's report that UTF-8 cannot encode must not stop it; a body
+trickled in too slowly is refused. A raw socket stands for the slow client; every wait is
+for the server to act (an event, a reply, an EOF), under ``anyio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.test_serve_api import (
+    LIMIT,
+    app_with,
+    demo_app,
+    events,
+    post,
+    serving,
+)
+from toolnexus_async import AssistantMessage
+from toolnexus_async.serve import _bodies as serve_bodies
+from toolnexus_async.serve import _events as serve_events
+from toolnexus_async.serve._runs import RunBook
+
+JSON = {"Content-Type": "application/json"}
+
+
+async def raw_post(http: Any, path: str, body: bytes) -> tuple[int, Any]:
+    async with http.post(path, data=body, headers=JSON) as reply:
+        return reply.status, await reply.json()
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+async def test_deep_json_is_422_json_and_nothing_is_recorded():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http, events(http) as stream:
+            for path in ("/runs", "/requests/req_x/answer"):
+                for body in (
+                    b'{"prompt": ' + nested(10_000) + b"}",
+                    nested(30_000),  # just under max_body
+                    b'{"a":' * 65 + b"1" + b"}" * 65,
+                ):
+                    status, error = await raw_post(http, path, body)
+                    assert (status, error) == (
+                        422,
+                        {"error": "the body is nested deeper than 64 levels"},
+                    )
+            # 64 levels parse (and are then refused for what they hold, not for depth).
+            status, error = await raw_post(http, "/runs", b'{"prompt": ' + nested(63) + b"}")
+            assert (status, error) == (422, {"error": "'prompt' must be a string"})
+            # Brackets inside a string are text, however many.
+            status, run = await raw_post(
+                http, "/runs", json.dumps({"prompt": "[{" * 5000}).encode()
+            )
+            assert status == 202
+            assert (await stream.until("run_started"))["run_id"] == run["id"]
+            async with http.get("/runs") as reply:
+                assert [r["id"] for r in (await reply.json())["runs"]] == [run["id"]]
+
+
+async def test_a_lone_surrogate_is_422_no_run_is_recorded_and_the_stream_goes_on():
+    """The JSON text ``"a \\ud800"`` is valid JSON but not text: refused before a run exists,
+    with an event-stream client connected (which used to turn it into a 500 and a run left
+    ``running`` forever)."""
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http, events(http) as stream:
+            for body in (
+                rb'{"prompt": "a \ud800"}',
+                rb'{"prompt": "a \udfff b"}',
+                rb'{"prompt": "\ude00\ud83d"}',  # a pair in the wrong order is two lone ones
+                rb'{"prompt": "ok", "\ud800": 1}',
+            ):
+                status, error = await raw_post(http, "/runs", body)
+                assert status == 422 and "lone surrogate" in error["error"], body
+            async with http.get("/runs") as reply:
+                assert await reply.json() == {"runs": []}
+
+            # A real pair is one character, and fine; the stream's next event is its run.
+            status, run = await raw_post(http, "/runs", rb'{"prompt": "dinner \ud83c\udf5d"}')
+            assert status == 202
+            assert await stream.next() == (
+                "run_started",
+                {"run_id": run["id"], "prompt": "dinner 🍝"},
+            )
+            request = (await stream.until("pending", run_id=run["id"]))["request"]
+
+            path = f"/requests/{request['id']}/answer"
+            for body in (
+                rb'{"ok": true, "data": {"name": "\udbff"}}',
+                rb'{"ok": true, "data": {"\udbff": 1}}',
+            ):
+                status, error = await raw_post(http, path, body)
+                assert status == 422 and "lone surrogate" in error["error"]
+            async with http.get("/requests") as reply:  # still waiting for a real answer
+                assert [r["id"] for r in (await reply.json())["requests"]] == [request["id"]]
+
+
+async def test_nan_and_infinity_are_not_json():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            for constant in (b"NaN", b"Infinity", b"-Infinity"):
+                status, error = await raw_post(http, "/runs", b'{"prompt": ' + constant + b"}")
+                assert status == 422 and "is not JSON" in error["error"]
+
+
+async def test_a_run_that_reports_unencodable_text_still_ends():
+    """A model's text with a lone surrogate reaches the stream as a JSON escape; the run
+    ends ``done`` instead of failing (or hanging) on its own report."""
+
+    def model(messages: list[Any], tools: list[Any]) -> AssistantMessage:
+        return AssistantMessage("half a pair: \ud800")
+
+    with anyio.fail_after(LIMIT):
+        async with serving(app_with(model, [])) as http, events(http) as stream:
+            run_id = (await post(http, "/runs", {"prompt": "go"}))[1]["id"]
+            done = await stream.until("done", run_id=run_id)
+            assert (done["status"], done["text"]) == ("done", "half a pair: \ud800")
+            async with http.get(f"/runs/{run_id}") as reply:
+                assert (await reply.json())["status"] == "done"
+
+
+async def test_the_bus_never_raises_on_publish(caplog: pytest.LogCaptureFixture):
+    bus = serve_events.EventBus()
+    sub = bus.subscribe()
+    bus.publish("odd", {"text": "\udc80"})
+    bus.publish("broken", {"not json": {1, 2}})  # a set: skipped, logged
+    circular: dict[str, Any] = {}
+    circular["self"] = circular
+    bus.publish("broken", circular)
+    bus.publish("fine", {"n": 1})
+    assert await sub.receive.receive() == b'event: odd\ndata: {"text":"\\udc80"}\n\n'
+    assert await sub.receive.receive() == b'event: fine\ndata: {"n":1}\n\n'
+    assert [r.getMessage() for r in caplog.records] == [
+        "skipped a 'broken' event that cannot be encoded"
+    ] * 2
+    bus.close()
+    sub.receive.close()
+
+
+async def test_an_unexpected_exception_is_a_json_500(monkeypatch, caplog):
+    def boom(self: RunBook) -> list[Any]:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(RunBook, "newest_first", boom)
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            async with http.get("/runs") as reply:
+                assert reply.status == 500
+                assert await reply.json() == {"error": "internal server error"}
+            async with http.get("/requests") as reply:  # the server goes on
+                assert reply.status == 200
+    assert "unexpected error answering GET /runs" in caplog.text
+
+
+# -- a slow body -----------------------------------------------------------------------------
+
+
+async def connect(http: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(http.server.host, http.server.port)
+
+
+async def until_closed(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    received = b""
+    while chunk := await reader.read(1 << 16):
+        received += chunk
+    return received
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except ConnectionError:
+        pass
+
+
+def request_head(path: str = "/runs", *extra: str) -> bytes:
+    lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", *extra]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def test_a_trickled_body_is_408_and_the_connection_closed(monkeypatch):
+    monkeypatch.setattr(serve_bodies, "BODY_TIMEOUT", 0.2)
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            reader, writer = await connect(http)
+            head = request_head("/runs", "Content-Type: application/json", "Content-Length: 100")
+            writer.write(head.replace(b"GET", b"POST", 1) + b'{"prompt": ')
+            await writer.drain()
+            reply = await until_closed(reader)
+            assert reply.startswith(b"HTTP/1.1 408")
+            assert reply.endswith(
+                b'{"error": "the request body did not arrive within 0.2 seconds"}'
+            )
+            await close(writer)
+            async with http.get("/runs") as listed:
+                assert await listed.json() == {"runs": []}
