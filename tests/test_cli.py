@@ -1,15 +1,25 @@
-"""The ``toolnexus-async demo`` command: scripted (``--yes``), answered through stdin, and at EOF.
+"""The command line: ``demo`` scripted (``--yes``), answered through stdin and at EOF; ``serve``.
 
 Answers are piped by replacing ``sys.stdin``, so the real ``input()`` path (in a worker
-thread) runs exactly as it does in a terminal.
+thread) runs exactly as it does in a terminal. ``serve`` runs for real in a child process:
+the tests read the URL it prints, use it, and stop it with a signal, as a person would.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import signal
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
+import aiohttp
 import anyio
+import anyio.abc
 import pytest
+from yarl import URL
 
 from tests.conftest import assert_no_leaks
 from toolnexus_async._cli import main, run_demo
@@ -124,17 +134,20 @@ def test_serve_needs_a_model_with_a_base_url(capsys, monkeypatch):
     assert "--model" in capsys.readouterr().err
 
 
-def test_serve_runs_the_demo_app_with_the_given_flags(monkeypatch, tmp_path):
-    """serve builds the demo app and hands host and port to aiohttp."""
+def test_serve_runs_the_demo_app_with_the_given_flags(monkeypatch, tmp_path, capsys):
+    """serve builds the demo app and hands it, host and port to run_server."""
     from aiohttp import web
 
-    seen: dict[str, object] = {}
+    import toolnexus_async.serve as serve
 
-    def fake_run_app(app: web.Application, **kwargs: object) -> None:
+    seen: dict[str, Any] = {}
+
+    async def fake_run_server(app: web.Application, **kwargs: Any) -> None:
         seen["app"] = app
         seen.update(kwargs)
+        kwargs["on_ready"](f"http://{kwargs['host']}:{kwargs['port']}")
 
-    monkeypatch.setattr(web, "run_app", fake_run_app)
+    monkeypatch.setattr(serve, "run_server", fake_run_server)
     store = tmp_path / "runs.sqlite"
     code = main(
         ["serve", "--host", "127.0.0.2", "--port", "9999", "--store", str(store),
@@ -143,3 +156,57 @@ def test_serve_runs_the_demo_app_with_the_given_flags(monkeypatch, tmp_path):
     assert code == 0
     assert seen["host"] == "127.0.0.2" and seen["port"] == 9999
     assert isinstance(seen["app"], web.Application)
+    assert "Open the inbox: http://127.0.0.2:9999/\n" in capsys.readouterr().out
+
+
+class Served:
+    """``toolnexus-async serve`` in a child process: its output so far, and its URL."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        self.out = b""
+
+    async def line_with(self, marker: str) -> str:
+        """The first line of output holding ``marker`` (read as the server prints)."""
+        assert self.process.stdout is not None
+        while (at := self.out.find(marker.encode())) < 0 or b"\n" not in self.out[at:]:
+            self.out += await self.process.stdout.receive()
+        start = self.out.rfind(b"\n", 0, at) + 1
+        return self.out[start : self.out.index(b"\n", at)].decode()
+
+    async def stop(self, signum: signal.Signals) -> tuple[int, str, str]:
+        """Send ``signum``; the exit status and all the output once the process ended."""
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.process.send_signal(signum)
+        rest = [chunk async for chunk in self.process.stdout]
+        err = b"".join([chunk async for chunk in self.process.stderr])
+        return await self.process.wait(), (self.out + b"".join(rest)).decode(), err.decode()
+
+
+@asynccontextmanager
+async def serve_process(tmp_path: Path, *flags: str, env: dict[str, str] | None = None):
+    command = [sys.executable, "-m", "toolnexus_async", "serve", "--port", "0"]
+    command += ["--store", str(tmp_path / "runs.sqlite"), *flags]
+    environment = {**os.environ, **(env or {})}
+    async with await anyio.open_process(command, env=environment) as process:
+        try:
+            yield Served(process)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def test_serve_prints_its_url_and_stops_cleanly_on_ctrl_c(tmp_path):
+    """The real command: it prints the URL it listens on, serves there, and SIGINT (Ctrl-C)
+    shuts it down cleanly, exit status 0; SIGTERM too."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with anyio.fail_after(30):
+            async with serve_process(tmp_path) as served:
+                url = URL((await served.line_with("Open the inbox: ")).split(": ", 1)[1])
+                async with aiohttp.ClientSession() as session:
+                    async with session.get(url / "requests") as reply:
+                        assert (reply.status, await reply.json()) == (200, {"requests": []})
+                code, _, err = await served.stop(signum)
+        assert code == 0, err
+        assert "Traceback" not in err

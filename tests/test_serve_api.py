@@ -1,9 +1,10 @@
 """The approval-inbox HTTP API: every route and status, the event stream, spilling.
 
-Each test serves an app on 127.0.0.1 with aiohttp's ``TestServer`` and talks to it over
-HTTP. Nothing sleeps to synchronise: a test waits for the event that says what it needs
-(on ``/events``), under ``anyio.fail_after``. Closing the client shuts the app down, and
-the test then demands that no task or future is left behind.
+Each test serves an app on 127.0.0.1 with aiohttp's ``TestServer``, on the runner
+``toolnexus-async serve`` uses (:class:`ServeRunner`), and talks to it over HTTP. Nothing
+sleeps to synchronise: a test waits for the event that says what it needs (on
+``/events``), under ``anyio.fail_after``. Closing the client shuts the app down, and the
+test then demands that no task or future is left behind.
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
-from toolnexus_async.serve import ServeInbox, create_app, demo_client, serve_demo_tools
+from toolnexus_async.serve import (
+    ServeInbox,
+    ServeRunner,
+    create_app,
+    demo_client,
+    serve_demo_tools,
+)
 from toolnexus_async.serve import _app as serve_app
 from toolnexus_async.serve import _events as serve_events
 from toolnexus_async.serve._app import SERVE
@@ -82,9 +89,23 @@ class Events:
                 return data
 
 
+class GuardedTestServer(TestServer):
+    """aiohttp's test server on :class:`ServeRunner`, the runner ``serve`` uses; ``runner``
+    holds its arguments (``header_timeout``, say)."""
+
+    def __init__(self, app: web.Application, **runner: Any) -> None:
+        super().__init__(app)
+        self.runner_kwargs = runner
+
+    async def _make_runner(self, **kwargs: Any) -> ServeRunner:
+        return ServeRunner(self.app, **kwargs, **self.runner_kwargs)
+
+
 @asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    async with TestClient(TestServer(app)) as http:
+async def serving(
+    app: web.Application, **runner: Any
+) -> AsyncIterator[TestClient[web.Request, web.Application]]:
+    async with TestClient(GuardedTestServer(app, **runner)) as http:
         yield http
     assert_no_leaks()
 
@@ -543,7 +564,7 @@ async def test_shutdown_ends_open_event_streams():
     """A browser tab left open must not hold the shutdown up (aiohttp would wait 60 s)."""
     with anyio.fail_after(LIMIT):
         async with aiohttp.ClientSession() as session:
-            server = TestServer(demo_app())
+            server = GuardedTestServer(demo_app())
             await server.start_server()
             async with session.get(server.make_url("/events")) as response:
                 assert await response.content.readline() == b": connected\n"

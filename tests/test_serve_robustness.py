@@ -1,20 +1,26 @@
-"""The inbox under hostile or broken input: bodies and event encoding.
+"""The inbox under hostile or broken input: bodies, event encoding, slow clients, logs.
 
 Bodies nested 10,000 deep, lone surrogates and unexpected exceptions must be answered in
-JSON and change nothing; a run's report that UTF-8 cannot encode must not stop it; a body
-trickled in too slowly is refused. A raw socket stands for the slow client; every wait is
-for the server to act (an event, a reply, an EOF), under ``anyio.fail_after``.
+JSON and change nothing; a run's report that UTF-8 cannot encode must not stop it. Slow
+clients (half a request line, nothing at all, a trickled body, an idle keep-alive
+connection) are let go after a bounded time, while a long-lived ``GET /events`` goes on.
+The access log holds no query string. Raw sockets stand for the slow clients; every wait
+is for the server to act (an event, a reply, an EOF), under ``anyio.fail_after``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
+import aiohttp
 import anyio
 import pytest
+from aiohttp.web_log import AccessLogger
 
+from tests.conftest import assert_no_leaks
 from tests.test_serve_api import (
     LIMIT,
     app_with,
@@ -23,9 +29,10 @@ from tests.test_serve_api import (
     post,
     serving,
 )
-from toolnexus_async import AssistantMessage
+from toolnexus_async import AssistantMessage, SqliteRunStore
 from toolnexus_async.serve import _bodies as serve_bodies
 from toolnexus_async.serve import _events as serve_events
+from toolnexus_async.serve import run_server, serve_demo_app
 from toolnexus_async.serve._runs import RunBook
 
 JSON = {"Content-Type": "application/json"}
@@ -161,7 +168,7 @@ async def test_an_unexpected_exception_is_a_json_500(monkeypatch, caplog):
     assert "unexpected error answering GET /runs" in caplog.text
 
 
-# -- a slow body -----------------------------------------------------------------------------
+# -- slow clients -----------------------------------------------------------------------------
 
 
 async def connect(http: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -205,3 +212,140 @@ async def test_a_trickled_body_is_408_and_the_connection_closed(monkeypatch):
             await close(writer)
             async with http.get("/runs") as listed:
                 assert await listed.json() == {"runs": []}
+
+
+async def test_half_a_request_line_or_nothing_is_disconnected_after_the_header_timeout():
+    timeout = 0.3
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(), header_timeout=timeout) as http:
+            started = anyio.current_time()
+            clients = [await connect(http) for _ in range(100)]
+            for n, (_, writer) in enumerate(clients):
+                if n % 2:  # half of them send half a request line, the others nothing
+                    writer.write(b"GET /requ")
+                    await writer.drain()
+            for reader, writer in clients:
+                assert await until_closed(reader) == b""
+                if writer is clients[0][1]:  # the first to go, at its deadline, not before
+                    assert anyio.current_time() - started >= timeout * 0.8
+                await close(writer)
+            # Each one let go after the timeout (plenty of slack for a busy machine).
+            assert anyio.current_time() - started < timeout + 3
+
+            # A client that sends its head in time is answered, and may ask again.
+            reader, writer = await connect(http)
+            writer.write(request_head())
+            await writer.drain()
+            assert (await reader.readuntil(b"\r\n")).startswith(b"HTTP/1.1 200")
+            await close(writer)
+
+
+async def test_an_idle_keep_alive_connection_is_closed():
+    idle = 0.3
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(), idle_timeout=idle, header_timeout=30) as http:
+            reader, writer = await connect(http)
+            for _ in range(2):  # kept alive: a second request on the same connection
+                writer.write(request_head())
+                await writer.drain()
+                head = await reader.readuntil(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200")
+                length = int(next(
+                    line.split(b":")[1] for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ))  # fmt: skip
+                assert json.loads(await reader.readexactly(length)) == {"runs": []}
+            # Idle now: the server hangs up, long before the 30 s header timeout (LIMIT).
+            assert await until_closed(reader) == b""
+            await close(writer)
+
+
+async def test_the_event_stream_outlives_both_timeouts(monkeypatch):
+    monkeypatch.setattr(serve_events, "KEEPALIVE_SECONDS", 0.05)
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(), header_timeout=0.2, idle_timeout=0.2) as http:
+            async with events(http) as stream:
+                opened = anyio.current_time()
+                while anyio.current_time() - opened < 0.8:  # four times either timeout
+                    line = await stream.response.content.readline()
+                    assert line, "the event stream was closed"
+                run_id = (await post(http, "/runs", {"prompt": "still there?"}))[1]["id"]
+                assert (await stream.until("run_started"))["run_id"] == run_id
+
+
+async def test_a_malformed_request_is_a_json_400():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            reader, writer = await connect(http)
+            writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n")
+            await writer.drain()
+            reply = await until_closed(reader)
+            await close(writer)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].endswith(b" 400 Bad Request")
+    assert json.loads(body) == {"error": "Bad Request"}
+
+
+# -- logs ---------------------------------------------------------------------------------------
+
+
+async def test_the_access_log_leaves_query_strings_out(caplog: pytest.LogCaptureFixture):
+    """A query string can hold a secret (a login link's token, say): the access log shows
+    the path only, and a malformed request line that holds one is not quoted either."""
+    secret = "not-for-the-log-0123456789"
+    caplog.set_level(logging.DEBUG)
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            async with http.get("/runs", params={"secret": secret}) as reply:
+                assert reply.status == 200
+            reader, writer = await connect(http)
+            writer.write(f"GET /?secret={secret} HTTP/1.1 and then nonsense\r\n\r\n".encode())
+            await writer.drain()
+            assert b" 400 Bad Request\r\n" in await until_closed(reader)
+            await close(writer)
+    access = [r.getMessage() for r in caplog.records if r.name == "aiohttp.access"]
+    assert any('"GET /runs" 200' in line for line in access), access
+    assert secret not in caplog.text
+
+
+async def test_aiohttps_own_access_log_would_show_it(caplog: pytest.LogCaptureFixture):
+    """Why the runner brings its own access log: aiohttp's prints the query string."""
+    caplog.set_level(logging.INFO, logger="aiohttp.access")
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(), access_log_class=AccessLogger) as http:
+            async with http.get("/runs", params={"secret": "shown"}) as reply:
+                assert reply.status == 200
+    assert "?secret=shown" in caplog.text
+
+
+# -- run_server ---------------------------------------------------------------------------------
+
+
+async def test_run_server_serves_until_stopped_and_saves_what_is_parked(tmp_path):
+    """``run_server`` (what the CLI runs) listens, reports its URL, and on stop shuts the app
+    down in its own task: the parked run is saved, nothing is left running."""
+    path = tmp_path / "runs.sqlite"
+    urls: list[str] = []
+    ready, stop = anyio.Event(), anyio.Event()
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    app = serve_demo_app(path)
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: run_server(app, port=0, on_ready=on_ready, stop=stop))
+            await ready.wait()
+            assert urls[0].startswith("http://127.0.0.1:")
+            async with aiohttp.ClientSession(urls[0]) as session:
+                async with session.get("/events") as stream:
+                    async with session.post("/runs", json={"prompt": "park me"}) as reply:
+                        assert reply.status == 202
+                    async for line in stream.content:
+                        if line.startswith(b"event: pending"):
+                            break
+                stop.set()
+    assert_no_leaks()
+    async with SqliteRunStore(path) as saved:
+        assert [r.kind for r in await saved.requests()] == ["authorization"]

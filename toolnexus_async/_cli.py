@@ -1,4 +1,5 @@
-"""``toolnexus-async``: the command line. ``demo`` runs the embedded agent in the terminal.
+"""``toolnexus-async``: the command line. ``demo`` runs the embedded agent in the terminal,
+``serve`` the approval inbox.
 
 Rule of this module: terminal I/O only. The demo's model and tools are in ``_demo.py``;
 this file narrates each step and asks the person at the terminal when a tool suspends.
@@ -7,6 +8,7 @@ this file narrates each step and asks the person at the terminal when a tool sus
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -165,9 +167,7 @@ async def run_demo(*, assume_yes: bool, prompt: str, out: TextIO | None = None) 
 
 def run_serve(args: argparse.Namespace) -> int:
     """``toolnexus-async serve``: the approval inbox on the demo model or a real endpoint."""
-    from aiohttp import web
-
-    from .serve import ServeInbox, serve_demo_app
+    from .serve import ServeInbox, run_server, serve_demo_app
 
     url_env = "ANTHROPIC_BASE_URL" if args.style == "anthropic" else "OPENAI_BASE_URL"
     base_url = args.base_url or os.environ.get(url_env)
@@ -184,7 +184,18 @@ def run_serve(args: argparse.Namespace) -> int:
     app = serve_demo_app(args.store, make_client=make_client, park_timeout=args.park_timeout)
     which = f"{args.style} model {model} at {base_url}" if base_url else "the demo model"
     print(f"toolnexus-async serve: {which}; halted runs kept in {args.store}")
-    web.run_app(app, host=args.host, port=args.port, print=print)
+
+    def ready(url: str) -> None:
+        print(f"Open the inbox: {url}/", flush=True)
+        print("Ctrl-C stops.", flush=True)
+
+    try:
+        anyio.run(
+            functools.partial(run_server, app, host=args.host, port=args.port, on_ready=ready)
+        )
+    except OSError as exc:
+        print(f"toolnexus-async serve: {exc}", file=sys.stderr)  # the port is taken, say
+        return 1
     return 0
 
 
