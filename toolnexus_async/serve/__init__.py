@@ -3,17 +3,18 @@
 Rule of this package: it is a host built only on the public runtime (``LlmClient.stream``,
 ``Inbox``, ``RunStore``); ``toolnexus-async serve`` runs :func:`serve_demo_app` with
 :func:`run_server`, and ``docs/serve.md`` describes the HTTP API, the event stream, the
-timeouts and restart behaviour.
+lock (token, hosts, origins, headers, timeouts) and restart behaviour.
 
 - :func:`create_app` builds the aiohttp application from a client factory, a toolkit and
-  a run store;
+  a run store, locked with a token;
 - :func:`serve_demo_app` builds it on the embedded demo model and tools and a SQLite file;
 - :class:`ServeRunner` and :func:`run_server` serve it with deadlines on every connection
-  and an access log without query strings.
+  and an access log that never shows a token.
 """
 
 from ._app import MakeClient, create_app
 from ._demo import demo_client, serve_demo_app, serve_demo_model, serve_demo_tools
+from ._guard import TOKEN_ENV, new_token
 from ._runs import ServeInbox
 from ._server import NoQueryAccessLogger, ServeRunner, run_server
 
@@ -25,6 +26,8 @@ __all__ = (
     "demo_client",
     "serve_demo_model",
     "serve_demo_tools",
+    "TOKEN_ENV",
+    "new_token",
     "ServeRunner",
     "NoQueryAccessLogger",
     "run_server",

@@ -11,13 +11,16 @@ Rules of this module:
   ``AppRunner`` and aiohttp's ``TestClient`` do.
 - Every error is JSON ``{"error": "..."}`` with the status the API documents; bodies are
   read and checked by ``_bodies`` before a handler acts on them.
+- Nothing is served before ``_guard`` has checked the request's host, origin and token, and
+  every response carries its security headers: the app is locked unless it was created
+  with ``insecure_no_auth=True``.
 """
 
 from __future__ import annotations
 
 import mimetypes
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import anyio
@@ -39,6 +42,7 @@ from .._types import Answer
 from ..durable import RunStore
 from ._bodies import MAX_BODY, ApiError, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
+from ._guard import GUARD, Guard, add_security_headers, guard_requests
 from ._runs import CURRENT_RUN, RunBook, ServeInbox, drive, load_stored
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
@@ -85,6 +89,9 @@ def create_app(
     store: RunStore,
     park_timeout: float = 300.0,
     max_body: int = 64 * 1024,
+    token: str | None = None,
+    insecure_no_auth: bool = False,
+    allowed_hosts: Iterable[str] = (),
 ) -> web.Application:
     """The approval-inbox web application.
 
@@ -98,13 +105,23 @@ def create_app(
             The caller opens and closes it.
         park_timeout: seconds a run waits in memory before it is spilled to ``store``.
         max_body: the largest request body accepted, in bytes (413 above it).
+        token: what every request must carry (``Authorization: Bearer <token>``, or the
+            cookie ``GET /?token=<token>`` sets): 16 to 512 letters, digits or ``-._~``;
+            :func:`new_token` makes one. Required unless ``insecure_no_auth``.
+        insecure_no_auth: serve without a token check, for tests and experiments on your
+            own machine (the host and origin checks and the headers stay).
+        allowed_hosts: host names the ``Host`` header may carry besides the loopback names
+            and IP literals (the name of a reverse proxy, say).
     """
     if park_timeout <= 0:
         raise UsageError(f"park_timeout must be > 0 seconds, got {park_timeout}")
     if max_body < 1:
         raise UsageError(f"max_body must be at least 1 byte, got {max_body}")
-    app = web.Application(client_max_size=max_body, middlewares=[json_errors])
+    guard = Guard.create(token, insecure_no_auth=insecure_no_auth, allowed_hosts=allowed_hosts)
+    app = web.Application(client_max_size=max_body, middlewares=[json_errors, guard_requests])
+    app[GUARD] = guard
     app[MAX_BODY] = max_body
+    app.on_response_prepare.append(add_security_headers)
     bus = EventBus()
     app[SERVE] = _Serve(make_client, toolkit, store, park_timeout, STATIC_DIR, bus, RunBook(bus))
     app.cleanup_ctx.append(_lifespan)

@@ -12,9 +12,9 @@ Rules of this module:
   (``_bodies.BODY_TIMEOUT``). Bytes that arrive while a request is handled (a pipelined
   next request) cannot be told from its body, so that next head falls under the idle
   timeout instead.
-- The access log names the path without its query string, which can hold a secret. A
-  malformed request (a bad request line, say) is answered in JSON and logged without the
-  bytes received, which can hold one too.
+- The access log names the path without its query string, which can hold the token (see
+  ``_guard``). A malformed request (a bad request line, say) is answered in JSON with the
+  security headers and logged without the bytes received, which can hold it too.
 - :func:`run_server` serves until SIGINT or SIGTERM (or a ``stop`` event), then shuts the
   app down in the same task, as ``web.run_app`` does: parked runs are saved, nothing is left
   running.
@@ -47,6 +47,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from .._errors import UsageError
+from ._guard import security_headers
 
 __all__ = ("HEADER_TIMEOUT", "IDLE_TIMEOUT", "NoQueryAccessLogger", "ServeRunner", "run_server")
 
@@ -132,7 +133,7 @@ class _Connection(web.RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         # Unlike aiohttp's own, this does not log the parser's message: it quotes the bytes
-        # received, a secret in a query string among them.
+        # received, a login URL's token among them.
         if status >= 500:
             log.error("error handling a request from %s", request.remote, exc_info=exc)
         else:
@@ -143,7 +144,9 @@ class _Connection(web.RequestHandler):
             phrase = HTTPStatus(status).phrase
         except ValueError:
             phrase = "error"
-        response = web.json_response({"error": phrase}, status=status)
+        response = web.json_response(
+            {"error": phrase}, status=status, headers=security_headers(html=False)
+        )
         response.force_close()
         return response
 
