@@ -1,19 +1,30 @@
-"""The ``toolnexus-async demo`` command: scripted (``--yes``), answered through stdin, and at EOF.
+"""The command line: ``demo`` scripted (``--yes``), answered through stdin and at EOF; ``serve``.
 
 Answers are piped by replacing ``sys.stdin``, so the real ``input()`` path (in a worker
-thread) runs exactly as it does in a terminal.
+thread) runs exactly as it does in a terminal. ``serve`` runs for real in a child process:
+the tests read the URL it prints, use it, and stop it with a signal, as a person would.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import signal
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
+import aiohttp
 import anyio
+import anyio.abc
 import pytest
+from yarl import URL
 
 from tests.conftest import assert_no_leaks
 from toolnexus_async._cli import main, run_demo
 from toolnexus_async._demo import DEMO_PROMPT
+from toolnexus_async.serve import TOKEN_ENV
 
 LIMIT = 10
 
@@ -124,22 +135,139 @@ def test_serve_needs_a_model_with_a_base_url(capsys, monkeypatch):
     assert "--model" in capsys.readouterr().err
 
 
-def test_serve_runs_the_demo_app_with_the_given_flags(monkeypatch, tmp_path):
-    """serve builds the demo app and hands host and port to aiohttp."""
+def test_serve_runs_the_demo_app_with_the_given_flags(monkeypatch, tmp_path, capsys):
+    """serve builds the locked demo app and hands it, host and port to run_server."""
     from aiohttp import web
 
-    seen: dict[str, object] = {}
+    import toolnexus_async.serve as serve
+    from toolnexus_async.serve._guard import GUARD
 
-    def fake_run_app(app: web.Application, **kwargs: object) -> None:
+    seen: dict[str, Any] = {}
+
+    async def fake_run_server(app: web.Application, **kwargs: Any) -> None:
         seen["app"] = app
         seen.update(kwargs)
+        kwargs["on_ready"](f"http://{kwargs['host']}:{kwargs['port']}")
 
-    monkeypatch.setattr(web, "run_app", fake_run_app)
+    monkeypatch.setattr(serve, "run_server", fake_run_server)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
     store = tmp_path / "runs.sqlite"
     code = main(
-        ["serve", "--host", "127.0.0.2", "--port", "9999", "--store", str(store),
-         "--park-timeout", "7"]
+        ["serve", "--host", "inbox.lan", "--port", "9999", "--store", str(store),
+         "--park-timeout", "7", "--allowed-host", "proxy.example"]
     )  # fmt: skip
     assert code == 0
-    assert seen["host"] == "127.0.0.2" and seen["port"] == 9999
-    assert isinstance(seen["app"], web.Application)
+    assert seen["host"] == "inbox.lan" and seen["port"] == 9999
+    guard = seen["app"][GUARD]
+    assert {"inbox.lan", "proxy.example", "localhost"} <= guard.allowed_hosts
+    assert guard.token is not None and len(guard.token) >= 40
+    out = capsys.readouterr().out
+    assert f"Open the inbox: http://inbox.lan:9999/?token={guard.token}\n" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--token", "0123456789abcdef0123", "--insecure-no-auth"], "do not go together"),
+        (["--token", "short"], "16 to 512"),
+        (["--allowed-host", "inbox.example:8080"], "without a port"),
+    ],
+)
+def test_serve_refuses_bad_lock_flags(capsys, monkeypatch, tmp_path, argv, message):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    assert main(["serve", "--store", str(tmp_path / "runs.sqlite"), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+class Served:
+    """``toolnexus-async serve`` in a child process: its output so far, and its URL."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        self.out = b""
+
+    async def line_with(self, marker: str) -> str:
+        """The first line of output holding ``marker`` (read as the server prints)."""
+        assert self.process.stdout is not None
+        while (at := self.out.find(marker.encode())) < 0 or b"\n" not in self.out[at:]:
+            self.out += await self.process.stdout.receive()
+        start = self.out.rfind(b"\n", 0, at) + 1
+        return self.out[start : self.out.index(b"\n", at)].decode()
+
+    async def stop(self, signum: signal.Signals) -> tuple[int, str, str]:
+        """Send ``signum``; the exit status and all the output once the process ended."""
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.process.send_signal(signum)
+        rest = [chunk async for chunk in self.process.stdout]
+        err = b"".join([chunk async for chunk in self.process.stderr])
+        return await self.process.wait(), (self.out + b"".join(rest)).decode(), err.decode()
+
+
+@asynccontextmanager
+async def serve_process(tmp_path: Path, *flags: str, env: dict[str, str] | None = None):
+    command = [sys.executable, "-m", "toolnexus_async", "serve", "--port", "0"]
+    command += ["--store", str(tmp_path / "runs.sqlite"), *flags]
+    environment = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    async with await anyio.open_process(command, env={**environment, **(env or {})}) as process:
+        try:
+            yield Served(process)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def test_serve_prints_a_url_with_a_token_that_opens_the_inbox(tmp_path):
+    """The real command: the printed URL logs a browser in; the token opens the API; Ctrl-C
+    (SIGINT) shuts it down cleanly, exit status 0."""
+    with anyio.fail_after(30):
+        async with serve_process(tmp_path) as served:
+            line = await served.line_with("Open the inbox: ")
+            url = URL(line.removeprefix("Open the inbox: "))
+            token = url.query["token"]
+            assert url.path == "/" and len(token) >= 40
+            base = url.with_query(None).with_path("")
+            async with aiohttp.ClientSession() as session:
+                async with session.get(base / "requests") as reply:
+                    assert reply.status == 401
+                auth = {"Authorization": f"Bearer {token}"}
+                async with session.get(base / "requests", headers=auth) as reply:
+                    assert (reply.status, await reply.json()) == (200, {"requests": []})
+                async with session.get(url, allow_redirects=False) as reply:
+                    assert (reply.status, reply.headers["Location"]) == (303, "/")
+            code, out, err = await served.stop(signal.SIGINT)
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert out.count(token) == 1  # printed once, in the URL
+
+
+async def test_serve_insecure_no_auth_says_what_it_disables(tmp_path):
+    with anyio.fail_after(30):
+        async with serve_process(tmp_path, "--insecure-no-auth") as served:
+            warning = await served.line_with("WARNING")
+            assert "no token is checked" in warning and "host and origin checks" in warning
+            url = URL((await served.line_with("Open the inbox: ")).split(": ", 1)[1])
+            assert not url.query
+            async with aiohttp.ClientSession() as session:
+                async with session.get(url / "requests") as reply:
+                    assert reply.status == 200
+                async with session.get(url / "requests", headers={"Host": "evil.test"}) as reply:
+                    assert reply.status == 403
+            code, _, err = await served.stop(signal.SIGTERM)
+    assert code == 0, err
+
+
+async def test_serve_takes_the_token_from_the_environment_and_does_not_print_it(tmp_path):
+    token = "from-the-environment-0123456789"
+    with anyio.fail_after(30):
+        async with serve_process(tmp_path, env={TOKEN_ENV: token}) as served:
+            line = await served.line_with("Open the inbox: ")
+            assert TOKEN_ENV in line
+            base = URL(line.split(": ", 1)[1].split("/?", 1)[0])
+            async with aiohttp.ClientSession() as session:
+                auth = {"Authorization": f"Bearer {token}"}
+                async with session.get(base / "runs", headers=auth) as reply:
+                    assert reply.status == 200
+            code, out, err = await served.stop(signal.SIGTERM)
+    assert code == 0, err
+    assert token not in out + err

@@ -1,9 +1,11 @@
 """The approval-inbox HTTP API: every route and status, the event stream, spilling.
 
-Each test serves an app on 127.0.0.1 with aiohttp's ``TestServer`` and talks to it over
-HTTP. Nothing sleeps to synchronise: a test waits for the event that says what it needs
-(on ``/events``), under ``anyio.fail_after``. Closing the client shuts the app down, and
-the test then demands that no task or future is left behind.
+Each test serves an app on 127.0.0.1 with aiohttp's ``TestServer``, on the runner
+``toolnexus-async serve`` uses (:class:`ServeRunner`), and talks to it over HTTP with the
+app's token (:data:`TOKEN`, sent as a bearer token by :func:`serving`'s client). Nothing
+sleeps to synchronise: a test waits for the event that says what it needs (on
+``/events``), under ``anyio.fail_after``. Closing the client shuts the app down, and the
+test then demands that no task or future is left behind.
 """
 
 from __future__ import annotations
@@ -39,7 +41,13 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
-from toolnexus_async.serve import ServeInbox, create_app, demo_client, serve_demo_tools
+from toolnexus_async.serve import (
+    ServeInbox,
+    ServeRunner,
+    create_app,
+    demo_client,
+    serve_demo_tools,
+)
 from toolnexus_async.serve import _app as serve_app
 from toolnexus_async.serve import _events as serve_events
 from toolnexus_async.serve._app import SERVE
@@ -47,6 +55,9 @@ from toolnexus_async.serve._events import EventBus
 from toolnexus_async.serve._runs import RunBook
 
 LIMIT = 10  # seconds any one test may take
+# The token of every app these tests build, and the header that carries it.
+TOKEN = "serve-tests-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 class Events:
@@ -82,9 +93,24 @@ class Events:
                 return data
 
 
+class GuardedTestServer(TestServer):
+    """aiohttp's test server on :class:`ServeRunner`, the runner ``serve`` uses; ``runner``
+    holds its arguments (``header_timeout``, say)."""
+
+    def __init__(self, app: web.Application, **runner: Any) -> None:
+        super().__init__(app)
+        self.runner_kwargs = runner
+
+    async def _make_runner(self, **kwargs: Any) -> ServeRunner:
+        return ServeRunner(self.app, **kwargs, **self.runner_kwargs)
+
+
 @asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    async with TestClient(TestServer(app)) as http:
+async def serving(
+    app: web.Application, *, headers: dict[str, str] | None = AUTH, **runner: Any
+) -> AsyncIterator[TestClient[web.Request, web.Application]]:
+    """A client of ``app``, sending ``headers`` (the token) with every request."""
+    async with TestClient(GuardedTestServer(app, **runner), headers=headers) as http:
         yield http
     assert_no_leaks()
 
@@ -104,7 +130,7 @@ def demo_app(store: Any = None, **kwargs: Any) -> web.Application:
         make_client=demo_client,
         toolkit=toolkit,
         store=store if store is not None else MemoryRunStore(),
-        **kwargs,
+        **{"token": TOKEN, **kwargs},
     )
 
 
@@ -354,7 +380,7 @@ def app_with(
         make_client=make_client,
         toolkit=Toolkit.create(builtins=False, extra_tools=tools),
         store=store if store is not None else MemoryRunStore(),
-        **kwargs,
+        **{"token": TOKEN, **kwargs},
     )
 
 
@@ -482,7 +508,10 @@ async def test_a_subscriber_that_never_reads_is_dropped_and_runs_go_on(monkeypat
             await asyncio.get_running_loop().sock_connect(sock, address)
             reader, writer = await asyncio.open_connection(sock=sock)
             try:
-                writer.write(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                writer.write(
+                    b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    + f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+                )
                 await writer.drain()
                 assert await reader.readuntil(b": connected\n\n")  # subscribed; now never read
                 async with events(http) as stream, anyio.create_task_group() as tg:
@@ -542,8 +571,8 @@ async def test_the_bus_drops_a_full_subscriber_without_blocking_and_ends_the_res
 async def test_shutdown_ends_open_event_streams():
     """A browser tab left open must not hold the shutdown up (aiohttp would wait 60 s)."""
     with anyio.fail_after(LIMIT):
-        async with aiohttp.ClientSession() as session:
-            server = TestServer(demo_app())
+        async with aiohttp.ClientSession(headers=AUTH) as session:
+            server = GuardedTestServer(demo_app())
             await server.start_server()
             async with session.get(server.make_url("/events")) as response:
                 assert await response.content.readline() == b": connected\n"
@@ -595,10 +624,19 @@ async def test_openapi_json_describes_every_route():
     }
     assert statuses[("/runs", "post")] >= {"202", "413", "415", "422"}
     assert statuses[("/requests/{id}/answer", "post")] >= {"200", "404", "409", "413", "422"}
-    assert statuses[("/runs/{id}", "get")] == {"200", "404"}
-    schemas = spec["components"]["schemas"]
+    assert statuses[("/runs/{id}", "get")] == {"200", "401", "403", "404"}
+    # The lock: every operation names its token and its 401 and 403 refusals.
+    assert all({"401", "403"} <= codes for codes in statuses.values())
+    assert statuses[("/", "get")] >= {"200", "303"}
+    assert statuses[("/runs", "post")] >= {"408"}
+    assert spec["security"] == [{"bearer": []}, {"cookie": []}]
+    assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     refs = json.dumps(spec).count('"$ref"')
-    assert refs and all(ref.removeprefix("#/components/schemas/") in schemas for ref in _refs(spec))
+    components = spec["components"]
+    for ref in _refs(spec):
+        _, _, kind, name = ref.split("/")
+        assert name in components[kind], ref
+    assert refs
 
 
 def _refs(node: Any) -> list[str]:
@@ -657,6 +695,7 @@ async def test_the_client_must_park_in_the_apps_inbox():
         make_client=stray,
         toolkit=Toolkit.create(builtins=False, extra_tools=serve_demo_tools()),
         store=MemoryRunStore(),
+        token=TOKEN,
     )
     with anyio.fail_after(LIMIT):
         server = TestServer(app)

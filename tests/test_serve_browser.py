@@ -1,9 +1,15 @@
 """The serve page in a real browser: Debian's Chromium, driven by Playwright.
 
-The embedded demo server runs on 127.0.0.1 (port 0) on its own event loop in a thread, so
-Playwright's sync API can drive the page from the test's thread. The test starts a run from
-the page and answers, on the page, all the demo asks (a login link, a question, an
-approval), then sees the run's final answer appear.
+The real command, ``toolnexus-async serve --port 0``, runs in a child process; the tests
+read the URL it prints, with its token, and open it as a person would. One test logs in
+through that URL, starts a run from the page and answers, on the page, all the demo asks
+(a login link, a question, an approval), then sees the run's final answer appear. The
+other plays the hostile pages: a page of another site that frames the inbox (the frame
+stays blocked), a DNS-rebinding name (403), and a link from another site to the token URL
+(the SameSite=Strict cookie is held back on that visit; the login page's own link opens
+the inbox). The framing site is a second server on 127.0.0.1; a route that Playwright
+fulfils stands in for the linking one, and Chromium maps the rebinding name to 127.0.0.1
+itself: nothing leaves this machine.
 
 Needs ``/usr/bin/chromium`` (Debian's ``chromium`` package) and ``pip install playwright``;
 never ``playwright install``: no browser is downloaded. Without them the test is skipped,
@@ -12,17 +18,21 @@ or fails when the ``CI`` environment variable is set (CI installs both).
 
 from __future__ import annotations
 
-import asyncio
+import http.server
 import importlib.util
 import json
 import os
+import select
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from aiohttp import web
 
-from toolnexus_async.serve import serve_demo_app
 from toolnexus_async.serve._demo import LOGIN_URL
 
 CHROMIUM = "/usr/bin/chromium"
@@ -36,6 +46,8 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    # The attacker's name for a DNS-rebinding page, resolved without any DNS.
+    "--host-resolver-rules=MAP rebind.test 127.0.0.1",
 ]
 SCREENSHOT = Path("/tmp/serve_page.png")
 
@@ -53,56 +65,98 @@ if MISSING is not None and not os.environ.get("CI"):
     pytest.skip(f"the browser test needs its tools: {MISSING}", allow_module_level=True)
 
 
-class DemoServer:
-    """The demo app on 127.0.0.1, served by its own event loop in a background thread."""
+class ServeProcess:
+    """``toolnexus-async serve`` on a free port of 127.0.0.1, in a child process.
+
+    ``url`` is the address it prints, token included; ``base`` is the same without the
+    token. Leaving the block stops it with SIGINT (Ctrl-C), which must end it cleanly.
+    """
 
     def __init__(self, store_path: Path) -> None:
-        self.store_path = store_path
-        self.url = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="serve-demo", daemon=True)
+        command = [sys.executable, "-m", "toolnexus_async", "serve", "--port", "0"]
+        self._command = [*command, "--store", str(store_path)]
+        env = {k: v for k, v in os.environ.items() if k != "TOOLNEXUS_TOKEN"}
+        self._env = env
+        self.url = self.base = ""
 
-    def __enter__(self) -> DemoServer:
-        self._thread.start()
-        if not self._ready.wait(15):
-            raise RuntimeError("the demo server did not start within 15 s")
-        if self._error is not None:
-            raise RuntimeError("the demo server failed to start") from self._error
+    def __enter__(self) -> ServeProcess:
+        self.process = subprocess.Popen(self._command, stdout=subprocess.PIPE, env=self._env)
+        assert self.process.stdout is not None
+        out, deadline = b"", time.monotonic() + 30
+        while b"\n" not in out.partition(b"Open the inbox: ")[2]:  # the whole URL line
+            left = deadline - time.monotonic()
+            # Raw reads of the pipe: a buffered reader could hold a line select cannot see.
+            if not select.select([self.process.stdout], [], [], max(left, 0))[0]:
+                self.process.kill()
+                self.process.wait()
+                raise RuntimeError(f"toolnexus-async serve printed no URL in 30 s: {out!r}")
+            chunk = os.read(self.process.stdout.fileno(), 4096)
+            if not chunk:
+                raise RuntimeError(f"toolnexus-async serve ended: {self.process.wait()}")
+            out += chunk
+        line = out.split(b"Open the inbox: ", 1)[1].split(b"\n", 1)[0]
+        self.url = line.decode().strip()
+        self.base = self.url.split("/?", 1)[0]
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-        assert not self._thread.is_alive(), "the demo server did not stop within 30 s"
-        if self._error is not None:
-            raise RuntimeError("the demo server failed") from self._error
-
-    def _run(self) -> None:
+        self.process.send_signal(signal.SIGINT)
         try:
-            asyncio.run(self._serve())
-        except BaseException as exc:
-            self._error = exc
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        # Startup and cleanup in one task: the app's lifespan holds an anyio task group.
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        runner = web.AppRunner(serve_demo_app(self.store_path))
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            host, port = runner.addresses[0][:2]
-            self.url = f"http://{host}:{port}"
-            self._ready.set()
-            await self._stop.wait()
+            code = self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
         finally:
-            await runner.cleanup()
+            assert self.process.stdout is not None
+            self.process.stdout.close()
+        assert code == 0, f"toolnexus-async serve exited with {code}"
+
+    @property
+    def port(self) -> int:
+        return int(self.base.rsplit(":", 1)[1])
+
+
+class OtherSite:
+    """Another web site on 127.0.0.1 (a plain ``http.server`` in a thread): ``/decoy`` frames
+    ``target`` nearly transparent over a button, beside ``/plain``, a page that may be
+    framed, so that a test can tell a blocked frame from one that loads."""
+
+    def __init__(self, target: str) -> None:
+        decoy = (
+            '<button id="decoy">Win a prize</button>'
+            f'<iframe id="inbox" src="{target}/" style="opacity:0.01"></iframe>'
+            '<iframe id="plain" src="/plain"></iframe>'
+        )
+        pages = {"/decoy": decoy, "/plain": "<p id='shown'>a frame that loads</p>"}
+
+        class Pages(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = pages.get(self.path, "").encode()
+                self.send_response(200 if body else 404)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+
+def launch(pw: Any) -> Any:
+    return pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 
 def test_a_run_is_started_answered_and_finished_on_the_page(tmp_path: Path) -> None:
@@ -113,8 +167,8 @@ def test_a_run_is_started_answered_and_finished_on_the_page(tmp_path: Path) -> N
     from playwright.sync_api import ConsoleMessage, expect, sync_playwright
 
     prompt = "Book a table for <b>tonight</b>"  # markup in data must show as plain text
-    with DemoServer(tmp_path / "runs.sqlite") as server, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with ServeProcess(tmp_path / "runs.sqlite") as server, sync_playwright() as pw:
+        browser = launch(pw)
         try:
             page = browser.new_page(viewport={"width": 900, "height": 900})
             problems: list[str] = []
@@ -125,7 +179,9 @@ def test_a_run_is_started_answered_and_finished_on_the_page(tmp_path: Path) -> N
                     problems.append(f"console: {message.text}")
 
             page.on("console", note_console_error)
+            # Log in through the printed URL: the token leaves the address bar at once.
             page.goto(server.url)
+            expect(page).to_have_url(f"{server.base}/")
             expect(page.locator("#connection")).to_have_text("Live")
 
             page.get_by_label("What should the agent do?").fill(prompt)
@@ -160,7 +216,7 @@ def test_a_run_is_started_answered_and_finished_on_the_page(tmp_path: Path) -> N
             result = run.locator(".result")
             expect(result).to_contain_text("You chose Sakura for 4 at 19:30")
             expect(result).to_contain_text("deposit of 40 EUR paid")
-            runs = json.loads(page.request.get(f"{server.url}/runs").text())["runs"]
+            runs = json.loads(page.request.get(f"{server.base}/runs").text())["runs"]
             assert runs[0]["status"] == "done"
             expect(result).to_have_text(runs[0]["text"])
             expect(page.locator("#requests-empty")).to_be_visible()
@@ -168,5 +224,62 @@ def test_a_run_is_started_answered_and_finished_on_the_page(tmp_path: Path) -> N
 
             page.screenshot(path=str(SCREENSHOT), full_page=True)
             assert problems == []
+
+            # Logged out (the server restarted with a new token, say): the page says how to
+            # log in again instead of failing quietly.
+            page.context.clear_cookies()
+            page.get_by_label("What should the agent do?").fill("one more")
+            page.get_by_role("button", name="Start run").click()
+            expect(page.locator("#start-form .error")).to_contain_text("HTTP 401")
+            expect(page.locator("#connection")).to_contain_text("Not logged in")
+            expect(page.locator("#connection")).to_contain_text("?token=")
+        finally:
+            browser.close()
+
+
+def test_other_sites_can_neither_frame_the_page_nor_rebind_nor_log_in_for_you(
+    tmp_path: Path,
+) -> None:
+    """A decoy page frames the logged-in inbox (the frame stays blocked; a frame of a page
+    without the headers, beside it, shows, so the check can see a frame that loads); a
+    rebinding name gets 403; a link from another site to the token URL lands on the login
+    page, whose own link then opens the inbox."""
+    if MISSING is not None:
+        pytest.fail(f"CI must install the browser test's tools: {MISSING}", pytrace=False)
+    from playwright.sync_api import expect, sync_playwright
+
+    with ServeProcess(tmp_path / "runs.sqlite") as server, sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = browser.new_page()
+            page.goto(server.url)
+            expect(page.locator("#connection")).to_have_text("Live")
+
+            # Another site on this machine (a real server on another port: the same *site*
+            # for cookies, so the login cookie goes along) frames the inbox over a button.
+            with OtherSite(server.base) as other:
+                page.goto(f"{other}/decoy")  # "load": every frame has loaded, or failed to
+                expect(page.frame_locator("#plain").locator("#shown")).to_have_count(1)
+                expect(page.frame_locator("#inbox").locator("#start-form")).to_have_count(0)
+                children = sorted(frame.url for frame in page.main_frame.child_frames)
+                assert children == ["chrome-error://chromewebdata/", f"{other}/plain"]
+
+            # DNS rebinding: a name of the attacker's that now resolves to 127.0.0.1.
+            reply = page.goto(f"http://rebind.test:{server.port}/")
+            assert reply is not None and reply.status == 403
+
+            # A link on another site to the token URL: the browser logs in, but holds the
+            # SameSite=Strict cookie back on that cross-site visit; the login page's link,
+            # clicked on the inbox's own origin, then opens it.
+            fresh = browser.new_context().new_page()
+            fresh.route("http://elsewhere.test/", lambda route: route.fulfill(
+                content_type="text/html", body=f'<a href="{server.url}">my inbox</a>'
+            ))  # fmt: skip
+            fresh.goto("http://elsewhere.test/")
+            fresh.get_by_role("link", name="my inbox").click()
+            expect(fresh).to_have_url(f"{server.base}/")
+            expect(fresh.get_by_role("heading")).to_have_text("This inbox needs its token")
+            fresh.get_by_role("link", name="open the inbox").click()
+            expect(fresh.locator("#connection")).to_have_text("Live")
         finally:
             browser.close()

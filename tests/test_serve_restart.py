@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from tests.test_serve_api import answer_demo_from, events, post, serving
+from tests.test_serve_api import TOKEN, answer_demo_from, events, post, serving
 from toolnexus_async import RunResult, SqliteRunStore, Toolkit
 from toolnexus_async.serve import create_app, demo_client, serve_demo_app, serve_demo_tools
 
@@ -54,7 +54,11 @@ async def test_a_spilled_run_finishes_on_a_restarted_server(tmp_path: Path):
             Toolkit.create(builtins=False, extra_tools=serve_demo_tools()) as toolkit,
         ):
             app = create_app(
-                make_client=demo_client, toolkit=toolkit, store=store, park_timeout=0.05
+                make_client=demo_client,
+                toolkit=toolkit,
+                store=store,
+                park_timeout=0.05,
+                token=TOKEN,
             )
             async with serving(app) as http, events(http) as stream:
                 run_id = (await post(http, "/runs", {"prompt": "Dinner, but slowly"}))[1]["id"]
@@ -64,7 +68,7 @@ async def test_a_spilled_run_finishes_on_a_restarted_server(tmp_path: Path):
         assert await stored_requests(path) == [login["id"]]
 
         # The second server, on the same file: it knows the run and resumes it.
-        async with serving(serve_demo_app(path)) as http, events(http) as stream:
+        async with serving(serve_demo_app(path, token=TOKEN)) as http, events(http) as stream:
             assert await get(http, f"/runs/{run_id}") == (
                 200,
                 {
@@ -87,7 +91,7 @@ async def test_a_spilled_run_finishes_on_a_restarted_server(tmp_path: Path):
         assert await stored_requests(path) == []
 
         # A third server: the request was resumed before, so answering it again is 409.
-        async with serving(serve_demo_app(path)) as http:
+        async with serving(serve_demo_app(path, token=TOKEN)) as http:
             status, error = await post(http, f"/requests/{login['id']}/answer", {"ok": True})
             assert status == 409 and "answered already" in error["error"]
             assert (await get(http, f"/runs/{run_id}"))[0] == 404  # finished runs are not kept
@@ -98,7 +102,7 @@ async def test_runs_parked_in_memory_are_saved_at_shutdown_and_resume_after(tmp_
     and the next server lists them (with a new run of its own, in arrival order)."""
     path = tmp_path / "runs.sqlite"
     with anyio.fail_after(LIMIT):
-        async with serving(serve_demo_app(path)) as http, events(http) as stream:
+        async with serving(serve_demo_app(path, token=TOKEN)) as http, events(http) as stream:
             first = (await post(http, "/runs", {"prompt": "one"}))[1]["id"]
             login = (await stream.until("pending", run_id=first))["request"]
             # The second run gets one step further: it waits on its question.
@@ -109,7 +113,7 @@ async def test_runs_parked_in_memory_are_saved_at_shutdown_and_resume_after(tmp_
             assert question["kind"] == "question"
         assert await stored_requests(path) == [login["id"], question["id"]]
 
-        async with serving(serve_demo_app(path)) as http, events(http) as stream:
+        async with serving(serve_demo_app(path, token=TOKEN)) as http, events(http) as stream:
             third = (await post(http, "/runs", {"prompt": "three"}))[1]["id"]
             third_login = (await stream.until("pending", run_id=third))["request"]
             assert (listed := (await get(http, "/requests"))[1])

@@ -1,12 +1,17 @@
-"""``toolnexus-async``: the command line. ``demo`` runs the embedded agent in the terminal.
+"""``toolnexus-async``: the command line. ``demo`` runs the embedded agent in the terminal,
+``serve`` the approval inbox.
 
 Rule of this module: terminal I/O only. The demo's model and tools are in ``_demo.py``;
 this file narrates each step and asks the person at the terminal when a tool suspends.
+``serve`` picks the token (``--token``, ``TOOLNEXUS_TOKEN``, or a new one, printed in the
+URL to open) and hands everything else to ``toolnexus_async.serve``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import ipaddress
 import os
 import sys
 from collections.abc import Sequence
@@ -18,6 +23,7 @@ import anyio.to_thread
 from . import __version__
 from ._client import LlmClient
 from ._demo import DEMO_PROMPT, demo_model, demo_tools
+from ._errors import UsageError
 from ._messages import AssistantMessage, Message
 from ._toolkit import Toolkit
 from ._types import Answer, Request, Tool, ToolContext, ToolResult, request_in
@@ -165,9 +171,7 @@ async def run_demo(*, assume_yes: bool, prompt: str, out: TextIO | None = None) 
 
 def run_serve(args: argparse.Namespace) -> int:
     """``toolnexus-async serve``: the approval inbox on the demo model or a real endpoint."""
-    from aiohttp import web
-
-    from .serve import ServeInbox, serve_demo_app
+    from .serve import TOKEN_ENV, ServeInbox, new_token, run_server, serve_demo_app
 
     url_env = "ANTHROPIC_BASE_URL" if args.style == "anthropic" else "OPENAI_BASE_URL"
     base_url = args.base_url or os.environ.get(url_env)
@@ -181,11 +185,62 @@ def run_serve(args: argparse.Namespace) -> int:
         def make_client(inbox: ServeInbox) -> LlmClient:
             return LlmClient(base_url, style=args.style, model=model, wait_for=inbox)
 
-    app = serve_demo_app(args.store, make_client=make_client, park_timeout=args.park_timeout)
+    if args.insecure_no_auth and args.token:
+        print("--token and --insecure-no-auth do not go together", file=sys.stderr)
+        return 2
+    given = None if args.insecure_no_auth else (args.token or os.environ.get(TOKEN_ENV) or None)
+    token = None if args.insecure_no_auth else (given or new_token())
+    allowed = list(args.allowed_host)
+    if args.host and not _is_ip(args.host):
+        allowed.append(args.host)  # the name it listens on is one it answers to
+    try:
+        app = serve_demo_app(
+            args.store,
+            make_client=make_client,
+            park_timeout=args.park_timeout,
+            token=token,
+            insecure_no_auth=args.insecure_no_auth,
+            allowed_hosts=allowed,
+        )
+    except UsageError as exc:
+        print(f"toolnexus-async serve: {exc}", file=sys.stderr)
+        return 2
     which = f"{args.style} model {model} at {base_url}" if base_url else "the demo model"
-    print(f"toolnexus-async serve: {which}; halted runs kept in {args.store}")
-    web.run_app(app, host=args.host, port=args.port, print=print)
+    print(f"toolnexus-async serve: {which}; halted runs kept in {args.store}", flush=True)
+
+    def ready(url: str) -> None:
+        if token is None:
+            print(
+                "WARNING: --insecure-no-auth: no token is checked, so anyone who can reach "
+                f"{url} can start runs and answer every request (approve payments). "
+                "The host and origin checks and the security headers stay on.",
+                flush=True,
+            )
+            print(f"Open the inbox: {url}/", flush=True)
+        elif given is None:
+            print(f"Open the inbox: {url}/?token={token}", flush=True)
+        else:  # whoever gave the token knows it: it is not echoed into a log
+            print(
+                f"Open the inbox: {url}/?token=<the token from --token or {TOKEN_ENV}>", flush=True
+            )
+        print("API clients send: Authorization: Bearer <token>. Ctrl-C stops.", flush=True)
+
+    try:
+        anyio.run(
+            functools.partial(run_server, app, host=args.host, port=args.port, on_ready=ready)
+        )
+    except OSError as exc:
+        print(f"toolnexus-async serve: {exc}", file=sys.stderr)  # the port is taken, say
+        return 1
     return 0
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -225,6 +280,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve.add_argument("--style", choices=("openai", "anthropic"), default="openai")
     serve.add_argument("--model", help="the model name at --base-url")
+    serve.add_argument(
+        "--token",
+        help="the token every request must carry (default: $TOOLNEXUS_TOKEN, else a new "
+        "random one, printed in the URL to open); prefer the variable, as other users "
+        "of this machine can see command lines",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the server answers to besides localhost and IP addresses "
+        "(a reverse proxy's, say); repeatable",
+    )
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="check no token (tests, experiments on this machine only): anyone who can "
+        "reach the port can approve requests",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":

@@ -1,17 +1,22 @@
 """The approval inbox web service: runs started over HTTP park until a person answers.
 
 Rule of this package: it is a host built only on the public runtime (``LlmClient.stream``,
-``Inbox``, ``RunStore``); ``toolnexus-async serve`` runs :func:`serve_demo_app`, and
-``docs/serve.md`` describes the HTTP API, the event stream and restart behaviour.
+``Inbox``, ``RunStore``); ``toolnexus-async serve`` runs :func:`serve_demo_app` with
+:func:`run_server`, and ``docs/serve.md`` describes the HTTP API, the event stream, the
+lock (token, hosts, origins, headers, timeouts) and restart behaviour.
 
 - :func:`create_app` builds the aiohttp application from a client factory, a toolkit and
-  a run store;
-- :func:`serve_demo_app` builds it on the embedded demo model and tools and a SQLite file.
+  a run store, locked with a token;
+- :func:`serve_demo_app` builds it on the embedded demo model and tools and a SQLite file;
+- :class:`ServeRunner` and :func:`run_server` serve it with deadlines on every connection
+  and an access log that never shows a token.
 """
 
 from ._app import MakeClient, create_app
 from ._demo import demo_client, serve_demo_app, serve_demo_model, serve_demo_tools
+from ._guard import TOKEN_ENV, new_token
 from ._runs import ServeInbox
+from ._server import NoQueryAccessLogger, ServeRunner, run_server
 
 __all__ = (
     "create_app",
@@ -21,4 +26,9 @@ __all__ = (
     "demo_client",
     "serve_demo_model",
     "serve_demo_tools",
+    "TOKEN_ENV",
+    "new_token",
+    "ServeRunner",
+    "NoQueryAccessLogger",
+    "run_server",
 )

@@ -10,18 +10,18 @@ Rules of this module:
   Startup and shutdown must therefore happen in the same task, as ``web.run_app``,
   ``AppRunner`` and aiohttp's ``TestClient`` do.
 - Every error is JSON ``{"error": "..."}`` with the status the API documents; bodies are
-  read only up to ``max_body`` bytes and must be JSON (``Content-Type: application/json``,
-  which also keeps other web sites from posting here through a visitor's browser).
+  read and checked by ``_bodies`` before a handler acts on them.
+- Nothing is served before ``_guard`` has checked the request's host, origin and token, and
+  every response carries its security headers: the app is locked unless it was created
+  with ``insecure_no_auth=True``.
 """
 
 from __future__ import annotations
 
-import json
 import mimetypes
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import attrs
@@ -40,7 +40,9 @@ from .._errors import (
 from .._toolkit import Toolkit
 from .._types import Answer
 from ..durable import RunStore
+from ._bodies import MAX_BODY, ApiError, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
+from ._guard import GUARD, Guard, add_security_headers, guard_requests
 from ._runs import CURRENT_RUN, RunBook, ServeInbox, drive, load_stored
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
@@ -58,7 +60,6 @@ SHUTDOWN_GRACE = 10.0
 
 _STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_TOO_LARGE = "the request body is larger than {} bytes"
 
 
 @attrs.define
@@ -69,7 +70,6 @@ class _Serve:
     toolkit: Toolkit
     store: RunStore
     park_timeout: float
-    max_body: int
     static: Path
     bus: EventBus
     book: RunBook
@@ -89,6 +89,9 @@ def create_app(
     store: RunStore,
     park_timeout: float = 300.0,
     max_body: int = 64 * 1024,
+    token: str | None = None,
+    insecure_no_auth: bool = False,
+    allowed_hosts: Iterable[str] = (),
 ) -> web.Application:
     """The approval-inbox web application.
 
@@ -102,16 +105,25 @@ def create_app(
             The caller opens and closes it.
         park_timeout: seconds a run waits in memory before it is spilled to ``store``.
         max_body: the largest request body accepted, in bytes (413 above it).
+        token: what every request must carry (``Authorization: Bearer <token>``, or the
+            cookie ``GET /?token=<token>`` sets): 16 to 512 letters, digits or ``-._~``;
+            :func:`new_token` makes one. Required unless ``insecure_no_auth``.
+        insecure_no_auth: serve without a token check, for tests and experiments on your
+            own machine (the host and origin checks and the headers stay).
+        allowed_hosts: host names the ``Host`` header may carry besides the loopback names
+            and IP literals (the name of a reverse proxy, say).
     """
     if park_timeout <= 0:
         raise UsageError(f"park_timeout must be > 0 seconds, got {park_timeout}")
     if max_body < 1:
         raise UsageError(f"max_body must be at least 1 byte, got {max_body}")
-    app = web.Application(client_max_size=max_body, middlewares=[json_errors])
+    guard = Guard.create(token, insecure_no_auth=insecure_no_auth, allowed_hosts=allowed_hosts)
+    app = web.Application(client_max_size=max_body, middlewares=[json_errors, guard_requests])
+    app[GUARD] = guard
+    app[MAX_BODY] = max_body
+    app.on_response_prepare.append(add_security_headers)
     bus = EventBus()
-    app[SERVE] = _Serve(
-        make_client, toolkit, store, park_timeout, max_body, STATIC_DIR, bus, RunBook(bus)
-    )
+    app[SERVE] = _Serve(make_client, toolkit, store, park_timeout, STATIC_DIR, bus, RunBook(bus))
     app.cleanup_ctx.append(_lifespan)
     app.on_shutdown.append(_stop_accepting)
     app.router.add_post("/runs", post_run)
@@ -158,66 +170,14 @@ async def _stop_accepting(app: web.Application) -> None:
     serve.bus.close()
 
 
-# -- errors and bodies -------------------------------------------------------------------------
-
-
-class ApiError(Exception):
-    """A refusal with its HTTP status; the middleware turns it into ``{"error": ...}``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@web.middleware
-async def json_errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Every error the API returns is JSON, aiohttp's own (404, 405, 413) included."""
-    try:
-        return await handler(request)
-    except ApiError as exc:
-        return web.json_response({"error": str(exc)}, status=exc.status)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-        message = _TOO_LARGE.format(request.app[SERVE].max_body) if exc.status == 413 else None
-        return web.json_response(
-            {"error": message or exc.reason}, status=exc.status, headers=headers
-        )
-
-
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    """The body as a JSON object, or the right refusal (413, 415, 422)."""
-    serve = request.app[SERVE]
-    if request.content_length is not None and request.content_length > serve.max_body:
-        raise ApiError(413, _TOO_LARGE.format(serve.max_body))
-    if request.content_type != "application/json":
-        raise ApiError(415, "send the body as JSON, with Content-Type: application/json")
-    raw = await request.read()  # aiohttp refuses (413) past client_max_size
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
-        raise ApiError(422, f"the body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(422, f"the body must be a JSON object, got {type(body).__name__}")
-    return body
-
-
-def _only(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    if extra := ", ".join(map(repr, sorted(set(body) - set(allowed)))):
-        raise ApiError(422, f"unknown key(s) {extra}; allowed: {', '.join(allowed)}")
-
-
 # -- runs ---------------------------------------------------------------------------------------
 
 
 async def post_run(request: web.Request) -> web.Response:
     """``POST /runs {"prompt": str}``: start a run; 202 with its id."""
     serve = request.app[SERVE]
-    body = await _json_object(request)
-    _only(body, ("prompt",))
+    body = await read_json_object(request)
+    only(body, ("prompt",))
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise ApiError(422, "'prompt' must be a string")
@@ -263,8 +223,8 @@ async def post_answer(request: web.Request) -> web.Response:
     """``POST /requests/{id}/answer {"ok": bool, "data"?, "reason"?}``: wake its run."""
     serve = request.app[SERVE]
     request_id = request.match_info["id"]
-    body = await _json_object(request)
-    _only(body, ("id", "ok", "data", "reason"))
+    body = await read_json_object(request)
+    only(body, ("id", "ok", "data", "reason"))
     if body.get("id", request_id) != request_id:
         raise ApiError(422, f"the body names request {body['id']!r}, the path {request_id!r}")
     reason = body.get("reason")

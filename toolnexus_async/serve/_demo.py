@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -153,10 +153,14 @@ def serve_demo_app(
     make_client: MakeClient | None = None,
     park_timeout: float = 300.0,
     max_body: int = 64 * 1024,
+    token: str | None = None,
+    insecure_no_auth: bool = False,
+    allowed_hosts: Iterable[str] = (),
 ) -> web.Application:
     """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
 
     ``make_client`` replaces the demo model (a real endpoint, say); the demo tools stay.
+    ``token``, ``insecure_no_auth`` and ``allowed_hosts`` are as for :func:`create_app`.
     The app owns the toolkit and the store it makes here and closes them on shutdown.
     """
     toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools())
@@ -167,6 +171,9 @@ def serve_demo_app(
         store=store,
         park_timeout=park_timeout,
         max_body=max_body,
+        token=token,
+        insecure_no_auth=insecure_no_auth,
+        allowed_hosts=allowed_hosts,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:

@@ -2,9 +2,12 @@
 
 Rules of this module:
 
-- Publishing never awaits: a run hands its event to each subscriber's bounded buffer and
-  goes on. A subscriber whose buffer is full is dropped on the spot and its connection is
-  aborted, so a client that stops reading costs one buffer, never a stalled run.
+- Publishing never awaits and never raises: a run hands its event to each subscriber's
+  bounded buffer and goes on. A subscriber whose buffer is full is dropped on the spot and
+  its connection is aborted, so a client that stops reading costs one buffer, never a
+  stalled run. Text that UTF-8 cannot encode (a lone surrogate) is sent as a JSON ``\\u``
+  escape; an event that is not JSON at all is logged and skipped. So a run's task never
+  fails, and is never left ``running``, because of what it reported.
 - An event is encoded once, as the bytes of one server-sent event, whatever the number of
   subscribers.
 - A subscription ends one of three ways: its client leaves, it is dropped for falling
@@ -36,10 +39,17 @@ _HELLO = b": connected\n\n"
 
 
 def format_event(name: str, data: dict[str, Any]) -> bytes:
-    """One server-sent event: ``event: <name>``, one ``data:`` line of JSON, a blank line."""
+    """One server-sent event: ``event: <name>``, one ``data:`` line of JSON, a blank line.
+
+    Raises ``TypeError`` or ``ValueError`` for data that is not JSON.
+    """
     # json.dumps never emits a raw newline, so the data always fits on one line.
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {name}\ndata: {payload}\n\n".encode()
+    try:
+        return f"event: {name}\ndata: {payload}\n\n".encode()
+    except UnicodeEncodeError:  # a lone surrogate: as an ASCII escape it is valid JSON
+        payload = json.dumps(data, separators=(",", ":"))
+        return f"event: {name}\ndata: {payload}\n\n".encode()
 
 
 class Subscription:
@@ -99,10 +109,17 @@ class EventBus:
         sub.end()
 
     def publish(self, name: str, data: dict[str, Any]) -> None:
-        """Send one event to every subscriber; drop those that cannot take it now."""
+        """Send one event to every subscriber; drop those that cannot take it now.
+
+        Never raises: an event that cannot be encoded is logged and skipped.
+        """
         if not self._subscribers:
             return
-        chunk = format_event(name, data)
+        try:
+            chunk = format_event(name, data)
+        except Exception:  # not JSON (RecursionError included): the run must go on
+            log.exception("skipped a %r event that cannot be encoded", name)
+            return
         for sub in tuple(self._subscribers):
             if not sub.offer(chunk):
                 self._subscribers.discard(sub)

@@ -16,7 +16,11 @@ const answeredIds = new Set(); // so a re-sync that raced an answer cannot bring
 const runs = new Map(); // run id -> {li, data, steps: Map(call id -> <li>)}
 const FINAL = new Set(["done", "incomplete", "error"]);
 const STATUS_LABELS = { pending: "waiting for an answer" };
+// The server restarted with a new token, say: only the printed address logs in again.
+const LOGGED_OUT =
+  "Not logged in: open the address that toolnexus-async serve printed (…/?token=…).";
 let nextId = 0;
+let loggedOut = false;
 
 // ---- small helpers ----
 
@@ -52,8 +56,17 @@ function safeUrl(raw) {
   }
 }
 
+/** A 401: the page has no (valid) login cookie any more. */
+function noteStatus(status) {
+  if (status !== 401) return;
+  loggedOut = true;
+  connection.textContent = LOGGED_OUT;
+  connection.dataset.state = "down";
+}
+
 async function getJSON(path) {
   const response = await fetch(path, { headers: { Accept: "application/json" } });
+  noteStatus(response.status);
   if (!response.ok) throw new Error(`GET ${path}: HTTP ${response.status}`);
   return response.json();
 }
@@ -65,6 +78,7 @@ async function postJSON(path, body) {
     headers: { "Content-Type": "application/json", Accept: "application/json" },
     body: JSON.stringify(body),
   });
+  noteStatus(response.status);
   let payload = null;
   try {
     payload = await response.json();
@@ -478,7 +492,7 @@ async function resync() {
   try {
     await Promise.all([syncRequests(), syncRuns()]);
   } catch (err) {
-    connection.textContent = `Could not load: ${err.message}`;
+    if (!loggedOut) connection.textContent = `Could not load: ${err.message}`;
   }
 }
 
@@ -508,6 +522,7 @@ const HANDLERS = {
 function connect() {
   const source = new EventSource("/events");
   source.addEventListener("open", () => {
+    loggedOut = false;
     connection.textContent = "Live";
     connection.dataset.state = "live";
     // Whatever happened while we were not listening (the first load included) is caught
@@ -518,10 +533,10 @@ function connect() {
     if (typeof event.data === "string") return; // the server's own "error" event, handled below
     connection.dataset.state = "down";
     if (source.readyState === EventSource.CLOSED) {
-      // The browser gives up after an HTTP error reply: retry ourselves, gently.
-      connection.textContent = "Disconnected; retrying in 5 s…";
+      // The browser gives up after an HTTP error reply (a 401 too): retry ourselves, gently.
+      if (!loggedOut) connection.textContent = "Disconnected; retrying in 5 s…";
       setTimeout(connect, 5000);
-    } else {
+    } else if (!loggedOut) {
       connection.textContent = "Reconnecting…";
     }
   });
