@@ -127,6 +127,11 @@ class Probe:
     parked: Callable[[], int] = lambda: 0
 
 
+# The inbox requires a token; the load client sends it with every request (the floor
+# ignores it), so both sides pay the same header.
+BENCH_TOKEN = "serve-load-benchmark-token"
+
+
 def toolnexus_app(store_path: Path, park_timeout: float) -> tuple[web.Application, Probe]:
     """``create_app`` on the one-approval scenario and a SqliteRunStore the app owns."""
     toolkit = Toolkit.create(builtins=False, extra_tools=[pay_invoice])
@@ -138,7 +143,11 @@ def toolnexus_app(store_path: Path, park_timeout: float) -> tuple[web.Applicatio
         return LlmClient.in_process(approval_model, model="serve-load", wait_for=inbox)
 
     app = create_app(
-        make_client=make_client, toolkit=toolkit, store=store, park_timeout=park_timeout
+        make_client=make_client,
+        toolkit=toolkit,
+        store=store,
+        park_timeout=park_timeout,
+        token=BENCH_TOKEN,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:
@@ -581,7 +590,10 @@ async def measure(kind: str, name: str, args: argparse.Namespace, directory: Pat
     timeout = aiohttp.ClientTimeout(total=600)
     with Server(kind, store) as server:
         async with aiohttp.ClientSession(
-            server.base_url, connector=connector, timeout=timeout
+            server.base_url,
+            connector=connector,
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {BENCH_TOKEN}"},
         ) as http:
             spill_store = store if kind == "spill" else None
             if args.warmup:
