@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..._types import Tool
 from .._session import SharedSession
+from ._regular import SpecialFileError
 from ._workspace import ConfinementError, Workspace
 from .apply_patch import ApplyPatchTool
 from .bash import BashTool
@@ -29,6 +30,7 @@ __all__ = (
     "GrepTool",
     "QuestionTool",
     "ReadTool",
+    "SpecialFileError",
     "TodoWriteTool",
     "WebFetchTool",
     "Workspace",

@@ -1,10 +1,14 @@
 """The ``apply_patch`` built-in: add, change, move and delete files in one step.
 
-Rule of this module: all files change or none do. The patch is parsed completely (by
-:mod:`._patch`, which holds the grammar), then every file's new content is computed in memory
-against what is on disk (earlier operations of the same patch included); only when every
-hunk of every file has matched is anything written. If writing itself fails part-way (a full
-disk, a permission), the files already written are put back as they were.
+Rules of this module:
+
+- All files change or none do. The patch is parsed completely (by :mod:`._patch`, which
+  holds the grammar), then every file's new content is computed in memory against what is
+  on disk (earlier operations of the same patch included); only when every hunk of every
+  file has matched is anything written. If writing itself fails part-way (a full disk, a
+  permission), the files already written are put back as they were.
+- Files are read and written through :mod:`._regular`: a FIFO, device or socket in the
+  patch is refused, and nothing is written.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from ._patch import (
     apply_hunks,
     parse_patch,
 )
+from ._regular import is_binary, read_regular, write_regular
 from ._workspace import ArgumentError, Workspace, WorkspaceTool, required_str
-from .files import MUTATION_LOCK, NotTextError, describe_os_error, is_binary
+from .files import MUTATION_LOCK, NotTextError, describe_os_error
 
 # The grammar's names are re-exported: callers (and the tests) import them from here.
 __all__ = (
@@ -63,7 +68,7 @@ class _Plan:
             if path.is_dir():
                 raise PatchError(f"{shown} is a directory")
             try:
-                data: bytes | None = path.read_bytes()
+                data: bytes | None = read_regular(path, shown)
             except FileNotFoundError:
                 data = None
             except OSError as exc:
@@ -95,10 +100,11 @@ class _Plan:
                     path.unlink()
                 else:
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(data)
-        except OSError as exc:
+                    write_regular(path, data, self.workspace.display(path))
+        except (OSError, ValueError) as exc:  # ValueError: a FIFO or device swapped in
             failed = self._restore(touched)
-            problem = describe_os_error(exc, self.workspace.display(touched[-1]))
+            shown = self.workspace.display(touched[-1])
+            problem = describe_os_error(exc, shown) if isinstance(exc, OSError) else str(exc)
             if failed:
                 raise _PartialWrite(
                     f"writing failed: {problem}; the patch is HALF APPLIED: could not restore "
@@ -116,8 +122,8 @@ class _Plan:
                 if original is None:
                     path.unlink(missing_ok=True)
                 else:
-                    path.write_bytes(original)
-            except OSError:
+                    write_regular(path, original, self.workspace.display(path))
+            except (OSError, ValueError):
                 failed.append(self.workspace.display(path))
         return failed
 

@@ -2,8 +2,9 @@
 
 Rules of this module:
 
-- Every path goes through the :class:`Workspace` (and so its confinement), and all file work
-  runs in a worker thread, never on the event loop.
+- Every path goes through the :class:`Workspace` (and so its confinement), every file is
+  opened through :mod:`._regular` (regular files only: never a FIFO, device or socket), and
+  all file work runs in a worker thread, never on the event loop.
 - Text means UTF-8. A file with a NUL byte in its first 8 KiB, or one that does not decode,
   is binary: it is refused, never shown garbled or rewritten.
 - ``edit`` changes a file only when the request is unambiguous; any error leaves it as it was.
@@ -14,6 +15,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+import errno
 import io
 import threading
 from pathlib import Path
@@ -22,6 +24,13 @@ from typing import Any
 import anyio
 
 from ..._types import ToolContext, ToolResult
+from ._regular import (
+    BINARY_PROBE,
+    is_binary,
+    open_regular,
+    read_regular,
+    write_regular,
+)
 from ._workspace import (
     ArgumentError,
     WorkspaceTool,
@@ -31,19 +40,21 @@ from ._workspace import (
 )
 
 __all__ = (
+    "BINARY_PROBE",
     "DEFAULT_READ_LIMIT",
     "MUTATION_LOCK",
     "EditTool",
     "NotTextError",
     "ReadTool",
     "WriteTool",
+    "decode_text",
     "describe_os_error",
+    "is_binary",
     "read_text",
 )
 
 DEFAULT_READ_LIMIT = 2000
 MAX_LINE_CHARS = 2000
-BINARY_PROBE = 8192
 
 MUTATION_LOCK = threading.Lock()
 
@@ -52,20 +63,20 @@ class NotTextError(ValueError):
     """The file is binary or not UTF-8."""
 
 
-def is_binary(head: bytes) -> bool:
-    """The cheap test every text tool uses: a NUL byte among the first bytes."""
-    return b"\0" in head[:BINARY_PROBE]
-
-
-def read_text(path: Path, shown: str) -> str:
-    """The UTF-8 text of ``path``; :class:`NotTextError` for binary content, else OSError."""
-    data = path.read_bytes()
+def decode_text(data: bytes, shown: str) -> str:
+    """``data`` as UTF-8 text; :class:`NotTextError` for binary content."""
     if is_binary(data):
         raise NotTextError(f"{shown} looks binary (it contains NUL bytes); refusing to use it")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NotTextError(f"{shown} is not UTF-8 text (bad byte at {exc.start})") from None
+
+
+def read_text(path: Path, shown: str) -> str:
+    """The UTF-8 text of the regular file ``path``; :class:`NotTextError` for binary content,
+    ``SpecialFileError`` for a FIFO, device or socket, else OSError."""
+    return decode_text(read_regular(path, shown), shown)
 
 
 def describe_os_error(exc: OSError, shown: str) -> str:
@@ -78,6 +89,8 @@ def describe_os_error(exc: OSError, shown: str) -> str:
         return f"a parent of {shown} is not a directory"
     if isinstance(exc, PermissionError):
         return f"permission denied: {shown}"
+    if exc.errno == errno.ENXIO:
+        return f"{shown} is not a regular file (a FIFO or a socket?); refusing to use it"
     return f"{shown}: {exc.strerror or exc}"
 
 
@@ -137,7 +150,7 @@ class ReadTool(WorkspaceTool):
             count = 0
             more = False
             # Streamed, so that reading the first lines of a huge log costs only those lines.
-            with path.open("rb") as raw:
+            with open_regular(path, shown) as raw:
                 if is_binary(raw.read(BINARY_PROBE)):
                     return ToolResult.error(f"read: {shown} is a binary file; not shown")
                 raw.seek(0)
@@ -213,7 +226,7 @@ class WriteTool(WorkspaceTool):
                     return ToolResult.error(f"write: {shown} is a directory")
                 existed = path.exists()
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
+                write_regular(path, data, shown)
         except (OSError, ValueError) as exc:
             return _fail("write", exc, given)
         how = "overwrote" if existed else "created"
@@ -283,7 +296,7 @@ class EditTool(WorkspaceTool):
                         "replaceAll to change them all)"
                     )
                 done = count if replace_all else 1
-                path.write_bytes(text.replace(old, new, done).encode("utf-8"))
+                write_regular(path, text.replace(old, new, done).encode("utf-8"), shown)
         except (OSError, ValueError) as exc:
             return _fail("edit", exc, given)
         noun = "occurrence" if done == 1 else "occurrences"
