@@ -86,15 +86,39 @@ async def test_confine_refuses_escapes_through_the_toolkit(tmp_path: Path):
 
 
 async def test_without_confine_the_same_paths_work(tmp_path: Path):
-    """confine defaults to False: a path outside the workdir is readable."""
+    """confine=False: a path outside the workdir is readable."""
     inside = tmp_path / "root"
     inside.mkdir()
     (tmp_path / "open.txt").write_text("shared")
-    async with Toolkit.create(workdir=inside) as toolkit:
+    async with Toolkit.create(workdir=inside, confine=False) as toolkit:
         result = await toolkit.execute("read", {"path": "../open.txt"})
 
     assert not result.is_error
     assert "shared" in result.output
+
+
+async def test_confined_by_default(tmp_path: Path):
+    """Toolkit.create() confines: the file tools and bash's workdir stay under workdir."""
+    inside = tmp_path / "root"
+    inside.mkdir()
+    (tmp_path / "secret.txt").write_text("top secret")
+    async with Toolkit.create(workdir=inside) as toolkit:
+        results = [
+            await toolkit.execute("read", {"path": "../secret.txt"}),
+            await toolkit.execute("grep", {"pattern": "secret", "path": ".."}),
+            await toolkit.execute("glob", {"pattern": "*", "path": str(tmp_path)}),
+            await toolkit.execute("write", {"path": "../x.txt", "content": "x"}),
+            await toolkit.execute(
+                "edit", {"path": "../secret.txt", "oldString": "top", "newString": "no"}
+            ),
+            await toolkit.execute("bash", {"command": "touch ran", "workdir": ".."}),
+        ]
+
+    for result in results:
+        assert result.is_error, result.output
+        assert "workspace root" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root", "secret.txt"]
+    assert (tmp_path / "secret.txt").read_text() == "top secret"
 
 
 async def test_arguments_are_validated_before_the_tool_runs():

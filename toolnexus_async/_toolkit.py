@@ -12,6 +12,8 @@ Rules of this module:
   refuses a taken name unless told to replace it.
 - The schema adapters are computed once per set of tools and cached, since a run renders
   them on every turn.
+- :meth:`Toolkit.create` is safe by default: the built-ins are confined to ``workdir``;
+  leaving it is explicit (``confine=False``).
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class Toolkit(Closing):
         extra_tools: Iterable[Tool] = (),
         *,
         workdir: str | os.PathLike[str] | None = None,
-        confine: bool = False,
+        confine: bool = True,
         validate: bool = True,
     ) -> Toolkit:
         """Assemble a toolkit from the built-ins and ``extra_tools``.
@@ -136,8 +138,9 @@ class Toolkit(Closing):
             workdir: the directory the file tools and ``bash`` work in (default: the
                 current directory).
             confine: keep every file tool, and ``bash``'s working directory, under
-                ``workdir``: ``..``, absolute paths outside and symlinks leading out are
-                refused. ``bash`` itself is not a sandbox.
+                ``workdir`` (the default): ``..``, absolute paths outside and symlinks
+                leading out are refused. ``False`` lets paths lead anywhere. ``bash``
+                itself is not a sandbox.
             validate: check each call's arguments against the tool's input schema before
                 the tool runs; a violation is an error result for the model.
         """
