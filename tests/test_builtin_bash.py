@@ -5,6 +5,9 @@ process group, and for the processes it started that left the group (``setsid``,
 double fork), whose pids the command reports through a FIFO. ``os.killpg(pgid, 0)`` is not
 enough on its own: an orphan that init has not reaped yet is a zombie, dead but still a
 member (in some containers init never reaps).
+
+These tests are about what bash does once it may run, so the tool allows every call; the
+approval is tested in test_builtin_approval.py.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def tool(root: Path) -> BashTool:
-    return BashTool(Workspace(root, confine=True))
+    return BashTool(Workspace(root, confine=True), approve="allow-all")
 
 
 async def test_stdout_and_stderr_are_combined_in_order(tool: BashTool) -> None:
@@ -154,7 +157,7 @@ async def test_argument_errors(tool: BashTool, args: dict[str, object], expected
 
 async def test_output_is_capped_keeping_head_and_tail(root: Path) -> None:
     """Long output keeps its beginning and end, and says how much was cut."""
-    small = BashTool(Workspace(root), max_output=1000)
+    small = BashTool(Workspace(root), max_output=1000, approve="allow-all")
     result = await small.execute({"command": "seq 1 100000"})
     assert not result.is_error
     assert len(result.output) < 1300
@@ -162,7 +165,7 @@ async def test_output_is_capped_keeping_head_and_tail(root: Path) -> None:
     assert result.output.endswith("99999\n100000\n")
     assert "output truncated" in result.output
     assert result.metadata is not None and result.metadata["truncated"] is True
-    big = await BashTool(Workspace(root)).execute(
+    big = await BashTool(Workspace(root), approve="allow-all").execute(
         {"command": "head -c 200000 /dev/zero | tr '\\0' a"}
     )
     assert MAX_OUTPUT < len(big.output) < MAX_OUTPUT + 200

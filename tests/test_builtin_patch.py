@@ -27,7 +27,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def tool(root: Path) -> ApplyPatchTool:
-    return ApplyPatchTool(Workspace(root, confine=True))
+    return ApplyPatchTool(Workspace(root, confine=True), approve="allow-all")
 
 
 def snapshot(top: Path) -> dict[str, bytes | None]:

@@ -56,9 +56,9 @@ def tools(root: Path) -> dict[str, Any]:
     ws = Workspace(root, confine=False)
     return {
         "read": ReadTool(ws),
-        "write": WriteTool(ws),
-        "edit": EditTool(ws),
-        "apply_patch": ApplyPatchTool(ws),
+        "write": WriteTool(ws, approve="allow-all"),
+        "edit": EditTool(ws, approve="allow-all"),
+        "apply_patch": ApplyPatchTool(ws, approve="allow-all"),
         "grep": GrepTool(ws),
         "glob": GlobTool(ws),
     }

@@ -2,6 +2,10 @@
 
 Rules of this module:
 
+- It runs code, so it asks first (:mod:`._approval`): under the default ``"ask"`` policy the
+  first call suspends with an approval request showing the command and the real working
+  directory, and the command runs only on the approved retry, if the working directory
+  still resolves to the one shown.
 - Every command gets a session and process group of its own (``start_new_session=True``)
   and, on Linux, is a child subreaper, so that the processes it starts stay in its tree
   even when they ``setsid`` or double-fork (:mod:`._proctree`). When a call ends any way
@@ -19,7 +23,7 @@ Rules of this module:
   kept in memory, so a command printing gigabytes costs ``max_output`` bytes, and the result
   says how much was cut.
 - The working directory obeys the workspace's confinement; the command does not. ``bash`` is
-  not a sandbox: put an approval step in front of it when the model is not trusted.
+  not a sandbox: the approval is what stands between a model and the machine.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ import asyncio
 import shutil
 import signal
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from ..._types import ToolContext, ToolResult
+from ._approval import ActingTool, ApprovalPolicy, Preview, digest_of
 from ._proctree import end_tree, pipe_id, preexec_fn, wait_gone
-from ._workspace import ArgumentError, Workspace, WorkspaceTool, optional_str, required_str
+from ._workspace import ArgumentError, Workspace, optional_str, required_str
 
 __all__ = ("DEFAULT_TIMEOUT_MS", "MAX_OUTPUT", "BashTool")
 
@@ -156,14 +162,24 @@ async def _end_tree(pid: int, pipe: str | None, collector: _Collector) -> None:
         await anyio.to_thread.run_sync(wait_gone, killed, pid, _CLEANUP_LIMIT_S)
 
 
+def _preview(command: str, cwd: Path) -> Preview:
+    return Preview(
+        prompt=f"Allow bash to run this command in {cwd}?\n\n{command}",
+        details={"command": command, "workdir": str(cwd)},
+        digest=digest_of("bash", command, str(cwd)),
+        subject="the working directory",
+    )
+
+
 def _output_pipe(transport: asyncio.SubprocessTransport) -> str | None:
     reader = transport.get_pipe_transport(1)
     stream = reader.get_extra_info("pipe") if reader is not None else None
     return pipe_id(stream.fileno()) if stream is not None else None
 
 
-class BashTool(WorkspaceTool):
-    """Run a shell command in the workspace, with a time limit and capped output."""
+class BashTool(ActingTool):
+    """Run a shell command in the workspace, once approved, with a time limit and capped
+    output."""
 
     name = "bash"
     description = (
@@ -174,8 +190,14 @@ class BashTool(WorkspaceTool):
     )
     input_schema = _SCHEMA
 
-    def __init__(self, workspace: Workspace | None = None, *, max_output: int = MAX_OUTPUT) -> None:
-        super().__init__(workspace)
+    def __init__(
+        self,
+        workspace: Workspace | None = None,
+        *,
+        max_output: int = MAX_OUTPUT,
+        approve: ApprovalPolicy = "ask",
+    ) -> None:
+        super().__init__(workspace, approve=approve)
         self.max_output = max_output
         self._shell = shutil.which("bash") or "/bin/sh"
 
@@ -187,10 +209,17 @@ class BashTool(WorkspaceTool):
             optional_str(args, "description")  # only checked: it is for the humans watching
         except ArgumentError as exc:
             return ToolResult.error(f"bash: {exc}")
+        decision = self.approval.decide(self.name, args, ctx)
+        if isinstance(decision, ToolResult):
+            return decision
         try:
             cwd = await anyio.to_thread.run_sync(self.workspace.resolve_dir, workdir)
         except ValueError as exc:
             return ToolResult.error(f"bash: workdir: {exc}")
+        if decision.needs_preview:
+            stop = decision.check(self.name, args, _preview(command, cwd))
+            if stop is not None:
+                return stop
 
         capture = _Capture(self.max_output)
         collector = _Collector(capture)

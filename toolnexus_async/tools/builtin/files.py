@@ -7,6 +7,9 @@ Rules of this module:
   all file work runs in a worker thread, never on the event loop.
 - Text means UTF-8. A file with a NUL byte in its first 8 KiB, or one that does not decode,
   is binary: it is refused, never shown garbled or rewritten.
+- ``write`` and ``edit`` change files, so they ask first (:mod:`._approval`): the request
+  shows the unified diff of the file before and after. The preview, the check that it is
+  still what was approved, and the write happen in one go under :data:`MUTATION_LOCK`.
 - ``edit`` changes a file only when the request is unambiguous; any error leaves it as it was.
 - Mutations (``write``, ``edit``, ``apply_patch``) hold :data:`MUTATION_LOCK`: the calls of one
   model turn run concurrently, and two edits of one file must not interleave their
@@ -24,6 +27,7 @@ from typing import Any
 import anyio
 
 from ..._types import ToolContext, ToolResult
+from ._approval import ActingTool, Decision, Preview, cut_for_prompt, digest_of, unified_diff
 from ._regular import (
     BINARY_PROBE,
     is_binary,
@@ -98,6 +102,26 @@ def _fail(tool: str, exc: Exception, shown: str) -> ToolResult:
     if isinstance(exc, OSError):
         return ToolResult.error(f"{tool}: {describe_os_error(exc, shown)}")
     return ToolResult.error(f"{tool}: {exc}")
+
+
+def _current(path: Path, shown: str) -> bytes | None:
+    """What ``path`` holds now, or None when there is no such file."""
+    try:
+        return read_regular(path, shown)
+    except FileNotFoundError:
+        return None
+
+
+def _change_preview(
+    tool: str, verb: str, path: Path, shown: str, before: bytes | None, after: bytes
+) -> Preview:
+    diff = unified_diff(before, after, shown, shown)
+    return Preview(
+        prompt=f"Allow {tool} to {verb} {shown}?\n\n{cut_for_prompt(diff)}".rstrip("\n"),
+        details={"path": shown, "diff": diff},
+        digest=digest_of(tool, str(path), before, after),
+        subject=shown,
+    )
 
 
 _READ_SCHEMA: dict[str, Any] = {
@@ -198,8 +222,8 @@ _WRITE_SCHEMA: dict[str, Any] = {
 }
 
 
-class WriteTool(WorkspaceTool):
-    """Create or overwrite a file with the given content."""
+class WriteTool(ActingTool):
+    """Create or overwrite a file with the given content, once approved."""
 
     name = "write"
     description = (
@@ -214,9 +238,14 @@ class WriteTool(WorkspaceTool):
             content = required_str(args, "content", allow_empty=True)
         except ArgumentError as exc:
             return ToolResult.error(f"write: {exc}")
-        return await anyio.to_thread.run_sync(self._write, path, content)
+        decision = self.approval.decide(self.name, args, ctx)
+        if isinstance(decision, ToolResult):
+            return decision
+        return await anyio.to_thread.run_sync(self._write, args, path, content, decision)
 
-    def _write(self, given: str, content: str) -> ToolResult:
+    def _write(
+        self, args: dict[str, Any], given: str, content: str, decision: Decision
+    ) -> ToolResult:
         try:
             data = content.encode("utf-8")
             with MUTATION_LOCK:
@@ -224,7 +253,16 @@ class WriteTool(WorkspaceTool):
                 shown = self.workspace.display(path)
                 if path.is_dir():
                     return ToolResult.error(f"write: {shown} is a directory")
-                existed = path.exists()
+                if decision.needs_preview:
+                    before = _current(path, shown)
+                    existed = before is not None
+                    verb = "overwrite" if existed else "create"
+                    preview = _change_preview("write", verb, path, shown, before, data)
+                    stop = decision.check(self.name, args, preview)
+                    if stop is not None:
+                        return stop
+                else:
+                    existed = path.exists()
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_regular(path, data, shown)
         except (OSError, ValueError) as exc:
@@ -250,8 +288,8 @@ _EDIT_SCHEMA: dict[str, Any] = {
 }
 
 
-class EditTool(WorkspaceTool):
-    """Replace an exact piece of text in a file."""
+class EditTool(ActingTool):
+    """Replace an exact piece of text in a file, once approved."""
 
     name = "edit"
     description = (
@@ -271,14 +309,27 @@ class EditTool(WorkspaceTool):
             return ToolResult.error(f"edit: {exc}")
         if old == new:
             return ToolResult.error("edit: oldString and newString are the same; nothing to do")
-        return await anyio.to_thread.run_sync(self._edit, path, old, new, replace_all)
+        decision = self.approval.decide(self.name, args, ctx)
+        if isinstance(decision, ToolResult):
+            return decision
+        return await anyio.to_thread.run_sync(
+            self._edit, args, path, (old, new, replace_all), decision
+        )
 
-    def _edit(self, given: str, old: str, new: str, replace_all: bool) -> ToolResult:
+    def _edit(
+        self,
+        args: dict[str, Any],
+        given: str,
+        change: tuple[str, str, bool],
+        decision: Decision,
+    ) -> ToolResult:
+        old, new, replace_all = change
         try:
             with MUTATION_LOCK:
                 path = self.workspace.resolve(given)
                 shown = self.workspace.display(path)
-                text = read_text(path, shown)
+                before = read_regular(path, shown)
+                text = decode_text(before, shown)
                 count = text.count(old)
                 if count == 0 and "\r\n" in text and "\r" not in old:
                     # The model writes "\n"; a file with Windows line endings still matches.
@@ -296,7 +347,13 @@ class EditTool(WorkspaceTool):
                         "replaceAll to change them all)"
                     )
                 done = count if replace_all else 1
-                write_regular(path, text.replace(old, new, done).encode("utf-8"), shown)
+                after = text.replace(old, new, done).encode("utf-8")
+                if decision.needs_preview:
+                    preview = _change_preview("edit", "change", path, shown, before, after)
+                    stop = decision.check(self.name, args, preview)
+                    if stop is not None:
+                        return stop
+                write_regular(path, after, shown)
         except (OSError, ValueError) as exc:
             return _fail("edit", exc, given)
         noun = "occurrence" if done == 1 else "occurrences"
