@@ -1,22 +1,30 @@
 """The bash built-in: output, exit codes, workdir confinement, caps, and no process left behind.
 
 "Left behind" is checked by scanning /proc for live (non-zombie) members of the command's
-process group. ``os.killpg(pgid, 0)`` is not enough on its own: an orphan that init has not
-reaped yet is a zombie, dead but still a member (in some containers init never reaps).
+process group, and for the processes it started that left the group (``setsid``, a
+double fork), whose pids the command reports through a FIFO. ``os.killpg(pgid, 0)`` is not
+enough on its own: an orphan that init has not reaped yet is a zombie, dead but still a
+member (in some containers init never reaps).
+
+These tests are about what bash does once it may run, so the tool allows every call; the
+approval is tested in test_builtin_approval.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
 from tests.conftest import assert_no_leaks
+from toolnexus_async import ToolResult
 from toolnexus_async.tools.builtin._workspace import Workspace
 from toolnexus_async.tools.builtin.bash import MAX_OUTPUT, BashTool
 
@@ -55,7 +63,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def tool(root: Path) -> BashTool:
-    return BashTool(Workspace(root, confine=True))
+    return BashTool(Workspace(root, confine=True), approve="allow-all")
 
 
 async def test_stdout_and_stderr_are_combined_in_order(tool: BashTool) -> None:
@@ -149,7 +157,7 @@ async def test_argument_errors(tool: BashTool, args: dict[str, object], expected
 
 async def test_output_is_capped_keeping_head_and_tail(root: Path) -> None:
     """Long output keeps its beginning and end, and says how much was cut."""
-    small = BashTool(Workspace(root), max_output=1000)
+    small = BashTool(Workspace(root), max_output=1000, approve="allow-all")
     result = await small.execute({"command": "seq 1 100000"})
     assert not result.is_error
     assert len(result.output) < 1300
@@ -157,7 +165,7 @@ async def test_output_is_capped_keeping_head_and_tail(root: Path) -> None:
     assert result.output.endswith("99999\n100000\n")
     assert "output truncated" in result.output
     assert result.metadata is not None and result.metadata["truncated"] is True
-    big = await BashTool(Workspace(root)).execute(
+    big = await BashTool(Workspace(root), approve="allow-all").execute(
         {"command": "head -c 200000 /dev/zero | tr '\\0' a"}
     )
     assert MAX_OUTPUT < len(big.output) < MAX_OUTPUT + 200
@@ -225,3 +233,113 @@ async def test_background_children_with_redirected_output_survive(tool: BashTool
         assert running(pid)
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+class Reports:
+    """A FIFO that processes of a command write their pid to, read without blocking a thread.
+
+    The read end is opened first and non-blocking, so a writer never waits for it and a test
+    that gives up leaves no thread stuck in open().
+    """
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = shlex.quote(str(path))
+        self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self._buffer = b""
+        self.pids: list[int] = []
+
+    async def read(self, count: int) -> list[int]:
+        """Wait (at most 10 s) until ``count`` pids were reported; all reported so far."""
+        loop = asyncio.get_running_loop()
+        with anyio.fail_after(10):
+            while len(self.pids) < count:
+                ready = anyio.Event()
+                loop.add_reader(self._fd, ready.set)
+                try:
+                    await ready.wait()
+                finally:
+                    loop.remove_reader(self._fd)
+                try:
+                    self._buffer += os.read(self._fd, 4096)
+                except BlockingIOError:
+                    continue  # woken by a writer opening the FIFO, before it wrote
+                *lines, self._buffer = self._buffer.split(b"\n")
+                self.pids += [int(line) for line in lines if line]
+        return self.pids
+
+    def close(self) -> None:
+        os.close(self._fd)
+        for pid in self.pids:  # only if a test failed: never leave a sleeper behind
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Iterator[Reports]:
+    channel = Reports(tmp_path / "pids")
+    try:
+        yield channel
+    finally:
+        channel.close()
+
+
+def escapee(reports: Reports, redirect: str = "") -> str:
+    """A command that starts a process in a session of its own, which reports its pid."""
+    return f"setsid sh -c 'echo $$ > {reports.path}; exec sleep 600' {redirect}"
+
+
+def escapees(reports: Reports) -> str:
+    """A setsid child holding the output, and a double-forked daemon that does not."""
+    daemon = escapee(reports, ">/dev/null 2>&1 &")
+    return f"{escapee(reports)} & ( {daemon} ) ; sleep 60"
+
+
+async def test_timeout_kills_setsid_children_and_double_forked_daemons(
+    tool: BashTool, reports: Reports
+) -> None:
+    """Processes that left the command's session are killed on timeout too: the tree is."""
+    returned: list[ToolResult] = []
+
+    async def call() -> None:
+        # Generous: the two daemons must have started (and reported) before it passes.
+        returned.append(await tool.execute({"command": escapees(reports), "timeout": 2000}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        pids = await reports.read(2)
+    [result] = returned
+    assert result.metadata is not None and result.metadata["timed_out"] is True
+    assert "its process tree was killed" in result.output
+    assert [pid for pid in pids if running(pid)] == []
+    assert_no_leaks()
+
+
+async def test_cancellation_kills_setsid_children_and_double_forked_daemons(
+    tool: BashTool, reports: Reports
+) -> None:
+    """Cancelling the call kills the whole tree, then the cancellation propagates."""
+    returned: list[ToolResult] = []
+
+    async def call() -> None:
+        returned.append(await tool.execute({"command": escapees(reports)}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        pids = await reports.read(2)
+        assert all(running(pid) for pid in pids)
+        tg.cancel_scope.cancel()
+    assert returned == []
+    assert [pid for pid in pids if running(pid)] == []
+    assert_no_leaks()
+
+
+async def test_a_setsid_child_holding_the_output_is_killed_when_the_shell_ends(
+    tool: BashTool, reports: Reports
+) -> None:
+    """A stray background process that holds the output is killed even out of the group."""
+    result = await tool.execute({"command": f"{escapee(reports)} &", "timeout": 20_000})
+    [pid] = await reports.read(1)
+    assert not result.is_error
+    assert result.metadata is not None and result.metadata["killed_background"] is True
+    assert not running(pid)

@@ -139,7 +139,9 @@ async def test_read_refuses_escapes(root: Path, ws: Workspace) -> None:
 
 async def test_write_creates_parents_and_reports_bytes(root: Path, ws: Workspace) -> None:
     """Missing folders are created; the count is of UTF-8 bytes, not characters."""
-    result = await WriteTool(ws).execute({"path": "a/b/c.txt", "content": "héllo\n"})
+    result = await WriteTool(ws, approve="allow-all").execute(
+        {"path": "a/b/c.txt", "content": "héllo\n"}
+    )
     assert not result.is_error
     assert (root / "a" / "b" / "c.txt").read_bytes() == "héllo\n".encode()
     assert "wrote 7 bytes to a/b/c.txt" in result.output
@@ -149,7 +151,7 @@ async def test_write_creates_parents_and_reports_bytes(root: Path, ws: Workspace
 async def test_write_overwrites_and_may_write_nothing(root: Path, ws: Workspace) -> None:
     """An existing file is replaced; empty content is allowed."""
     (root / "f.txt").write_text("old content")
-    result = await WriteTool(ws).execute({"path": "f.txt", "content": ""})
+    result = await WriteTool(ws, approve="allow-all").execute({"path": "f.txt", "content": ""})
     assert not result.is_error
     assert "wrote 0 bytes" in result.output and "overwrote" in result.output
     assert (root / "f.txt").read_bytes() == b""
@@ -158,11 +160,11 @@ async def test_write_overwrites_and_may_write_nothing(root: Path, ws: Workspace)
 async def test_write_errors(root: Path, ws: Workspace) -> None:
     """A directory target, a missing or non-string content are error results."""
     (root / "d").mkdir()
-    on_dir = await WriteTool(ws).execute({"path": "d", "content": "x"})
+    on_dir = await WriteTool(ws, approve="allow-all").execute({"path": "d", "content": "x"})
     assert on_dir.is_error and "is a directory" in on_dir.output
-    missing = await WriteTool(ws).execute({"path": "f.txt"})
+    missing = await WriteTool(ws, approve="allow-all").execute({"path": "f.txt"})
     assert missing.is_error and "'content' is required" in missing.output
-    wrong = await WriteTool(ws).execute({"path": "f.txt", "content": ["x"]})
+    wrong = await WriteTool(ws, approve="allow-all").execute({"path": "f.txt", "content": ["x"]})
     assert wrong.is_error and "'content' must be a string" in wrong.output
     assert not (root / "f.txt").exists()
 
@@ -173,7 +175,7 @@ async def test_write_refuses_escapes_and_creates_nothing_outside(root: Path, ws:
     (root / "door").symlink_to(outside, target_is_directory=True)
     before = sorted(p.name for p in outside.iterdir())
     for path in ("../new.txt", str(outside / "new.txt"), "door/new.txt", "door/sub/new.txt"):
-        result = await WriteTool(ws).execute({"path": path, "content": "x"})
+        result = await WriteTool(ws, approve="allow-all").execute({"path": path, "content": "x"})
         assert result.is_error, path
         assert "workspace root" in result.output
     assert sorted(p.name for p in outside.iterdir()) == before
@@ -186,7 +188,7 @@ async def test_write_refuses_escapes_and_creates_nothing_outside(root: Path, ws:
 async def test_edit_replaces_a_unique_string(root: Path, ws: Workspace) -> None:
     """A single occurrence is replaced and the count reported."""
     (root / "f.py").write_text("a = 1\nb = 2\n")
-    result = await EditTool(ws).execute(
+    result = await EditTool(ws, approve="allow-all").execute(
         {"path": "f.py", "oldString": "b = 2", "newString": "b = 3"}
     )
     assert not result.is_error
@@ -198,7 +200,7 @@ async def test_edit_replace_all(root: Path, ws: Workspace) -> None:
     """With replaceAll every occurrence changes and the count says how many."""
     (root / "f.txt").write_text("x x x")
     args = {"path": "f.txt", "oldString": "x", "newString": "yy", "replaceAll": True}
-    result = await EditTool(ws).execute(args)
+    result = await EditTool(ws, approve="allow-all").execute(args)
     assert "replaced 3 occurrences" in result.output
     assert (root / "f.txt").read_text() == "yy yy yy"
 
@@ -216,7 +218,7 @@ async def test_edit_failures_leave_the_file_unchanged(root: Path, ws: Workspace)
         ({"oldString": "one", "newString": "1", "replaceAll": "yes"}, "'replaceAll' must be"),
     ]
     for extra, expected in cases:
-        result = await EditTool(ws).execute({"path": "f.txt", **extra})
+        result = await EditTool(ws, approve="allow-all").execute({"path": "f.txt", **extra})
         assert result.is_error, extra
         assert expected in result.output, (extra, result.output)
         assert (root / "f.txt").read_bytes() == original
@@ -224,11 +226,15 @@ async def test_edit_failures_leave_the_file_unchanged(root: Path, ws: Workspace)
 
 async def test_edit_missing_and_binary_files(root: Path, ws: Workspace) -> None:
     """A missing file and a binary file are error results; the binary stays intact."""
-    missing = await EditTool(ws).execute({"path": "no.txt", "oldString": "a", "newString": "b"})
+    missing = await EditTool(ws, approve="allow-all").execute(
+        {"path": "no.txt", "oldString": "a", "newString": "b"}
+    )
     assert missing.is_error and "file not found: no.txt" in missing.output
     blob = b"a\0b\0a"
     (root / "blob.bin").write_bytes(blob)
-    binary = await EditTool(ws).execute({"path": "blob.bin", "oldString": "a", "newString": "b"})
+    binary = await EditTool(ws, approve="allow-all").execute(
+        {"path": "blob.bin", "oldString": "a", "newString": "b"}
+    )
     assert binary.is_error and "binary" in binary.output
     assert (root / "blob.bin").read_bytes() == blob
 
@@ -237,7 +243,7 @@ async def test_edit_keeps_windows_line_endings(root: Path, ws: Workspace) -> Non
     """A model's '\\n' matches a CRLF file, and the file keeps its CRLF endings."""
     (root / "w.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
     args = {"path": "w.txt", "oldString": "one\ntwo", "newString": "1\n2"}
-    result = await EditTool(ws).execute(args)
+    result = await EditTool(ws, approve="allow-all").execute(args)
     assert not result.is_error
     assert (root / "w.txt").read_bytes() == b"1\r\n2\r\nthree\r\n"
 
@@ -245,7 +251,9 @@ async def test_edit_keeps_windows_line_endings(root: Path, ws: Workspace) -> Non
 async def test_edit_refuses_a_symlink_leading_out(root: Path, ws: Workspace) -> None:
     """Editing through a link to an outside file is refused and the outside file untouched."""
     (root / "link").symlink_to(root.parent / "outside.txt")
-    result = await EditTool(ws).execute({"path": "link", "oldString": "secret", "newString": "x"})
+    result = await EditTool(ws, approve="allow-all").execute(
+        {"path": "link", "oldString": "secret", "newString": "x"}
+    )
     assert result.is_error and "symlink" in result.output
     assert (root.parent / "outside.txt").read_text() == "secret\n"
 
@@ -254,7 +262,7 @@ async def test_concurrent_edits_of_one_file_all_land(root: Path, ws: Workspace) 
     """Edits of one turn run concurrently; none of them may overwrite another's change."""
     count = 40
     (root / "f.txt").write_text("".join(f"<{i}>\n" for i in range(count)))
-    tool = EditTool(ws)
+    tool = EditTool(ws, approve="allow-all")
 
     async def edit(i: int) -> None:
         result = await tool.execute({"path": "f.txt", "oldString": f"<{i}>", "newString": "ok"})

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from toolnexus_async.tools.builtin import apply_patch
+from toolnexus_async.tools.builtin._regular import write_regular
 from toolnexus_async.tools.builtin._workspace import Workspace
 from toolnexus_async.tools.builtin.apply_patch import ApplyPatchTool, PatchError, parse_patch
 
@@ -25,7 +27,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def tool(root: Path) -> ApplyPatchTool:
-    return ApplyPatchTool(Workspace(root, confine=True))
+    return ApplyPatchTool(Workspace(root, confine=True), approve="allow-all")
 
 
 def snapshot(top: Path) -> dict[str, bytes | None]:
@@ -336,16 +338,16 @@ async def test_a_failed_write_restores_what_was_written(
 ) -> None:
     """If the disk fails mid-commit, files already written get their old bytes back."""
     before = snapshot(root.parent)
-    real_write = Path.write_bytes
+    real_write = write_regular
     calls: list[Path] = []
 
-    def flaky_write(self: Path, data: bytes) -> int:
-        calls.append(self)
-        if self.name == "notes.txt" and len(calls) < 4:
+    def flaky_write(path: Path, data: bytes, shown: str) -> None:
+        calls.append(path)
+        if path.name == "notes.txt" and len(calls) < 4:
             raise OSError(28, "No space left on device")
-        return real_write(self, data)
+        real_write(path, data, shown)
 
-    monkeypatch.setattr(Path, "write_bytes", flaky_write)
+    monkeypatch.setattr(apply_patch, "write_regular", flaky_write)
     result = await tool.execute(
         {
             "patchText": patch(

@@ -1,4 +1,5 @@
-"""Toolkit.create with the built-ins: the full set, workdir/confine, validation, closing."""
+"""Toolkit.create with the built-ins: the full set, workdir/confine, approve, validation,
+closing."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from aiohttp import web
 
 from tests.shared import loopback
-from toolnexus_async import ToolContext, Toolkit, ToolResult, UsageError
-from toolnexus_async.tools.builtin import BUILTIN_NAMES
+from toolnexus_async import ToolContext, Toolkit, ToolResult, UsageError, pending_of
+from toolnexus_async.tools.builtin import ACTING_NAMES, BUILTIN_NAMES
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -56,7 +57,7 @@ def test_single_builtins_can_be_turned_off():
 
 async def test_workdir_is_where_file_tools_and_bash_work(tmp_path: Path):
     """write/read and bash's default working directory are the given workdir."""
-    async with Toolkit.create(workdir=tmp_path) as toolkit:
+    async with Toolkit.create(workdir=tmp_path, approve="allow-all") as toolkit:
         wrote = await toolkit.execute("write", {"path": "notes/a.txt", "content": "hello\n"})
         assert not wrote.is_error, wrote.output
         read = await toolkit.execute("read", {"path": "notes/a.txt"})
@@ -86,15 +87,77 @@ async def test_confine_refuses_escapes_through_the_toolkit(tmp_path: Path):
 
 
 async def test_without_confine_the_same_paths_work(tmp_path: Path):
-    """confine defaults to False: a path outside the workdir is readable."""
+    """confine=False: a path outside the workdir is readable."""
     inside = tmp_path / "root"
     inside.mkdir()
     (tmp_path / "open.txt").write_text("shared")
-    async with Toolkit.create(workdir=inside) as toolkit:
+    async with Toolkit.create(workdir=inside, confine=False) as toolkit:
         result = await toolkit.execute("read", {"path": "../open.txt"})
 
     assert not result.is_error
     assert "shared" in result.output
+
+
+async def test_confined_by_default(tmp_path: Path):
+    """Toolkit.create() confines: the file tools and bash's workdir stay under workdir."""
+    inside = tmp_path / "root"
+    inside.mkdir()
+    (tmp_path / "secret.txt").write_text("top secret")
+    async with Toolkit.create(workdir=inside, approve="allow-all") as toolkit:
+        results = [
+            await toolkit.execute("read", {"path": "../secret.txt"}),
+            await toolkit.execute("grep", {"pattern": "secret", "path": ".."}),
+            await toolkit.execute("glob", {"pattern": "*", "path": str(tmp_path)}),
+            await toolkit.execute("write", {"path": "../x.txt", "content": "x"}),
+            await toolkit.execute(
+                "edit", {"path": "../secret.txt", "oldString": "top", "newString": "no"}
+            ),
+            await toolkit.execute("bash", {"command": "touch ran", "workdir": ".."}),
+        ]
+
+    for result in results:
+        assert result.is_error, result.output
+        assert "workspace root" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root", "secret.txt"]
+    assert (tmp_path / "secret.txt").read_text() == "top secret"
+
+
+async def test_approve_reaches_the_acting_builtins(tmp_path: Path):
+    """approve= is the policy of bash, write, edit and apply_patch; the others never ask."""
+    asking = Toolkit.create(workdir=tmp_path)
+    free = Toolkit.create(workdir=tmp_path, approve="allow-all")
+    (tmp_path / "a.txt").write_text("a\n")
+    calls: dict[str, dict[str, Any]] = {
+        "bash": {"command": "true"},
+        "write": {"path": "b.txt", "content": "b"},
+        "edit": {"path": "a.txt", "oldString": "a", "newString": "z"},
+        "apply_patch": {"patchText": "*** Begin Patch\n*** Delete File: a.txt\n*** End Patch"},
+        "read": {"path": "a.txt"},
+        "grep": {"pattern": "a"},
+        "glob": {"pattern": "*"},
+        "todowrite": {"todos": []},
+    }
+    for name, args in calls.items():
+        result = await asking.execute(name, args)
+        asked = pending_of(result)
+        assert (asked is not None) is (name in ACTING_NAMES), name
+        if asked is not None:
+            assert asked.kind == "approval" and asked.data is not None
+            assert asked.data["tool"] == name and asked.data["arguments"] == args
+    assert (tmp_path / "a.txt").read_text() == "a\n" and not (tmp_path / "b.txt").exists()
+    for name in ACTING_NAMES:
+        result = await free.execute(name, calls[name])
+        assert not result.is_error and pending_of(result) is None, (name, result.output)
+    assert not (tmp_path / "a.txt").exists() and (tmp_path / "b.txt").read_text() == "b"
+
+
+@pytest.mark.parametrize("approve", ["never", "allow", True, None, 1])
+def test_a_bad_approve_policy_is_refused(approve: Any):
+    """Anything but "ask", "allow-all" or a callable is a UsageError, built-ins or not."""
+    with pytest.raises(UsageError, match="approve must be 'ask', 'allow-all' or a callable"):
+        Toolkit.create(approve=approve)
+    with pytest.raises(UsageError, match="approve must be"):
+        Toolkit.create(builtins=False, approve=approve)
 
 
 async def test_arguments_are_validated_before_the_tool_runs():

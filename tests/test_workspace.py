@@ -120,14 +120,14 @@ def test_root_is_stored_absolute_and_resolved(root: Path, monkeypatch: pytest.Mo
     assert ws.resolve(str(root.parent / "root-link" / "sub")) == root / "sub"
 
 
-def test_default_workspace_is_the_unconfined_cwd(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Workspace() is the current directory, not confined."""
+def test_default_workspace_is_the_confined_cwd(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workspace() is the current directory, confined, as Toolkit.create's default is."""
     monkeypatch.chdir(root)
     ws = Workspace()
     assert ws.root == root
-    assert ws.confine is False
+    assert ws.confine is True
+    assert Workspace(root).confine is True
+    refused(ws, "../outside/secret.txt")
 
 
 def test_confinement_error_is_a_value_error_of_the_package() -> None:
@@ -222,11 +222,15 @@ def test_every_tool_of_the_set_is_a_builtin_tool(tmp_path: Path) -> None:
 async def test_tools_with_a_workspace_default_to_the_cwd(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A file tool built without a workspace works in the current directory, unconfined."""
+    """A file tool built without a workspace works in the current directory, confined."""
     monkeypatch.chdir(root)
     tool = ReadTool()
     assert tool.workspace.root == root
     result = await tool.execute({"path": "sub/a.txt"})
     assert result.output == "     1\ta"
     outside = await tool.execute({"path": os.path.join("..", "outside", "secret.txt")})
-    assert outside.output == "     1\tsecret"
+    assert outside.is_error and "climbs out of the workspace root" in outside.output
+    assert "secret" not in outside.output.replace("secret.txt", "")
+    unconfined = ReadTool(Workspace(confine=False))
+    escaped = await unconfined.execute({"path": os.path.join("..", "outside", "secret.txt")})
+    assert escaped.output == "     1\tsecret"

@@ -12,6 +12,8 @@ Rules of this module:
   refuses a taken name unless told to replace it.
 - The schema adapters are computed once per set of tools and cached, since a run renders
   them on every turn.
+- :meth:`Toolkit.create` is safe by default: the built-ins are confined to ``workdir`` and
+  the acting ones ask before they act (``approve="ask"``); loosening either is explicit.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ._errors import UsageError
 from ._types import Tool, ToolContext, ToolResult, check_tool_name
 from ._validation import Validator, validator_for
 from .tools._session import SharedSession
-from .tools.builtin import BUILTIN_NAMES, Workspace, builtin_tools
+from .tools.builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_tools, check_policy
 
 __all__ = ("Toolkit",)
 
@@ -123,7 +125,8 @@ class Toolkit(Closing):
         extra_tools: Iterable[Tool] = (),
         *,
         workdir: str | os.PathLike[str] | None = None,
-        confine: bool = False,
+        confine: bool = True,
+        approve: ApprovalPolicy = "ask",
         validate: bool = True,
     ) -> Toolkit:
         """Assemble a toolkit from the built-ins and ``extra_tools``.
@@ -136,11 +139,18 @@ class Toolkit(Closing):
             workdir: the directory the file tools and ``bash`` work in (default: the
                 current directory).
             confine: keep every file tool, and ``bash``'s working directory, under
-                ``workdir``: ``..``, absolute paths outside and symlinks leading out are
-                refused. ``bash`` itself is not a sandbox.
+                ``workdir`` (the default): ``..``, absolute paths outside and symlinks
+                leading out are refused. ``False`` lets paths lead anywhere. ``bash``
+                itself is not a sandbox.
+            approve: when the acting built-ins (``bash``, ``write``, ``edit``,
+                ``apply_patch``) ask for approval: ``"ask"`` (every call, the default),
+                ``"allow-all"`` (never: a sandbox, CI), or a callable
+                ``(tool_name, args) -> bool`` returning True for a call that may run
+                unasked. Anything else raises :class:`UsageError`.
             validate: check each call's arguments against the tool's input schema before
                 the tool runs; a violation is an error result for the model.
         """
+        approve = check_policy(approve)
         extras: dict[str, Tool] = {}
         for tool in extra_tools:
             tool = _check_tool(tool)
@@ -154,7 +164,7 @@ class Toolkit(Closing):
             workspace = Workspace(Path.cwd() if workdir is None else workdir, confine=confine)
             session = SharedSession()
             toolkit._resources.append(session)
-            for tool in builtin_tools(workspace, session):
+            for tool in builtin_tools(workspace, session, approve=approve):
                 if tool.name in enabled and tool.name not in extras:
                     toolkit.register(tool)
         for tool in extras.values():

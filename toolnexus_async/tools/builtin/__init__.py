@@ -1,15 +1,23 @@
 """The built-in tools that :meth:`Toolkit.create` adds unless told otherwise.
 
-Rule of this package: every built-in is an ordinary tool (source ``"builtin"``), async, and
-never blocks the event loop; file work goes through a :class:`Workspace`, HTTP through the
-toolkit's one shared session. ``BUILTIN_NAMES`` is the whole set, in the order the toolnexus
-ports list it.
+Rules of this package:
+
+- Every built-in is an ordinary tool (source ``"builtin"``), async, and never blocks the
+  event loop; file work goes through a :class:`Workspace`, HTTP through the toolkit's one
+  shared session. ``BUILTIN_NAMES`` is the whole set, in the order the toolnexus ports list
+  it.
+- Safe by default, with the whole set on: the built-ins that act (``bash``, ``write``,
+  ``edit``, ``apply_patch``: :data:`ACTING_NAMES`) ask for approval before they act, as
+  their ``approve`` policy says (:mod:`._approval`); the others only read or ask the user.
+  The workspace is confined by default, and the file tools open regular files only.
 """
 
 from __future__ import annotations
 
 from ..._types import Tool
 from .._session import SharedSession
+from ._approval import ApprovalPolicy, check_policy
+from ._regular import SpecialFileError
 from ._workspace import ConfinementError, Workspace
 from .apply_patch import ApplyPatchTool
 from .bash import BashTool
@@ -20,8 +28,10 @@ from .todowrite import TodoWriteTool
 from .webfetch import WebFetchTool
 
 __all__ = (
+    "ACTING_NAMES",
     "BUILTIN_NAMES",
     "ApplyPatchTool",
+    "ApprovalPolicy",
     "BashTool",
     "ConfinementError",
     "EditTool",
@@ -29,11 +39,13 @@ __all__ = (
     "GrepTool",
     "QuestionTool",
     "ReadTool",
+    "SpecialFileError",
     "TodoWriteTool",
     "WebFetchTool",
     "Workspace",
     "WriteTool",
     "builtin_tools",
+    "check_policy",
 )
 
 BUILTIN_NAMES: tuple[str, ...] = (
@@ -50,17 +62,24 @@ BUILTIN_NAMES: tuple[str, ...] = (
 )
 
 
-def builtin_tools(workspace: Workspace, session: SharedSession) -> list[Tool]:
-    """A fresh instance of every built-in, in ``BUILTIN_NAMES`` order."""
+# The built-ins that change the machine or run code, and so ask first.
+ACTING_NAMES: tuple[str, ...] = ("bash", "write", "edit", "apply_patch")
+
+
+def builtin_tools(
+    workspace: Workspace, session: SharedSession, *, approve: ApprovalPolicy = "ask"
+) -> list[Tool]:
+    """A fresh instance of every built-in, in ``BUILTIN_NAMES`` order; the acting ones
+    (``ACTING_NAMES``) get the ``approve`` policy."""
     return [
-        BashTool(workspace),
+        BashTool(workspace, approve=approve),
         ReadTool(workspace),
-        WriteTool(workspace),
-        EditTool(workspace),
+        WriteTool(workspace, approve=approve),
+        EditTool(workspace, approve=approve),
         GrepTool(workspace),
         GlobTool(workspace),
         WebFetchTool(session),
-        ApplyPatchTool(workspace),
+        ApplyPatchTool(workspace, approve=approve),
         TodoWriteTool(),
         QuestionTool(),
     ]

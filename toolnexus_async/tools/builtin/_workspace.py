@@ -1,11 +1,14 @@
 """Where the built-in tools may act, and how they read their arguments.
 
 Rule of this module: every path a built-in touches goes through :meth:`Workspace.resolve`
-(or :meth:`Workspace.resolve_dir`). With ``confine=True`` the answer is always the real
-path of something under ``root``: ``..`` escapes, absolute paths elsewhere and symlinks
-leading out (at any point of the path, the last component included) raise
+(or :meth:`Workspace.resolve_dir`). With ``confine=True``, the default, the answer is always
+the real path of something under ``root``: ``..`` escapes, absolute paths elsewhere and
+symlinks leading out (at any point of the path, the last component included) raise
 :class:`ConfinementError` instead. Resolution reads the file system (symlinks), so tools
 call it from a worker thread, never on the event loop.
+
+Confined is the default here as in ``Toolkit.create``: a tool built without a workspace
+stays in the current directory; ``Workspace(root, confine=False)`` lets paths lead anywhere.
 
 Confinement is a guard against a model's mistakes, not a sandbox: the check and the later
 open are two steps, so a process racing to swap a symlink in between is not stopped, and
@@ -51,12 +54,12 @@ def _real_root(root: str | os.PathLike[str]) -> Path:
 class Workspace:
     """The directory the built-in tools work in, and whether they must stay inside it.
 
-    ``Workspace()`` is the unconfined current directory. Relative paths are taken relative
+    ``Workspace()`` is the current directory, confined. Relative paths are taken relative
     to ``root``; ``root`` is stored absolute with its symlinks resolved.
     """
 
     root: Path = attrs.field(factory=Path.cwd, converter=_real_root)
-    confine: bool = False
+    confine: bool = True
 
     def resolve(self, path: str) -> Path:
         """The real absolute path ``path`` names; :class:`ConfinementError` if it escapes.
@@ -99,8 +102,8 @@ class Workspace:
 
 
 class WorkspaceTool:
-    """What the built-ins that act on files share: the workspace they act in, and their
-    source. ``Workspace()`` (the unconfined current directory) when none is given."""
+    """What the built-ins that work with files share: the workspace they work in, and their
+    source. ``Workspace()`` (the current directory, confined) when none is given."""
 
     source = "builtin"
 

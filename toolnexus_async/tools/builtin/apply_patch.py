@@ -1,10 +1,17 @@
 """The ``apply_patch`` built-in: add, change, move and delete files in one step.
 
-Rule of this module: all files change or none do. The patch is parsed completely (by
-:mod:`._patch`, which holds the grammar), then every file's new content is computed in memory
-against what is on disk (earlier operations of the same patch included); only when every
-hunk of every file has matched is anything written. If writing itself fails part-way (a full
-disk, a permission), the files already written are put back as they were.
+Rules of this module:
+
+- All files change or none do. The patch is parsed completely (by :mod:`._patch`, which
+  holds the grammar), then every file's new content is computed in memory against what is
+  on disk (earlier operations of the same patch included); only when every hunk of every
+  file has matched is anything written. If writing itself fails part-way (a full disk, a
+  permission), the files already written are put back as they were.
+- That in-memory plan is also the dry run the approval shows (:mod:`._approval`): the
+  request carries the unified diff of every file the patch touches, and on the approved
+  retry the plan is made again and written only if its digest is the one approved.
+- Files are read and written through :mod:`._regular`: a FIFO, device or socket in the
+  patch is refused, and nothing is written.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 import anyio
 
 from ..._types import ToolContext, ToolResult
+from ._approval import ActingTool, Decision, Preview, cut_for_prompt, digest_of, unified_diff
 from ._patch import (
     AddFile,
     DeleteFile,
@@ -26,8 +34,9 @@ from ._patch import (
     apply_hunks,
     parse_patch,
 )
-from ._workspace import ArgumentError, Workspace, WorkspaceTool, required_str
-from .files import MUTATION_LOCK, NotTextError, describe_os_error, is_binary
+from ._regular import is_binary, read_regular, write_regular
+from ._workspace import ArgumentError, Workspace, required_str
+from .files import MUTATION_LOCK, NotTextError, describe_os_error
 
 # The grammar's names are re-exported: callers (and the tests) import them from here.
 __all__ = (
@@ -53,6 +62,8 @@ class _Plan:
         self.workspace = workspace
         self.before: dict[Path, bytes | None] = {}
         self.after: dict[Path, bytes | None] = {}
+        # Move targets and where they were moved from, for the diff a person approves.
+        self.moves: dict[Path, Path] = {}
 
     def path(self, given: str) -> tuple[Path, str]:
         path = self.workspace.resolve(given)
@@ -63,7 +74,7 @@ class _Plan:
             if path.is_dir():
                 raise PatchError(f"{shown} is a directory")
             try:
-                data: bytes | None = path.read_bytes()
+                data: bytes | None = read_regular(path, shown)
             except FileNotFoundError:
                 data = None
             except OSError as exc:
@@ -95,10 +106,11 @@ class _Plan:
                     path.unlink()
                 else:
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(data)
-        except OSError as exc:
+                    write_regular(path, data, self.workspace.display(path))
+        except (OSError, ValueError) as exc:  # ValueError: a FIFO or device swapped in
             failed = self._restore(touched)
-            problem = describe_os_error(exc, self.workspace.display(touched[-1]))
+            shown = self.workspace.display(touched[-1])
+            problem = describe_os_error(exc, shown) if isinstance(exc, OSError) else str(exc)
             if failed:
                 raise _PartialWrite(
                     f"writing failed: {problem}; the patch is HALF APPLIED: could not restore "
@@ -116,10 +128,34 @@ class _Plan:
                 if original is None:
                     path.unlink(missing_ok=True)
                 else:
-                    path.write_bytes(original)
-            except OSError:
+                    write_regular(path, original, self.workspace.display(path))
+            except (OSError, ValueError):
                 failed.append(self.workspace.display(path))
         return failed
+
+    def preview(self, report: Sequence[str]) -> Preview:
+        """The dry run as a person approves it: every change as a unified diff."""
+        display = self.workspace.display
+        moved = {t: s for t, s in self.moves.items() if self.before[t] is None}
+        shown_with_target = {s for s in moved.values() if self.after[s] is None}
+        diffs: list[str] = []
+        parts: list[bytes | str | None] = ["apply_patch"]
+        for path, after in self.after.items():
+            before = self.before[path]
+            parts += [str(path), before, after]
+            if before == after or path in shown_with_target:
+                continue
+            source = moved.get(path, path)
+            diffs.append(unified_diff(self.before[source], after, display(source), display(path)))
+        diff = "".join(diffs)
+        listing = "\n".join(report)
+        return Preview(
+            prompt=f"Allow apply_patch to change these files?\n{listing}\n\n"
+            f"{cut_for_prompt(diff)}".rstrip("\n"),
+            details={"changes": list(report), "diff": diff},
+            digest=digest_of(*parts),
+            subject="a file the patch touches",
+        )
 
 
 def _plan(workspace: Workspace, ops: Sequence[Operation]) -> tuple[_Plan, list[str]]:
@@ -152,6 +188,8 @@ def _plan(workspace: Workspace, ops: Sequence[Operation]) -> tuple[_Plan, list[s
                 raise PatchError(f"Move to {target_shown}: the file already exists")
             plan.after[path] = None
             plan.after[target] = new_text.encode("utf-8")
+            if target != path:
+                plan.moves[target] = path
             report.append(f"M {target_shown} (moved from {shown})")
     return plan, report
 
@@ -168,8 +206,8 @@ _SCHEMA: dict[str, Any] = {
 }
 
 
-class ApplyPatchTool(WorkspaceTool):
-    """Apply a multi-file patch atomically: every file changes, or none does."""
+class ApplyPatchTool(ActingTool):
+    """Apply a multi-file patch atomically, once approved: every file changes, or none does."""
 
     name = "apply_patch"
     description = (
@@ -190,13 +228,20 @@ class ApplyPatchTool(WorkspaceTool):
             patch = required_str(args, "patchText")
         except ArgumentError as exc:
             return ToolResult.error(f"apply_patch: {exc}")
-        return await anyio.to_thread.run_sync(self._apply, patch)
+        decision = self.approval.decide(self.name, args, ctx)
+        if isinstance(decision, ToolResult):
+            return decision
+        return await anyio.to_thread.run_sync(self._apply, args, patch, decision)
 
-    def _apply(self, patch: str) -> ToolResult:
+    def _apply(self, args: dict[str, Any], patch: str, decision: Decision) -> ToolResult:
         try:
             ops = parse_patch(patch)
             with MUTATION_LOCK:
                 plan, report = _plan(self.workspace, ops)
+                if decision.needs_preview:
+                    stop = decision.check(self.name, args, plan.preview(report))
+                    if stop is not None:
+                        return stop
                 plan.commit()
         except ValueError as exc:
             return ToolResult.error(f"apply_patch: {exc}\nNo file was changed.")

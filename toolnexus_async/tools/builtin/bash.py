@@ -2,34 +2,45 @@
 
 Rules of this module:
 
-- Every command gets a process group of its own (``start_new_session=True``). When a call
-  ends any way other than the command finishing (its timeout, or the awaiting task being
-  cancelled), the whole group is SIGKILLed, the shell is reaped, and ``execute`` returns (or
-  re-raises the cancellation) only once no member of the group is alive. When the shell
-  exits but background children keep the output open, they too are killed after a short
-  grace, so ``cmd &`` does not stall the call until its timeout. A background process with
-  its output redirected elsewhere is left alone, as it would be in a terminal.
+- It runs code, so it asks first (:mod:`._approval`): under the default ``"ask"`` policy the
+  first call suspends with an approval request showing the command and the real working
+  directory, and the command runs only on the approved retry, if the working directory
+  still resolves to the one shown.
+- Every command gets a session and process group of its own (``start_new_session=True``)
+  and, on Linux, is a child subreaper, so that the processes it starts stay in its tree
+  even when they ``setsid`` or double-fork (:mod:`._proctree`). When a call ends any way
+  other than the command finishing (its timeout, or the awaiting task being cancelled), the
+  whole tree is stopped and SIGKILLed (descendants, the group, and whoever holds the output
+  pipe), the shell is reaped, and ``execute`` returns (or re-raises the cancellation) only
+  once none of them is alive, within a bound. Where ``/proc`` or ``prctl`` is missing, less
+  is found: see :mod:`._proctree`; without ``/proc`` only the process group is killed.
+- When the shell exits but background processes keep the output open, they too are killed
+  after a short grace, so ``cmd &`` does not stall the call until its timeout. A background
+  process with its output redirected elsewhere is left alone, as it would be in a terminal.
+- The start is shielded: a cancellation cannot land between the fork and the moment the
+  handle needed to kill the tree is held.
 - stdout and stderr are one stream, in the order written. Only a bounded head and tail are
   kept in memory, so a command printing gigabytes costs ``max_output`` bytes, and the result
   says how much was cut.
 - The working directory obeys the workspace's confinement; the command does not. ``bash`` is
-  not a sandbox: put an approval step in front of it when the model is not trusted.
+  not a sandbox: the approval is what stands between a model and the machine.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
 import subprocess
-import time
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from ..._types import ToolContext, ToolResult
-from ._workspace import ArgumentError, Workspace, WorkspaceTool, optional_str, required_str
+from ._approval import ActingTool, ApprovalPolicy, Preview, digest_of
+from ._proctree import end_tree, pipe_id, preexec_fn, wait_gone
+from ._workspace import ArgumentError, Workspace, optional_str, required_str
 
 __all__ = ("DEFAULT_TIMEOUT_MS", "MAX_OUTPUT", "BashTool")
 
@@ -115,43 +126,6 @@ def _timeout_ms(args: dict[str, Any]) -> float:
     return float(value)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is still running (zombies do not count)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        # No /proc (macOS, the BSDs): ask the kernel, which counts zombies as members too;
-        # the caller's wait is bounded, so an unreaped orphan only costs that bound.
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as stat_file:
-                stat = stat_file.read()
-        except OSError:
-            continue  # it exited while we looked
-        # The command name, in parentheses, may itself hold ')' and spaces; the fields after
-        # the last ')' are fixed: state, ppid, pgrp, ...
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-def _wait_group_gone(pgid: int, limit_s: float) -> None:
-    """Block (in a worker thread) until no member of ``pgid`` runs, or ``limit_s`` passed."""
-    deadline = time.monotonic() + limit_s
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.002)
-
-
 class _Collector(asyncio.SubprocessProtocol):
     """Feeds the command's output into a capture and reports exit and end of output.
 
@@ -175,23 +149,37 @@ class _Collector(asyncio.SubprocessProtocol):
         self.exited.set()
 
 
-async def _end_group(pid: int, collector: _Collector) -> None:
-    """Kill the command's whole process group and wait until it is gone, shielded."""
+async def _end_tree(pid: int, pipe: str | None, collector: _Collector) -> None:
+    """Kill the command's whole process tree and wait until it is gone, shielded."""
     with anyio.CancelScope(shield=True):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass  # every member already exited
+        shell_alive = not collector.exited.is_set()
+        killed = await anyio.to_thread.run_sync(end_tree, pid, pipe, shell_alive)
         with anyio.move_on_after(_CLEANUP_LIMIT_S):
             await collector.exited.wait()
             # What the dying processes wrote last is often the most useful part.
             await collector.output_closed.wait()
         # SIGKILL is delivered asynchronously: a member may still be running for a moment.
-        await anyio.to_thread.run_sync(_wait_group_gone, pid, _CLEANUP_LIMIT_S)
+        await anyio.to_thread.run_sync(wait_gone, killed, pid, _CLEANUP_LIMIT_S)
 
 
-class BashTool(WorkspaceTool):
-    """Run a shell command in the workspace, with a time limit and capped output."""
+def _preview(command: str, cwd: Path) -> Preview:
+    return Preview(
+        prompt=f"Allow bash to run this command in {cwd}?\n\n{command}",
+        details={"command": command, "workdir": str(cwd)},
+        digest=digest_of("bash", command, str(cwd)),
+        subject="the working directory",
+    )
+
+
+def _output_pipe(transport: asyncio.SubprocessTransport) -> str | None:
+    reader = transport.get_pipe_transport(1)
+    stream = reader.get_extra_info("pipe") if reader is not None else None
+    return pipe_id(stream.fileno()) if stream is not None else None
+
+
+class BashTool(ActingTool):
+    """Run a shell command in the workspace, once approved, with a time limit and capped
+    output."""
 
     name = "bash"
     description = (
@@ -202,8 +190,14 @@ class BashTool(WorkspaceTool):
     )
     input_schema = _SCHEMA
 
-    def __init__(self, workspace: Workspace | None = None, *, max_output: int = MAX_OUTPUT) -> None:
-        super().__init__(workspace)
+    def __init__(
+        self,
+        workspace: Workspace | None = None,
+        *,
+        max_output: int = MAX_OUTPUT,
+        approve: ApprovalPolicy = "ask",
+    ) -> None:
+        super().__init__(workspace, approve=approve)
         self.max_output = max_output
         self._shell = shutil.which("bash") or "/bin/sh"
 
@@ -215,15 +209,22 @@ class BashTool(WorkspaceTool):
             optional_str(args, "description")  # only checked: it is for the humans watching
         except ArgumentError as exc:
             return ToolResult.error(f"bash: {exc}")
+        decision = self.approval.decide(self.name, args, ctx)
+        if isinstance(decision, ToolResult):
+            return decision
         try:
             cwd = await anyio.to_thread.run_sync(self.workspace.resolve_dir, workdir)
         except ValueError as exc:
             return ToolResult.error(f"bash: workdir: {exc}")
+        if decision.needs_preview:
+            stop = decision.check(self.name, args, _preview(command, cwd))
+            if stop is not None:
+                return stop
 
         capture = _Capture(self.max_output)
         collector = _Collector(capture)
         # Shielded so that a cancellation cannot land between the fork and the moment we hold
-        # the handle we need to kill the group.
+        # the handle we need to kill the tree.
         with anyio.CancelScope(shield=True):
             try:
                 transport, _ = await asyncio.get_running_loop().subprocess_exec(
@@ -236,9 +237,11 @@ class BashTool(WorkspaceTool):
                     stderr=subprocess.STDOUT,
                     cwd=cwd,
                     start_new_session=True,
+                    preexec_fn=preexec_fn(),
                 )
             except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the command
                 return ToolResult.error(f"bash: could not start {self._shell}: {exc}")
+            pipe = _output_pipe(transport)
 
         exited = stray_output = False
         try:
@@ -252,7 +255,7 @@ class BashTool(WorkspaceTool):
         finally:
             stray_output = exited and not collector.output_closed.is_set()
             if not exited or stray_output:
-                await _end_group(transport.get_pid(), collector)
+                await _end_tree(transport.get_pid(), pipe, collector)
             transport.close()
 
         text = capture.text()
@@ -262,7 +265,7 @@ class BashTool(WorkspaceTool):
             meta["timed_out"] = True
             limit = int(timeout_ms) if timeout_ms.is_integer() else timeout_ms
             return ToolResult.error(
-                f"bash: command timed out after {limit} ms; its process group was "
+                f"bash: command timed out after {limit} ms; its process tree was "
                 f"killed\n{text}".rstrip(),
                 meta,
             )

@@ -2,10 +2,14 @@
 
 Rules of this module:
 
-- Every path goes through the :class:`Workspace` (and so its confinement), and all file work
-  runs in a worker thread, never on the event loop.
+- Every path goes through the :class:`Workspace` (and so its confinement), every file is
+  opened through :mod:`._regular` (regular files only: never a FIFO, device or socket), and
+  all file work runs in a worker thread, never on the event loop.
 - Text means UTF-8. A file with a NUL byte in its first 8 KiB, or one that does not decode,
   is binary: it is refused, never shown garbled or rewritten.
+- ``write`` and ``edit`` change files, so they ask first (:mod:`._approval`): the request
+  shows the unified diff of the file before and after. The preview, the check that it is
+  still what was approved, and the write happen in one go under :data:`MUTATION_LOCK`.
 - ``edit`` changes a file only when the request is unambiguous; any error leaves it as it was.
 - Mutations (``write``, ``edit``, ``apply_patch``) hold :data:`MUTATION_LOCK`: the calls of one
   model turn run concurrently, and two edits of one file must not interleave their
@@ -14,6 +18,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+import errno
 import io
 import threading
 from pathlib import Path
@@ -22,6 +27,14 @@ from typing import Any
 import anyio
 
 from ..._types import ToolContext, ToolResult
+from ._approval import ActingTool, Decision, Preview, cut_for_prompt, digest_of, unified_diff
+from ._regular import (
+    BINARY_PROBE,
+    is_binary,
+    open_regular,
+    read_regular,
+    write_regular,
+)
 from ._workspace import (
     ArgumentError,
     WorkspaceTool,
@@ -31,19 +44,21 @@ from ._workspace import (
 )
 
 __all__ = (
+    "BINARY_PROBE",
     "DEFAULT_READ_LIMIT",
     "MUTATION_LOCK",
     "EditTool",
     "NotTextError",
     "ReadTool",
     "WriteTool",
+    "decode_text",
     "describe_os_error",
+    "is_binary",
     "read_text",
 )
 
 DEFAULT_READ_LIMIT = 2000
 MAX_LINE_CHARS = 2000
-BINARY_PROBE = 8192
 
 MUTATION_LOCK = threading.Lock()
 
@@ -52,20 +67,20 @@ class NotTextError(ValueError):
     """The file is binary or not UTF-8."""
 
 
-def is_binary(head: bytes) -> bool:
-    """The cheap test every text tool uses: a NUL byte among the first bytes."""
-    return b"\0" in head[:BINARY_PROBE]
-
-
-def read_text(path: Path, shown: str) -> str:
-    """The UTF-8 text of ``path``; :class:`NotTextError` for binary content, else OSError."""
-    data = path.read_bytes()
+def decode_text(data: bytes, shown: str) -> str:
+    """``data`` as UTF-8 text; :class:`NotTextError` for binary content."""
     if is_binary(data):
         raise NotTextError(f"{shown} looks binary (it contains NUL bytes); refusing to use it")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NotTextError(f"{shown} is not UTF-8 text (bad byte at {exc.start})") from None
+
+
+def read_text(path: Path, shown: str) -> str:
+    """The UTF-8 text of the regular file ``path``; :class:`NotTextError` for binary content,
+    ``SpecialFileError`` for a FIFO, device or socket, else OSError."""
+    return decode_text(read_regular(path, shown), shown)
 
 
 def describe_os_error(exc: OSError, shown: str) -> str:
@@ -78,6 +93,8 @@ def describe_os_error(exc: OSError, shown: str) -> str:
         return f"a parent of {shown} is not a directory"
     if isinstance(exc, PermissionError):
         return f"permission denied: {shown}"
+    if exc.errno == errno.ENXIO:
+        return f"{shown} is not a regular file (a FIFO or a socket?); refusing to use it"
     return f"{shown}: {exc.strerror or exc}"
 
 
@@ -85,6 +102,26 @@ def _fail(tool: str, exc: Exception, shown: str) -> ToolResult:
     if isinstance(exc, OSError):
         return ToolResult.error(f"{tool}: {describe_os_error(exc, shown)}")
     return ToolResult.error(f"{tool}: {exc}")
+
+
+def _current(path: Path, shown: str) -> bytes | None:
+    """What ``path`` holds now, or None when there is no such file."""
+    try:
+        return read_regular(path, shown)
+    except FileNotFoundError:
+        return None
+
+
+def _change_preview(
+    tool: str, verb: str, path: Path, shown: str, before: bytes | None, after: bytes
+) -> Preview:
+    diff = unified_diff(before, after, shown, shown)
+    return Preview(
+        prompt=f"Allow {tool} to {verb} {shown}?\n\n{cut_for_prompt(diff)}".rstrip("\n"),
+        details={"path": shown, "diff": diff},
+        digest=digest_of(tool, str(path), before, after),
+        subject=shown,
+    )
 
 
 _READ_SCHEMA: dict[str, Any] = {
@@ -137,7 +174,7 @@ class ReadTool(WorkspaceTool):
             count = 0
             more = False
             # Streamed, so that reading the first lines of a huge log costs only those lines.
-            with path.open("rb") as raw:
+            with open_regular(path, shown) as raw:
                 if is_binary(raw.read(BINARY_PROBE)):
                     return ToolResult.error(f"read: {shown} is a binary file; not shown")
                 raw.seek(0)
@@ -185,8 +222,8 @@ _WRITE_SCHEMA: dict[str, Any] = {
 }
 
 
-class WriteTool(WorkspaceTool):
-    """Create or overwrite a file with the given content."""
+class WriteTool(ActingTool):
+    """Create or overwrite a file with the given content, once approved."""
 
     name = "write"
     description = (
@@ -201,9 +238,14 @@ class WriteTool(WorkspaceTool):
             content = required_str(args, "content", allow_empty=True)
         except ArgumentError as exc:
             return ToolResult.error(f"write: {exc}")
-        return await anyio.to_thread.run_sync(self._write, path, content)
+        decision = self.approval.decide(self.name, args, ctx)
+        if isinstance(decision, ToolResult):
+            return decision
+        return await anyio.to_thread.run_sync(self._write, args, path, content, decision)
 
-    def _write(self, given: str, content: str) -> ToolResult:
+    def _write(
+        self, args: dict[str, Any], given: str, content: str, decision: Decision
+    ) -> ToolResult:
         try:
             data = content.encode("utf-8")
             with MUTATION_LOCK:
@@ -211,9 +253,18 @@ class WriteTool(WorkspaceTool):
                 shown = self.workspace.display(path)
                 if path.is_dir():
                     return ToolResult.error(f"write: {shown} is a directory")
-                existed = path.exists()
+                if decision.needs_preview:
+                    before = _current(path, shown)
+                    existed = before is not None
+                    verb = "overwrite" if existed else "create"
+                    preview = _change_preview("write", verb, path, shown, before, data)
+                    stop = decision.check(self.name, args, preview)
+                    if stop is not None:
+                        return stop
+                else:
+                    existed = path.exists()
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
+                write_regular(path, data, shown)
         except (OSError, ValueError) as exc:
             return _fail("write", exc, given)
         how = "overwrote" if existed else "created"
@@ -237,8 +288,8 @@ _EDIT_SCHEMA: dict[str, Any] = {
 }
 
 
-class EditTool(WorkspaceTool):
-    """Replace an exact piece of text in a file."""
+class EditTool(ActingTool):
+    """Replace an exact piece of text in a file, once approved."""
 
     name = "edit"
     description = (
@@ -258,14 +309,27 @@ class EditTool(WorkspaceTool):
             return ToolResult.error(f"edit: {exc}")
         if old == new:
             return ToolResult.error("edit: oldString and newString are the same; nothing to do")
-        return await anyio.to_thread.run_sync(self._edit, path, old, new, replace_all)
+        decision = self.approval.decide(self.name, args, ctx)
+        if isinstance(decision, ToolResult):
+            return decision
+        return await anyio.to_thread.run_sync(
+            self._edit, args, path, (old, new, replace_all), decision
+        )
 
-    def _edit(self, given: str, old: str, new: str, replace_all: bool) -> ToolResult:
+    def _edit(
+        self,
+        args: dict[str, Any],
+        given: str,
+        change: tuple[str, str, bool],
+        decision: Decision,
+    ) -> ToolResult:
+        old, new, replace_all = change
         try:
             with MUTATION_LOCK:
                 path = self.workspace.resolve(given)
                 shown = self.workspace.display(path)
-                text = read_text(path, shown)
+                before = read_regular(path, shown)
+                text = decode_text(before, shown)
                 count = text.count(old)
                 if count == 0 and "\r\n" in text and "\r" not in old:
                     # The model writes "\n"; a file with Windows line endings still matches.
@@ -283,7 +347,13 @@ class EditTool(WorkspaceTool):
                         "replaceAll to change them all)"
                     )
                 done = count if replace_all else 1
-                path.write_bytes(text.replace(old, new, done).encode("utf-8"))
+                after = text.replace(old, new, done).encode("utf-8")
+                if decision.needs_preview:
+                    preview = _change_preview("edit", "change", path, shown, before, after)
+                    stop = decision.check(self.name, args, preview)
+                    if stop is not None:
+                        return stop
+                write_regular(path, after, shown)
         except (OSError, ValueError) as exc:
             return _fail("edit", exc, given)
         noun = "occurrence" if done == 1 else "occurrences"

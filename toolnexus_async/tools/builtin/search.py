@@ -8,6 +8,9 @@ Rules of this module:
 - The walk never follows a symlinked directory (no loops, no escapes) and skips version
   control directories (``.git``, ``.hg``, ``.svn``). Under confinement a symlinked file that
   leads out of the root is skipped as if absent.
+- Only regular files are searched and listed: FIFOs, devices and sockets met on the walk are
+  skipped, and ``grep`` opens every file through :mod:`._regular`, so one swapped in after
+  the walk saw it is skipped too. ``grep`` given such a path itself says so.
 - Paths are shown relative to the workspace root, with ``/`` separators.
 - Glob patterns: ``*`` and ``?`` stay within one path segment, ``**`` crosses segments
   (``**/`` may match none), ``[abc]``/``[!abc]`` are classes and ``{a,b}`` alternatives. A
@@ -26,6 +29,7 @@ import anyio
 import anyio.from_thread
 
 from ..._types import ToolContext, ToolResult
+from ._regular import BINARY_PROBE, SpecialFileError, is_binary, open_regular
 from ._workspace import (
     ArgumentError,
     Workspace,
@@ -34,7 +38,6 @@ from ._workspace import (
     optional_str,
     required_str,
 )
-from .files import BINARY_PROBE, is_binary
 
 __all__ = ("DEFAULT_SEARCH_LIMIT", "GlobMatcher", "GlobTool", "GrepTool")
 
@@ -136,7 +139,7 @@ def _check_pattern(pattern: str, field: str) -> None:
 
 
 def _files(workspace: Workspace, base: Path) -> Iterator[Path]:
-    """Every file under ``base`` (``base`` itself when it is a file), in walk order."""
+    """Every regular file under ``base`` (``base`` itself when it is a file), in walk order."""
     if not base.is_dir():
         yield base
         return
@@ -158,7 +161,7 @@ def _files(workspace: Workspace, base: Path) -> Iterator[Path]:
                         subdirs.append(Path(entry.path))
                     continue
                 if not entry.is_file():
-                    continue  # sockets, fifos, dangling links
+                    continue  # sockets, FIFOs, devices, dangling links
                 if entry.is_symlink() and workspace.confine:
                     workspace.resolve(entry.path)  # ConfinementError: it leads out
             except (OSError, ValueError):
@@ -238,7 +241,7 @@ class GrepTool(WorkspaceTool):
                     continue
             shown = self.workspace.display(file)
             try:
-                with file.open("rb") as stream:
+                with open_regular(file, shown) as stream:
                     if is_binary(stream.read(BINARY_PROBE)):
                         continue
                     stream.seek(0)
@@ -248,6 +251,10 @@ class GrepTool(WorkspaceTool):
                             found.append(f"{shown}:{number}:{line[:MAX_MATCH_CHARS]}")
                             if len(found) > limit:
                                 break
+            except SpecialFileError as exc:
+                if file == base:
+                    return ToolResult.error(f"grep: {exc}")
+                continue  # swapped in after the walk looked: skipped like the others
             except OSError:
                 continue  # unreadable: skipped like a binary file
             if len(found) > limit:
