@@ -238,10 +238,8 @@ async def test_re_registering_a_tool_uses_its_new_schema():
 
 
 async def test_aclose_closes_the_shared_http_session():
-    """webfetch's session is created on use and closed with the toolkit.
-
-    The built-in is guarded: by name, loopback is refused once resolved, with no request.
-    """
+    """webfetch's session is created on use and closed with the toolkit; allow_hosts lets
+    the built-in reach a loopback page, which it refuses otherwise."""
     served: list[str] = []
 
     async def page(request: web.Request) -> web.Response:
@@ -251,19 +249,48 @@ async def test_aclose_closes_the_shared_http_session():
     app = web.Application()
     app.router.add_get("/", page)
     async with loopback(app) as url:
-        url = url.replace("127.0.0.1", "localhost")
-        toolkit = Toolkit.create()
+        toolkit = Toolkit.create(allow_hosts=["127.0.0.1"])
         result = await toolkit.execute("webfetch", {"url": f"{url}/"})
         session = toolkit._resources[0]
         opened = repr(session)
         await toolkit.aclose()
 
-    assert result.output.startswith("webfetch: refused to connect to 127.0.0.1 (localhost)")
-    assert served == []
+    assert result.output == "# Hi"
+    assert served == ["/"]
     assert opened == "SharedSession(open)"
     assert session.closed
-    after = await toolkit.execute("webfetch", {"url": f"{url}/"})
-    assert after.is_error
+
+
+async def test_the_builtin_webfetch_refuses_loopback_unless_allowed():
+    """By name, loopback is refused once resolved, and the server sees no request."""
+    served: list[str] = []
+
+    async def page(request: web.Request) -> web.Response:
+        served.append(request.path)
+        return web.Response(text="<h1>Hi</h1>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    async with loopback(app) as url, Toolkit.create() as toolkit:
+        url = url.replace("127.0.0.1", "localhost")
+        result = await toolkit.execute("webfetch", {"url": f"{url}/"})
+    assert result.output.startswith("webfetch: refused to connect to 127.0.0.1 (localhost)")
+    assert served == []
+
+
+async def test_a_closed_toolkit_refuses_use():
+    """As a closed client refuses to run: execute, register and async with are refused."""
+    toolkit = Toolkit.create(builtins=False, extra_tools=[Counter()])
+    async with toolkit:
+        assert (await toolkit.execute("counter", {"count": 1})).output == "1"
+    with pytest.raises(UsageError, match="this toolkit is closed"):
+        await toolkit.execute("counter", {"count": 1})
+    with pytest.raises(UsageError, match="this toolkit is closed"):
+        toolkit.register(Counter(), replace=True)
+    with pytest.raises(UsageError, match="this toolkit is closed"):
+        async with toolkit:
+            pass
+    await toolkit.aclose()  # still idempotent
 
 
 async def test_a_failing_close_does_not_keep_the_others_open():

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._closing import Closing
+from ._closing import FlagClosing
 from ._errors import UsageError
 from ._types import Tool, ToolContext, ToolResult, check_tool_name
 from ._validation import Validator, validator_for
@@ -97,7 +97,7 @@ _RENDERERS: dict[str, Callable[[Tool], dict[str, Any]]] = {
 }
 
 
-class Toolkit(Closing):
+class Toolkit(FlagClosing):
     """A set of uniquely named tools, executed safely.
 
     Build one with :meth:`create`; use it as an async context manager so that every source
@@ -105,7 +105,12 @@ class Toolkit(Closing):
 
         async with Toolkit.create(builtins=False, extra_tools=[send_payment]) as tk:
             result = await tk.execute("send_payment", {"amount": 30})
+
+    A closed toolkit refuses to execute, to register and to be entered again
+    (:class:`UsageError`), as a closed client refuses to run.
     """
+
+    _kind = "toolkit"
 
     def __init__(self, tools: Iterable[Tool] = (), *, validate: bool = True) -> None:
         self._tools: dict[str, Tool] = {}
@@ -127,6 +132,7 @@ class Toolkit(Closing):
         workdir: str | os.PathLike[str] | None = None,
         confine: bool = True,
         approve: ApprovalPolicy = "ask",
+        allow_hosts: Iterable[str] = (),
         validate: bool = True,
     ) -> Toolkit:
         """Assemble a toolkit from the built-ins and ``extra_tools``.
@@ -147,6 +153,9 @@ class Toolkit(Closing):
                 ``"allow-all"`` (never: a sandbox, CI), or a callable
                 ``(tool_name, args) -> bool`` returning True for a call that may run
                 unasked. Anything else raises :class:`UsageError`.
+            allow_hosts: host names, addresses and networks (``"10.0.0.0/8"``) that
+                ``webfetch`` may reach although they are not public; by default it reaches
+                public addresses only (no loopback, private, link-local, ...).
             validate: check each call's arguments against the tool's input schema before
                 the tool runs; a violation is an error result for the model.
         """
@@ -164,7 +173,8 @@ class Toolkit(Closing):
             workspace = Workspace(Path.cwd() if workdir is None else workdir, confine=confine)
             session = SharedSession()
             toolkit._resources.append(session)
-            for tool in builtin_tools(workspace, session, approve=approve):
+            tools = builtin_tools(workspace, session, approve=approve, allow_hosts=allow_hosts)
+            for tool in tools:
                 if tool.name in enabled and tool.name not in extras:
                     toolkit.register(tool)
         for tool in extras.values():
@@ -173,6 +183,7 @@ class Toolkit(Closing):
 
     def register(self, tool: Tool, *, replace: bool = False) -> None:
         """Add ``tool``; a taken name is refused unless ``replace=True``."""
+        self._check_open()
         tool = _check_tool(tool)
         if tool.name in self._tools and not replace:
             raise UsageError(
@@ -202,7 +213,13 @@ class Toolkit(Closing):
     async def execute(
         self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
     ) -> ToolResult:
-        """Run the tool ``name``; whatever happens, the answer is a :class:`ToolResult`."""
+        """Run the tool ``name``; whatever happens, the answer is a :class:`ToolResult`.
+
+        Raises:
+            UsageError: the toolkit is closed (its tools' resources are gone).
+        """
+        if self._closed:
+            self._check_open()
         tool = self._tools.get(name)
         if tool is None:
             known = ", ".join(self._tools) or "none"

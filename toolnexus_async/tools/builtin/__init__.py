@@ -14,6 +14,8 @@ Rules of this package:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..._types import Tool
 from .._session import SharedSession
 from ._approval import ApprovalPolicy, check_policy
@@ -67,10 +69,14 @@ ACTING_NAMES: tuple[str, ...] = ("bash", "write", "edit", "apply_patch")
 
 
 def builtin_tools(
-    workspace: Workspace, session: SharedSession, *, approve: ApprovalPolicy = "ask"
+    workspace: Workspace,
+    session: SharedSession,
+    *,
+    approve: ApprovalPolicy = "ask",
+    allow_hosts: Iterable[str] = (),
 ) -> list[Tool]:
     """A fresh instance of every built-in, in ``BUILTIN_NAMES`` order; the acting ones
-    (``ACTING_NAMES``) get the ``approve`` policy."""
+    (``ACTING_NAMES``) get the ``approve`` policy, ``webfetch`` the ``allow_hosts``."""
     return [
         BashTool(workspace, approve=approve),
         ReadTool(workspace),
@@ -78,7 +84,7 @@ def builtin_tools(
         EditTool(workspace, approve=approve),
         GrepTool(workspace),
         GlobTool(workspace),
-        WebFetchTool(session),
+        WebFetchTool(session, allow_hosts=allow_hosts),
         ApplyPatchTool(workspace, approve=approve),
         TodoWriteTool(),
         QuestionTool(),
