@@ -26,7 +26,7 @@ Target: p50 ratio <= 1.2.
 
 Part 2, *throughput*: rounds of C concurrent runs (anyio task group) against the mock with
 20 ms of simulated latency, alternating toolnexus / floor round by round; runs per second
-and the ratio. Both use a connection pool without a cap (``LlmClient(max_connections=None)``
+and the ratio. Both use a connection pool without a cap (``AiohttpTransport(max_connections=None)``
 and ``aiohttp.TCPConnector(limit=0)``). Target: ratio >= 0.8.
 """
 
@@ -48,7 +48,7 @@ import anyio
 from _common import ChildServer, percentile, print_footer, print_header, serve_over_pipe, verdict
 from aiohttp import web
 
-from toolnexus_async import LlmClient, Toolkit, define_tool
+from toolnexus_async import AiohttpTransport, LlmClient, Toolkit, define_tool
 
 MODEL = "bench-model"
 API_KEY = "sk-bench-not-a-secret"
@@ -260,7 +260,7 @@ def toolnexus_runner(client: LlmClient, toolkit: Toolkit) -> RunOnce:
 
 def floor_session() -> aiohttp.ClientSession:
     # The same pool and timeout settings the client's own session gets: no connection cap
-    # (LlmClient's max_connections=None) and a 600 s total timeout.
+    # (AiohttpTransport(max_connections=None)) and a 600 s total timeout.
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600))
 
@@ -412,7 +412,11 @@ async def measure_throughput(
     toolkit = make_toolkit()
     async with (
         LlmClient(
-            base_url, style="openai", model=MODEL, api_key=API_KEY, max_connections=None
+            base_url,
+            style="openai",
+            model=MODEL,
+            api_key=API_KEY,
+            transport=AiohttpTransport(max_connections=None),
         ) as client,
         floor_session() as session,
     ):

@@ -36,7 +36,7 @@ are printed too: with many runs parked, its full collections are much of the cos
 
 Part 2, *durable*: M runs (``--durable-runs``) on a client without ``wait_for``: each run
 halts (``status == "pending"``) and is saved to a ``SqliteRunStore`` (a file in a temporary
-directory); then each is answered with ``resume_stored(client, store, answer, toolkit)``
+directory); then each is answered with ``resume_stored(client, toolkit, store, answer)``
 (claim, resume, done). One run at a time, so the figures are per-run latencies; p50 and p95
 of halt+save and of claim+resume, and the bytes stored per halted run. ``MemoryRunStore``
 does the same, interleaved run by run, as the floor.
@@ -507,7 +507,7 @@ async def durable(
         for store in stores:
             halted = await client.run(PROMPT.format(n=runs), toolkit)
             await store.save(halted)
-            await resume_stored(client, store, Answer(request_id(runs), True), toolkit)
+            await resume_stored(client, toolkit, store, Answer(request_id(runs), True))
         gc.collect()
         pairs = list(zip(stores, figures, strict=True))
         for n in range(runs):
@@ -541,7 +541,7 @@ async def durable(
             for store, out in pairs if n % 2 == 0 else pairs[::-1]:
                 start = clock()
                 result: RunResult = await resume_stored(
-                    client, store, Answer(request_id(n), True), toolkit
+                    client, toolkit, store, Answer(request_id(n), True)
                 )
                 out.claim_resume.append(clock() - start)
                 if result.status != "done" or result.text != expected_text(n):

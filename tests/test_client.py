@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import FakeLLM, Seen, anthropic_reply, assert_no_leaks, openai_reply
 from tests.shared import Holding
 from toolnexus_async import (
+    AiohttpTransport,
     Answer,
     LlmClient,
     ProtocolError,
@@ -124,6 +125,13 @@ def closed_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+def session_of(client: LlmClient) -> aiohttp.ClientSession | None:
+    """The aiohttp session of a client's default transport."""
+    transport = client.transport
+    assert isinstance(transport, AiohttpTransport)
+    return transport.session
 
 
 def is_closed(session: aiohttp.ClientSession) -> bool:
@@ -560,7 +568,7 @@ async def test_async_with_closes_the_owned_session(fake_llm: FakeLLM) -> None:
     script(fake_llm, openai_reply("hi"))
     async with make_client(fake_llm, "openai") as client:
         await run_once(client)
-        session = client.session
+        session = session_of(client)
         assert session is not None and not is_closed(session)
     assert is_closed(session)
     assert client.closed
@@ -572,7 +580,7 @@ async def test_aclose_is_idempotent_and_a_closed_client_refuses_to_run(fake_llm:
     client = make_client(fake_llm, "openai")
     try:
         await run_once(client)
-        session = client.session
+        session = session_of(client)
     finally:
         await client.aclose()
     await client.aclose()
@@ -595,7 +603,8 @@ async def test_aclose_is_idempotent_and_a_closed_client_refuses_to_run(fake_llm:
 
 
 async def test_a_borrowed_session_is_used_and_left_open(fake_llm: FakeLLM) -> None:
-    """session=...: the requests go through the lender's session, which aclose leaves open."""
+    """AiohttpTransport(session=...): the requests go through the lender's session, which
+    aclose leaves open."""
     started: list[str] = []
 
     async def on_start(session: Any, ctx: SimpleNamespace, params: Any) -> None:
@@ -605,9 +614,10 @@ async def test_a_borrowed_session_is_used_and_left_open(fake_llm: FakeLLM) -> No
     trace.on_request_start.append(on_start)
     script(fake_llm, openai_reply("hi"))
     async with aiohttp.ClientSession(trace_configs=[trace]) as borrowed:
-        async with make_client(fake_llm, "openai", session=borrowed) as client:
+        transport = AiohttpTransport(session=borrowed)
+        async with make_client(fake_llm, "openai", transport=transport) as client:
             result = await run_once(client)
-            assert client.session is borrowed
+            assert session_of(client) is borrowed
         assert result.text == "hi"
         assert started == [fake_llm.url + "/chat/completions"]
         assert not borrowed.closed, "a borrowed session is the lender's to close"
@@ -655,7 +665,7 @@ async def test_nothing_is_left_behind_after_a_run(fake_llm: FakeLLM) -> None:
     client = make_client(fake_llm, "openai")
     try:
         result = await run_once(client)
-        session = client.session
+        session = session_of(client)
     finally:
         await client.aclose()
     assert result.text == "3 and 7"
@@ -680,7 +690,7 @@ async def test_a_run_cancelled_mid_request_leaves_nothing_behind(
                 tg.start_soon(run)
                 assert await anyio.to_thread.run_sync(held_server.received.wait, LIMIT)
                 tg.cancel_scope.cancel()
-        session = client.session
+        session = session_of(client)
     assert not finished
     assert session is not None and session.closed
     assert_no_leaks()
@@ -710,7 +720,7 @@ async def test_a_run_cancelled_while_parked_in_wait_for_leaves_nothing_behind(
                         tg.start_soon(client.run, "approve both", tk)
                         await parked.all_here.wait()
                         scope.cancel()
-        session = client.session
+        session = session_of(client)
     assert len(parked.cancelled) == 2
     assert session is not None and session.closed
     assert_no_leaks()

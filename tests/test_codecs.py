@@ -17,6 +17,7 @@ from toolnexus_async import (
     ToolCall,
     Toolkit,
     ToolReturn,
+    Usage,
     UsageError,
     UserMessage,
     define_tool,
@@ -24,7 +25,6 @@ from toolnexus_async import (
 from toolnexus_async._codecs import STYLES, codec_for
 from toolnexus_async._codecs.anthropic import AnthropicCodec
 from toolnexus_async._codecs.openai import OpenAICodec
-from toolnexus_async._results import Usage
 
 OPENAI = OpenAICodec()
 ANTHROPIC = AnthropicCodec()
@@ -149,7 +149,7 @@ def test_anthropic_headers_without_a_key_keep_only_the_version(key: str | None):
 
 def test_openai_encode_renders_every_message_kind():
     """System, user, assistant (with tool calls) and tool messages in Chat Completions form."""
-    body = OPENAI.encode(CONVERSATION, weather_toolkit(), model="gpt-x", max_tokens=None)
+    body = OPENAI.encode(CONVERSATION, weather_toolkit().tools(), model="gpt-x", max_tokens=None)
     messages = body["messages"]
     assert messages[0] == {"role": "system", "content": "Be brief."}
     assert messages[1] == {"role": "user", "content": "Weather in Oslo and Rome?"}
@@ -170,7 +170,7 @@ def test_openai_encode_renders_every_message_kind():
 
 def test_openai_tool_message_carries_the_output_unchanged():
     """A tool result is {"role": "tool", "tool_call_id", "content"} with output verbatim."""
-    body = OPENAI.encode(CONVERSATION, weather_toolkit(), model="gpt-x", max_tokens=None)
+    body = OPENAI.encode(CONVERSATION, weather_toolkit().tools(), model="gpt-x", max_tokens=None)
     assert body["messages"][3] == {
         "role": "tool",
         "tool_call_id": "call_1",
@@ -187,7 +187,9 @@ def test_openai_tool_message_carries_the_output_unchanged():
 def test_openai_encode_sends_the_model_verbatim_and_the_tools():
     """The configured model goes out as given; tools are the toolkit's function tools."""
     toolkit = weather_toolkit()
-    body = OPENAI.encode([UserMessage("hi")], toolkit, model="org/Model:Q4 v2", max_tokens=None)
+    body = OPENAI.encode(
+        [UserMessage("hi")], toolkit.tools(), model="org/Model:Q4 v2", max_tokens=None
+    )
     assert body["model"] == "org/Model:Q4 v2"
     assert body["tools"] == [
         {
@@ -204,14 +206,14 @@ def test_openai_encode_sends_the_model_verbatim_and_the_tools():
 
 def test_openai_encode_without_tools_omits_the_key():
     """An empty toolkit sends no tools key (an empty list is rejected by the API)."""
-    body = OPENAI.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=None)
+    body = OPENAI.encode([UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None)
     assert body == {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def test_openai_encode_max_tokens_and_extra():
     """max_tokens is sent when given, and extra keys are merged into the body."""
     body = OPENAI.encode(
-        [UserMessage("hi")], EMPTY, model="m", max_tokens=50, extra={"temperature": 0.1}
+        [UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=50, extra={"temperature": 0.1}
     )
     assert body["max_tokens"] == 50
     assert body["temperature"] == 0.1
@@ -221,7 +223,10 @@ def test_openai_encode_sends_invalid_arguments_back_as_they_came():
     """A call whose arguments were not JSON is rendered with the raw text the model sent."""
     call = ToolCall("c1", "get_weather", {}, invalid_arguments='{"city": Oslo')
     body = OPENAI.encode(
-        [UserMessage("q"), AssistantMessage(None, (call,))], EMPTY, model="m", max_tokens=None
+        [UserMessage("q"), AssistantMessage(None, (call,))],
+        EMPTY.tools(),
+        model="m",
+        max_tokens=None,
     )
     assert body["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city": Oslo'
     assert body["messages"][1]["content"] is None
@@ -233,7 +238,9 @@ def test_openai_decoded_arguments_go_back_as_the_model_wrote_them():
     reply = OPENAI.decode(openai_body({"tool_calls": [raw_call("c1", "get_weather", text)]}))
     call = reply.message.tool_calls[0]
     assert call == ToolCall("c1", "get_weather", {"city": "Zürich", "days": 2})
-    body = OPENAI.encode([UserMessage("q"), reply.message], EMPTY, model="m", max_tokens=None)
+    body = OPENAI.encode(
+        [UserMessage("q"), reply.message], EMPTY.tools(), model="m", max_tokens=None
+    )
     assert body["messages"][1]["tool_calls"][0]["function"]["arguments"] == text
 
 
@@ -243,7 +250,7 @@ def test_openai_changed_arguments_are_encoded_afresh():
     reply = OPENAI.decode(openai_body({"tool_calls": [raw_call("c1", "get_weather", text)]}))
     edited = attrs.evolve(reply.message.tool_calls[0], arguments={"city": "Rome"})
     message = AssistantMessage(None, (edited,))
-    body = OPENAI.encode([UserMessage("q"), message], EMPTY, model="m", max_tokens=None)
+    body = OPENAI.encode([UserMessage("q"), message], EMPTY.tools(), model="m", max_tokens=None)
     assert json.loads(body["messages"][1]["tool_calls"][0]["function"]["arguments"]) == {
         "city": "Rome"
     }
@@ -254,29 +261,33 @@ def test_openai_changed_arguments_are_encoded_afresh():
 
 def test_anthropic_encode_puts_the_system_prompt_top_level():
     """System messages leave the message list and become the top-level system."""
-    body = ANTHROPIC.encode(CONVERSATION, weather_toolkit(), model="claude-x", max_tokens=None)
+    body = ANTHROPIC.encode(
+        CONVERSATION, weather_toolkit().tools(), model="claude-x", max_tokens=None
+    )
     assert body["system"] == "Be brief."
     assert all(m["role"] in ("user", "assistant") for m in body["messages"])
 
 
 def test_anthropic_encode_without_system_has_no_system_key():
     """No system message, no system key."""
-    body = ANTHROPIC.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=None)
+    body = ANTHROPIC.encode([UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None)
     assert "system" not in body
 
 
 def test_anthropic_encode_default_and_explicit_max_tokens():
     """max_tokens is always sent: 4096 by default, else the configured value."""
-    default = ANTHROPIC.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=None)
+    default = ANTHROPIC.encode([UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None)
     assert default["max_tokens"] == 4096
-    explicit = ANTHROPIC.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=123)
+    explicit = ANTHROPIC.encode([UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=123)
     assert explicit["max_tokens"] == 123
 
 
 def test_anthropic_encode_renders_the_whole_conversation():
     """Assistant text and tool_use blocks; the turn's results as tool_result blocks in ONE
     user message; is_error only on the error result."""
-    body = ANTHROPIC.encode(CONVERSATION, weather_toolkit(), model="claude-x", max_tokens=None)
+    body = ANTHROPIC.encode(
+        CONVERSATION, weather_toolkit().tools(), model="claude-x", max_tokens=None
+    )
     assert body["model"] == "claude-x"
     assert body["messages"] == [
         {"role": "user", "content": "Weather in Oslo and Rome?"},
@@ -321,7 +332,9 @@ def test_anthropic_encode_renders_the_whole_conversation():
 
 def test_anthropic_encode_tools():
     """Tools are rendered as {name, description, input_schema}."""
-    body = ANTHROPIC.encode([UserMessage("hi")], weather_toolkit(), model="m", max_tokens=None)
+    body = ANTHROPIC.encode(
+        [UserMessage("hi")], weather_toolkit().tools(), model="m", max_tokens=None
+    )
     assert body["tools"] == [
         {
             "name": "get_weather",
@@ -329,13 +342,15 @@ def test_anthropic_encode_tools():
             "input_schema": get_weather.input_schema,
         }
     ]
-    assert "tools" not in ANTHROPIC.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=None)
+    assert "tools" not in ANTHROPIC.encode(
+        [UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None
+    )
 
 
 def test_anthropic_encode_extra_is_merged():
     """extra keys are merged into the body."""
     body = ANTHROPIC.encode(
-        [UserMessage("hi")], EMPTY, model="m", max_tokens=None, extra={"temperature": 0}
+        [UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None, extra={"temperature": 0}
     )
     assert body["temperature"] == 0
 
@@ -620,7 +635,9 @@ def test_a_transcript_decoded_from_openai_renders_for_anthropic():
         second.message,
         UserMessage("And tomorrow?"),
     ]
-    body = ANTHROPIC.encode(transcript, weather_toolkit(), model="claude-x", max_tokens=None)
+    body = ANTHROPIC.encode(
+        transcript, weather_toolkit().tools(), model="claude-x", max_tokens=None
+    )
     assert body["system"] == "Be brief."
     assert body["messages"] == [
         {"role": "user", "content": "Weather?"},
@@ -676,7 +693,7 @@ def test_a_transcript_decoded_from_anthropic_renders_for_openai():
         ToolReturn("toolu_1", "get_weather", "warm\n25 C"),
         second.message,
     ]
-    body = OPENAI.encode(transcript, weather_toolkit(), model="gpt-x", max_tokens=None)
+    body = OPENAI.encode(transcript, weather_toolkit().tools(), model="gpt-x", max_tokens=None)
     messages = body["messages"]
     assert messages[0] == {"role": "system", "content": "Be brief."}
     assert messages[1] == {"role": "user", "content": "Weather?"}

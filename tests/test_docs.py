@@ -132,12 +132,24 @@ def package_doctests() -> list[doctest.DocTest]:
     # Public objects have their __module__ rewritten to the package, so the finder reaches a
     # docstring through the package or through its own module, never both; keying by the
     # docstring keeps one of each all the same.
+    # The finder skips the methods of a class whose __module__ is not the module it walks
+    # (their globals are the private module's), so each public class is walked on its own
+    # too, with the package's namespace.
     finder = doctest.DocTestFinder()
     found: dict[str | None, doctest.DocTest] = {}
     for module in package_modules():
         for test in finder.find(module):
             if test.examples:
                 found.setdefault(test.docstring, test)
+    for name in toolnexus_async.__all__:
+        value = getattr(toolnexus_async, name)
+        if inspect.isclass(value):
+            tests = finder.find(
+                value, f"toolnexus_async.{name}", module=False, globs=vars(toolnexus_async)
+            )
+            for test in tests:
+                if test.examples:
+                    found.setdefault(test.docstring, test)
     return sorted(found.values(), key=lambda test: test.name)
 
 

@@ -12,21 +12,20 @@ import pytest
 
 from tests.conftest import assert_no_leaks
 from toolnexus_async import (
-    AlreadyAnswered,
+    AlreadyAnsweredError,
     Answer,
     AnswerError,
     Inbox,
     LlmClient,
-    MemoryRunStore,
     Message,
     Request,
-    RequestExpired,
+    RequestExpiredError,
     RunResult,
     ToolContext,
     Toolkit,
     ToolResult,
     ToolReturn,
-    UnknownRequest,
+    UnknownRequestError,
     UsageError,
     define_tool,
 )
@@ -106,11 +105,11 @@ async def test_wrong_answers_raise_their_own_error_and_change_nothing():
             await start_runs(tg, inbox, 2, results)
             await wait_until(lambda: len(inbox) == 2)
             first, second = inbox.pending()
-            with pytest.raises(UnknownRequest):
+            with pytest.raises(UnknownRequestError):
                 inbox.answer(Answer("nobody", True))
             assert len(inbox) == 2
             inbox.answer(Answer(first.id, True))
-            with pytest.raises(AlreadyAnswered) as caught:
+            with pytest.raises(AlreadyAnsweredError) as caught:
                 inbox.answer(Answer(first.id, False, reason="declined"))
             assert caught.value.request_id == first.id
             assert [r.id for r in inbox.pending()] == [second.id]
@@ -118,7 +117,7 @@ async def test_wrong_answers_raise_their_own_error_and_change_nothing():
     assert sorted(r.text for r in results) == sorted(
         [f"pay done ({first.id})", f"pay done ({second.id})"]
     )
-    for cls in (UnknownRequest, AlreadyAnswered, RequestExpired):
+    for cls in (UnknownRequestError, AlreadyAnsweredError, RequestExpiredError):
         assert issubclass(cls, AnswerError) and issubclass(cls, LookupError)
 
 
@@ -134,7 +133,7 @@ async def test_expires_at_wakes_the_parked_run_as_expired():
             await wait_until(lambda: len(results) == 1)
     assert results[0].text == "declined/expired: pay?"
     assert len(inbox) == 0
-    with pytest.raises(RequestExpired):
+    with pytest.raises(RequestExpiredError):
         inbox.answer(Answer(request.id, True))
 
 
@@ -171,7 +170,7 @@ async def test_cancelling_a_parked_run_removes_its_entry():
                 request = inbox.pending()[0]
                 tg.cancel_scope.cancel()
     assert len(inbox) == 0
-    with pytest.raises(UnknownRequest):
+    with pytest.raises(UnknownRequestError):
         inbox.answer(Answer(request.id, True))
     assert_no_leaks()
 
@@ -182,7 +181,7 @@ async def test_cancelled_and_answered_parks_leave_no_timer_entry_behind():
     100,000 cancelled parks once kept their entries until each deadline (~25 MiB): the heap
     now holds at most twice the live entries, and none when nothing with a deadline waits.
     """
-    inbox = Inbox(park_timeout=3600, store=MemoryRunStore())
+    inbox = Inbox(park_timeout=3600)
     results: list[RunResult] = []
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
@@ -256,7 +255,7 @@ async def test_answer_threadsafe_from_another_thread():
         inbox.answer_threadsafe(Answer(request_id, True), timeout=5)
         try:
             inbox.answer_threadsafe(Answer(request_id, True), timeout=5)
-        except AlreadyAnswered as exc:
+        except AlreadyAnsweredError as exc:
             errors.append(exc)
 
     with anyio.fail_after(5):
@@ -285,7 +284,7 @@ async def test_an_already_expired_request_is_answered_without_parking():
     answer = await inbox(Request("r1", "approval", "?", expires_at="2000-01-01T00:00:00Z"))
     assert answer == Answer("r1", False, reason="expired")
     assert len(inbox) == 0
-    with pytest.raises(RequestExpired):
+    with pytest.raises(RequestExpiredError):
         inbox.answer(Answer("r1", True))
 
 
@@ -306,7 +305,7 @@ async def test_remember_bounds_the_memory_of_finished_ids():
     inbox = Inbox(remember=2)
     for name in ("a", "b", "c"):
         await inbox(Request(name, "approval", "?", expires_at="2000-01-01T00:00:00Z"))
-    with pytest.raises(UnknownRequest):
+    with pytest.raises(UnknownRequestError):
         inbox.answer(Answer("a", True))
-    with pytest.raises(RequestExpired):
+    with pytest.raises(RequestExpiredError):
         inbox.answer(Answer("c", True))

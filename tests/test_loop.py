@@ -7,11 +7,13 @@ import pytest
 from toolnexus_async import (
     AssistantMessage,
     Message,
+    ModelReply,
     Request,
     SystemMessage,
     ToolCall,
     ToolResult,
     ToolReturn,
+    Usage,
     UsageError,
     UserMessage,
 )
@@ -20,12 +22,10 @@ from toolnexus_async._loop import (
     CallOutcome,
     Finish,
     HaltedTurn,
-    ModelReply,
     RunLoop,
     RunTools,
 )
 from toolnexus_async._messages import unpaired_calls
-from toolnexus_async._results import Usage
 
 
 def calls_reply(

@@ -15,6 +15,7 @@ from tests.shared import ApprovedPay
 from toolnexus_async import (
     Answer,
     Hooks,
+    Limits,
     LlmCall,
     LlmCallEvent,
     LlmClient,
@@ -24,7 +25,7 @@ from toolnexus_async import (
     RetryPolicy,
     RunEvent,
     RunResult,
-    RunTimeout,
+    RunTimeoutError,
     ToolCallEvent,
     Toolkit,
     define_tool,
@@ -94,7 +95,9 @@ async def test_one_llm_call_event_per_request_with_model_status_seconds_tokens(
             anthropic_reply("3", usage={"input_tokens": 20, "output_tokens": 6}),
         )
     events: list[MetricEvent] = []
-    async with LlmClient(fake_llm.url, style, "m", api_key="k", on_metric=events.append) as client:
+    async with LlmClient(
+        fake_llm.url, style, "m", api_key="k", hooks=Hooks(on_metric=events.append)
+    ) as client:
         result = await run(client, add)
 
     assert result.status == "done"
@@ -123,7 +126,7 @@ async def test_tool_call_events_name_tool_source_and_outcome_and_a_suspension_is
         async with (
             Toolkit.create(builtins=False, extra_tools=[add, explode, ApprovedPay()]) as tk,
             LlmClient.in_process(
-                model, model="scripted", wait_for=approve, on_metric=events.append
+                model, model="scripted", wait_for=approve, hooks=Hooks(on_metric=events.append)
             ) as client,
         ):
             result = await client.run("go", tk)
@@ -149,7 +152,9 @@ async def test_a_halted_run_is_a_pending_tool_call_and_a_pending_run() -> None:
     with anyio.fail_after(LIMIT):
         async with (
             Toolkit.create(builtins=False, extra_tools=[ApprovedPay()]) as tk,
-            LlmClient.in_process(model, model="scripted", on_metric=events.append) as client,
+            LlmClient.in_process(
+                model, model="scripted", hooks=Hooks(on_metric=events.append)
+            ) as client,
         ):
             result = await client.run("go", tk)
             text = client.metrics()
@@ -168,7 +173,7 @@ async def test_failed_attempts_are_error_events_and_a_failed_run_an_error_run(
     fake_llm.handler = lambda body, seen: (503, {"error": {"message": "busy"}})
     events: list[MetricEvent] = []
     client = LlmClient(
-        fake_llm.url, "openai", "m", api_key="k", retry=FAST, on_metric=events.append
+        fake_llm.url, "openai", "m", api_key="k", retry=FAST, hooks=Hooks(on_metric=events.append)
     )
     async with client:
         with pytest.raises(ProviderError):
@@ -185,7 +190,7 @@ async def test_a_retried_request_counts_one_error_and_one_ok(fake_llm: FakeLLM) 
     fake_llm.handler = lambda body, seen: replies[len(fake_llm.requests) - 1]
     events: list[MetricEvent] = []
     client = LlmClient(
-        fake_llm.url, "openai", "m", api_key="k", retry=FAST, on_metric=events.append
+        fake_llm.url, "openai", "m", api_key="k", retry=FAST, hooks=Hooks(on_metric=events.append)
     )
     async with client:
         result = await run(client)
@@ -203,9 +208,11 @@ async def test_a_timed_out_run_is_an_error_run() -> None:
         raise AssertionError("unreachable")
 
     events: list[MetricEvent] = []
-    client = LlmClient.in_process(stuck, timeout=0.05, on_metric=events.append)
+    client = LlmClient.in_process(
+        stuck, limits=Limits(timeout=0.05), hooks=Hooks(on_metric=events.append)
+    )
     async with client:
-        with pytest.raises(RunTimeout):
+        with pytest.raises(RunTimeoutError):
             await run(client)
     assert [e.status for e in of(events, RunEvent)] == ["error"]
 
@@ -262,7 +269,7 @@ async def test_a_raising_on_metric_does_not_break_the_run(caplog: pytest.LogCapt
         async with (
             Toolkit.create(builtins=False, extra_tools=[add, ApprovedPay()]) as tk,
             LlmClient.in_process(
-                model, model="scripted", wait_for=approve, on_metric=broken
+                model, model="scripted", wait_for=approve, hooks=Hooks(on_metric=broken)
             ) as client,
         ):
             result = await client.run("go", tk)
@@ -290,8 +297,7 @@ async def test_a_tool_added_by_before_llm_reports_its_own_source() -> None:
                 model,
                 model="scripted",
                 wait_for=approve,
-                hooks=Hooks(before_llm=swap),
-                on_metric=events.append,
+                hooks=Hooks(before_llm=swap, on_metric=events.append),
             ) as client,
         ):
             result = await client.run("go", tk)
@@ -315,7 +321,7 @@ async def test_a_call_with_unparseable_arguments_is_counted_as_a_tool_error(
     )
     events: list[MetricEvent] = []
     async with LlmClient(
-        fake_llm.url, "openai", "m", api_key="k", on_metric=events.append
+        fake_llm.url, "openai", "m", api_key="k", hooks=Hooks(on_metric=events.append)
     ) as client:
         result = await run(client, add)
 

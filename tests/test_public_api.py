@@ -93,7 +93,12 @@ def test_error_hierarchy_has_one_base():
     ]
     assert {e.__name__ for e in errors} >= {"ToolnexusError", "ProviderError", "ProtocolError"}
     for error in errors:
+        if error is toolnexus_async.HaltRun:
+            # A signal, not an error: `except ToolnexusError` must not swallow it.
+            assert not issubclass(error, toolnexus_async.ToolnexusError)
+            continue
         assert issubclass(error, toolnexus_async.ToolnexusError), error
+        assert error.__name__.endswith("Error"), f"{error.__name__}: one naming convention"
     assert issubclass(toolnexus_async.ProviderError, toolnexus_async.ToolnexusError)
     assert issubclass(toolnexus_async.ProtocolError, toolnexus_async.ToolnexusError)
 

@@ -18,10 +18,11 @@ from aiohttp import web
 from tests.conftest import assert_no_leaks
 from tests.shared import every_path
 from toolnexus_async import (
+    Limits,
     LlmClient,
     ProtocolError,
     ProviderError,
-    ReplyTooLarge,
+    ReplyTooLargeError,
     RetryPolicy,
     Toolkit,
     TransportError,
@@ -82,7 +83,7 @@ async def run_against(url: str, **options: Any) -> None:
 
 @pytest.mark.parametrize("framing", ["content-length", "chunked", "gzip"])
 async def test_a_reply_over_max_reply_bytes_is_refused_typed(framing: str):
-    """Past the cap the reply is abandoned with ReplyTooLarge, however it is framed.
+    """Past the cap the reply is abandoned with ReplyTooLargeError, however it is framed.
 
     gzip matters: the Content-Length of a compressed body says nothing about its size once
     decompressed, so the cap counts decompressed bytes.
@@ -91,8 +92,8 @@ async def test_a_reply_over_max_reply_bytes_is_refused_typed(framing: str):
         big_reply(), chunked=framing == "chunked", gzipped=framing == "gzip"
     )
     async with every_path(handle, lambda: None) as url:
-        with pytest.raises(ReplyTooLarge) as caught:
-            await run_against(url, max_reply_bytes=LIMIT)
+        with pytest.raises(ReplyTooLargeError) as caught:
+            await run_against(url, limits=Limits(max_reply_bytes=LIMIT))
     assert caught.value.limit == LIMIT
     assert f"max_reply_bytes={LIMIT}" in str(caught.value)
     assert isinstance(caught.value, ProtocolError)
@@ -106,7 +107,9 @@ async def test_a_reply_within_max_reply_bytes_is_read():
     async with every_path(handle, lambda: None) as url:
         async with (
             Toolkit.create(builtins=False) as toolkit,
-            LlmClient(url, model="m", api_key=KEY, max_reply_bytes=8 * LIMIT) as client,
+            LlmClient(
+                url, model="m", api_key=KEY, limits=Limits(max_reply_bytes=8 * LIMIT)
+            ) as client,
         ):
             result = await client.run("hi", toolkit)
     assert result.text == "x" * (4 * LIMIT)
@@ -129,9 +132,11 @@ async def test_a_streamed_reply_over_max_reply_bytes_is_refused_typed():
     async with every_path(handle, lambda: None) as url:
         async with (
             Toolkit.create(builtins=False) as toolkit,
-            LlmClient(url, model="m", api_key=KEY, retry=NO_RETRY, max_reply_bytes=LIMIT) as c,
+            LlmClient(
+                url, model="m", api_key=KEY, retry=NO_RETRY, limits=Limits(max_reply_bytes=LIMIT)
+            ) as c,
         ):
-            with pytest.raises(ReplyTooLarge):
+            with pytest.raises(ReplyTooLargeError):
                 async with c.stream("hi", toolkit) as events:
                     async for _ in events:
                         pass
@@ -141,7 +146,7 @@ async def test_a_streamed_reply_over_max_reply_bytes_is_refused_typed():
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5])
 def test_max_reply_bytes_must_be_a_positive_int(bad: object):
     with pytest.raises(UsageError, match="max_reply_bytes"):
-        LlmClient("http://127.0.0.1:1/v1", model="m", max_reply_bytes=bad)  # type: ignore[arg-type]
+        LlmClient("http://127.0.0.1:1/v1", model="m", limits=Limits(max_reply_bytes=bad))  # type: ignore[arg-type]
 
 
 async def test_a_reply_nested_too_deeply_is_a_protocol_error():

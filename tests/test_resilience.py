@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 import anyio
+import attrs
 import pytest
 from aiohttp import web
 from aioresponses import aioresponses
@@ -27,6 +28,8 @@ from aioresponses import aioresponses
 from tests.conftest import FakeLLM, Seen, assert_no_leaks, openai_reply
 from toolnexus_async import (
     Answer,
+    Hooks,
+    Limits,
     LlmCallEvent,
     LlmClient,
     MetricEvent,
@@ -35,7 +38,7 @@ from toolnexus_async import (
     Request,
     RetryPolicy,
     RunResult,
-    RunTimeout,
+    RunTimeoutError,
     ToolContext,
     Toolkit,
     ToolResult,
@@ -269,7 +272,7 @@ async def test_connection_refused_is_retried_then_a_transport_error() -> None:
         "m",
         api_key="k",
         retry=FAST,
-        on_metric=events.append,
+        hooks=Hooks(on_metric=events.append),
     )
 
     with pytest.raises(TransportError):
@@ -335,8 +338,7 @@ async def test_retry_after_http_date_is_ignored_for_backoff() -> None:
             "openai",
             "m",
             api_key="k",
-            retry=RetryPolicy(base_delay=0, max_delay=60),
-            on_error=on_error,
+            retry=RetryPolicy(base_delay=0, max_delay=60, on_error=on_error),
         )
         with anyio.fail_after(2):  # honouring the date (an hour, capped at 60 s) would trip this
             result = await run_http(client)
@@ -373,8 +375,9 @@ async def test_on_error_retry_makes_a_400_retried_within_retries(
         "openai",
         "m",
         api_key="k",
-        retry=RetryPolicy(base_delay=0, retries=2),
-        on_error=classify if flavour == "sync" else classify_async,
+        retry=RetryPolicy(
+            base_delay=0, retries=2, on_error=classify if flavour == "sync" else classify_async
+        ),
     )
     with pytest.raises(ProviderError):
         await run_http(client)
@@ -387,7 +390,11 @@ async def test_on_error_fail_stops_a_503_at_once(fake_llm: FakeLLM) -> None:
     """on_error saying "fail" gives up on a retryable 503 after one request."""
     always(fake_llm, 503)
     client = LlmClient(
-        fake_llm.url, "openai", "m", api_key="k", retry=FAST, on_error=lambda e, n: "fail"
+        fake_llm.url,
+        "openai",
+        "m",
+        api_key="k",
+        retry=attrs.evolve(FAST, on_error=lambda e, n: "fail"),
     )
     with pytest.raises(ProviderError) as caught:
         await run_http(client)
@@ -420,9 +427,8 @@ async def test_request_timeout_is_a_transport_error_and_is_retried(
         "openai",
         "m",
         api_key="k",
-        request_timeout=0.05,
-        retry=FAST,
-        on_error=on_error,
+        limits=Limits(request_timeout=0.05),
+        retry=attrs.evolve(FAST, on_error=on_error),
     )
     result = await run_http(client)
 
@@ -447,7 +453,7 @@ async def test_request_timeout_without_retries_raises_transport_error(
         "openai",
         "m",
         api_key="k",
-        request_timeout=0.05,
+        limits=Limits(request_timeout=0.05),
         retry=RetryPolicy(retries=0),
     )
     with anyio.fail_after(1), pytest.raises(TransportError):
@@ -456,12 +462,12 @@ async def test_request_timeout_without_retries_raises_transport_error(
 
 
 async def test_run_timeout_when_a_tool_is_slow() -> None:
-    """A tool that outlasts the run's timeout: RunTimeout (a TimeoutError), tool cancelled."""
+    """A tool that outlasts the run's timeout: RunTimeoutError (a TimeoutError), tool cancelled."""
     slow = RecordingTool("slow")
     model = ScriptedModel(reply(tool_call("slow", id="c1")), "never")
 
-    with pytest.raises(RunTimeout) as caught:
-        await run_in_process(model, [slow], timeout=0.05)
+    with pytest.raises(RunTimeoutError) as caught:
+        await run_in_process(model, [slow], limits=Limits(timeout=0.05))
 
     assert isinstance(caught.value, TimeoutError)
     assert slow.calls == 1 and slow.cancelled == 1
@@ -469,15 +475,17 @@ async def test_run_timeout_when_a_tool_is_slow() -> None:
 
 
 async def test_run_timeout_when_the_model_is_slow(fake_llm: FakeLLM, gate: threading.Event) -> None:
-    """A model request that outlasts the run's timeout: RunTimeout, not a TransportError."""
+    """A model request that outlasts the run's timeout: RunTimeoutError, not a TransportError."""
 
     def handler(body: dict[str, Any], seen: Seen) -> Any:
         gate.wait(LIMIT)
         return openai_reply("late")
 
     fake_llm.handler = handler
-    client = LlmClient(fake_llm.url, "openai", "m", api_key="k", timeout=0.1, retry=FAST)
-    with pytest.raises(RunTimeout):
+    client = LlmClient(
+        fake_llm.url, "openai", "m", api_key="k", limits=Limits(timeout=0.1), retry=FAST
+    )
+    with pytest.raises(RunTimeoutError):
         await run_http(client)
     assert len(fake_llm.requests) == 1
     assert_no_leaks()
@@ -500,8 +508,8 @@ async def test_run_timeout_reaches_runs_waiting_in_wait_for() -> None:
     tools = [approval_after("a"), approval_after("b")]
     model = ScriptedModel(reply(tool_call("a", id="c1"), tool_call("b", id="c2")), "never")
 
-    with pytest.raises(RunTimeout):
-        await run_in_process(model, tools, timeout=0.1, wait_for=never)
+    with pytest.raises(RunTimeoutError):
+        await run_in_process(model, tools, limits=Limits(timeout=0.1), wait_for=never)
 
     assert sorted(entered) == ["a?", "b?"]
     assert sorted(cancelled) == ["a?", "b?"]
@@ -512,7 +520,8 @@ async def test_run_timeout_reaches_runs_waiting_in_wait_for() -> None:
 async def test_count_wait_in_timeout_decides_whether_a_long_wait_times_out(
     count_wait: bool,
 ) -> None:
-    """A 0.2 s human wait under a 0.1 s timeout: done when waits do not count, else RunTimeout."""
+    """A 0.2 s human wait under a 0.1 s timeout: done when waits do not count, else
+    RunTimeoutError."""
 
     async def slow_yes(request: Request) -> Answer:
         await anyio.sleep(0.2)
@@ -522,14 +531,20 @@ async def test_count_wait_in_timeout_decides_whether_a_long_wait_times_out(
     model = ScriptedModel(reply(tool_call("pay", id="c1")), "paid")
     started = time.monotonic()
     if count_wait:
-        with pytest.raises(RunTimeout):
+        with pytest.raises(RunTimeoutError):
             await run_in_process(
-                model, [tool], timeout=0.1, wait_for=slow_yes, count_wait_in_timeout=True
+                model,
+                [tool],
+                limits=Limits(timeout=0.1, count_wait_in_timeout=True),
+                wait_for=slow_yes,
             )
         assert time.monotonic() - started < 0.2
     else:
         result = await run_in_process(
-            model, [tool], timeout=0.1, wait_for=slow_yes, count_wait_in_timeout=False
+            model,
+            [tool],
+            limits=Limits(timeout=0.1, count_wait_in_timeout=False),
+            wait_for=slow_yes,
         )
         assert result.status == "done" and result.text == "paid"
         assert time.monotonic() - started >= 0.2
@@ -559,9 +574,12 @@ async def test_time_outside_waits_still_counts_when_waits_do_not() -> None:
         return Answer(request.id, True)
 
     tool = approval_after("pay", work=0.1)
-    with pytest.raises(RunTimeout):
+    with pytest.raises(RunTimeoutError):
         await run_in_process(
-            slow_model, [tool], timeout=0.16, wait_for=slow_yes, count_wait_in_timeout=False
+            slow_model,
+            [tool],
+            limits=Limits(timeout=0.16, count_wait_in_timeout=False),
+            wait_for=slow_yes,
         )
 
     assert phases == ["model", "wait", "answered"]

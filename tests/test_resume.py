@@ -10,9 +10,9 @@ import pytest
 from tests.conftest import assert_no_leaks, openai_reply
 from tests.shared import Ledger, final_from_results
 from toolnexus_async import (
-    AlreadyResumed,
+    AlreadyResumedError,
     Answer,
-    AnswerMismatch,
+    AnswerMismatchError,
     AssistantMessage,
     LlmClient,
     Message,
@@ -89,8 +89,8 @@ async def test_resume_after_a_json_round_trip_never_repeats_a_completed_call():
     async with LlmClient.in_process(model) as client:
         result = await client.resume(
             halted,
-            [Answer(pay_request.id, True), Answer(notify_request.id, True, data={"who": "Ann"})],
             toolkit,
+            [Answer(pay_request.id, True), Answer(notify_request.id, True, data={"who": "Ann"})],
         )
 
     assert result.status == "done"
@@ -119,7 +119,7 @@ async def test_a_resumed_call_is_told_the_request_its_answer_answers():
             halted = await client.run("pay", toolkit)
             stored = RunResult.from_dict(json.loads(json.dumps(halted.to_dict())))
             assert stored.pending is not None
-            result = await client.resume(stored, Answer(stored.pending.id, True), toolkit)
+            result = await client.resume(stored, toolkit, Answer(stored.pending.id, True))
 
     assert result.status == "done"
     retry = seen[-1]
@@ -147,7 +147,7 @@ async def test_resume_sends_one_result_per_call_and_no_new_user_turn():
         return Answer(r.id, True, data={"who": "Bo"})
 
     async with LlmClient.in_process(model, wait_for=wait_for) as client:
-        await client.resume(halted, Answer(request.id, True), toolkit)
+        await client.resume(halted, toolkit, Answer(request.id, True))
 
     sent = seen[0]
     assert sum(isinstance(m, UserMessage) for m in sent) == 1
@@ -170,7 +170,7 @@ async def test_an_open_call_that_suspends_again_halts_again_on_the_first():
     assert second is not None
 
     async with LlmClient.in_process(ScriptedModel()) as client:
-        again = await client.resume(halted, Answer(second.id, True, data={"who": "Cy"}), toolkit)
+        again = await client.resume(halted, toolkit, Answer(second.id, True, data={"who": "Cy"}))
 
     assert again.status == "pending"
     assert again.pending is not None and again.pending.kind == "approval"
@@ -195,11 +195,11 @@ async def test_a_declined_answer_on_resume_is_reported_to_the_model():
     async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
         result = await client.resume(
             halted,
+            toolkit,
             [
                 Answer(pay_request.id, False, reason="declined"),
                 Answer(notify_request.id, True, data={"who": "Di"}),
             ],
-            toolkit,
         )
 
     assert "c2=declined/expired: Pay 30 EUR?" in result.text
@@ -207,15 +207,15 @@ async def test_a_declined_answer_on_resume_is_reported_to_the_model():
 
 
 async def test_an_answer_with_a_foreign_id_is_refused_and_nothing_runs():
-    """AnswerMismatch, and not one tool executed again."""
+    """AnswerMismatchError, and not one tool executed again."""
     ledger = Ledger()
     toolkit = ledger.toolkit()
     halted = await halt(ledger, toolkit)
     model = ScriptedModel()
 
     async with LlmClient.in_process(model) as client:
-        with pytest.raises(AnswerMismatch, match="nope") as caught:
-            await client.resume(halted, Answer("nope", True), toolkit)
+        with pytest.raises(AnswerMismatchError, match="nope") as caught:
+            await client.resume(halted, toolkit, Answer("nope", True))
 
     assert caught.value.request_id == "nope"
     assert isinstance(caught.value, LookupError)
@@ -228,7 +228,7 @@ async def test_only_a_halted_run_can_be_resumed():
     async with LlmClient.in_process(ScriptedModel("done")) as client:
         done = await client.run("hi", Toolkit.create(builtins=False))
         with pytest.raises(UsageError, match="halted"):
-            await client.resume(done, Answer("x", True), Toolkit.create(builtins=False))
+            await client.resume(done, Toolkit.create(builtins=False), Answer("x", True))
 
 
 async def test_run_with_answer_needs_only_the_transcript_and_the_pending_request():
@@ -244,11 +244,11 @@ async def test_run_with_answer_needs_only_the_transcript_and_the_pending_request
 
     async with LlmClient.in_process(ScriptedModel(final_from_results), wait_for=wait_for) as client:
         result = await client.run_with_answer(
-            toolkit, history, halted.pending, Answer(halted.pending.id, True)
+            history, toolkit, halted.pending, Answer(halted.pending.id, True)
         )
-        with pytest.raises(AnswerMismatch):
+        with pytest.raises(AnswerMismatchError):
             await client.run_with_answer(
-                toolkit, history, halted.pending, Answer("someone-else", True)
+                history, toolkit, halted.pending, Answer("someone-else", True)
             )
 
     assert result.status == "done"
@@ -262,8 +262,8 @@ async def test_run_with_answer_refuses_a_transcript_that_did_not_halt():
     async with LlmClient.in_process(ScriptedModel()) as client:
         with pytest.raises(UsageError, match="not a halted run"):
             await client.run_with_answer(
-                Toolkit.create(builtins=False),
                 [UserMessage("hi"), AssistantMessage("hello")],
+                Toolkit.create(builtins=False),
                 Request("r", "approval", "?"),
                 Answer("r", True),
             )
@@ -293,7 +293,7 @@ async def test_a_conversation_halted_on_openai_resumes_against_anthropic(fake_ll
     halted = RunResult.from_dict(stored)
     assert halted.pending is not None
     async with LlmClient(fake_llm.url, style="anthropic", model="claude", api_key="k") as claude:
-        result = await claude.resume(halted, Answer(halted.pending.id, True), toolkit)
+        result = await claude.resume(halted, toolkit, Answer(halted.pending.id, True))
 
     assert result.text == "paid 5"
     assert result.style == "anthropic"
@@ -347,7 +347,7 @@ async def test_metadata_that_is_not_json_is_refused_by_to_dict():
 
 def test_already_resumed_is_an_answer_error():
     """The store's refusal shares the AnswerError base with the Inbox errors."""
-    error = AlreadyResumed("r1", "request 'r1' was resumed already")
+    error = AlreadyResumedError("r1", "request 'r1' was resumed already")
     assert isinstance(error, LookupError)
     assert error.request_id == "r1"
 
@@ -377,7 +377,7 @@ async def test_a_late_yes_to_an_expired_request_counts_as_expired():
     late_yes = Answer(stale.suspended[0].request.id, True)
 
     async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
-        result = await client.resume(stale, late_yes, toolkit)
+        result = await client.resume(stale, toolkit, late_yes)
 
     assert result.text == "c1=declined/expired: Pay?"
     assert ran == []
@@ -390,5 +390,5 @@ async def test_resume_needs_at_least_one_answer():
     halted = await halt(ledger, toolkit)
     async with LlmClient.in_process(ScriptedModel()) as client:
         with pytest.raises(UsageError, match="at least one answer"):
-            await client.resume(halted, [], toolkit)
+            await client.resume(halted, toolkit, [])
     assert ledger.looked_up == 1

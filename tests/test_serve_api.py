@@ -689,7 +689,7 @@ async def test_the_page_and_its_files_are_served_and_nothing_else(monkeypatch, t
 
 async def test_the_client_must_park_in_the_apps_inbox():
     def stray(inbox: ServeInbox) -> LlmClient:
-        return demo_client(ServeInbox(RunBook(EventBus()), MemoryRunStore(), 1.0))
+        return demo_client(ServeInbox(RunBook(EventBus()), 1.0))
 
     app = create_app(
         make_client=stray,

@@ -93,7 +93,7 @@ async def test_a_spilled_run_finishes_on_a_restarted_server(tmp_path: Path):
         # A third server: the request was resumed before, so answering it again is 409.
         async with serving(serve_demo_app(path, token=TOKEN)) as http:
             status, error = await post(http, f"/requests/{login['id']}/answer", {"ok": True})
-            assert status == 409 and "answered already" in error["error"]
+            assert status == 409 and "resumed already" in error["error"]
             assert (await get(http, f"/runs/{run_id}"))[0] == 404  # finished runs are not kept
 
 

@@ -16,9 +16,9 @@ import pytest
 from tests.conftest import assert_no_leaks
 from tests.shared import Ledger, final_from_results, raw_sql
 from toolnexus_async import (
-    AlreadyResumed,
+    AlreadyResumedError,
     Answer,
-    AnswerMismatch,
+    AnswerMismatchError,
     Hooks,
     LlmClient,
     Message,
@@ -29,7 +29,7 @@ from toolnexus_async import (
     StoreError,
     Toolkit,
     ToolResult,
-    UnknownRequest,
+    UnknownRequestError,
     UsageError,
 )
 from toolnexus_async.durable import MemoryRunStore, RunStore, SqliteRunStore, resume_stored
@@ -127,47 +127,47 @@ async def test_saving_a_run_again_replaces_it_and_its_request_ids(store, case):
     await store.save(case.halted)
     answer = Answer(case.ids[1], True, data={"who": "Cy"})
     async with LlmClient.in_process(ScriptedModel()) as client:
-        again = await client.resume(case.halted, answer, case.toolkit)
+        again = await client.resume(case.halted, case.toolkit, answer)
     assert again.run_id == case.halted.run_id and ids_of(again)[0] not in case.ids
 
     await store.save(again)
 
     assert await store.load(ids_of(again)[0]) == again
     for old in case.ids:
-        with pytest.raises(UnknownRequest):
+        with pytest.raises(UnknownRequestError):
             await store.load(old)
     assert [r.id for r in await store.requests()] == ids_of(again)
 
 
 async def test_claim_takes_the_whole_run_exactly_once(store, case):
-    """Claiming by one id removes the run; any of its ids then says AlreadyResumed."""
+    """Claiming by one id removes the run; any of its ids then says AlreadyResumedError."""
     await store.save(case.halted)
 
     assert await store.claim(case.ids[1]) == case.halted
 
     for request_id in case.ids:
-        with pytest.raises(AlreadyResumed, match=request_id) as caught:
+        with pytest.raises(AlreadyResumedError, match=request_id) as caught:
             await store.claim(request_id)
         assert caught.value.request_id == request_id
-        with pytest.raises(AlreadyResumed):
+        with pytest.raises(AlreadyResumedError):
             await store.load(request_id)
     assert await store.requests() == []
     # An id never stored is neither loaded nor claimed.
-    with pytest.raises(UnknownRequest, match="nope"):
+    with pytest.raises(UnknownRequestError, match="nope"):
         await store.load("nope")
-    with pytest.raises(UnknownRequest, match="nope"):
+    with pytest.raises(UnknownRequestError, match="nope"):
         await store.claim("nope")
 
 
 async def test_two_concurrent_claims_of_one_run_let_exactly_one_win(store, case):
-    """Two tasks claim the run through its two ids at once: one run, one AlreadyResumed."""
+    """Two tasks claim the run through its two ids at once: one run, one AlreadyResumedError."""
     await store.save(case.halted)
     outcomes: list[object] = []
 
     async def claim(request_id: str) -> None:
         try:
             outcomes.append(await store.claim(request_id))
-        except AlreadyResumed as exc:
+        except AlreadyResumedError as exc:
             outcomes.append(exc)
 
     async with anyio.create_task_group() as tg:
@@ -175,7 +175,7 @@ async def test_two_concurrent_claims_of_one_run_let_exactly_one_win(store, case)
             tg.start_soon(claim, request_id)
 
     assert case.halted in outcomes
-    assert sorted(type(o).__name__ for o in outcomes) == ["AlreadyResumed", "RunResult"]
+    assert sorted(type(o).__name__ for o in outcomes) == ["AlreadyResumedError", "RunResult"]
 
 
 async def test_only_a_halted_json_run_with_its_own_ids_is_stored(store, case):
@@ -204,10 +204,10 @@ async def test_claimed_ids_are_remembered_within_a_bound(make_store, case):
         await store.claim(ids_of(run)[0])
 
     for forgotten in case.ids:
-        with pytest.raises(UnknownRequest):
+        with pytest.raises(UnknownRequestError):
             await store.claim(forgotten)
     for remembered in ids_of(second):
-        with pytest.raises(AlreadyResumed):
+        with pytest.raises(AlreadyResumedError):
             await store.claim(remembered)
 
 
@@ -314,14 +314,14 @@ async def test_two_stores_on_one_file_claim_a_run_exactly_once(tmp_path: Path, c
         async def claim(store: SqliteRunStore, request_id: str) -> None:
             try:
                 outcomes.append(await store.claim(request_id))
-            except AlreadyResumed as exc:
+            except AlreadyResumedError as exc:
                 outcomes.append(exc)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(claim, one, case.ids[0])
             tg.start_soon(claim, two, case.ids[1])
 
-    assert sorted(type(o).__name__ for o in outcomes) == ["AlreadyResumed", "RunResult"]
+    assert sorted(type(o).__name__ for o in outcomes) == ["AlreadyResumedError", "RunResult"]
     assert_no_leaks()
 
 
@@ -337,13 +337,13 @@ async def test_resume_stored_finishes_a_stored_run_and_removes_it(store, case):
     await store.save(case.halted)
 
     async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
-        result = await resume_stored(client, store, both_answers(case, "Ann"), case.toolkit)
+        result = await resume_stored(client, case.toolkit, store, both_answers(case, "Ann"))
 
     assert result.status == "done"
     assert result.text == "c1=INV-1: 30 EUR | c2=paid 30 | c3=notified Ann"
     assert (case.ledger.looked_up, case.ledger.paid) == (1, [30])
     assert await store.requests() == []
-    with pytest.raises(AlreadyResumed):
+    with pytest.raises(AlreadyResumedError):
         await store.load(case.ids[0])
     assert_no_leaks()
 
@@ -354,14 +354,14 @@ async def test_a_run_that_halts_again_is_saved_under_its_new_request(store, case
     answer = Answer(case.ids[1], True, data={"who": "Cy"})
 
     async with LlmClient.in_process(ScriptedModel()) as client:
-        again = await resume_stored(client, store, answer, case.toolkit)
+        again = await resume_stored(client, case.toolkit, store, answer)
 
     assert again.status == "pending"
     [new_id] = ids_of(again)
     assert new_id not in case.ids
     assert [r.id for r in await store.requests()] == [new_id]
     assert await store.load(new_id) == again
-    with pytest.raises(AlreadyResumed):
+    with pytest.raises(AlreadyResumedError):
         await store.claim(case.ids[0])
     assert case.ledger.paid == []
 
@@ -372,13 +372,13 @@ async def test_a_resume_refused_before_its_tools_ran_puts_the_run_back(store, ca
     answers = both_answers(case, "Di")
 
     async with LlmClient.in_process(ScriptedModel()) as client:
-        with pytest.raises(AnswerMismatch):
-            await resume_stored(client, store, [answers[0], Answer("x", True)], case.toolkit)
+        with pytest.raises(AnswerMismatchError):
+            await resume_stored(client, case.toolkit, store, [answers[0], Answer("x", True)])
     assert await store.load(case.ids[0]) == case.halted
     assert case.ledger.paid == []
 
     async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
-        assert (await resume_stored(client, store, answers, case.toolkit)).status == "done"
+        assert (await resume_stored(client, case.toolkit, store, answers)).status == "done"
     assert await store.requests() == []
 
 
@@ -393,7 +393,7 @@ async def test_a_model_failure_after_the_tools_ran_never_runs_them_twice(store, 
 
     async with LlmClient.in_process(provider_down, retry=RetryPolicy(retries=0)) as client:
         with pytest.raises(ProviderError) as caught:
-            await resume_stored(client, store, answers, case.toolkit)
+            await resume_stored(client, case.toolkit, store, answers)
     paid = list(case.ledger.paid)
     assert paid != []
     assert await store.requests() == []
@@ -408,7 +408,7 @@ async def test_a_model_failure_after_the_tools_ran_never_runs_them_twice(store, 
 
 
 async def test_two_concurrent_resumes_run_the_tools_once(store, case):
-    """Two handlers answer the same request at once: one resumes, one gets AlreadyResumed."""
+    """Two handlers answer the same request at once: one resumes, one gets AlreadyResumedError."""
     await store.save(case.halted)
     outcomes: list[str] = []
 
@@ -416,8 +416,8 @@ async def test_two_concurrent_resumes_run_the_tools_once(store, case):
         async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
             try:
                 answers = both_answers(case, "Ed")
-                outcomes.append((await resume_stored(client, store, answers, case.toolkit)).status)
-            except AlreadyResumed:
+                outcomes.append((await resume_stored(client, case.toolkit, store, answers)).status)
+            except AlreadyResumedError:
                 outcomes.append("refused")
 
     async with anyio.create_task_group() as tg:
@@ -429,13 +429,13 @@ async def test_two_concurrent_resumes_run_the_tools_once(store, case):
 
 
 async def test_resume_stored_needs_a_known_answer(store, case):
-    """No answer is a usage error; an unknown id is UnknownRequest and runs nothing."""
+    """No answer is a usage error; an unknown id is UnknownRequestError and runs nothing."""
     await store.save(case.halted)
     async with LlmClient.in_process(ScriptedModel()) as client:
         with pytest.raises(UsageError, match="at least one"):
-            await resume_stored(client, store, [], case.toolkit)
-        with pytest.raises(UnknownRequest):
-            await resume_stored(client, store, Answer("nobody", True), case.toolkit)
+            await resume_stored(client, case.toolkit, store, [])
+        with pytest.raises(UnknownRequestError):
+            await resume_stored(client, case.toolkit, store, Answer("nobody", True))
     assert await store.load(case.ids[0]) == case.halted
     assert case.ledger.looked_up == 1
 
@@ -452,12 +452,12 @@ async def test_a_resume_cancelled_after_its_tools_ran_is_not_put_back(store, cas
             raise AssertionError("unreachable")
 
         async with LlmClient.in_process(stalls) as client:
-            await resume_stored(client, store, both_answers(case, "Fa"), case.toolkit)
+            await resume_stored(client, case.toolkit, store, both_answers(case, "Fa"))
 
     assert scope.cancelled_caught
     paid = list(case.ledger.paid)
     assert paid != []
-    with pytest.raises(AlreadyResumed):
+    with pytest.raises(AlreadyResumedError):
         await store.claim(case.ids[0])
     assert case.ledger.paid == paid
     assert_no_leaks()
@@ -480,7 +480,7 @@ async def test_a_resume_cancelled_before_its_tools_ran_puts_the_run_back(store, 
             async with anyio.create_task_group() as tg:
 
                 async def go() -> None:
-                    await resume_stored(client, store, both_answers(case, "Ga"), case.toolkit)
+                    await resume_stored(client, case.toolkit, store, both_answers(case, "Ga"))
 
                 tg.start_soon(go)
                 await gate.wait()

@@ -20,7 +20,7 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from tests.conftest import assert_no_leaks
-from toolnexus_async import AlreadyResumed
+from toolnexus_async import AlreadyResumedError
 from toolnexus_async.durable import SqliteRunStore
 
 CHILD = '''
@@ -102,7 +102,7 @@ async def resume(request_id):
     model = ScriptedModel(final)
     async with SqliteRunStore(DB) as store, LlmClient.in_process(model, wait_for=approve) as client:
         answer = Answer(request_id, True, data={"note": "ok by Ann"})
-        result = await resume_stored(client, store, answer, TOOLKIT)
+        result = await resume_stored(client, TOOLKIT, store, answer)
         left = [r.id for r in await store.requests()]
     print(json.dumps({"result": result.to_dict(), "left": left}), flush=True)
 
@@ -182,6 +182,6 @@ async def test_a_run_survives_sigkill_and_a_new_process_finishes_it(tmp_path: Pa
     assert out["left"] == []
     async with SqliteRunStore(db) as store:
         assert await store.requests() == []
-        with pytest.raises(AlreadyResumed):
+        with pytest.raises(AlreadyResumedError):
             await store.claim(halted["request"])
     assert_no_leaks()

@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from toolnexus_async import ProtocolError, ProviderError, ToolCall, Toolkit, UserMessage
+from toolnexus_async import (
+    ModelReply,
+    ProtocolError,
+    ProviderError,
+    ToolCall,
+    Toolkit,
+    Usage,
+    UserMessage,
+)
 from toolnexus_async._codecs import codec_for
 from toolnexus_async._codecs._sse import SSEEvent, SSEParser
 from toolnexus_async._codecs._stream import StreamDecoder, TextDelta
@@ -17,8 +25,6 @@ from toolnexus_async._codecs.anthropic import AnthropicCodec
 from toolnexus_async._codecs.anthropic_stream import AnthropicStreamDecoder
 from toolnexus_async._codecs.openai import OpenAICodec
 from toolnexus_async._codecs.openai_stream import OpenAIStreamDecoder
-from toolnexus_async._loop import ModelReply
-from toolnexus_async._results import Usage
 
 OPENAI_URL = "https://api.openai.test/v1/chat/completions"
 ANTHROPIC_URL = "https://api.anthropic.test/v1/messages"
@@ -190,21 +196,26 @@ EMPTY = Toolkit.create(builtins=False)
 def test_openai_encode_streams_with_usage_only_when_asked():
     """stream=True adds stream and include_usage; the default body is unchanged."""
     codec = OpenAICodec()
-    plain = codec.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=None)
+    plain = codec.encode([UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None)
     assert "stream" not in plain and "stream_options" not in plain
     assert (
-        codec.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=None, stream=False) == plain
+        codec.encode([UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None, stream=False)
+        == plain
     )
-    streamed = codec.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=None, stream=True)
+    streamed = codec.encode(
+        [UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None, stream=True
+    )
     assert streamed == {**plain, "stream": True, "stream_options": {"include_usage": True}}
 
 
 def test_anthropic_encode_streams_only_when_asked():
     """stream=True adds "stream": true; the default body is unchanged."""
     codec = AnthropicCodec()
-    plain = codec.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=None)
+    plain = codec.encode([UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None)
     assert "stream" not in plain
-    streamed = codec.encode([UserMessage("hi")], EMPTY, model="m", max_tokens=None, stream=True)
+    streamed = codec.encode(
+        [UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=None, stream=True
+    )
     assert streamed == {**plain, "stream": True}
 
 
@@ -213,7 +224,7 @@ def test_extra_body_still_has_the_last_word_when_streaming():
     stream_options can be given something else."""
     body = OpenAICodec().encode(
         [UserMessage("hi")],
-        EMPTY,
+        EMPTY.tools(),
         model="m",
         max_tokens=None,
         extra={"stream_options": {"include_usage": False}},

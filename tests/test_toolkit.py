@@ -9,6 +9,7 @@ import anyio.lowlevel
 import pytest
 
 from toolnexus_async import Tool, ToolContext, Toolkit, ToolResult, UsageError, define_tool
+from toolnexus_async._codecs import render_anthropic, render_gemini, render_openai
 from toolnexus_async.tools.builtin import BUILTIN_NAMES
 
 SCHEMA: dict[str, Any] = {
@@ -341,15 +342,16 @@ def test_adapters_follow_registration_order():
     assert [t["name"] for t in toolkit.to_gemini()] == ["b", "a"]
 
 
-def test_wire_tools_are_cached_until_register():
-    """The codecs' list is built once and reused until a tool is registered; then rebuilt."""
+def test_wire_tools_are_rendered_once_until_register():
+    """The codecs render the toolkit's tools once and reuse it until a tool is registered."""
     toolkit = Toolkit.create(builtins=False, extra_tools=[EchoTool("a")])
-    cached = {style: toolkit.wire_tools(style) for style in ("openai", "anthropic", "gemini")}
-    for style, wire in cached.items():
-        assert toolkit.wire_tools(style) is wire
+    renderers = (render_openai, render_anthropic, render_gemini)
+    cached = [render(toolkit._specs()) for render in renderers]
+    for render, wire in zip(renderers, cached, strict=True):
+        assert render(toolkit._specs()) is wire
     toolkit.register(EchoTool("b"))
-    for style, wire in cached.items():
-        assert toolkit.wire_tools(style) is not wire
+    for render, wire in zip(renderers, cached, strict=True):
+        assert render(toolkit._specs()) is not wire
     assert [t["function"]["name"] for t in toolkit.to_openai()] == ["a", "b"]
     assert [t["name"] for t in toolkit.to_anthropic()] == ["a", "b"]
     assert [t["name"] for t in toolkit.to_gemini()] == ["a", "b"]
@@ -363,7 +365,7 @@ def test_public_adapters_hand_out_copies():
         first.clear()
         assert len(adapter()) == 1
     toolkit.to_openai()[0]["function"]["name"] = "changed"
-    assert toolkit.wire_tools("openai")[0]["function"]["name"] == "a"
+    assert render_openai(toolkit._specs())[0]["function"]["name"] == "a"
 
 
 def test_adapters_of_defined_tools():

@@ -7,6 +7,7 @@ later. Everything awaits, so many suspended runs can share one event loop.
 """
 
 from ._client import LlmClient
+from ._config import Limits, ModelSettings
 from ._conversations import (
     ConversationLocks,
     ConversationStore,
@@ -14,38 +15,40 @@ from ._conversations import (
     SqliteConversationStore,
 )
 from ._errors import (
-    AlreadyAnswered,
-    AlreadyResumed,
+    AlreadyAnsweredError,
+    AlreadyResumedError,
     AnswerError,
-    AnswerMismatch,
+    AnswerMismatchError,
     ConfinementError,
     ModelError,
     PayloadError,
     ProtocolError,
     ProviderError,
-    ReplyTooLarge,
-    RequestExpired,
-    RunTimeout,
+    ReplyTooLargeError,
+    RequestExpiredError,
+    RunTimeoutError,
     StoreError,
     ToolnexusError,
     TransportError,
-    UnknownRequest,
+    UnknownRequestError,
     UsageError,
 )
 from ._hooks import Hooks, LlmCall, require_approval
-from ._loop import ModelReply
+from ._http import HttpRequest, HttpResponse, Transport
 from ._messages import (
     AssistantMessage,
     Message,
+    ModelReply,
     SystemMessage,
     ToolCall,
     ToolReturn,
+    Usage,
     UserMessage,
     messages_from_json,
     messages_to_json,
 )
 from ._metrics import LlmCallEvent, MetricEvent, MetricsRegistry, RunEvent, ToolCallEvent
-from ._results import RunResult, ToolCallRecord, Usage
+from ._results import RunResult, ToolCallRecord
 from ._retry import RetryPolicy, parse_retry_after
 from ._streaming import (
     RunStream,
@@ -58,8 +61,9 @@ from ._streaming import (
     StreamUsage,
 )
 from ._toolkit import Toolkit
+from ._transport import AiohttpTransport
 from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
-from .durable import MemoryRunStore, RunStore, SqliteRunStore, resume_stored
+from .durable import DurableHost, MemoryRunStore, RunStore, SqliteRunStore, resume_stored
 from .suspend import Inbox
 from .tools.http import HttpTool, http_tool
 from .tools.native import FunctionTool, define_tool
@@ -83,7 +87,14 @@ __all__ = (
     "http_tool",
     # running
     "LlmClient",
+    "Limits",
+    "ModelSettings",
+    "Transport",
+    "AiohttpTransport",
+    "HttpRequest",
+    "HttpResponse",
     "Inbox",
+    "DurableHost",
     "RunStore",
     "MemoryRunStore",
     "SqliteRunStore",
@@ -131,16 +142,33 @@ __all__ = (
     "PayloadError",
     "ConfinementError",
     "AnswerError",
-    "UnknownRequest",
-    "AlreadyAnswered",
-    "RequestExpired",
-    "RunTimeout",
-    "AnswerMismatch",
-    "AlreadyResumed",
+    "UnknownRequestError",
+    "AlreadyAnsweredError",
+    "RequestExpiredError",
+    "RunTimeoutError",
+    "AnswerMismatchError",
+    "AlreadyResumedError",
     "StoreError",
     "ModelError",
     "ProviderError",
     "ProtocolError",
-    "ReplyTooLarge",
+    "ReplyTooLargeError",
     "TransportError",
 )
+
+
+def _report_the_package_as_module() -> None:
+    # Public names say they are toolnexus_async's (as httpx does): reprs, error tracebacks,
+    # docs and pickles name toolnexus_async.Answer, not the private module it lives in.
+    # Their string annotations are evaluated first, in the module that wrote them, since
+    # typing.get_type_hints (attrs, FastAPI, cattrs) would look them up in __module__.
+    import inspect
+
+    for name in __all__:
+        value = globals()[name]
+        if inspect.isclass(value) or inspect.isfunction(value):
+            value.__annotations__ = inspect.get_annotations(value, eval_str=True)
+            value.__module__ = __name__
+
+
+_report_the_package_as_module()

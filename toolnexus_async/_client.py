@@ -4,9 +4,9 @@ Rules of this module:
 
 - The API key comes from the argument or the style's usual environment variable, lives in
   one private attribute, and is never logged, shown in a ``repr`` or put in an error.
-- The client owns one ``aiohttp.ClientSession`` (created on first use, closed by
-  :meth:`LlmClient.aclose` or ``async with``), or borrows one passed as ``session=`` and
-  leaves it open.
+- The client owns its :class:`Transport` (the default :class:`AiohttpTransport`, or the
+  one passed as ``transport=``) and closes it with :meth:`LlmClient.aclose` or
+  ``async with``; a session the transport borrows stays open.
 - :meth:`LlmClient.run` is the shell around the sans-IO :class:`RunLoop`: it asks for the
   next action, performs it, feeds the outcome back. Nothing else decides anything.
 """
@@ -19,48 +19,41 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self
 
-import aiohttp
-import attrs
-
-from ._client_resume import Resuming
 from ._closing import Closing
 from ._codecs import codec_for
+from ._config import IN_PROCESS_LIMITS, Limits, ModelSettings
 from ._conversations import ConversationRuns, ConversationStore, MemoryConversationStore
 from ._errors import UsageError
-from ._executor import WaitFor
 from ._hooks import Hooks
+from ._http import Transport
 from ._ids import new_run_id
 from ._loop import RunLoop
 from ._messages import Message
-from ._metric_events import MetricEvent, Reporter
+from ._metric_events import Reporter
 from ._metrics import MetricsRegistry
 from ._model import FunctionModel, Generate, HttpModel, Model
+from ._resolver import Resolver, WaitFor
 from ._results import RunResult
-from ._resume_plan import ResumePlan
+from ._resume import ResumePlan, Resuming
 from ._retry import RetryPolicy
-from ._runner import OnError, Runner
+from ._runner import Runner
 from ._secrets import redact_url, url_secrets
 from ._streaming import RunStream, Sink
 from ._toolkit import Toolkit
-from ._transport import DEFAULT_MAX_REPLY_BYTES, Transport
+from ._transport import AiohttpTransport
 
 __all__ = ("LlmClient",)
 
 log = logging.getLogger("toolnexus_async")
 
 
-@attrs.frozen
-class _Options:
-    """The run settings both constructors share."""
-
-    timeout: float | None
-    request_timeout: float | None
-    count_wait_in_timeout: bool
-    retry: RetryPolicy | None
-    on_error: OnError | None
-    hooks: Hooks | None
-    on_metric: Callable[[MetricEvent], None] | None
-    conversations: ConversationStore | None
+def _given(value: Any, default: Any, kind: type, name: str) -> Any:
+    """``value`` (``default`` when None), refused with a clear error when not a ``kind``."""
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise UsageError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
 
 
 class _State(enum.Enum):
@@ -85,28 +78,19 @@ class LlmClient(Resuming, Closing):
         system_prompt: instructions sent first in every request.
         max_turns: the most model requests one run may make.
         headers: extra HTTP headers for every request (values are treated as secrets).
-        timeout: seconds a whole run may take (``None``: no limit); over it, the run is
-            cancelled and :class:`RunTimeout` raised. Time spent waiting for a human counts,
-            unless ``count_wait_in_timeout=False`` (then rely on ``expires_at``).
-        request_timeout: seconds one model request may take (a timed-out request is a
-            :class:`TransportError`, retried like a connection error).
-        count_wait_in_timeout: whether time in ``wait_for`` counts against ``timeout``.
-        retry: the :class:`RetryPolicy` for failed model requests (default: 2 retries on
-            429, 500, 502, 503, 504 and connection errors, exponential backoff, jitter,
-            ``Retry-After`` in seconds honoured).
-        on_error: ``(error, attempt) -> "retry" | "fail" | None``, sync or async: overrides
-            the policy's verdict for one failure (still bounded by ``retry.retries``).
-        hooks: :class:`Hooks` called around model requests and tool calls.
-        on_metric: a plain function given every :class:`LlmCallEvent`,
-            :class:`ToolCallEvent` and :class:`RunEvent`; :meth:`metrics` renders them all.
+        limits: the :class:`Limits` of a run and its requests (default: no run time
+            limit, 600 s per request attempt, replies up to 32 MiB).
+        retry: the :class:`RetryPolicy` for failed model requests, with its ``on_error``
+            (default: 2 retries on 429, 500, 502, 503, 504 and connection errors,
+            exponential backoff, jitter, ``Retry-After`` in seconds honoured).
+        hooks: the :class:`Hooks` called around model requests and tool calls, and its
+            ``on_metric`` given every metric event.
+        settings: the :class:`ModelSettings` of every request (``max_tokens``,
+            ``extra_body``).
+        transport: what sends the requests (:class:`Transport`); by default an
+            :class:`AiohttpTransport` of the client's own. Whatever the transport, the
+            client closes it with itself; a session it borrows stays open.
         conversations: where :meth:`ask` keeps transcripts (default: in memory).
-        max_tokens: the reply budget (anthropic requires one and defaults to 4096).
-        max_connections: cap on pooled connections; ``None`` means no cap.
-        max_reply_bytes: the largest model reply read, in bytes once decompressed (default
-            32 MiB; a streamed reply counts all its chunks); a longer one raises
-            :class:`ReplyTooLarge` and is not read further.
-        session: an ``aiohttp.ClientSession`` to borrow instead of creating one.
-        extra_body: keys merged into every request body (``temperature``, ...).
     """
 
     def __init__(
@@ -120,19 +104,12 @@ class LlmClient(Resuming, Closing):
         max_turns: int = 10,
         headers: Mapping[str, str] | None = None,
         *,
-        timeout: float | None = None,
-        request_timeout: float | None = 600.0,
-        count_wait_in_timeout: bool = True,
+        limits: Limits | None = None,
         retry: RetryPolicy | None = None,
-        on_error: OnError | None = None,
         hooks: Hooks | None = None,
-        on_metric: Callable[[MetricEvent], None] | None = None,
+        settings: ModelSettings | None = None,
+        transport: Transport | None = None,
         conversations: ConversationStore | None = None,
-        max_tokens: int | None = None,
-        max_connections: int | None = None,
-        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
-        session: aiohttp.ClientSession | None = None,
-        extra_body: dict[str, Any] | None = None,
     ) -> None:
         codec = codec_for(style)
         if not model:
@@ -140,22 +117,16 @@ class LlmClient(Resuming, Closing):
         base = base_url or codec.default_base_url
         if not base.startswith(("http://", "https://")):
             raise UsageError(f"base_url must be an http(s) URL, got {base!r}")
+        limits = _given(limits, Limits(), Limits, "limits")
+        settings = _given(settings, ModelSettings(), ModelSettings, "settings")
         self.__api_key = api_key if api_key is not None else os.environ.get(codec.key_env)
         request_headers = {**codec.headers(self.__api_key), **(headers or {})}
-        if isinstance(max_reply_bytes, bool) or not isinstance(max_reply_bytes, int):
-            raise UsageError(f"max_reply_bytes must be an int, got {max_reply_bytes!r}")
-        if max_reply_bytes < 1:
-            raise UsageError(f"max_reply_bytes must be at least 1, got {max_reply_bytes}")
-        secrets = (self.__api_key or "", *(headers or {}).values(), *url_secrets(base))
-        # The request time limit is the session's (aiohttp's total timeout), which costs
-        # nothing per request, unlike a cancel scope per request.
-        transport = Transport(
-            session=session,
-            timeout=request_timeout,
-            max_connections=max_connections,
-            secrets=secrets,
-            max_reply_bytes=max_reply_bytes,
-        )
+        if transport is None:
+            transport = AiohttpTransport()
+        elif not isinstance(transport, Transport):
+            raise UsageError(
+                f"transport must have send(), stream() and aclose(), got {type(transport).__name__}"
+            )
         self._transport: Transport | None = transport
         model_impl = HttpModel(
             codec,
@@ -163,8 +134,12 @@ class LlmClient(Resuming, Closing):
             base_url=base,
             model=model,
             headers=request_headers,
-            max_tokens=max_tokens,
-            extra_body=extra_body,
+            max_tokens=settings.max_tokens,
+            extra_body=settings.extra_body,
+            # The transport applies it (aiohttp's own timeout): no cancel scope per request.
+            timeout=limits.request_timeout,
+            max_reply_bytes=limits.max_reply_bytes,
+            secrets=(self.__api_key or "", *(headers or {}).values(), *url_secrets(base)),
         )
         self._setup(
             model_impl,
@@ -173,16 +148,10 @@ class LlmClient(Resuming, Closing):
             wait_for,
             system_prompt,
             max_turns,
-            _Options(
-                timeout,
-                request_timeout,
-                count_wait_in_timeout,
-                retry,
-                on_error,
-                hooks,
-                on_metric,
-                conversations,
-            ),
+            limits,
+            retry,
+            hooks,
+            conversations,
         )
 
     @classmethod
@@ -194,34 +163,22 @@ class LlmClient(Resuming, Closing):
         wait_for: WaitFor | None = None,
         system_prompt: str | None = None,
         max_turns: int = 10,
-        timeout: float | None = None,
-        request_timeout: float | None = None,
-        count_wait_in_timeout: bool = True,
+        limits: Limits = IN_PROCESS_LIMITS,
         retry: RetryPolicy | None = None,
-        on_error: OnError | None = None,
         hooks: Hooks | None = None,
-        on_metric: Callable[[MetricEvent], None] | None = None,
         conversations: ConversationStore | None = None,
     ) -> LlmClient:
         """A client whose model is a Python function: no HTTP, no key.
 
         ``generate(messages, tools)`` (async or plain) gets the transcript so far and the
         toolkit's tools and returns one assistant message (or a plain string as the final
-        text). The demo, the tests and the benchmarks use this.
+        text). The demo, the tests and the benchmarks use this. Its default ``limits``
+        have no ``request_timeout``: set one to bound a slow function.
         """
         self = cls.__new__(cls)
         self.__api_key = None
         self._transport = None
-        options = _Options(
-            timeout,
-            request_timeout,
-            count_wait_in_timeout,
-            retry,
-            on_error,
-            hooks,
-            on_metric,
-            conversations,
-        )
+        limits = _given(limits, IN_PROCESS_LIMITS, Limits, "limits")
         self._setup(
             FunctionModel(generate, model),
             "in-process",
@@ -229,7 +186,10 @@ class LlmClient(Resuming, Closing):
             wait_for,
             system_prompt,
             max_turns,
-            options,
+            limits,
+            retry,
+            hooks,
+            conversations,
         )
         return self
 
@@ -241,49 +201,36 @@ class LlmClient(Resuming, Closing):
         wait_for: WaitFor | None,
         system_prompt: str | None,
         max_turns: int,
-        options: _Options,
+        limits: Limits,
+        retry: RetryPolicy | None,
+        hooks: Hooks | None,
+        conversations: ConversationStore | None,
     ) -> None:
-        for name in ("timeout", "request_timeout"):
-            value = getattr(options, name)
-            if value is not None and value <= 0:
-                raise UsageError(f"{name} must be > 0 seconds or None, got {value}")
-        if max_turns < 1:
-            raise UsageError(f"max_turns must be at least 1, got {max_turns}")
-        if wait_for is not None and not callable(wait_for):
-            raise UsageError(f"wait_for must be callable, got {type(wait_for).__name__}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise UsageError(f"max_turns must be an int of at least 1, got {max_turns!r}")
+        retry = _given(retry, RetryPolicy(), RetryPolicy, "retry")
+        hooks = _given(hooks, None, Hooks, "hooks")
+        resolver = Resolver.of(wait_for)
         self._model = model
         self.style = style
         self.base_url = base_url
         self.wait_for = wait_for
         self.system_prompt = system_prompt
         self.max_turns = max_turns
+        self.limits = limits
         self._metrics = MetricsRegistry()
         self._conversation_runs = ConversationRuns(
-            options.conversations
-            if options.conversations is not None
-            else MemoryConversationStore()
+            conversations if conversations is not None else MemoryConversationStore()
         )
-        self._on_metric = options.on_metric
         self._runner = Runner(
             model,
             style,
-            wait_for=wait_for,
-            hooks=options.hooks,
-            retry=options.retry if options.retry is not None else RetryPolicy(),
-            on_error=options.on_error,
-            timeout=options.timeout,
-            request_timeout=options.request_timeout,
-            count_wait_in_timeout=options.count_wait_in_timeout,
-            report=Reporter(self._metrics, options.on_metric),
+            resolver=resolver,
+            hooks=hooks,
+            retry=retry,
+            limits=limits,
+            report=Reporter(self._metrics, hooks.on_metric if hooks is not None else None),
         )
-        keeper = getattr(wait_for, "on_halt", None)
-        if keeper is not None:
-            # A resolver that gives up waiting (an Inbox spilling to its store) is handed
-            # each halted run to keep.
-            async def on_halt(result: RunResult, toolkit: Toolkit) -> None:
-                await keeper(result, self, toolkit)
-
-            self._runner.on_halt = on_halt
         self._state = _State.OPEN
 
     @property
@@ -292,9 +239,9 @@ class LlmClient(Resuming, Closing):
         return self._model.name
 
     @property
-    def session(self) -> aiohttp.ClientSession | None:
-        """The aiohttp session in use (None before the first request or in-process)."""
-        return self._transport.session if self._transport is not None else None
+    def transport(self) -> Transport | None:
+        """What sends the requests (None for an in-process model)."""
+        return self._transport
 
     @property
     def closed(self) -> bool:

@@ -10,24 +10,27 @@
     ├── ConfinementError(ValueError)  a path leads out of a confined workspace; the file
     │                               tools turn it into an error result for the model
     ├── AnswerError(LookupError)    an answer cannot be applied; nothing was changed
-    │   ├── UnknownRequest          no outstanding request has that id
-    │   ├── AlreadyAnswered         the request was answered before
-    │   ├── RequestExpired          the request expired before the answer came
-    │   ├── AnswerMismatch          resuming: the answer echoes none of the halted run's
+    │   ├── UnknownRequestError          no outstanding request has that id
+    │   ├── AlreadyAnsweredError         the request was answered before
+    │   ├── RequestExpiredError          the request expired before the answer came
+    │   ├── AnswerMismatchError          resuming: the answer echoes none of the halted run's
     │   │                           outstanding requests
-    │   └── AlreadyResumed          resuming: another resume claimed that request first
+    │   └── AlreadyResumedError          resuming: another resume claimed that request first
     ├── StoreError                  a run store row is corrupt or foreign; other rows are
     │                               unaffected
-    ├── RunTimeout(TimeoutError)    a run exceeded the client's whole-run ``timeout``
-    ├── HaltRun                     not a failure: a wait_for raises it to halt the run
-    │                               (defined with the wire types, in _types.py)
+    ├── RunTimeoutError(TimeoutError)    a run exceeded the client's whole-run ``timeout``
     └── ModelError                  anything between us and the model
         ├── ProviderError           the provider answered with a non-2xx status;
         │                           carries ``status`` and a bounded ``body`` excerpt
         ├── ProtocolError           a 2xx reply that lacks what the wire style requires
-        │   └── ReplyTooLarge       the reply is longer than ``max_reply_bytes``
+        │   └── ReplyTooLargeError       the reply is longer than ``max_reply_bytes``
         └── TransportError          the request never got an HTTP answer (connection
                                     refused, reset, timed out); mapped from aiohttp
+
+``HaltRun`` is not in the tree: it is a signal, not an error (a ``wait_for`` raises it to
+halt the run), defined with the wire types in ``_types.py``.
+
+Every name ends in ``Error``; every class is raised with a message that says what to do.
 
 Rules kept by every raise site:
 
@@ -45,23 +48,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._results import RunResult
 
 __all__ = (
-    "AlreadyAnswered",
-    "AlreadyResumed",
+    "AlreadyAnsweredError",
+    "AlreadyResumedError",
     "AnswerError",
-    "AnswerMismatch",
+    "AnswerMismatchError",
     "ConfinementError",
-    "RequestExpired",
-    "RunTimeout",
+    "RequestExpiredError",
+    "RunTimeoutError",
     "StoreError",
-    "UnknownRequest",
+    "UnknownRequestError",
     "ModelError",
     "PayloadError",
     "ProtocolError",
     "ProviderError",
-    "ReplyTooLarge",
+    "ReplyTooLargeError",
     "ToolnexusError",
     "TransportError",
     "UsageError",
@@ -115,23 +121,23 @@ class AnswerError(ToolnexusError, LookupError):
         return (type(self), (self.request_id, str(self)))
 
 
-class UnknownRequest(AnswerError):
+class UnknownRequestError(AnswerError):
     """No outstanding request has this id (never parked, or its run was cancelled)."""
 
 
-class AlreadyAnswered(AnswerError):
+class AlreadyAnsweredError(AnswerError):
     """The request was answered already; a second answer is refused."""
 
 
-class RequestExpired(AnswerError):
+class RequestExpiredError(AnswerError):
     """The request's ``expires_at`` passed before the answer came; its run was told so."""
 
 
-class AnswerMismatch(AnswerError):
+class AnswerMismatchError(AnswerError):
     """Resuming: the answer's id echoes none of the halted run's outstanding requests."""
 
 
-class AlreadyResumed(AnswerError):
+class AlreadyResumedError(AnswerError):
     """Resuming: another resume claimed this request first; only one may proceed."""
 
 
@@ -139,7 +145,7 @@ class StoreError(ToolnexusError):
     """A stored run cannot be read back (corrupt, foreign, or from a newer release)."""
 
 
-class RunTimeout(ToolnexusError, TimeoutError):
+class RunTimeoutError(ToolnexusError, TimeoutError):
     """A run took longer than the client's ``timeout``; the run was cancelled."""
 
 
@@ -154,7 +160,11 @@ class ModelError(ToolnexusError):
             already ran do not run again.
     """
 
-    run: RunResult | None = None
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        # An instance attribute, not a class annotation: this module imports nothing of
+        # the run machinery (which imports it), and type hints of the class still resolve.
+        self.run: RunResult | None = None
 
 
 class ProviderError(ModelError):
@@ -202,7 +212,7 @@ class ProtocolError(ModelError):
     """A 2xx reply that is not what the wire style promises (missing keys, wrong types)."""
 
 
-class ReplyTooLarge(ProtocolError):
+class ReplyTooLargeError(ProtocolError):
     """The reply is longer than the client's ``max_reply_bytes``; it was not read further.
 
     Attributes:
@@ -217,14 +227,9 @@ class ReplyTooLarge(ProtocolError):
         return (_rebuild_too_large, (str(self), self.limit))
 
 
-def _rebuild_too_large(message: str, limit: int) -> ReplyTooLarge:
-    return ReplyTooLarge(message, limit=limit)
+def _rebuild_too_large(message: str, limit: int) -> ReplyTooLargeError:
+    return ReplyTooLargeError(message, limit=limit)
 
 
 class TransportError(ModelError):
     """The request got no HTTP reply: the connection failed, broke or timed out."""
-
-
-# Last, because _results needs the classes above: ModelError.run's annotation names
-# RunResult, and typing.get_type_hints(ModelError) must be able to resolve it.
-from ._results import RunResult  # noqa: E402

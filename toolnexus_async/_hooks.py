@@ -2,7 +2,8 @@
 
 Rules of this module:
 
-- A hook may be a plain function or a coroutine function; its return value decides:
+- A hook may be a plain function or a coroutine function (``on_metric`` only a plain one:
+  it is called on the hot path); its return value decides:
   ``before_llm`` returns ``None`` or an :class:`LlmCall` that replaces the messages and/or
   tools for the rest of the run; ``after_llm`` only observes; ``before_tool`` returns
   ``None`` (go on), a ``dict`` (the arguments to use instead) or a ``ToolResult`` (the
@@ -22,8 +23,8 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from ._loop import ModelReply
-from ._messages import Message
+from ._errors import UsageError
+from ._messages import Message, ModelReply
 from ._types import Request, Tool, ToolContext, ToolResult
 
 __all__ = ("GATE", "Hooks", "LlmCall", "require_approval")
@@ -40,16 +41,29 @@ class LlmCall:
     tools: list[Tool]
 
 
-BeforeLlm: TypeAlias = Callable[[LlmCall], "Awaitable[LlmCall | None] | LlmCall | None"]
-AfterLlm: TypeAlias = Callable[[ModelReply, Any], "Awaitable[None] | None"]
+# Evaluated at import (no quotes): type hints of Hooks must resolve from any namespace.
+BeforeLlm: TypeAlias = Callable[[LlmCall], Awaitable[LlmCall | None] | LlmCall | None]
+AfterLlm: TypeAlias = Callable[[ModelReply, Any], Awaitable[None] | None]
 BeforeTool: TypeAlias = Callable[
     [str, dict[str, Any], ToolContext],
-    "Awaitable[dict[str, Any] | ToolResult | None] | dict[str, Any] | ToolResult | None",
+    Awaitable[dict[str, Any] | ToolResult | None] | dict[str, Any] | ToolResult | None,
 ]
 AfterTool: TypeAlias = Callable[
     [str, dict[str, Any], ToolResult, ToolContext],
-    "Awaitable[ToolResult | None] | ToolResult | None",
+    Awaitable[ToolResult | None] | ToolResult | None,
 ]
+
+
+def _check_on_metric(_instance: object, _attribute: object, value: Any) -> None:
+    if value is None:
+        return
+    if not callable(value):
+        raise UsageError(f"on_metric must be callable or None, got {type(value).__name__}")
+    if inspect.iscoroutinefunction(value):
+        raise UsageError(
+            "on_metric must be a plain function: it is called while the run goes on and "
+            "cannot be awaited; hand the event to a queue or a task of your own"
+        )
 
 
 @attrs.frozen
@@ -62,12 +76,17 @@ class Hooks:
             provider's decoded JSON (or the in-process model's return value).
         before_tool: ``(name, args, ctx) -> dict | ToolResult | None`` before each call.
         after_tool: ``(name, args, result, ctx) -> ToolResult | None`` on each final result.
+        on_metric: ``(event) -> None``, a plain function (not async: it is called on the
+            hot path and must not wait) given every :class:`LlmCallEvent`,
+            :class:`ToolCallEvent` and :class:`RunEvent`; an exception from it is logged
+            and ignored.
     """
 
     before_llm: BeforeLlm | None = None
     after_llm: AfterLlm | None = None
     before_tool: BeforeTool | None = None
     after_tool: AfterTool | None = None
+    on_metric: Callable[[Any], None] | None = attrs.field(default=None, validator=_check_on_metric)
 
 
 async def call_hook(hook: Callable[..., Any], *args: Any) -> Any:

@@ -33,21 +33,23 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
 from ._errors import UsageError
 from ._messages import (
+    ZERO_USAGE,
     AssistantMessage,
     Message,
+    ModelReply,
     SystemMessage,
     ToolCall,
     ToolReturn,
+    Usage,
     UserMessage,
     unpaired_calls,
 )
-from ._results import ZERO_USAGE, RunResult, RunStatus, ToolCallRecord, Usage
+from ._results import RunResult, RunStatus, ToolCallRecord
 from ._types import Request, ToolResult, request_in
 
 __all__ = (
@@ -55,22 +57,9 @@ __all__ = (
     "CallOutcome",
     "Finish",
     "HaltedTurn",
-    "ModelReply",
     "RunLoop",
     "RunTools",
 )
-
-
-@attrs.frozen
-class ModelReply:
-    """One decoded model reply, whatever the wire style."""
-
-    message: AssistantMessage
-    usage: Usage = ZERO_USAGE
-    model: str | None = None
-    stop_reason: str | None = None
-    # What the provider sent, decoded (for after_llm hooks); not part of equality or repr.
-    raw: Any = attrs.field(default=None, eq=False, repr=False)
 
 
 # The loop's own messages to and from its driver, made several times per run: plain slotted

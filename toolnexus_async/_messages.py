@@ -20,11 +20,14 @@ import attrs
 from ._errors import PayloadError
 
 __all__ = (
+    "ZERO_USAGE",
     "AssistantMessage",
     "Message",
+    "ModelReply",
     "SystemMessage",
     "ToolCall",
     "ToolReturn",
+    "Usage",
     "UserMessage",
     "messages_from_json",
     "messages_to_json",
@@ -67,20 +70,6 @@ class ToolCall:
     _wire_arguments: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
 
-def remember_wire_arguments(call: ToolCall, text: str) -> None:
-    """Record the JSON text ``call.arguments`` was decoded from (codecs only)."""
-    object.__setattr__(call, "_wire_arguments", text)
-
-
-def wire_arguments(call: ToolCall) -> str:
-    """``call``'s arguments as JSON text: what the model sent, or an encoding of them."""
-    if call.invalid_arguments is not None:
-        return call.invalid_arguments
-    if call._wire_arguments is not None:
-        return call._wire_arguments
-    return json.dumps(call.arguments)
-
-
 @attrs.frozen
 class AssistantMessage:
     """What the model said: text, tool calls, or both."""
@@ -102,6 +91,51 @@ class ToolReturn:
 
 
 Message = SystemMessage | UserMessage | AssistantMessage | ToolReturn
+
+
+@attrs.frozen
+class Usage:
+    """Tokens counted by the provider, summed over the turns of a run.
+
+    Anthropic's ``input_tokens``/``output_tokens`` are mapped to the prompt/completion pair.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        # Frozen values: a sum with nothing on one side is the other side, no new object.
+        if not (other.prompt_tokens or other.completion_tokens or other.total_tokens):
+            return self
+        if not (self.prompt_tokens or self.completion_tokens or self.total_tokens):
+            return other
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        """The OpenAI-style keys, as plain ints."""
+        return attrs.asdict(self)
+
+
+# Frozen, so one shared zero does for every run that has not counted tokens yet.
+ZERO_USAGE = Usage()
+
+
+@attrs.frozen
+class ModelReply:
+    """One decoded model reply, whatever the wire style."""
+
+    message: AssistantMessage
+    usage: Usage = ZERO_USAGE
+    model: str | None = None
+    stop_reason: str | None = None
+    # What the provider sent, decoded: handed to after_llm hooks, not part of the public
+    # value (nor of equality or the repr).
+    _raw: Any = attrs.field(default=None, eq=False, repr=False, alias="raw")
 
 
 def unpaired_calls(messages: Sequence[Message]) -> list[ToolCall]:

@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ._codecs import Codec, SSEParser
-from ._errors import ProtocolError, ProviderError, ReplyTooLarge
-from ._loop import ModelReply
-from ._messages import AssistantMessage, Message
+from ._errors import ModelError, ProtocolError, ProviderError, ReplyTooLargeError, TransportError
+from ._http import HttpRequest, HttpResponse, Transport
+from ._messages import AssistantMessage, Message, ModelReply
+from ._secrets import Scrubber, redact_url
 from ._toolkit import Toolkit
-from ._transport import Transport
 from ._types import Tool
 
 __all__ = ("FunctionModel", "Generate", "HttpModel", "Model")
+
+# One encoder for every request: json.dumps with any non-default option builds a new
+# JSONEncoder per call.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _dumps(body: object) -> bytes:
+    return _encode(body).encode()
+
 
 Generate = Callable[
     [list[Message], list[Tool]],
@@ -46,9 +56,32 @@ class Model(Protocol):
 
 
 class HttpModel:
-    """A provider reached over HTTP in one wire style."""
+    """A provider reached over HTTP in one wire style, through a :class:`Transport`.
 
-    __slots__ = ("_codec", "_extra", "_headers", "_max_tokens", "_transport", "_url", "name")
+    Rules kept here, whatever the transport:
+
+    - A non-2xx reply is a :class:`ProviderError` (a bounded excerpt of its body), a 2xx
+      body that is not JSON, or that lacks what the style requires, a
+      :class:`ProtocolError`; one too large to read a :class:`ReplyTooLargeError`; JSON nested
+      too deeply to parse a :class:`ProtocolError` saying so, never a ``RecursionError``.
+    - Secrets are scrubbed from every message and attribute built from what the provider
+      sent (the key, header values, URL credentials), and URLs are shown without their
+      credentials; errors are raised with no ``__cause__`` or ``__context__``.
+    """
+
+    __slots__ = (
+        "_codec",
+        "_extra",
+        "_headers",
+        "_max_bytes",
+        "_max_tokens",
+        "_scrub",
+        "_shown",
+        "_timeout",
+        "_transport",
+        "_url",
+        "name",
+    )
 
     enforces_timeout = True
 
@@ -62,6 +95,9 @@ class HttpModel:
         headers: Mapping[str, str],
         max_tokens: int | None,
         extra_body: dict[str, Any] | None,
+        timeout: float | None,
+        max_reply_bytes: int,
+        secrets: Iterable[str],
     ) -> None:
         self._codec = codec
         self._transport = transport
@@ -69,26 +105,68 @@ class HttpModel:
         self._headers = {**headers, "Content-Type": "application/json"}
         self._max_tokens = max_tokens
         self._extra = extra_body
+        self._timeout = timeout
+        self._max_bytes = max_reply_bytes
+        self._scrub = Scrubber(secrets)
+        self._shown = self._scrub(redact_url(self._url))
         self.name = model
 
     @property
     def url(self) -> str:
         return self._url
 
-    def request(self, messages: Sequence[Message], toolkit: Toolkit) -> Awaitable[ModelReply]:
-        # The transport's coroutine, not one of our own: a frame fewer per request in flight.
-        # And the body goes straight into the call, not into a local: no frame of this run
+    def scrub(self, text: str) -> str:
+        return self._scrub(text)
+
+    def _request(self, messages: Sequence[Message], toolkit: Toolkit, stream: bool) -> HttpRequest:
+        body = self._codec.encode(
+            messages,
+            toolkit._specs(),
+            model=self.name,
+            max_tokens=self._max_tokens,
+            extra=self._extra,
+            stream=stream,
+        )
+        return HttpRequest(
+            "POST", self._url, self._headers, _dumps(body), self._timeout, self._max_bytes
+        )
+
+    async def request(self, messages: Sequence[Message], toolkit: Toolkit) -> ModelReply:
+        # The body goes straight into the request, not into a local: no frame of this run
         # holds its dicts while the request is in flight, so the garbage collector, which
         # visits every live container of every run in flight, does not visit them over and
         # over.
-        return self._transport.post_json(
-            self._url,
-            self._headers,
-            self._codec.encode(
-                messages, toolkit, model=self.name, max_tokens=self._max_tokens, extra=self._extra
-            ),
-            self._codec.decode,
-        )
+        response = await self._send(self._request(messages, toolkit, False))
+        failure: str | None = None
+        content = response.content
+        if content is None or len(content) > self._max_bytes:
+            raise self._too_large()
+        if not 200 <= response.status < 300:
+            raise self._provider_error(response)
+        try:
+            payload = json.loads(content)
+        except ValueError:
+            excerpt = self._scrub(content[:200].decode("utf-8", "replace"))
+            failure = f"reply from {self._shown} is not JSON: {excerpt!r}"
+        except RecursionError:
+            failure = f"reply from {self._shown} is JSON nested too deeply to read"
+        if failure is not None:
+            raise ProtocolError(failure)
+        try:
+            return self._codec.decode(payload)
+        except ProtocolError as exc:
+            # Rebuilt outside the except block: decoders quote what the provider sent, which
+            # may echo the key, and the unscrubbed error must not survive even as context.
+            failure = self._scrub(str(exc))
+        raise ProtocolError(failure)
+
+    async def _send(self, request: HttpRequest) -> HttpResponse:
+        failure: str | None = None
+        try:
+            return await self._transport.send(request)
+        except TransportError as exc:
+            failure = self._scrub(str(exc))
+        raise TransportError(failure)
 
     async def stream(
         self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText
@@ -99,41 +177,52 @@ class HttpModel:
         never returned.
         """
         parser = SSEParser()
-        decoder = self._codec.stream_decoder(self._url)
-        failure: ProviderError | ProtocolError | None = None
-        chunks = self._transport.stream(
-            self._url,
-            self._headers,
-            self._codec.encode(
-                messages,
-                toolkit,
-                model=self.name,
-                max_tokens=self._max_tokens,
-                extra=self._extra,
-                stream=True,
-            ),
-        )
+        decoder = self._codec.stream_decoder(self._shown)
+        failure: ModelError | None = None
+        chunks = self._transport.stream(self._request(messages, toolkit, True))
+        left = self._max_bytes
         try:
-            async with contextlib.aclosing(chunks):
+            async with contextlib.aclosing(chunks):  # type: ignore[type-var]
                 async for chunk in chunks:
+                    if isinstance(chunk, HttpResponse):
+                        if not 200 <= chunk.status < 300:
+                            raise self._provider_error(chunk)
+                        continue
+                    left -= len(chunk)
+                    if left < 0:
+                        raise self._too_large()
                     for event in parser.feed(chunk):
                         for delta in decoder.feed(event):
                             on_text(delta.text)
                     if decoder.done:
                         break
                 return decoder.finish()
-        except (ProviderError, ProtocolError) as exc:
+        except ModelError as exc:
             failure = exc
         # Decoders quote what the provider sent, which may echo the key back: rebuilt
         # scrubbed, outside the except block so the original is not even __context__.
-        scrub = self._transport.scrub
-        if isinstance(failure, ReplyTooLarge):
-            raise ReplyTooLarge(str(failure), limit=failure.limit)  # built scrubbed
+        scrub = self._scrub
+        if isinstance(failure, ReplyTooLargeError):
+            raise ReplyTooLargeError(str(failure), limit=failure.limit)  # built scrubbed
         if isinstance(failure, ProviderError):
             raise ProviderError(
                 failure.status, scrub(failure.body), failure.url, headers=failure.headers
             )
+        if isinstance(failure, TransportError):
+            raise TransportError(scrub(str(failure)))
         raise ProtocolError(scrub(str(failure)))
+
+    def _provider_error(self, response: HttpResponse) -> ProviderError:
+        body = self._scrub((response.content or b"").decode("utf-8", "replace"))
+        headers = self._scrub.headers(response.headers)
+        return ProviderError(response.status, body, self._shown, headers=headers)
+
+    def _too_large(self) -> ReplyTooLargeError:
+        return ReplyTooLargeError(
+            f"reply from {self._shown} is larger than max_reply_bytes={self._max_bytes}; "
+            "it was not read further",
+            limit=self._max_bytes,
+        )
 
     async def aclose(self) -> None:
         await self._transport.aclose()

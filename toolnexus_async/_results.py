@@ -15,8 +15,10 @@ import attrs
 from ._errors import PayloadError
 from ._messages import (
     TRANSCRIPT_VERSION,
+    ZERO_USAGE,
     Message,
     ToolCall,
+    Usage,
     call_from_json,
     call_to_json,
     messages_from_json,
@@ -24,41 +26,9 @@ from ._messages import (
 )
 from ._types import Request, ToolResult
 
-__all__ = ("RunResult", "ToolCallRecord", "Usage")
+__all__ = ("RunResult", "ToolCallRecord")
 
 RunStatus = Literal["done", "pending", "incomplete"]
-
-
-@attrs.frozen
-class Usage:
-    """Tokens counted by the provider, summed over the turns of a run.
-
-    Anthropic's ``input_tokens``/``output_tokens`` are mapped to the prompt/completion pair.
-    """
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        # Frozen values: a sum with nothing on one side is the other side, no new object.
-        if not (other.prompt_tokens or other.completion_tokens or other.total_tokens):
-            return self
-        if not (self.prompt_tokens or self.completion_tokens or self.total_tokens):
-            return other
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-            self.total_tokens + other.total_tokens,
-        )
-
-    def to_dict(self) -> dict[str, int]:
-        """The OpenAI-style keys, as plain ints."""
-        return attrs.asdict(self)
-
-
-# Frozen, so one shared zero does for every run that has not counted tokens yet.
-ZERO_USAGE = Usage()
 
 
 @attrs.frozen

@@ -28,6 +28,7 @@ import math
 import random as _random
 import re
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 
@@ -68,6 +69,11 @@ def parse_retry_after(value: str | None) -> float | None:
 def _is_number(value: object) -> bool:
     # bool is an int subclass; retries=True is a mistake, not 1.
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_on_error(_instance: object, _attribute: object, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise UsageError(f"on_error must be callable or None, got {type(value).__name__}")
 
 
 def _check_retries(_instance: object, _attribute: object, value: int) -> None:
@@ -117,6 +123,9 @@ class RetryPolicy:
         jitter: the delay is scaled by a random factor in ``[1 - jitter, 1 + jitter]``;
             0 turns randomness off.
         statuses: the HTTP statuses that are retried.
+        on_error: ``(error, attempt) -> "retry" | "fail" | None``, sync or async: the
+            host's verdict on one failure, overriding the policy's (still bounded by
+            ``retries``). The client asks it; :meth:`delay` takes its verdict.
 
     Invalid values raise :class:`UsageError`.
 
@@ -132,6 +141,9 @@ class RetryPolicy:
     jitter: float = attrs.field(default=0.25, validator=_check_jitter)
     statuses: frozenset[int] = attrs.field(
         default=frozenset({429, 500, 502, 503, 504}), converter=_to_statuses
+    )
+    on_error: Callable[[Any, int], Any] | None = attrs.field(
+        default=None, validator=_check_on_error, eq=False
     )
 
     def retryable(self, error: BaseException) -> bool:

@@ -24,19 +24,20 @@ from typing import Any, Literal
 
 import anyio
 
-from ._errors import ModelError, RunTimeout, TransportError
-from ._executor import Executor, WaitFor
+from ._config import Limits
+from ._errors import ModelError, RunTimeoutError, TransportError
+from ._executor import Executor
 from ._hooks import BeforeLlm, Hooks, LlmCall, call_hook
-from ._loop import CallModel, ModelReply, RunLoop, RunTools
-from ._messages import Message
+from ._loop import CallModel, RunLoop, RunTools
+from ._messages import Message, ModelReply
 from ._metric_events import Reporter
 from ._model import Model
+from ._resolver import Resolver
 from ._results import RunResult
-from ._resume_plan import ResumePlan
+from ._resume import ResumePlan
 from ._retry import RetryPolicy
 from ._streaming import Sink, StreamText, StreamToolCall, StreamUsage
 from ._toolkit import Toolkit
-from ._types import Answer, Request
 
 __all__ = ("Runner",)
 
@@ -80,33 +81,24 @@ class Runner:
         model: Model,
         style: str,
         *,
-        wait_for: WaitFor | None,
+        resolver: Resolver | None,
         hooks: Hooks | None,
         retry: RetryPolicy,
-        on_error: OnError | None,
-        timeout: float | None,
-        request_timeout: float | None,
-        count_wait_in_timeout: bool,
+        limits: Limits,
         report: Reporter,
     ) -> None:
         self.model = model
         self.style = style
-        self.wait_for = wait_for
+        self.resolver = resolver
         self.hooks = hooks
         self.retry = retry
-        self.on_error = on_error
-        self.timeout = timeout
-        self.request_timeout = request_timeout
-        self.count_wait_in_timeout = count_wait_in_timeout
+        self.on_error = retry.on_error
+        self.timeout = limits.timeout
+        self.request_timeout = limits.request_timeout
+        self.count_wait_in_timeout = limits.count_wait_in_timeout
         self._report = report
-        # Bound once: every run's executor shares them instead of binding its own.
+        # Bound once: every run's executor shares it instead of binding its own.
         self._on_tool = report.tool
-        park = getattr(wait_for, "park", None)
-        # A resolver that parks requests itself (an Inbox) is awaited by the executor
-        # directly: a parked run then holds no frame for the resolver.
-        self._park: Callable[[Request], Awaitable[Answer]] | None = park if callable(park) else None
-        # Set by the client when its wait_for keeps halted runs (an Inbox with a store).
-        self.on_halt: Callable[[RunResult, Toolkit], Awaitable[None]] | None = None
 
     def execute(
         self,
@@ -139,7 +131,7 @@ class Runner:
             budget = None if self.count_wait_in_timeout else _Budget(scope)
             return await self._drive(loop, toolkit, budget, resume, sink, on_tools_done)
         # Only reached when the scope cancelled the run.
-        raise RunTimeout(f"the run took longer than its timeout of {limit} s")
+        raise RunTimeoutError(f"the run took longer than its timeout of {limit} s")
 
     async def _drive(
         self,
@@ -199,7 +191,7 @@ class Runner:
                             )
                             failure = None
                         if hooks is not None and hooks.after_llm is not None:
-                            await call_hook(hooks.after_llm, reply, reply.raw)
+                            await call_hook(hooks.after_llm, reply, reply._raw)
                     except ModelError as exc:
                         # The host may retry from here; tools that already ran are not redone.
                         exc.run = loop.interrupted()
@@ -233,9 +225,6 @@ class Runner:
             self._report.run(status, loop.turns, time.perf_counter() - started, loop.model)
         if debug:
             log.debug("%s: %s after %d turn(s)", run_id, result.status, result.turns)
-        if status == "pending" and self.on_halt is not None:
-            # A resolver that gave up waiting (an Inbox spilling to its store) keeps the run.
-            await self.on_halt(result, toolkit)
         return result
 
     def _executor(
@@ -243,13 +232,12 @@ class Runner:
     ) -> Executor:
         return Executor(
             toolkit,
-            self.wait_for,
+            self.resolver,
             run_id,
             hooks=self.hooks,
             budget=budget,
             on_tool=self._on_tool,
             on_event=sink,
-            park=self._park,
         )
 
     def _report_reply(self, reply: ModelReply, started: float) -> None:

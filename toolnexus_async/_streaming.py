@@ -26,7 +26,8 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._errors import UsageError
-from ._results import RunResult, Usage
+from ._messages import Usage
+from ._results import RunResult
 from ._types import Request
 
 __all__ = (

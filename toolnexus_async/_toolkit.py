@@ -10,8 +10,8 @@ Rules of this module:
 - Names are unique. In :meth:`Toolkit.create` an extra tool with a built-in's name replaces
   that built-in, and among the extra tools the first of a name wins; :meth:`register`
   refuses a taken name unless told to replace it.
-- The schema adapters are computed once per set of tools and cached, since a run renders
-  them on every turn.
+- The schema adapters (``to_openai`` ...) are the codecs' renderers, handed one tuple of
+  the tools that stays the same until the tools change, so the codecs render it once.
 - :meth:`Toolkit.create` is safe by default: the built-ins are confined to ``workdir`` and
   the acting ones ask before they act (``approve="ask"``); loosening either is explicit.
 """
@@ -21,11 +21,12 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ._closing import FlagClosing
+from ._codecs._tools import render_anthropic, render_gemini, render_openai
 from ._errors import UsageError
 from ._types import Tool, ToolContext, ToolResult, check_tool_name
 from ._validation import Validator, validator_for
@@ -35,9 +36,6 @@ from .tools.builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_too
 __all__ = ("Toolkit",)
 
 log = logging.getLogger("toolnexus_async")
-
-# JSON Schema keys Gemini's function declarations reject.
-_GEMINI_DROP = frozenset({"$schema", "additionalProperties", "$defs", "definitions", "$id"})
 
 
 def _check_tool(tool: object) -> Tool:
@@ -53,48 +51,6 @@ def _check_tool(tool: object) -> Tool:
     if not isinstance(tool.input_schema, Mapping):
         raise UsageError(f"tool {tool.name!r}: input_schema must be a JSON Schema object")
     return tool
-
-
-def _openai_tool(tool: Tool) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": dict(tool.input_schema),
-        },
-    }
-
-
-def _anthropic_tool(tool: Tool) -> dict[str, Any]:
-    return {
-        "name": tool.name,
-        "description": tool.description,
-        "input_schema": dict(tool.input_schema),
-    }
-
-
-def _gemini_tool(tool: Tool) -> dict[str, Any]:
-    return {
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": _gemini_schema(tool.input_schema),
-    }
-
-
-def _gemini_schema(schema: Any) -> Any:
-    if isinstance(schema, Mapping):
-        return {k: _gemini_schema(v) for k, v in schema.items() if k not in _GEMINI_DROP}
-    if isinstance(schema, list):
-        return [_gemini_schema(v) for v in schema]
-    return schema
-
-
-_RENDERERS: dict[str, Callable[[Tool], dict[str, Any]]] = {
-    "openai": _openai_tool,
-    "anthropic": _anthropic_tool,
-    "gemini": _gemini_tool,
-}
 
 
 class Toolkit(FlagClosing):
@@ -114,7 +70,9 @@ class Toolkit(FlagClosing):
 
     def __init__(self, tools: Iterable[Tool] = (), *, validate: bool = True) -> None:
         self._tools: dict[str, Tool] = {}
-        self._adapters: dict[str, list[dict[str, Any]]] = {}
+        # The tools as one tuple, handed to the codecs every turn; rebuilt when tools change,
+        # so a codec can remember its rendering by the tuple's identity.
+        self._spec_tuple: tuple[Tool, ...] = ()
         self._validate = validate
         self._validators: dict[str, Validator] = {}
         # Resources the toolkit created for its tools (the shared HTTP session), closed last.
@@ -190,7 +148,7 @@ class Toolkit(FlagClosing):
                 f"a tool named {tool.name!r} is already registered; pass replace=True to swap it"
             )
         self._tools[tool.name] = tool
-        self._adapters.clear()
+        self._spec_tuple = tuple(self._tools.values())
         self._validators.pop(tool.name, None)
 
     def get(self, name: str) -> Tool | None:
@@ -253,29 +211,21 @@ class Toolkit(FlagClosing):
             return None
         return f"invalid arguments for tool {tool.name!r}: {problem}; the tool did not run"
 
-    def wire_tools(self, style: str) -> list[dict[str, Any]]:
-        """The tools in a wire style, computed once per set of tools.
-
-        The codecs send this list on every turn, so it is shared, not copied: treat it as
-        read-only. The public adapters below hand out copies.
-        """
-        cached = self._adapters.get(style)
-        if cached is None:
-            render = _RENDERERS[style]
-            cached = self._adapters[style] = [render(t) for t in self._tools.values()]
-        return cached
+    def _specs(self) -> tuple[Tool, ...]:
+        """The tools, as the one tuple the codecs render (the same until tools change)."""
+        return self._spec_tuple
 
     def to_openai(self) -> list[dict[str, Any]]:
         """Chat Completions ``tools``: ``{"type": "function", "function": {...}}`` each."""
-        return copy.deepcopy(self.wire_tools("openai"))
+        return copy.deepcopy(render_openai(self._spec_tuple))
 
     def to_anthropic(self) -> list[dict[str, Any]]:
         """Messages API ``tools``: ``{"name", "description", "input_schema"}`` each."""
-        return copy.deepcopy(self.wire_tools("anthropic"))
+        return copy.deepcopy(render_anthropic(self._spec_tuple))
 
     def to_gemini(self) -> list[dict[str, Any]]:
         """Gemini ``functionDeclarations``, with the schema keys Gemini rejects removed."""
-        return copy.deepcopy(self.wire_tools("gemini"))
+        return copy.deepcopy(render_gemini(self._spec_tuple))
 
     async def aclose(self) -> None:
         """Close every tool that holds a resource (it has an ``aclose``), then the shared

@@ -1,20 +1,16 @@
-"""The one place that speaks HTTP: an aiohttp session, owned or borrowed, and error mapping.
+"""The default transport: one aiohttp session, owned or borrowed, and aiohttp's errors mapped.
 
 Rules of this module:
 
 - No aiohttp exception leaves it, not even as a ``__cause__``: connection failures and
-  timeouts become :class:`TransportError`, a non-2xx reply :class:`ProviderError`, a 2xx
-  body that is not JSON :class:`ProtocolError`. They are raised with no ``__cause__`` and
-  no ``__context__``, because the originals can hold the request headers or the raw body,
-  i.e. secrets.
-- Secrets stay here: the request headers (API key, user headers) are never put in a
-  message; the key, header values and URL credentials are scrubbed from any body excerpt
-  or reply header the provider echoes back, and URLs are shown without their credentials.
-- A reply is read up to ``max_reply_bytes`` (decompressed; a streamed reply counts all its
-  chunks), never further: past it the request is abandoned with :class:`ReplyTooLarge`.
-  An error reply is read only as far as its excerpt needs.
-- A reply nested too deeply to parse is a :class:`ProtocolError`, never a bare
-  ``RecursionError``.
+  timeouts become :class:`TransportError`, raised with no ``__cause__`` and no
+  ``__context__``, because the originals can hold the request headers (the key). The URL in
+  a message is shown without its credentials.
+- A reply is read up to the request's ``max_bytes`` (decompressed), never further: past it
+  the request is abandoned and ``content`` is ``None``. An error reply is read only as far
+  as its excerpt needs.
+- The request timeout is aiohttp's own (a prebuilt ``ClientTimeout``, per request), so
+  applying it costs nothing per request; a session we create carries it already.
 - A session we create is ours to close; a session the caller lends us is not. Our
   connector has no connection cap unless one is configured, so that the pool never limits
   concurrency below what the host runs.
@@ -23,41 +19,19 @@ Rules of this module:
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator
 
 import aiohttp
 
-from ._errors import (
-    BODY_EXCERPT_LIMIT,
-    ProtocolError,
-    ProviderError,
-    ReplyTooLarge,
-    TransportError,
-    UsageError,
-)
-from ._secrets import Scrubber, redact_url
+from ._errors import BODY_EXCERPT_LIMIT, TransportError, UsageError
+from ._http import HttpRequest, HttpResponse
+from ._secrets import redact_url
 
-__all__ = ("DEFAULT_MAX_REPLY_BYTES", "Transport")
+__all__ = ("AiohttpTransport",)
 
-# Generous: the longest real replies (long completions, big tool-call arguments) are a few
-# MiB; the cap is there so that a broken or hostile endpoint cannot exhaust memory.
-DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
 # An error body is only ever shown as an excerpt: reading more than this is waste.
 _ERROR_BODY_READ = 16 * BODY_EXCERPT_LIMIT
 _CHUNK = 64 * 1024
-
-T = TypeVar("T")
-
-
-# One encoder for every request: json.dumps with any non-default option builds a new
-# JSONEncoder per call.
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
-def _dumps(body: object) -> bytes:
-    return _encode(body).encode()
 
 
 async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
@@ -88,28 +62,38 @@ async def _read_head(response: aiohttp.ClientResponse, limit: int) -> bytes:
     return b"".join(chunks)[:limit]
 
 
-class Transport:
-    """POSTs JSON to a provider and returns the parsed JSON reply."""
+class AiohttpTransport:
+    """Sends model requests through one ``aiohttp.ClientSession``.
+
+    Args:
+        session: a session to borrow; the transport leaves it open. Without one, a session
+            is created on first use and closed by :meth:`aclose`.
+        max_connections: a cap on the pooled connections of the session we create
+            (``None``: no cap, so the pool never limits concurrency).
+    """
 
     def __init__(
         self,
         *,
         session: aiohttp.ClientSession | None = None,
-        timeout: float | None = 600.0,
         max_connections: int | None = None,
-        secrets: tuple[str, ...] = (),
-        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
-        timeout_obj = aiohttp.ClientTimeout(total=timeout)
+        if max_connections is not None and (
+            isinstance(max_connections, bool)
+            or not isinstance(max_connections, int)
+            or max_connections < 1
+        ):
+            raise UsageError(f"max_connections must be an int >= 1 or None, got {max_connections}")
         self._session = session
         self._owned = session is None
-        # A session we create carries our timeout; a borrowed one gets it per request.
-        self._per_request: dict[str, Any] = {} if session is None else {"timeout": timeout_obj}
-        self._timeout = timeout_obj
         self._max_connections = max_connections or 0  # aiohttp: 0 means no cap
-        self._scrub = Scrubber(secrets)
-        self._max_reply = max_reply_bytes
+        # One ClientTimeout per distinct limit, built once: requests reuse it.
+        self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
         self._closed = False
+
+    def __repr__(self) -> str:
+        cap = self._max_connections or None
+        return f"AiohttpTransport(max_connections={cap}, borrowed={not self._owned})"
 
     @property
     def session(self) -> aiohttp.ClientSession | None:
@@ -118,126 +102,68 @@ class Transport:
 
     def _open(self) -> aiohttp.ClientSession:
         if self._closed:
-            raise UsageError("this client is closed; create a new LlmClient")
+            raise UsageError("this transport is closed; create a new LlmClient")
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+            )
         return self._session
 
-    async def post_json(
-        self,
-        url: str,
-        headers: Mapping[str, str],
-        body: Mapping[str, Any],
-        decode: Callable[[Any], T],
-    ) -> T:
-        """``decode`` applied to the parsed JSON of a 2xx reply; a mapped error otherwise.
+    def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
+        timeout = self._timeouts.get(seconds)
+        if timeout is None:
+            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
+        return timeout
 
-        ``headers`` are sent as given (the caller includes ``Content-Type``): they are built
-        once per client, not once per request. A :class:`ProtocolError` from ``decode`` is
-        raised again with the secrets scrubbed from its message: decoders quote what the
-        provider sent, which may echo the key back.
-        """
+    async def send(self, request: HttpRequest) -> HttpResponse:
         session = self._open()
-        data = _dumps(body)
-        del body  # not held while the request is in flight (see HttpModel.request)
         # Errors are raised after the except blocks, not inside them: the originals must not
-        # even become __context__, since aiohttp errors can hold the request headers (the
-        # key) and a JSON decode error holds the whole raw body.
+        # even become __context__, since aiohttp errors can hold the request headers.
         failure: str | None = None
         try:
-            async with session.post(
-                url, data=data, headers=headers, **self._per_request
+            async with session.request(
+                request.method,
+                request.url,
+                data=request.content,
+                headers=request.headers,
+                timeout=self._timeout(request.timeout),
             ) as response:
                 status = response.status
-                reply_headers = response.headers
+                headers = response.headers
                 if 200 <= status < 300:
-                    raw = await _read_capped(response, self._max_reply)
+                    content = await _read_capped(response, request.max_bytes)
                 else:
-                    raw = await _read_head(response, _ERROR_BODY_READ)
+                    content = await _read_head(response, _ERROR_BODY_READ)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            failure = self._failure(url, exc)
+            failure = _failure(request, exc)
         if failure is not None:
             raise TransportError(failure)
-        if raw is None:
-            raise self._too_large(url)
-        if not 200 <= status < 300:
-            raise self._provider_error(url, status, raw, reply_headers)
-        try:
-            payload = json.loads(raw)
-        except ValueError:
-            excerpt = self.scrub(raw[:200].decode("utf-8", "replace"))
-            failure = f"reply from {self.shown(url)} is not JSON: {excerpt!r}"
-        except RecursionError:
-            failure = f"reply from {self.shown(url)} is JSON nested too deeply to read"
-        if failure is not None:
-            raise ProtocolError(failure)
-        try:
-            return decode(payload)
-        except ProtocolError as exc:
-            # Rebuilt outside the except block: the unscrubbed error must not survive even
-            # as __context__.
-            failure = self.scrub(str(exc))
-        raise ProtocolError(failure)
+        return HttpResponse(status, headers, content)
 
-    async def stream(
-        self, url: str, headers: Mapping[str, str], body: Mapping[str, Any]
-    ) -> AsyncGenerator[bytes, None]:
-        """The body of a 2xx reply, chunk by chunk as it arrives; mapped errors otherwise.
-
-        An async generator: closing it early (``aclose()``) closes the response, which
-        aborts the request.
-        """
+    async def stream(self, request: HttpRequest) -> AsyncGenerator[HttpResponse | bytes, None]:
         session = self._open()
-        data = _dumps(body)
-        del body  # not held while the reply streams in
         failure: str | None = None
         try:
-            async with session.post(
-                url, data=data, headers=headers, **self._per_request
+            async with session.request(
+                request.method,
+                request.url,
+                data=request.content,
+                headers=request.headers,
+                timeout=self._timeout(request.timeout),
             ) as response:
-                if not 200 <= response.status < 300:
-                    raw = await _read_head(response, _ERROR_BODY_READ)
-                    raise self._provider_error(url, response.status, raw, response.headers)
-                left = self._max_reply
+                status = response.status
+                if not 200 <= status < 300:
+                    head = await _read_head(response, _ERROR_BODY_READ)
+                    yield HttpResponse(status, response.headers, head)
+                    return
+                yield HttpResponse(status, response.headers)
                 async for chunk in response.content.iter_any():
-                    left -= len(chunk)
-                    if left < 0:
-                        raise self._too_large(url)
                     yield chunk
         except (aiohttp.ClientError, TimeoutError) as exc:
-            failure = self._failure(url, exc)
+            failure = _failure(request, exc)
         if failure is not None:
             raise TransportError(failure)
-
-    def _failure(self, url: str, exc: aiohttp.ClientError | TimeoutError) -> str:
-        """What went wrong reaching ``url``, without the original (it may hold the key)."""
-        # aiohttp's own timeouts are ClientErrors too: they are reported with their name.
-        shown = self.shown(url)
-        if isinstance(exc, aiohttp.ClientError):
-            return f"POST {shown} failed: {type(exc).__name__}: {self.scrub(str(exc))}"
-        return f"POST {shown} timed out after {self._timeout.total} s"
-
-    def _provider_error(
-        self, url: str, status: int, raw: bytes, headers: Mapping[str, str]
-    ) -> ProviderError:
-        body = self.scrub(raw.decode("utf-8", "replace"))
-        return ProviderError(status, body, self.shown(url), headers=self._scrub.headers(headers))
-
-    def _too_large(self, url: str) -> ReplyTooLarge:
-        return ReplyTooLarge(
-            f"reply from {self.shown(url)} is larger than max_reply_bytes="
-            f"{self._max_reply}; it was not read further",
-            limit=self._max_reply,
-        )
-
-    def scrub(self, text: str) -> str:
-        """``text`` with every secret this transport knows replaced by ``[redacted]``."""
-        return self._scrub(text)
-
-    def shown(self, url: str) -> str:
-        """``url`` as a message may show it: without credentials, scrubbed."""
-        return self._scrub(redact_url(url))
 
     async def aclose(self) -> None:
         """Close the session if we created it. Idempotent."""
@@ -248,3 +174,12 @@ class Transport:
             # Let the connector's transports finish closing before the loop may end (the
             # graceful-shutdown step aiohttp's docs ask for).
             await asyncio.sleep(0)
+
+
+def _failure(request: HttpRequest, exc: aiohttp.ClientError | TimeoutError) -> str:
+    """What went wrong reaching the endpoint, without the original (it may hold the key)."""
+    shown = f"{request.method} {redact_url(request.url)}"
+    # aiohttp's own timeouts are ClientErrors too: they are reported with their name.
+    if isinstance(exc, aiohttp.ClientError):
+        return f"{shown} failed: {type(exc).__name__}: {exc}"
+    return f"{shown} timed out after {request.timeout} s"

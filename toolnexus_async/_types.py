@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ._errors import PayloadError, ToolnexusError, UsageError
+from ._errors import PayloadError, UsageError
 
 __all__ = (
     "Answer",
@@ -340,8 +340,11 @@ def request_in(result: ToolResult) -> Request | None:
     return found if isinstance(found, Request) else None
 
 
-class HaltRun(ToolnexusError):
+class HaltRun(Exception):
     """Raised by a ``wait_for`` that will not wait any longer (a signal, not a failure).
+
+    Not a :class:`ToolnexusError`: it is not an error, and ``except ToolnexusError`` around
+    a run must not swallow it.
 
     The suspended call stays suspended and the run halts with ``status == "pending"``, as if
     no ``wait_for`` were set, so the host can store it and resume it later. The

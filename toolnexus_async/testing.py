@@ -12,18 +12,42 @@ it was given, in order, and records every transcript it was sent::
     assert model.requests[1][-1] == ToolReturn("c1", "add", "3")
 
 A reply may also be a function of the transcript, for a model that reacts to what it sees.
+
+``MockTransport`` fakes a provider *over HTTP*, without a socket: give it to
+``LlmClient(..., transport=MockTransport(handler))`` and ``handler(request)`` answers each
+request the client sends, in the provider's own JSON, so the wire style's encoding and
+decoding, the error mapping and the retries are all exercised::
+
+    def handler(request: HttpRequest) -> HttpResponse:
+        return json_response({"choices": [{"message": {"content": "hi"}}]})
+
+    client = LlmClient("https://api.example.com/v1", model="m", api_key="k",
+                       transport=MockTransport(handler))
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+import anyio
+
+from ._errors import TransportError, UsageError
+from ._http import HttpRequest, HttpResponse
 from ._messages import AssistantMessage, Message, ToolCall
 from ._types import Tool
 
-__all__ = ("ScriptedModel", "reply", "tool_call")
+__all__ = (
+    "MockTransport",
+    "ScriptedModel",
+    "json_response",
+    "reply",
+    "sse_response",
+    "tool_call",
+)
 
 _ids = itertools.count(1)
 
@@ -77,3 +101,110 @@ class ScriptedModel:
             )
         scripted = self._replies[index]
         return scripted(messages) if callable(scripted) else scripted
+
+
+Handler = Callable[
+    [HttpRequest], HttpResponse | Mapping[str, Any] | Awaitable[HttpResponse | Mapping[str, Any]]
+]
+
+
+def json_response(
+    data: object, status: int = 200, headers: Mapping[str, str] | None = None
+) -> HttpResponse:
+    """A reply whose body is ``data`` as JSON."""
+    return HttpResponse(
+        status,
+        {"Content-Type": "application/json", **(headers or {})},
+        json.dumps(data).encode(),
+    )
+
+
+def sse_response(events: Iterable[object], status: int = 200) -> HttpResponse:
+    """A streamed reply (``text/event-stream``) carrying ``events`` in order.
+
+    Each event is a JSON object (sent as ``data: {...}``), a ``(name, object)`` pair (sent
+    with ``event: name``, as Anthropic names its events), or a string sent as the data line
+    verbatim (``"[DONE]"``, which ends an OpenAI stream).
+    """
+    lines: list[str] = []
+    for event in events:
+        if isinstance(event, tuple):
+            name, data = event
+            lines.append(f"event: {name}\ndata: {json.dumps(data)}\n\n")
+        elif isinstance(event, str):
+            lines.append(f"data: {event}\n\n")
+        else:
+            lines.append(f"data: {json.dumps(event)}\n\n")
+    return HttpResponse(status, {"Content-Type": "text/event-stream"}, "".join(lines).encode())
+
+
+class MockTransport:
+    """A :class:`~toolnexus_async.Transport` that answers every request from ``handler``.
+
+    ``handler(request)``, plain or async, returns an :class:`HttpResponse` (see
+    :func:`json_response` and :func:`sse_response`) or a plain mapping, sent as a 200 JSON
+    reply; it may raise :class:`TransportError` to play a connection that failed. The
+    request's ``timeout`` is applied as a real transport would (its passing is a
+    ``TransportError``). A streamed reply is handed over in pieces of ``chunk_size`` bytes,
+    so that decoders meet events cut in the middle, as on a real network.
+
+    Attributes:
+        requests: every request sent, in order; :meth:`body` decodes one's JSON.
+    """
+
+    def __init__(self, handler: Handler, *, chunk_size: int = 7) -> None:
+        if not callable(handler):
+            raise UsageError(f"handler must be callable, got {type(handler).__name__}")
+        if chunk_size < 1:
+            raise UsageError(f"chunk_size must be at least 1, got {chunk_size}")
+        self._handler = handler
+        self._chunk = chunk_size
+        self.requests: list[HttpRequest] = []
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<MockTransport requests={len(self.requests)}>"
+
+    def body(self, index: int = -1) -> Any:
+        """The JSON body of request number ``index`` (the last by default)."""
+        return json.loads(self.requests[index].content)
+
+    async def _answer(self, request: HttpRequest) -> HttpResponse:
+        if self.closed:
+            raise UsageError("this transport is closed; create a new LlmClient")
+        self.requests.append(request)
+        with anyio.move_on_after(request.timeout if request.timeout is not None else float("inf")):
+            reply = self._handler(request)
+            if inspect.isawaitable(reply):
+                reply = await reply
+            if isinstance(reply, HttpResponse):
+                return reply
+            if isinstance(reply, Mapping):
+                return json_response(dict(reply))
+            raise UsageError(
+                f"the handler returned {type(reply).__name__}; return an HttpResponse "
+                "(json_response, sse_response) or a mapping"
+            )
+        raise TransportError(f"{request.method} {request.url} timed out after {request.timeout} s")
+
+    async def send(self, request: HttpRequest) -> HttpResponse:
+        reply = await self._answer(request)
+        content = reply.content
+        if content is not None and len(content) > request.max_bytes:
+            # What a real transport does: it stops reading at the cap.
+            return HttpResponse(reply.status, reply.headers, None)
+        return reply
+
+    async def stream(self, request: HttpRequest) -> AsyncGenerator[HttpResponse | bytes, None]:
+        reply = await self._answer(request)
+        content = reply.content or b""
+        if not 200 <= reply.status < 300:
+            yield reply
+            return
+        yield HttpResponse(reply.status, reply.headers)
+        for start in range(0, len(content), self._chunk):
+            yield content[start : start + self._chunk]
+            await anyio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self.closed = True

@@ -1,7 +1,8 @@
 """Wire styles: pure translations between the neutral transcript and a provider's JSON.
 
 Rule of this package: no I/O. A codec builds the URL, headers and JSON body of a request
-and decodes a parsed reply into a :class:`~toolnexus_async._loop.ModelReply`, raising
+(from the transcript and the specs of the tools, never a toolkit) and decodes a parsed
+reply into a :class:`~toolnexus_async.ModelReply`, raising
 :class:`~toolnexus_async.ProtocolError` when the reply lacks what the style requires.
 A streamed reply goes through :class:`~._sse.SSEParser` (bytes to events) and the style's
 stream decoder (events to text deltas, then one ``ModelReply``).
@@ -14,17 +15,20 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .._errors import UsageError
-from .._loop import ModelReply
-from .._messages import Message
-from .._toolkit import Toolkit
+from .._messages import Message, ModelReply
 from ._sse import SSEEvent, SSEParser
 from ._stream import StreamDecoder, TextDelta
+from ._tools import ToolSpec, render_anthropic, render_gemini, render_openai
 from .anthropic import AnthropicCodec
 from .openai import OpenAICodec
 
 __all__ = (
     "STYLES",
     "Codec",
+    "ToolSpec",
+    "render_anthropic",
+    "render_gemini",
+    "render_openai",
     "SSEEvent",
     "SSEParser",
     "StreamDecoder",
@@ -47,7 +51,7 @@ class Codec(Protocol):
     def encode(
         self,
         messages: Sequence[Message],
-        toolkit: Toolkit,
+        tools: Sequence[ToolSpec],
         *,
         model: str,
         max_tokens: int | None,

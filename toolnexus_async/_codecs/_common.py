@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from .._errors import ProtocolError
+from .._messages import ToolCall
 
 
 def obj(value: object, where: str, style: str) -> dict[str, Any]:
@@ -58,3 +59,17 @@ def provider_error_message(payload: dict[str, Any]) -> str:
 
 def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def remember_wire_arguments(call: ToolCall, text: str) -> None:
+    """Record the JSON text ``call.arguments`` was decoded from, to send it back verbatim."""
+    object.__setattr__(call, "_wire_arguments", text)
+
+
+def wire_arguments(call: ToolCall) -> str:
+    """``call``'s arguments as JSON text: what the model sent, or an encoding of them."""
+    if call.invalid_arguments is not None:
+        return call.invalid_arguments
+    if call._wire_arguments is not None:
+        return call._wire_arguments
+    return json.dumps(call.arguments)

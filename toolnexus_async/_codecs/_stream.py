@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import attrs
 
 from .._errors import ProtocolError
-from .._loop import ModelReply
+from .._messages import ModelReply
 from ._sse import SSEEvent
 
 __all__ = ("StreamDecoder", "TextDelta")

@@ -17,11 +17,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import ProtocolError
-from .._loop import ModelReply
-from .._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolReturn
-from .._results import Usage
-from .._toolkit import Toolkit
+from .._messages import (
+    AssistantMessage,
+    Message,
+    ModelReply,
+    SystemMessage,
+    ToolCall,
+    ToolReturn,
+    Usage,
+)
 from ._common import count, field, obj, provider_error_message
+from ._tools import ToolSpec, render_anthropic
 from .anthropic_stream import AnthropicStreamDecoder
 
 __all__ = ("AnthropicCodec",)
@@ -93,7 +99,7 @@ class AnthropicCodec:
     def encode(
         self,
         messages: Sequence[Message],
-        toolkit: Toolkit,
+        tools: Sequence[ToolSpec],
         *,
         model: str,
         max_tokens: int | None,
@@ -108,9 +114,8 @@ class AnthropicCodec:
         }
         if system is not None:
             body["system"] = system
-        tools = toolkit.wire_tools("anthropic")
         if tools:
-            body["tools"] = tools
+            body["tools"] = render_anthropic(tools)
         if stream:
             body["stream"] = True
         if extra:

@@ -14,19 +14,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import ProtocolError
-from .._loop import ModelReply
 from .._messages import (
+    ZERO_USAGE,
     AssistantMessage,
     Message,
+    ModelReply,
     SystemMessage,
     ToolCall,
     ToolReturn,
+    Usage,
+)
+from ._common import (
+    count,
+    field,
+    obj,
+    parse_arguments,
+    provider_error_message,
     remember_wire_arguments,
     wire_arguments,
 )
-from .._results import ZERO_USAGE, Usage
-from .._toolkit import Toolkit
-from ._common import count, field, obj, parse_arguments, provider_error_message
+from ._tools import ToolSpec, render_openai
 from .openai_stream import OpenAIStreamDecoder
 
 __all__ = ("OpenAICodec",)
@@ -125,7 +132,7 @@ class OpenAICodec:
     def encode(
         self,
         messages: Sequence[Message],
-        toolkit: Toolkit,
+        tools: Sequence[ToolSpec],
         *,
         model: str,
         max_tokens: int | None,
@@ -133,9 +140,8 @@ class OpenAICodec:
         stream: bool = False,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "messages": [_render(m) for m in messages]}
-        tools = toolkit.wire_tools("openai")
         if tools:
-            body["tools"] = tools
+            body["tools"] = render_openai(tools)
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if stream:

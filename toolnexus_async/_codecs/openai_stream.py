@@ -13,9 +13,7 @@ from typing import Any
 import attrs
 
 from .._errors import ProtocolError, ProviderError
-from .._loop import ModelReply
-from .._messages import AssistantMessage, ToolCall
-from .._results import Usage
+from .._messages import AssistantMessage, ModelReply, ToolCall, Usage
 from ._common import count, parse_arguments
 from ._sse import SSEEvent
 from ._stream import TextDelta, _Decoder, _int_index

@@ -23,7 +23,7 @@ import logging
 import os
 import time
 
-from .._errors import AlreadyResumed, StoreError, UnknownRequest, UsageError
+from .._errors import AlreadyResumedError, StoreError, UnknownRequestError, UsageError
 from .._results import RunResult
 from .._sqlite_file import Conn, SqliteFile, rows
 from .._types import Request
@@ -168,10 +168,10 @@ class SqliteRunStore(SqliteFile):
             return str(found[0][0]), found[0][1]
         tomb = await rows(conn, "SELECT run_id FROM claimed WHERE request_id = ?", (request_id,))
         if tomb:
-            raise AlreadyResumed(
+            raise AlreadyResumedError(
                 request_id, f"request {request_id!r} (run {tomb[0][0]!r}) was resumed already"
             )
-        raise UnknownRequest(request_id, f"no stored run waits for request {request_id!r}")
+        raise UnknownRequestError(request_id, f"no stored run waits for request {request_id!r}")
 
     async def _check_schema(self, conn: Conn) -> None:
         app = (await rows(conn, "PRAGMA application_id"))[0][0]

@@ -9,7 +9,7 @@ Rules of this module:
   someone tries to resume it.
 - ``claim`` is the one way out for a resume: it loads and deletes the whole run in one step
   and leaves a tombstone per request id, so a second resume of the same request is told
-  :class:`AlreadyResumed` instead of running the tools twice.
+  :class:`AlreadyResumedError` instead of running the tools twice.
 - A row that cannot be read back is that row's problem: loading it raises
   :class:`StoreError` naming it, and listing skips it with a log line.
 """
@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from .._closing import FlagClosing
-from .._errors import AlreadyResumed, PayloadError, StoreError, UnknownRequest, UsageError
+from .._errors import AlreadyResumedError, PayloadError, StoreError, UnknownRequestError, UsageError
 from .._results import RunResult
 from .._types import Request
 
@@ -59,7 +59,7 @@ class RunStore(Protocol):
         """The stored run that ``request_id`` belongs to, as a fresh object.
 
         Raises:
-            UnknownRequest: no stored run has that request id.
+            UnknownRequestError: no stored run has that request id.
             StoreError: the stored row is corrupt or foreign; the message names it.
         """
         ...
@@ -68,8 +68,8 @@ class RunStore(Protocol):
         """Load and delete the run of ``request_id``, all of its request ids, atomically.
 
         Raises:
-            AlreadyResumed: the run was claimed before (by this or another process).
-            UnknownRequest: no run was ever stored under that id (or it was forgotten).
+            AlreadyResumedError: the run was claimed before (by this or another process).
+            UnknownRequestError: no run was ever stored under that id (or it was forgotten).
             StoreError: the stored row is corrupt or foreign; it is left in place.
         """
         ...
@@ -164,7 +164,7 @@ class MemoryRunStore(FlagClosing):
 
     Args:
         remember: how many claimed request ids are kept as tombstones, so a repeated
-            resume gets :class:`AlreadyResumed` rather than :class:`UnknownRequest`.
+            resume gets :class:`AlreadyResumedError` rather than :class:`UnknownRequestError`.
     """
 
     _kind = "run store"
@@ -228,11 +228,11 @@ class MemoryRunStore(FlagClosing):
         if run_id is not None:
             return run_id
         if request_id in self._claimed:
-            raise AlreadyResumed(
+            raise AlreadyResumedError(
                 request_id,
                 f"request {request_id!r} (run {self._claimed[request_id]!r}) was resumed already",
             )
-        raise UnknownRequest(request_id, f"no stored run waits for request {request_id!r}")
+        raise UnknownRequestError(request_id, f"no stored run waits for request {request_id!r}")
 
     def _drop(self, run_id: str) -> None:
         stored = self._runs.pop(run_id, None)

@@ -30,20 +30,20 @@ from anyio.abc import TaskGroup
 
 from .._client import LlmClient
 from .._errors import (
-    AlreadyAnswered,
-    AlreadyResumed,
-    RequestExpired,
+    AlreadyAnsweredError,
+    AlreadyResumedError,
+    RequestExpiredError,
     StoreError,
-    UnknownRequest,
+    UnknownRequestError,
     UsageError,
 )
 from .._toolkit import Toolkit
 from .._types import Answer
-from ..durable import RunStore
+from ..durable import DurableHost, RunStore
 from ._bodies import MAX_BODY, ApiError, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
 from ._guard import GUARD, Guard, add_security_headers, guard_requests
-from ._runs import CURRENT_RUN, RunBook, ServeInbox, drive, load_stored
+from ._runs import RunBook, ServeInbox, drive, load_stored
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
 
@@ -75,6 +75,7 @@ class _Serve:
     book: RunBook
     client: LlmClient | None = None
     inbox: ServeInbox | None = None
+    host: DurableHost | None = None
     tg: TaskGroup | None = None
     closing: bool = False
 
@@ -141,26 +142,26 @@ def create_app(
 
 async def _lifespan(app: web.Application) -> AsyncIterator[None]:
     serve = app[SERVE]
-    inbox = ServeInbox(serve.book, serve.store, serve.park_timeout)
+    inbox = ServeInbox(serve.book, serve.park_timeout)
     client = serve.make_client(inbox)
     if client.wait_for is not inbox:
         await client.aclose()
         raise UsageError("make_client must create the LlmClient with wait_for=<the inbox given>")
     # The client is closed outside the task group, whose cancellation would cut its close.
     async with client:
-        async with anyio.create_task_group() as tg, inbox:
+        host = DurableHost(client, serve.toolkit, serve.store, on_result=serve.book.resumed)
+        async with anyio.create_task_group() as tg, host:
             await load_stored(serve.book, serve.store)
-            await inbox.restore(client, serve.toolkit)
-            serve.client, serve.inbox, serve.tg = client, inbox, tg
+            serve.client, serve.inbox, serve.host, serve.tg = client, inbox, host, tg
             try:
                 yield
             finally:
                 serve.closing = True
                 serve.bus.close()
-                inbox.halt_all()  # parked runs halt and are saved to the store
+                inbox.halt_all()  # parked runs halt and the host saves them
                 await serve.book.settle(SHUTDOWN_GRACE)
                 tg.cancel_scope.cancel()
-                serve.tg = None
+                serve.tg = serve.host = None
 
 
 async def _stop_accepting(app: web.Application) -> None:
@@ -185,12 +186,12 @@ async def post_run(request: web.Request) -> web.Response:
         raise ApiError(422, "'prompt' must not be empty")
     if len(prompt) > MAX_PROMPT:
         raise ApiError(422, f"'prompt' is longer than {MAX_PROMPT} characters")
-    tg, client = serve.tg, serve.client
-    if serve.closing or tg is None or client is None:
+    tg, host = serve.tg, serve.host
+    if serve.closing or tg is None or host is None:
         raise ApiError(503, "the server is shutting down")
     record = serve.book.start(prompt)
     serve.book.busy()
-    tg.start_soon(drive, client, serve.toolkit, serve.book, record, name=f"run {record.id}")
+    tg.start_soon(drive, host, serve.book, record, name=f"run {record.id}")
     return web.json_response({"id": record.id, "status": "running"}, status=202)
 
 
@@ -234,47 +235,24 @@ async def post_answer(request: web.Request) -> web.Response:
         answer = Answer.from_dict({**body, "id": request_id})
     except ValueError as exc:  # PayloadError
         raise ApiError(422, str(exc)) from None
-    inbox = serve.inbox
-    resumed = inbox is not None and inbox.get(request_id) is None
-    resumed = resumed and await _resumed_before(serve.store, request_id)
-    if inbox is None or serve.closing:
+    inbox, host = serve.inbox, serve.host
+    if inbox is None or host is None or serve.closing:
         raise ApiError(503, "the server is shutting down")
     hot = inbox.get(request_id) is not None
-    run_id = serve.book.run_of(request_id)
-    # A spilled run resumes in a task started by answer(): it inherits this context.
-    token = CURRENT_RUN.set((run_id, False))
     try:
-        inbox.answer(answer)
-    except UnknownRequest as exc:
-        if resumed:
-            raise ApiError(409, f"request {request_id!r} was answered already") from None
+        await host.answer(answer)
+    except UnknownRequestError as exc:
         raise ApiError(404, str(exc)) from None
-    except (AlreadyAnswered, RequestExpired) as exc:
+    except (AlreadyAnsweredError, AlreadyResumedError, RequestExpiredError) as exc:
         raise ApiError(409, str(exc)) from None
-    finally:
-        CURRENT_RUN.reset(token)
-    if not hot:
-        serve.book.busy()  # a spilled run resumes now; on_result ends it
-    serve.book.answered(answer)
-    return web.json_response({"id": request_id, "ok": answer.ok})
-
-
-async def _resumed_before(store: RunStore, request_id: str) -> bool:
-    """Whether the store remembers resuming this request (in an earlier process, say).
-
-    A saved run that cannot be read back is refused here (500): the inbox would claim it in
-    its resume task, and a store error there escapes into the app's task group.
-    """
-    try:
-        await store.load(request_id)
-    except AlreadyResumed:
-        return True
     except StoreError as exc:
+        # The stored run stays where it is; a later answer may succeed.
         message = f"the saved run of request {request_id!r} cannot be read: {exc}"
         raise ApiError(500, message) from None
-    except Exception:  # parked, being saved, unknown: answer() decides
-        return False
-    return False
+    if not hot:
+        serve.book.busy()  # a stored run resumes now; the host's on_result ends it
+    serve.book.answered(answer)
+    return web.json_response({"id": request_id, "ok": answer.ok})
 
 
 # -- streams, metrics, files --------------------------------------------------------------------

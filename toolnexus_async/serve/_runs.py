@@ -7,16 +7,15 @@ Rules of this module:
 - A run's status is derived, never stored twice: ``done``/``incomplete``/``error`` once it
   ended, else ``pending`` while it waits for at least one answer (parked in memory or
   spilled to the store), else ``running``.
-- Requests are booked where they park (:meth:`ServeInbox.park`), so a run resumed from
-  the store, which has no stream, is seen too. The run a request belongs to travels in a
-  context variable set by the task that drives the run, and by the handler that answers a
-  spilled one (its resume task inherits the context).
+- Requests are booked where they park (:class:`ServeInbox`), with the id of the run that
+  parks them, so a run resumed from the store, which has no stream, is seen too.
 - A streamed run's events are published in its stream's order (``pending`` after the
   ``tool_call`` that raised it); only a run without a stream has ``pending`` published
   from the inbox.
-- On shutdown nothing parked is lost: every parked run is halted and saved to the store,
-  as if its ``park_timeout`` had passed, so a server restarted on the same store file
-  resumes it when its answer arrives.
+- Keeping runs is the app's :class:`~toolnexus_async.DurableHost`'s job: on shutdown
+  every parked run is halted (``Inbox.halt_all``) and the host saves it, as if its
+  ``park_timeout`` had passed, so a server restarted on the same store file resumes it
+  when its answer arrives.
 """
 
 from __future__ import annotations
@@ -26,33 +25,24 @@ import collections
 import functools
 import logging
 import uuid
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from .._errors import StoreError, UnknownRequest
+from .._errors import StoreError, UnknownRequestError
 from .._messages import UserMessage
 from .._results import RunResult
 from .._streaming import StreamDone, StreamPending, StreamToolCall, StreamToolResult
-from .._types import Answer, HaltRun, Request
+from .._types import Answer, Request
 from ..suspend import Inbox
 from ._events import EventBus
 
 if TYPE_CHECKING:
-    from .._client import LlmClient
-    from .._toolkit import Toolkit
-    from ..durable import RunStore
+    from ..durable import DurableHost, RunStore
 
-__all__ = ("CURRENT_RUN", "KEEP_FINISHED", "RunBook", "RunRecord", "ServeInbox", "drive")
+__all__ = ("KEEP_FINISHED", "RunBook", "RunRecord", "ServeInbox", "drive")
 
 log = logging.getLogger("toolnexus_async.serve")
-
-# The run on whose behalf the current task works, and whether a stream reports its steps
-# (see the module docstring).
-CURRENT_RUN: ContextVar[tuple[str | None, bool]] = ContextVar(
-    "toolnexus_serve_run", default=(None, False)
-)
 
 # Finished runs remembered for GET /runs; older ones are forgotten (bounded memory).
 KEEP_FINISHED = 10_000
@@ -63,7 +53,7 @@ Outcome = Literal["done", "incomplete", "error"]
 class RunRecord:
     """One run as the API shows it."""
 
-    __slots__ = ("error", "id", "outcome", "prompt", "text", "waiting")
+    __slots__ = ("error", "id", "outcome", "prompt", "streamed", "text", "waiting")
 
     def __init__(self, run_id: str, prompt: str) -> None:
         self.id = run_id
@@ -72,6 +62,7 @@ class RunRecord:
         self.text: str | None = None
         self.error: str | None = None
         self.waiting: set[str] = set()  # ids of its outstanding requests
+        self.streamed = False  # driven by a stream, which announces its requests itself
 
     @property
     def status(self) -> str:
@@ -229,6 +220,11 @@ class RunBook:
 
     # -- busy runs, for a graceful shutdown -------------------------------------------------
 
+    async def resumed(self, result: RunResult) -> None:
+        """A run resumed from the store ended (or halted again): the host's ``on_result``."""
+        self.finished(result)
+        self.done_with()
+
     def busy(self) -> None:
         self._busy += 1
         if self._idle.is_set():
@@ -260,58 +256,28 @@ class RunBook:
 
 
 class ServeInbox(Inbox):
-    """The app's :class:`Inbox`: books every request it parks, and halts them all on shutdown."""
+    """The app's :class:`Inbox`: books every request as it parks, with the run it is of."""
 
-    def __init__(self, book: RunBook, store: RunStore, park_timeout: float) -> None:
-        super().__init__(park_timeout=park_timeout, store=store, on_result=self._on_result)
+    def __init__(self, book: RunBook, park_timeout: float) -> None:
+        super().__init__(park_timeout=park_timeout)
         self._book = book
-        self._keep = store
-        self._parked: dict[str, asyncio.Future[Answer]] = {}
-        self._halting: set[str] = set()
-        self._closing = False
 
-    def park(self, request: Request) -> asyncio.Future[Answer]:
-        future = super().park(request)
-        if future.done():
+    def _park(self, request: Request, run_id: str | None = None) -> asyncio.Future[Answer]:
+        future = super()._park(request, run_id)
+        if future.done() and not future.cancelled() and future.exception() is None:
             return future  # expired already: answered on the spot, never outstanding
-        self._parked[request.id] = future
-        future.add_done_callback(functools.partial(self._settled, request.id))
-        run_id, streamed = CURRENT_RUN.get()
+        record = self._book.get(run_id) if run_id is not None else None
+        streamed = record is not None and record.streamed
         self._book.parked(request, run_id, announce=not streamed)
-        if self._closing:
-            self._halt(request.id, future)
+        future.add_done_callback(functools.partial(self._settled, request.id))
         return future
 
     def _settled(self, request_id: str, future: asyncio.Future[Answer]) -> None:
-        self._parked.pop(request_id, None)
         if future.cancelled():
             self._book.forget(request_id)
         elif future.exception() is None:
             self._book.answered(future.result())  # an answer, or expiry
-        # else HaltRun: the request stays outstanding; its run goes to the store.
-
-    def halt_all(self) -> None:
-        """Shutdown: halt every parked run (it is saved to the store) and any that parks later."""
-        self._closing = True
-        for request_id, future in tuple(self._parked.items()):
-            self._halt(request_id, future)
-
-    def _halt(self, request_id: str, future: asyncio.Future[Answer]) -> None:
-        if not future.done():
-            self._halting.add(request_id)
-            future.set_exception(HaltRun("the server is shutting down"))
-
-    async def on_halt(self, run: RunResult, client: LlmClient, toolkit: Toolkit) -> None:
-        await super().on_halt(run, client, toolkit)  # saves runs that spilled
-        ids = {r.request.id for r in run.suspended if r.request is not None}
-        if ids & self._halting:
-            await self._keep.save(run)
-            self._halting -= ids
-
-    async def _on_result(self, result: RunResult) -> None:
-        """A run resumed from the store ended (or halted again)."""
-        self._book.finished(result)
-        self._book.done_with()
+        # else HaltRun: the request stays outstanding; the host keeps its run.
 
 
 async def load_stored(book: RunBook, store: RunStore) -> int:
@@ -322,7 +288,7 @@ async def load_stored(book: RunBook, store: RunStore) -> int:
             continue
         try:
             run = await store.load(request.id)
-        except (StoreError, UnknownRequest) as exc:
+        except (StoreError, UnknownRequestError) as exc:
             log.warning("cannot list stored request %s: %s", request.id, exc)
             continue
         book.add_stored(run)
@@ -330,13 +296,13 @@ async def load_stored(book: RunBook, store: RunStore) -> int:
     return len(runs)
 
 
-async def drive(client: LlmClient, toolkit: Toolkit, book: RunBook, record: RunRecord) -> None:
+async def drive(host: DurableHost, book: RunBook, record: RunRecord) -> None:
     """Run ``record``'s prompt to its end, forwarding its steps to the event bus."""
-    CURRENT_RUN.set((record.id, True))  # this task's context: parks below book to this run
+    record.streamed = True  # its requests are announced from the stream, in its order
     bus = book.bus
     try:
         result: RunResult | None = None
-        async with client.stream(record.prompt, toolkit, run_id=record.id) as events:
+        async with host.stream(record.prompt, run_id=record.id) as events:
             async for event in events:
                 if isinstance(event, StreamToolCall):
                     bus.publish(
@@ -369,4 +335,7 @@ async def drive(client: LlmClient, toolkit: Toolkit, book: RunBook, record: RunR
         log.warning("run %s failed: %r", record.id, exc)
         book.failed(record.id, exc)
     finally:
+        # A run that halted and is resumed later has no stream: its requests are
+        # announced from the inbox from now on.
+        record.streamed = False
         book.done_with()

@@ -2,6 +2,8 @@
 
 Rules of this module:
 
+- It parks, and only parks: it holds no store, client or toolkit. Keeping runs that wait
+  too long, and resuming them, is a durable host's job (:class:`~toolnexus_async.DurableHost`).
 - A parked run costs one future and one small slot, keyed by the request id; nothing
   polls. ``answer()`` resolves exactly that future, so exactly that run wakes.
 - Expiry costs one timer for the whole inbox, not a sleeping task per request: deadlines
@@ -13,13 +15,11 @@ Rules of this module:
   :class:`AnswerError` subclass before any state is touched.
 - Cancellation cleans up: a parked run whose task is cancelled (or whose time limit fires)
   leaves the inbox in the same ``finally`` that ends its wait.
+- Giving up is a halt, never a loss: a run parked longer than ``park_timeout`` (or every
+  run, on :meth:`Inbox.halt_all`) has its wait raise :class:`HaltRun`, so the run halts
+  with its request outstanding and its caller gets it back with ``status == "pending"``.
 - The inbox lives on one event loop (the first that parks on it); other threads answer
   through :meth:`Inbox.answer_threadsafe`.
-- Hot parking spills to disk: with ``park_timeout`` a run parked that long stops holding
-  memory. Its wait raises :class:`HaltRun`, the run halts, the client hands the halted run
-  to :meth:`Inbox.on_halt`, which saves it in the store; an answer to it later claims it
-  from the store and resumes it in the inbox's task group. The host answers the same way
-  either way.
 """
 
 from __future__ import annotations
@@ -29,51 +29,41 @@ import concurrent.futures
 import contextvars
 import heapq
 import itertools
-import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
-from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Self
+from collections.abc import AsyncIterator, Callable
+from typing import Literal
 
 import anyio
-from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from .._errors import (
-    AlreadyAnswered,
-    AnswerError,
-    ModelError,
-    RequestExpired,
-    UnknownRequest,
+    AlreadyAnsweredError,
+    RequestExpiredError,
+    UnknownRequestError,
     UsageError,
 )
-from .._results import RunResult
 from .._types import Answer, HaltRun, Request
-
-if TYPE_CHECKING:
-    from .._client import LlmClient
-    from .._toolkit import Toolkit
-    from ..durable import RunStore
-
-log = logging.getLogger("toolnexus_async")
 
 __all__ = ("Inbox",)
 
-_Outcome = Literal["answered", "expired"]
+_Outcome = Literal["answered", "expired", "halted"]
 _NO_CONTEXT = contextvars.Context()
 
 
 class _Slot:
     """One parked request. Slots keep memory per parked run small."""
 
-    __slots__ = ("deadline", "future", "inbox", "request", "spill")
+    __slots__ = ("deadline", "future", "inbox", "request", "run_id", "spill")
 
-    def __init__(self, inbox: Inbox, request: Request, future: asyncio.Future[Answer]) -> None:
+    def __init__(
+        self, inbox: Inbox, request: Request, future: asyncio.Future[Answer], run_id: str | None
+    ) -> None:
         self.inbox = inbox
         self.request = request
         self.future = future
+        self.run_id = run_id
         self.deadline = -1  # the number of its expiry entry in the heap, if it has one
         self.spill = -1  # the number of its park_timeout entry, if it has one
 
@@ -93,17 +83,6 @@ class _Slot:
             inbox._drop_timers(self)
 
 
-class _Spilled:
-    """Where a spilled run can be resumed from: its client and toolkit (the run is on disk)."""
-
-    __slots__ = ("client", "early", "toolkit")
-
-    def __init__(self) -> None:
-        self.client: LlmClient | None = None
-        self.toolkit: Toolkit | None = None
-        self.early: Answer | None = None  # an answer that came while the run was being saved
-
-
 class Inbox:
     """An async ``wait_for`` that parks each request until :meth:`answer` is called.
 
@@ -111,31 +90,22 @@ class Inbox:
     answers with ``inbox.answer(Answer(request_id, ok=True))``.
 
     Args:
-        remember: how many answered or expired ids are kept, so that a late or repeated
-            answer gets :class:`AlreadyAnswered` or :class:`RequestExpired` instead of
-            :class:`UnknownRequest`. Older ones are forgotten (bounded memory).
+        remember: how many answered, expired or halted ids are kept, so that a late or
+            repeated answer gets :class:`AlreadyAnsweredError`, :class:`RequestExpiredError` or a
+            message saying the run halted, instead of a bare :class:`UnknownRequestError`.
+            Older ones are forgotten (bounded memory).
+        park_timeout: seconds a request may stay parked; past it the run halts on the
+            request (``status == "pending"``) and stops holding memory. A
+            :class:`~toolnexus_async.DurableHost` saves such runs and resumes them when
+            the answer comes.
     """
 
-    # The executor leaves expires_at to us: one timer heap instead of a cancel scope per run.
-    handles_expiry = True
-
-    def __init__(
-        self,
-        *,
-        remember: int = 100_000,
-        park_timeout: float | None = None,
-        store: RunStore | None = None,
-        on_result: Callable[[RunResult], Awaitable[None]] | None = None,
-    ) -> None:
+    def __init__(self, *, remember: int = 100_000, park_timeout: float | None = None) -> None:
         if remember < 0:
             raise UsageError(f"remember must be >= 0, got {remember}")
-        if park_timeout is not None and (store is None or park_timeout <= 0):
-            raise UsageError("park_timeout needs a store to spill to, and must be > 0")
+        if park_timeout is not None and not park_timeout > 0:
+            raise UsageError(f"park_timeout must be > 0 seconds or None, got {park_timeout}")
         self._park_timeout = park_timeout
-        self._store = store
-        self._on_result = on_result
-        self._spilled: dict[str, _Spilled] = {}
-        self._tg: TaskGroup | None = None
         self._slots: dict[str, _Slot] = {}
         self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
         self._remember = remember
@@ -146,12 +116,20 @@ class Inbox:
         self._timer_at = math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: set[MemoryObjectSendStream[Request]] = set()
+        # Told of each request whose run is made to halt (a durable host keeps the run).
+        self._on_halt: Callable[[Request, str | None], None] | None = None
+        self._halting_all = False
 
     def __len__(self) -> int:
         return len(self._slots)
 
     def __repr__(self) -> str:
         return f"<Inbox parked={len(self._slots)}>"
+
+    @property
+    def park_timeout(self) -> float | None:
+        """Seconds a request may stay parked before its run halts (None: no limit)."""
+        return self._park_timeout
 
     def pending(self) -> list[Request]:
         """The outstanding requests, in the order they arrived."""
@@ -162,14 +140,19 @@ class Inbox:
         slot = self._slots.get(request_id)
         return slot.request if slot is not None else None
 
+    def run_of(self, request_id: str) -> str | None:
+        """The id of the run waiting on this outstanding request (None if unknown)."""
+        slot = self._slots.get(request_id)
+        return slot.run_id if slot is not None else None
+
     async def __call__(self, request: Request) -> Answer:
         """Park until the request is answered or expires (the ``wait_for`` protocol)."""
-        return await self.park(request)
+        return await self._park(request)
 
-    def park(self, request: Request) -> asyncio.Future[Answer]:
+    def _park(self, request: Request, run_id: str | None = None) -> asyncio.Future[Answer]:
         """Park ``request`` and hand back the future its answer will arrive on.
 
-        The run loop awaits this future directly, so a parked run holds no extra frame.
+        The run awaits this future directly, so a parked run holds no extra frame.
         Cancelling the future (its awaiting task was cancelled) removes the entry.
         """
         loop = asyncio.get_running_loop()
@@ -185,7 +168,10 @@ class Inbox:
             self._record(request.id, "expired")
             future.set_result(Answer(request.id, False, reason="expired"))
             return future
-        slot = _Slot(self, request, future)
+        slot = _Slot(self, request, future, run_id)
+        if self._halting_all:
+            self._halt(slot, "the inbox is halting every run")
+            return future
         self._slots[request.id] = slot
         if left is not None:
             slot.deadline = self._add_deadline(loop, loop.time() + left, request.id)
@@ -204,27 +190,40 @@ class Inbox:
         """Wake the run parked on ``answer.id`` with this answer.
 
         Raises:
-            UnknownRequest: no run is parked on that id.
-            AlreadyAnswered: that request was answered before.
-            RequestExpired: that request expired before this answer came.
+            UnknownRequestError: no run is parked on that id (the message says when its run
+                halted instead: answer the halted run, or its durable host).
+            AlreadyAnsweredError: that request was answered before.
+            RequestExpiredError: that request expired before this answer came.
         """
+        if not isinstance(answer, Answer):
+            raise UsageError(f"answer() takes an Answer, got {type(answer).__name__}")
         slot = self._slots.get(answer.id)
-        if slot is None and answer.id in self._spilled:
-            self._answer_spilled(answer)
-            return
         if slot is None or slot.future.done():
-            outcome = self._outcomes.get(answer.id)
-            if outcome == "answered":
-                raise AlreadyAnswered(answer.id, f"request {answer.id!r} was answered already")
-            if outcome == "expired":
-                raise RequestExpired(answer.id, f"request {answer.id!r} expired before the answer")
-            raise UnknownRequest(
-                answer.id, f"no run is waiting on request {answer.id!r} (unknown or cancelled)"
-            )
+            raise self._refusal(answer.id)
         del self._slots[answer.id]
         self._drop_timers(slot)
         self._record(answer.id, "answered")
         slot.future.set_result(answer)
+
+    def _refusal(
+        self, request_id: str
+    ) -> UnknownRequestError | AlreadyAnsweredError | RequestExpiredError:
+        outcome = self._outcomes.get(request_id)
+        if outcome == "answered":
+            return AlreadyAnsweredError(request_id, f"request {request_id!r} was answered already")
+        if outcome == "expired":
+            return RequestExpiredError(
+                request_id, f"request {request_id!r} expired before the answer"
+            )
+        if outcome == "halted":
+            return UnknownRequestError(
+                request_id,
+                f"request {request_id!r} is no longer parked: its run halted on it "
+                "(park_timeout or halt_all); answer the halted run instead",
+            )
+        return UnknownRequestError(
+            request_id, f"no run is waiting on request {request_id!r} (unknown or cancelled)"
+        )
 
     def answer_threadsafe(self, answer: Answer, timeout: float | None = None) -> None:
         """:meth:`answer` from another thread: blocks until applied, raises what it raises.
@@ -272,6 +271,29 @@ class Inbox:
             self._listeners.discard(send)
             send.close()
 
+    def halt_all(self) -> int:
+        """Halt every parked run now, and every run that parks from now on (a shutdown).
+
+        Each halts with its request outstanding (``status == "pending"``), as after
+        ``park_timeout``. Returns how many parked runs were halted.
+        """
+        self._halting_all = True
+        slots = tuple(self._slots.values())
+        self._slots.clear()
+        for slot in slots:
+            self._drop_timers(slot)
+            self._halt(slot, "the inbox is halting every run")
+        return len(slots)
+
+    def _halt(self, slot: _Slot, why: str) -> None:
+        """Halt the run of ``slot``, which has left the slots and the timer heap already."""
+        request_id = slot.request.id
+        self._record(request_id, "halted")
+        if self._on_halt is not None:
+            self._on_halt(slot.request, slot.run_id)
+        if not slot.future.done():
+            slot.future.set_exception(HaltRun(why))
+
     def _record(self, request_id: str, outcome: _Outcome) -> None:
         if self._remember == 0:
             return
@@ -294,6 +316,7 @@ class Inbox:
         count = slot.timers
         if not count:
             return
+        slot.deadline = slot.spill = -1
         self._stale += count
         if self._stale * 2 < len(self._deadlines):
             return
@@ -328,125 +351,17 @@ class Inbox:
                 self._stale = max(0, self._stale - 1)
                 continue
             del self._slots[request_id]
-            # The slot's other entry (expiry or spill), if any, is stale from now on.
+            # Its other entry (spill or expiry), if it has one, is stale from now on. The
+            # heap is not compacted here: this loop is walking it.
             self._stale += slot.timers - 1
-            if number == slot.deadline:
+            expired = number == slot.deadline
+            slot.deadline = slot.spill = -1
+            if expired:
                 self._record(request_id, "expired")
                 slot.future.set_result(Answer(request_id, False, reason="expired"))
             else:
-                # Parked too long: the run halts and on_halt() stores it; answers that come
-                # meanwhile are kept for it.
-                self._spilled[request_id] = _Spilled()
-                slot.future.set_exception(HaltRun(f"parked longer than {self._park_timeout} s"))
-        if deadlines:
+                self._halt(slot, f"parked longer than {self._park_timeout} s")
+        if deadlines and self._timer is None:
             when = deadlines[0][0]
             self._timer_at = when
             self._timer = loop.call_at(when, self._expire_due)
-
-    # -- spilling to the store ---------------------------------------------------------------
-
-    async def __aenter__(self) -> Self:
-        if self._tg is not None:
-            raise UsageError("this Inbox is already open")
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        tg, self._tg = self._tg, None
-        assert tg is not None
-        return await tg.__aexit__(exc_type, exc, tb)
-
-    async def on_halt(self, run: RunResult, client: LlmClient, toolkit: Toolkit) -> None:
-        """Called by the client when a run using this inbox halts: store the spilled run.
-
-        Only runs that halted because they spilled are stored; others are the host's.
-        """
-        ids = [r.request.id for r in run.suspended if r.request is not None]
-        if self._store is None or not any(i in self._spilled for i in ids):
-            return
-        await self._store.save(run)
-        log.debug("spilled run %s under %s", run.run_id, ", ".join(ids))
-        early: Answer | None = None
-        for request_id in ids:
-            entry = self._spilled.setdefault(request_id, _Spilled())
-            entry.client, entry.toolkit = client, toolkit
-            early = early or entry.early
-        if early is not None:
-            self._start_resume(early)
-
-    async def restore(self, client: LlmClient, toolkit: Toolkit) -> int:
-        """After a restart: make every run in the store answerable through this inbox.
-
-        Returns how many outstanding requests were found.
-        """
-        if self._store is None:
-            raise UsageError("restore() needs an Inbox with a store")
-        requests = await self._store.requests()
-        for request in requests:
-            entry = self._spilled.setdefault(request.id, _Spilled())
-            entry.client, entry.toolkit = client, toolkit
-        return len(requests)
-
-    def _answer_spilled(self, answer: Answer) -> None:
-        entry = self._spilled[answer.id]
-        if self._tg is None:
-            raise UsageError(
-                f"request {answer.id!r} belongs to a spilled run; it resumes inside "
-                "`async with inbox:`, which is not open"
-            )
-        if entry.client is None:
-            if entry.early is not None:
-                raise AlreadyAnswered(answer.id, f"request {answer.id!r} was answered already")
-            entry.early = answer  # still being saved; on_halt() resumes it
-            self._record(answer.id, "answered")
-            return
-        self._record(answer.id, "answered")
-        self._start_resume(answer)
-
-    def _start_resume(self, answer: Answer) -> None:
-        entry = self._spilled.pop(answer.id)
-        assert self._tg is not None and entry.client is not None and entry.toolkit is not None
-        self._tg.start_soon(self._resume, answer, entry.client, entry.toolkit)
-
-    async def _resume(self, answer: Answer, client: LlmClient, toolkit: Toolkit) -> None:
-        from ..durable._resume import resume_claimed  # durable imports the client; so late
-
-        store = self._store
-        assert store is not None
-        try:
-            halted = await store.claim(answer.id)
-        except AnswerError as exc:
-            log.warning("could not resume spilled request %s: %s", answer.id, exc)
-            return
-        except Exception:
-            # The store failed (an unreadable row, a locked file): the run is still there,
-            # so the request stays answerable; the inbox's other runs go on.
-            log.exception("could not claim spilled request %s from the store", answer.id)
-            entry = self._spilled.setdefault(answer.id, _Spilled())
-            entry.client, entry.toolkit = client, toolkit
-            return
-        for record in halted.suspended:
-            if record.request is not None:
-                self._spilled.pop(record.request.id, None)
-        ran: list[RunResult] = []
-        try:
-            result = await resume_claimed(
-                client, store, halted, [answer], toolkit, on_tools_done=ran.append
-            )
-        except Exception as exc:
-            if not ran:
-                # Nothing ran and resume_claimed put the run back: answerable again.
-                await self.restore(client, toolkit)
-                log.exception("resuming spilled run %s failed; it was stored again", halted.run_id)
-                return
-            # The answered calls ran: the host gets the run as it stood, to continue from.
-            log.warning("resumed run %s failed after its tools ran: %r", halted.run_id, exc)
-            result = exc.run if isinstance(exc, ModelError) and exc.run is not None else ran[-1]
-        if self._on_result is not None:
-            await self._on_result(result)

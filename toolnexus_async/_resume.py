@@ -1,8 +1,16 @@
-"""Resuming halted runs: the client's ``resume`` and ``run_with_answer``.
+"""Resuming a halted run: which call gets which answer, and the client's ``resume``.
 
-Rule of this module: it only turns a halted run (or a halted transcript) and its answers
-into a resumed :class:`RunLoop`; the plan comes from ``_resume_plan`` (pure) and the run is
-driven like any other by the client's runner. :class:`LlmClient` mixes it in.
+Rules of this module:
+
+- Planning is pure (no I/O): every answer must echo an outstanding request of the halted
+  turn, else :class:`AnswerMismatchError` before anything runs; two answers for one request, or
+  none at all, are a :class:`UsageError`. From a transcript alone, the answer belongs to
+  the first unanswered call: that is the call ``RunResult.pending`` always comes from.
+- A plan becomes a resumed :class:`RunLoop`, driven like any other run by the client's
+  runner; what an answer then does to its call is the suspension rule's business
+  (``_suspension.py``: a late "yes" to an expired request counts as expired, there too).
+- Keeping halted runs in a store, claiming them and putting them back is the durable
+  host's (``durable/_host.py``), not this module's.
 """
 
 from __future__ import annotations
@@ -10,15 +18,62 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._ids import new_run_id
-from ._loop import RunLoop
-from ._messages import Message
-from ._results import ZERO_USAGE, RunResult
-from ._resume_plan import ResumePlan, plan_from_transcript, plan_resume
-from ._toolkit import Toolkit
-from ._types import Answer, Request
+import attrs
 
-__all__ = ("Resuming",)
+from ._errors import AnswerMismatchError, UsageError
+from ._ids import new_run_id
+from ._loop import HaltedTurn, RunLoop
+from ._messages import ZERO_USAGE, Message
+from ._results import RunResult
+from ._toolkit import Toolkit
+from ._types import Answer, Request, ToolResult
+
+__all__ = ("ResumePlan", "Resuming", "plan_from_transcript", "plan_resume")
+
+
+@attrs.frozen
+class ResumePlan:
+    """The halted turn, the answer for each answered call (by call id), and kept results."""
+
+    turn: HaltedTurn
+    answers: dict[str, tuple[Request, Answer]]
+    kept: dict[str, ToolResult] = attrs.field(factory=dict)
+
+
+def plan_resume(halted: RunResult, answers: Answer | Iterable[Answer]) -> ResumePlan:
+    """The plan for :meth:`LlmClient.resume`; raises before anything is executed."""
+    if halted.status != "pending" or not halted.suspended:
+        raise UsageError(f"only a halted run can be resumed; this one is {halted.status!r}")
+    given = [answers] if isinstance(answers, Answer) else list(answers)
+    if not given:
+        raise UsageError("resume needs at least one answer")
+    outstanding = {r.request.id: r for r in halted.suspended if r.request is not None}
+    by_call: dict[str, tuple[Request, Answer]] = {}
+    for answer in given:
+        record = outstanding.get(answer.id)
+        if record is None or record.request is None:
+            raise AnswerMismatchError(
+                answer.id,
+                f"answer {answer.id!r} matches no outstanding request of run "
+                f"{halted.run_id or '?'}; outstanding: {', '.join(outstanding) or 'none'}",
+            )
+        if record.call.id in by_call:
+            raise UsageError(f"two answers for request {answer.id!r}")
+        by_call[record.call.id] = (record.request, answer)
+    kept = {r.call.id: r.result for r in halted.tool_calls if r.turn == halted.turns}
+    return ResumePlan(HaltedTurn.of(halted.messages), by_call, kept)
+
+
+def plan_from_transcript(
+    history: Sequence[Message], pending: Request, answer: Answer
+) -> ResumePlan:
+    """The plan for :meth:`LlmClient.run_with_answer`: the first open call gets the answer."""
+    if answer.id != pending.id:
+        raise AnswerMismatchError(
+            answer.id, f"answer {answer.id!r} does not echo the pending request {pending.id!r}"
+        )
+    turn = HaltedTurn.of(history)
+    return ResumePlan(turn, {turn.open[0].id: (pending, answer)})
 
 
 class Resuming:
@@ -43,8 +98,8 @@ class Resuming:
     async def resume(
         self,
         halted: RunResult,
-        answers: Answer | Iterable[Answer],
         toolkit: Toolkit,
+        answers: Answer | Iterable[Answer],
         *,
         on_tools_done: Callable[[RunResult], Any] | None = None,
     ) -> RunResult:
@@ -66,7 +121,7 @@ class Resuming:
         know; :func:`resume_stored` does.
 
         Raises:
-            AnswerMismatch: an answer echoes no outstanding request; nothing was executed.
+            AnswerMismatchError: an answer echoes no outstanding request; nothing was executed.
             UsageError: ``halted`` is not a halted run, no answer was given, or two answers
                 share an id.
         """
@@ -88,8 +143,8 @@ class Resuming:
 
     async def run_with_answer(
         self,
-        toolkit: Toolkit,
         history: Sequence[Message],
+        toolkit: Toolkit,
         pending: Request,
         answer: Answer,
     ) -> RunResult:
@@ -104,7 +159,7 @@ class Resuming:
         transcript does not carry them.
 
         Raises:
-            AnswerMismatch: ``answer.id`` is not ``pending.id``.
+            AnswerMismatchError: ``answer.id`` is not ``pending.id``.
             UsageError: ``history`` is not a halted transcript.
         """
         self._check_open()

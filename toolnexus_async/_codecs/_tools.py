@@ -1,0 +1,104 @@
+"""Tool specs in each wire style: the schemas a model is told it may call.
+
+Rule of this module: pure renderers, one per style, from any sequence of tool specs
+(objects with ``name``, ``description`` and ``input_schema``: every :class:`Tool` is one)
+to the provider's JSON. A run sends its tools on every turn, so a renderer remembers the
+rendering of the last few sequences it saw, by identity: a toolkit hands out the same tuple
+until its tools change. What a cache hands out is shared; callers treat it as read-only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+__all__ = ("ToolSpec", "render_anthropic", "render_gemini", "render_openai")
+
+# JSON Schema keys Gemini's function declarations reject.
+_GEMINI_DROP = frozenset({"$schema", "additionalProperties", "$defs", "definitions", "$id"})
+# Distinct tool sequences remembered per style: a process rarely has more toolkits than this.
+_REMEMBER = 32
+
+
+class ToolSpec(Protocol):
+    """What a model is told about a tool."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]: ...
+
+
+Rendered = list[dict[str, Any]]
+
+
+def _openai(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": dict(tool.input_schema),
+        },
+    }
+
+
+def _anthropic(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": dict(tool.input_schema),
+    }
+
+
+def _gemini(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": gemini_schema(tool.input_schema),
+    }
+
+
+def gemini_schema(schema: Any) -> Any:
+    """``schema`` without the keys Gemini's function declarations reject, at every depth."""
+    if isinstance(schema, Mapping):
+        return {k: gemini_schema(v) for k, v in schema.items() if k not in _GEMINI_DROP}
+    if isinstance(schema, list):
+        return [gemini_schema(v) for v in schema]
+    return schema
+
+
+class _Renderer:
+    """One style's renderer, with a small cache keyed by the identity of the sequence."""
+
+    __slots__ = ("_cache", "_one")
+
+    def __init__(self, one: Callable[[ToolSpec], dict[str, Any]]) -> None:
+        self._one = one
+        # id -> (the sequence, kept so its id cannot be reused; its rendering)
+        self._cache: OrderedDict[int, tuple[Sequence[ToolSpec], Rendered]] = OrderedDict()
+
+    def __call__(self, tools: Sequence[ToolSpec]) -> Rendered:
+        key = id(tools)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is tools:
+            return hit[1]
+        rendered = [self._one(tool) for tool in tools]
+        if isinstance(tools, tuple):  # a list may change under the same id: never cached
+            self._cache[key] = (tools, rendered)
+            if len(self._cache) > _REMEMBER:
+                self._cache.popitem(last=False)
+        return rendered
+
+
+render_openai = _Renderer(_openai)
+"""Chat Completions ``tools``: ``{"type": "function", "function": {...}}`` each."""
+render_anthropic = _Renderer(_anthropic)
+"""Messages API ``tools``: ``{"name", "description", "input_schema"}`` each."""
+render_gemini = _Renderer(_gemini)
+"""Gemini ``functionDeclarations``, with the schema keys Gemini rejects removed."""
