@@ -1,4 +1,10 @@
-"""Shared test fixtures: a fake LLM served by aiohttp on 127.0.0.1, and a leak check.
+"""Shared test fixtures: a fake provider, with or without a socket, and a leak check.
+
+:class:`FakeProvider` (fixture ``provider``) plays a model provider over
+:class:`~toolnexus_async.testing.MockTransport`: a real :class:`LlmClient` (codec, error
+mapping, retries, streaming) with no socket. Most tests use it. :class:`FakeLLM` (fixture
+``fake_llm``) answers the same handlers from an aiohttp server on 127.0.0.1, for the tests
+that are about HTTP itself: what goes over the wire, sessions, the aiohttp transport.
 
 The fake server runs on its own event loop in a thread, so the test's event loop holds only
 what the code under test created: after a run, :func:`assert_no_leaks` can demand that no
@@ -9,17 +15,25 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from aiohttp import web
 
-# handler(body, request) -> reply JSON (status 200), or (status, body) for another status,
-# where body may be a dict (sent as JSON) or str/bytes (sent as is).
+from toolnexus_async import HttpRequest, HttpResponse, LlmClient
+from toolnexus_async.testing import MockTransport, json_response
+
+# handler(body, seen) -> reply JSON (status 200), or (status, body) for another status,
+# where body may be a dict (sent as JSON) or str/bytes (sent as is). FakeProvider also
+# takes an HttpResponse (sse_response, json_response with headers) and async handlers.
 Handler = Callable[[dict[str, Any], "Seen"], Any]
+
+DEFAULT_REPLY = {"choices": [{"message": {"content": "hi"}}]}
 
 
 class Seen:
@@ -35,7 +49,7 @@ class FakeLLM:
     """An HTTP model stand-in: every POST is answered by ``handler``; requests are recorded."""
 
     def __init__(self) -> None:
-        self.handler: Handler = lambda body, seen: {"choices": [{"message": {"content": "hi"}}]}
+        self.handler: Handler = lambda body, seen: DEFAULT_REPLY
         self.requests: list[Seen] = []
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -102,6 +116,83 @@ def fake_llm() -> Iterator[FakeLLM]:
         yield server
     finally:
         server.stop()
+
+
+class FakeProvider:
+    """FakeLLM without the socket: the same handlers, answered through MockTransport.
+
+    ``handler(body, seen)`` answers each request as FakeLLM's does (a reply dict, or
+    ``(status, body)``), or with an :class:`HttpResponse` (``sse_response`` for a stream,
+    ``json_response`` for a reply with headers). It may be a coroutine function (one that
+    never returns plays a provider that hangs, until the request's timeout) and may raise
+    :class:`TransportError` (a connection that failed).
+
+    :meth:`client` makes a client with a transport of its own each time (a client closes
+    its transport with itself); ``requests`` records what every one of them sent, as
+    :class:`Seen`, in order.
+    """
+
+    url = "https://llm.test"
+
+    def __init__(self, *, chunk_size: int = 7) -> None:
+        self.handler: Handler = lambda body, seen: DEFAULT_REPLY
+        self.chunk_size = chunk_size  # the pieces a streamed reply is handed over in
+        self.requests: list[Seen] = []
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [seen.body for seen in self.requests]
+
+    def script(self, *replies: Any) -> None:
+        """Answer the n-th request with the n-th reply; a request past them fails the test."""
+
+        def handler(body: dict[str, Any], seen: Seen) -> Any:
+            index = len(self.requests) - 1
+            if index >= len(replies):
+                raise AssertionError(f"request {index + 1} is past the {len(replies)} scripted")
+            return replies[index]
+
+        self.handler = handler
+
+    def client(
+        self,
+        style: str = "openai",
+        model: str = "m",
+        *,
+        api_key: str = "k",
+        base_url: str | None = None,
+        **options: Any,
+    ) -> LlmClient:
+        """An ``LlmClient`` (any of its options) whose requests this provider answers."""
+        transport = MockTransport(self._answer, chunk_size=self.chunk_size)
+        return LlmClient(
+            base_url or self.url, style, model, api_key=api_key, transport=transport, **options
+        )
+
+    async def _answer(self, request: HttpRequest) -> HttpResponse:
+        body = json.loads(request.content)
+        seen = Seen(urlsplit(request.url).path, dict(request.headers), body)
+        self.requests.append(seen)
+        out = self.handler(body, seen)
+        if inspect.isawaitable(out):
+            out = await out
+        if isinstance(out, HttpResponse):
+            return out
+        status = 200
+        if isinstance(out, tuple):
+            status, out = out
+        if isinstance(out, dict | list):
+            return json_response(out, status)
+        if isinstance(out, str):
+            out = out.encode()
+        return HttpResponse(status, {"Content-Type": "application/json"}, out)
+
+
+@pytest.fixture
+def provider() -> FakeProvider:
+    """A fake provider over MockTransport, no socket; set ``provider.handler`` or call
+    ``provider.script(...)``, then make clients with ``provider.client(...)``."""
+    return FakeProvider()
 
 
 def openai_reply(
