@@ -2,8 +2,12 @@
 
 Nothing sleeps for long: retries use ``RetryPolicy(base_delay=0)`` or ``Retry-After: 0``,
 a policy that would wait for real is bounded by ``anyio.fail_after`` so that honouring the
-wrong delay fails fast, and the time-limit tests use limits of a tenth of a second. The
-fake LLM on 127.0.0.1 plays the provider; aioresponses scripts replies that need headers.
+wrong delay fails fast, and the time-limit tests use limits of a tenth of a second.
+
+The retry decisions are about what a reply means, not how it travelled: a provider played
+over the mock transport (``provider``) serves them, headers and hanging requests included.
+Real sockets stay where the transport is the subject: a refused connection, a request
+timeout applied by aiohttp, and a cancelled run aborting its request on the server.
 """
 
 from __future__ import annotations
@@ -15,20 +19,18 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from types import SimpleNamespace
 from typing import Any
 
-import aiohttp
 import anyio
 import attrs
 import pytest
 from aiohttp import web
-from aioresponses import aioresponses
 
-from tests.conftest import FakeLLM, Seen, assert_no_leaks, openai_reply
+from tests.conftest import FakeLLM, FakeProvider, Seen, assert_no_leaks, openai_reply
 from toolnexus_async import (
     Answer,
     Hooks,
+    HttpResponse,
     Limits,
     LlmCallEvent,
     LlmClient,
@@ -44,40 +46,19 @@ from toolnexus_async import (
     ToolResult,
     TransportError,
 )
-from toolnexus_async.testing import ScriptedModel, reply, tool_call
+from toolnexus_async.testing import ScriptedModel, json_response, reply, tool_call
 
 LIMIT = 5  # seconds; reached only when something hangs
 FAST = RetryPolicy(base_delay=0)  # the default policy, minus the waiting
-MOCK_BASE = "http://llm.mock/v1"
-MOCK_URL = f"{MOCK_BASE}/chat/completions"
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 
-class _MockResponse(aiohttp.ClientResponse):
-    """aioresponses 0.7.9 builds responses without aiohttp 3.14's new required
-    ``stream_writer`` (pnuckowski/aioresponses#289); supply a stand-in."""
-
-    def __init__(self, method: str, url: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("stream_writer", SimpleNamespace(output_size=0))
-        super().__init__(method, url, **kwargs)
-
-
-def mock_reply(
-    mock: aioresponses, status: int = 200, *, payload: Any = None, retry_after: str | None = None
-) -> None:
-    """Queue one reply to the next POST to ``MOCK_URL``."""
+def busy(status: int = 503, *, retry_after: str | None = None) -> HttpResponse:
+    """A provider error reply, with a ``Retry-After`` header when one is given."""
     headers = {} if retry_after is None else {"Retry-After": retry_after}
-    if payload is None:
-        payload = openai_reply("done") if status == 200 else {"error": {"message": "busy"}}
-    mock.post(
-        MOCK_URL, status=status, payload=payload, headers=headers, response_class=_MockResponse
-    )
-
-
-def mocked_posts(mock: aioresponses) -> int:
-    return sum(len(calls) for (method, _), calls in mock.requests.items() if method == "POST")
+    return json_response({"error": {"message": "busy"}}, status, headers)
 
 
 class RecordingTool:
@@ -128,8 +109,8 @@ def closed_port() -> int:
     return port
 
 
-def always(fake_llm: FakeLLM, status: int) -> None:
-    fake_llm.handler = lambda body, seen: (status, {"error": {"message": f"HTTP {status}"}})
+def always(provider: FakeProvider, status: int) -> None:
+    provider.handler = lambda body, seen: (status, {"error": {"message": f"HTTP {status}"}})
 
 
 async def run_http(client: LlmClient, *tools: Any) -> RunResult:
@@ -233,11 +214,11 @@ async def until(flag: Callable[[], bool]) -> None:
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
 async def test_retryable_statuses_get_two_retries_then_raise(
-    fake_llm: FakeLLM, status: int
+    provider: FakeProvider, status: int
 ) -> None:
     """429/500/502/503/504: three attempts in all (retries=2), then the ProviderError."""
-    always(fake_llm, status)
-    client = LlmClient(fake_llm.url, "openai", "m", api_key="k", retry=FAST)
+    always(provider, status)
+    client = provider.client(retry=FAST)
 
     with pytest.raises(ProviderError) as caught:
         await run_http(client)
@@ -245,22 +226,22 @@ async def test_retryable_statuses_get_two_retries_then_raise(
     assert caught.value.status == status
     # The last failure alone: not chained to the attempts before it.
     assert caught.value.__context__ is None and caught.value.__cause__ is None
-    assert len(fake_llm.requests) == 3
-    assert fake_llm.bodies[0] == fake_llm.bodies[1] == fake_llm.bodies[2]
+    assert len(provider.requests) == 3
+    assert provider.bodies[0] == provider.bodies[1] == provider.bodies[2]
     assert_no_leaks()
 
 
 @pytest.mark.parametrize("status", [400, 401, 404])
-async def test_client_errors_are_not_retried(fake_llm: FakeLLM, status: int) -> None:
+async def test_client_errors_are_not_retried(provider: FakeProvider, status: int) -> None:
     """400/401/404 fail at once: one request."""
-    always(fake_llm, status)
-    client = LlmClient(fake_llm.url, "openai", "m", api_key="k", retry=FAST)
+    always(provider, status)
+    client = provider.client(retry=FAST)
 
     with pytest.raises(ProviderError) as caught:
         await run_http(client)
 
     assert caught.value.status == status
-    assert len(fake_llm.requests) == 1
+    assert len(provider.requests) == 1
 
 
 async def test_connection_refused_is_retried_then_a_transport_error() -> None:
@@ -283,46 +264,40 @@ async def test_connection_refused_is_retried_then_a_transport_error() -> None:
     assert_no_leaks()
 
 
-async def test_default_policy_retries_twice_with_aioresponses() -> None:
+async def test_default_policy_retries_twice(provider: FakeProvider) -> None:
     """The client's default policy: 503, 503, 503 (Retry-After 0) is three attempts, then 503."""
-    with aioresponses() as mock:
-        for _ in range(4):  # one more than allowed, so an extra attempt would succeed
-            mock_reply(mock, 503, retry_after="0")
-        client = LlmClient(MOCK_BASE, "openai", "m", api_key="k")
-        # fail_after(1): ignoring Retry-After would mean >= 1.125 s of jittered backoff.
-        with anyio.fail_after(1), pytest.raises(ProviderError) as caught:
-            await run_http(client)
-        assert mocked_posts(mock) == 3
+    provider.handler = lambda body, seen: busy(503, retry_after="0")  # a 4th attempt would count
+    client = provider.client()
+    # fail_after(1): ignoring Retry-After would mean >= 1.125 s of jittered backoff.
+    with anyio.fail_after(1), pytest.raises(ProviderError) as caught:
+        await run_http(client)
+    assert len(provider.requests) == 3
     assert caught.value.status == 503
     assert caught.value.headers["retry-after"] == "0"
 
 
-async def test_scripted_503_503_200_succeeds_on_the_third_attempt() -> None:
-    """aioresponses: 503, 503, then 200 is a done run after exactly three requests."""
-    with aioresponses() as mock:
-        mock_reply(mock, 503)
-        mock_reply(mock, 503)
-        mock_reply(mock, 200, payload=openai_reply("third time lucky"))
-        client = LlmClient(MOCK_BASE, "openai", "m", api_key="k", retry=FAST)
-        result = await run_http(client)
-        assert mocked_posts(mock) == 3
+async def test_scripted_503_503_200_succeeds_on_the_third_attempt(provider: FakeProvider) -> None:
+    """503, 503, then 200 is a done run after exactly three requests."""
+    provider.script(busy(503), busy(503), openai_reply("third time lucky"))
+    client = provider.client(retry=FAST)
+    result = await run_http(client)
+    assert len(provider.requests) == 3
     assert result.status == "done" and result.text == "third time lucky"
     assert result.turns == 1
 
 
-async def test_retry_after_zero_is_honoured_over_a_long_backoff() -> None:
+async def test_retry_after_zero_is_honoured_over_a_long_backoff(provider: FakeProvider) -> None:
     """Retry-After: 0 beats a 30 s backoff: the retry comes at once."""
     patient = RetryPolicy(base_delay=30, max_delay=60, jitter=0)
-    with aioresponses() as mock:
-        mock_reply(mock, 503, retry_after="0")
-        mock_reply(mock, 200)
-        client = LlmClient(MOCK_BASE, "openai", "m", api_key="k", retry=patient)
-        with anyio.fail_after(2):  # a backoff of 30 s would trip this
-            result = await run_http(client)
+    provider.script(busy(503, retry_after="0"), openai_reply("done"))
+    client = provider.client(retry=patient)
+    with anyio.fail_after(2):  # a backoff of 30 s would trip this
+        result = await run_http(client)
     assert result.status == "done"
+    assert len(provider.requests) == 2
 
 
-async def test_retry_after_http_date_is_ignored_for_backoff() -> None:
+async def test_retry_after_http_date_is_ignored_for_backoff(provider: FakeProvider) -> None:
     """An HTTP-date Retry-After is not a delay: the policy falls back to its backoff."""
     when = format_datetime(datetime.now(UTC) + timedelta(hours=1), usegmt=True)
     errors: list[ModelError] = []
@@ -330,19 +305,12 @@ async def test_retry_after_http_date_is_ignored_for_backoff() -> None:
     def on_error(error: ModelError, attempt: int) -> None:
         errors.append(error)
 
-    with aioresponses() as mock:
-        mock_reply(mock, 503, retry_after=when)
-        mock_reply(mock, 200)
-        client = LlmClient(
-            MOCK_BASE,
-            "openai",
-            "m",
-            api_key="k",
-            retry=RetryPolicy(base_delay=0, max_delay=60, on_error=on_error),
-        )
-        with anyio.fail_after(2):  # honouring the date (an hour, capped at 60 s) would trip this
-            result = await run_http(client)
+    provider.script(busy(503, retry_after=when), openai_reply("done"))
+    client = provider.client(retry=RetryPolicy(base_delay=0, max_delay=60, on_error=on_error))
+    with anyio.fail_after(2):  # honouring the date (an hour, capped at 60 s) would trip this
+        result = await run_http(client)
     assert result.status == "done"
+    assert len(provider.requests) == 2
     (error,) = errors
     assert isinstance(error, ProviderError) and error.headers["retry-after"] == when
     # The decision itself, on the error the client really got: backoff, not the date.
@@ -355,10 +323,10 @@ async def test_retry_after_http_date_is_ignored_for_backoff() -> None:
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_on_error_retry_makes_a_400_retried_within_retries(
-    fake_llm: FakeLLM, flavour: str
+    provider: FakeProvider, flavour: str
 ) -> None:
     """on_error saying "retry" retries a 400, but no more than ``retries`` times."""
-    always(fake_llm, 400)
+    always(provider, 400)
     attempts: list[int] = []
 
     def classify(error: ModelError, attempt: int) -> str:
@@ -370,11 +338,7 @@ async def test_on_error_retry_makes_a_400_retried_within_retries(
         await anyio.lowlevel.checkpoint()
         return classify(error, attempt)
 
-    client = LlmClient(
-        fake_llm.url,
-        "openai",
-        "m",
-        api_key="k",
+    client = provider.client(
         retry=RetryPolicy(
             base_delay=0, retries=2, on_error=classify if flavour == "sync" else classify_async
         ),
@@ -382,66 +346,58 @@ async def test_on_error_retry_makes_a_400_retried_within_retries(
     with pytest.raises(ProviderError):
         await run_http(client)
 
-    assert len(fake_llm.requests) == 3
+    assert len(provider.requests) == 3
     assert attempts == [1, 2, 3]
 
 
-async def test_on_error_fail_stops_a_503_at_once(fake_llm: FakeLLM) -> None:
+async def test_on_error_fail_stops_a_503_at_once(provider: FakeProvider) -> None:
     """on_error saying "fail" gives up on a retryable 503 after one request."""
-    always(fake_llm, 503)
-    client = LlmClient(
-        fake_llm.url,
-        "openai",
-        "m",
-        api_key="k",
-        retry=attrs.evolve(FAST, on_error=lambda e, n: "fail"),
-    )
+    always(provider, 503)
+    client = provider.client(retry=attrs.evolve(FAST, on_error=lambda e, n: "fail"))
     with pytest.raises(ProviderError) as caught:
         await run_http(client)
     assert caught.value.status == 503
-    assert len(fake_llm.requests) == 1
+    assert len(provider.requests) == 1
 
 
 # --- time limits ---------------------------------------------------------------------------
 
 
 async def test_request_timeout_is_a_transport_error_and_is_retried(
-    fake_llm: FakeLLM, gate: threading.Event
+    provider: FakeProvider,
 ) -> None:
     """A request over request_timeout fails as TransportError and is retried."""
 
-    def handler(body: dict[str, Any], seen: Seen) -> Any:
-        if len(fake_llm.requests) == 1:
-            gate.wait(LIMIT)  # hold the first request until the client gave up on it
+    async def handler(body: dict[str, Any], seen: Seen) -> Any:
+        if len(provider.requests) == 1:
+            await anyio.sleep_forever()  # the first request hangs until its timeout
         return openai_reply("second attempt")
 
-    fake_llm.handler = handler
+    provider.handler = handler
     failures: list[ModelError] = []
 
     def on_error(error: ModelError, attempt: int) -> None:
         failures.append(error)
-        gate.set()  # let the server answer the retry
 
-    client = LlmClient(
-        fake_llm.url,
-        "openai",
-        "m",
-        api_key="k",
-        limits=Limits(request_timeout=0.05),
-        retry=attrs.evolve(FAST, on_error=on_error),
+    client = provider.client(
+        limits=Limits(request_timeout=0.05), retry=attrs.evolve(FAST, on_error=on_error)
     )
     result = await run_http(client)
 
     assert result.status == "done" and result.text == "second attempt"
     assert [type(e) for e in failures] == [TransportError]
-    assert len(fake_llm.requests) == 2
+    assert len(provider.requests) == 2
     assert_no_leaks()
 
 
 async def test_request_timeout_without_retries_raises_transport_error(
     fake_llm: FakeLLM, gate: threading.Event
 ) -> None:
-    """With retries=0 a request over request_timeout raises TransportError promptly."""
+    """With retries=0 a request over request_timeout raises TransportError promptly.
+
+    Over loopback: the timeout is the aiohttp transport's own, and this is where it is
+    seen to work against a server that does not answer.
+    """
 
     def handler(body: dict[str, Any], seen: Seen) -> Any:
         gate.wait(LIMIT)
@@ -474,20 +430,17 @@ async def test_run_timeout_when_a_tool_is_slow() -> None:
     assert_no_leaks()
 
 
-async def test_run_timeout_when_the_model_is_slow(fake_llm: FakeLLM, gate: threading.Event) -> None:
+async def test_run_timeout_when_the_model_is_slow(provider: FakeProvider) -> None:
     """A model request that outlasts the run's timeout: RunTimeoutError, not a TransportError."""
 
-    def handler(body: dict[str, Any], seen: Seen) -> Any:
-        gate.wait(LIMIT)
-        return openai_reply("late")
+    async def handler(body: dict[str, Any], seen: Seen) -> Any:
+        await anyio.sleep_forever()
 
-    fake_llm.handler = handler
-    client = LlmClient(
-        fake_llm.url, "openai", "m", api_key="k", limits=Limits(timeout=0.1), retry=FAST
-    )
+    provider.handler = handler
+    client = provider.client(limits=Limits(timeout=0.1), retry=FAST)
     with pytest.raises(RunTimeoutError):
         await run_http(client)
-    assert len(fake_llm.requests) == 1
+    assert len(provider.requests) == 1
     assert_no_leaks()
 
 
