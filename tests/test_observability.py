@@ -1,6 +1,7 @@
 """Metric events and ``client.metrics()`` end to end: what ``on_metric`` receives for model
 requests, tool calls and runs, how a suspension and a failure are counted, and that a
-broken ``on_metric`` cannot break a run."""
+broken ``on_metric`` cannot break a run. Models are scripted in-process, or played over the
+mock transport (``provider``) where the provider's replies matter: usage, statuses."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import FakeLLM, Seen, anthropic_reply, assert_no_leaks, openai_reply
+from tests.conftest import FakeProvider, anthropic_reply, assert_no_leaks, openai_reply
 from tests.shared import ApprovedPay
 from toolnexus_async import (
     Answer,
@@ -48,15 +49,6 @@ async def explode() -> str:
     raise ValueError("boom")
 
 
-def script(fake_llm: FakeLLM, *replies: Any) -> None:
-    """Answer the n-th request with the n-th reply."""
-
-    def handler(body: dict[str, Any], seen: Seen) -> Any:
-        return replies[len(fake_llm.requests) - 1]
-
-    fake_llm.handler = handler
-
-
 def of(events: list[MetricEvent], kind: type) -> list[Any]:
     return [e for e in events if isinstance(e, kind)]
 
@@ -73,12 +65,11 @@ async def run(client: LlmClient, *tools: Any) -> RunResult:
 
 @pytest.mark.parametrize("style", ["openai", "anthropic"])
 async def test_one_llm_call_event_per_request_with_model_status_seconds_tokens(
-    fake_llm: FakeLLM, style: str
+    provider: FakeProvider, style: str
 ) -> None:
     """Each model request is one LlmCallEvent carrying model, style, status, time, tokens."""
     if style == "openai":
-        script(
-            fake_llm,
+        provider.script(
             openai_reply(
                 None,
                 [("c1", "add", {"a": 1, "b": 2})],
@@ -87,20 +78,18 @@ async def test_one_llm_call_event_per_request_with_model_status_seconds_tokens(
             openai_reply("3", usage={"prompt_tokens": 20, "completion_tokens": 6}),
         )
     else:
-        script(
-            fake_llm,
+        provider.script(
             anthropic_reply(
                 None, [("c1", "add", {"a": 1, "b": 2})], {"input_tokens": 11, "output_tokens": 4}
             ),
             anthropic_reply("3", usage={"input_tokens": 20, "output_tokens": 6}),
         )
     events: list[MetricEvent] = []
-    async with LlmClient(
-        fake_llm.url, style, "m", api_key="k", hooks=Hooks(on_metric=events.append)
-    ) as client:
+    async with provider.client(style, hooks=Hooks(on_metric=events.append)) as client:
         result = await run(client, add)
 
     assert result.status == "done"
+    assert len(provider.requests) == 2
     calls = of(events, LlmCallEvent)
     assert [(e.model, e.style, e.status, e.prompt_tokens, e.completion_tokens) for e in calls] == [
         ("m", style, "ok", 11, 4),
@@ -167,14 +156,12 @@ async def test_a_halted_run_is_a_pending_tool_call_and_a_pending_run() -> None:
 
 
 async def test_failed_attempts_are_error_events_and_a_failed_run_an_error_run(
-    fake_llm: FakeLLM,
+    provider: FakeProvider,
 ) -> None:
     """Each failed attempt is an "error" LlmCallEvent; a run that raises is an "error" run."""
-    fake_llm.handler = lambda body, seen: (503, {"error": {"message": "busy"}})
+    provider.handler = lambda body, seen: (503, {"error": {"message": "busy"}})
     events: list[MetricEvent] = []
-    client = LlmClient(
-        fake_llm.url, "openai", "m", api_key="k", retry=FAST, hooks=Hooks(on_metric=events.append)
-    )
+    client = provider.client(retry=FAST, hooks=Hooks(on_metric=events.append))
     async with client:
         with pytest.raises(ProviderError):
             await run(client)
@@ -184,14 +171,11 @@ async def test_failed_attempts_are_error_events_and_a_failed_run_an_error_run(
     assert [(e.status, e.turns) for e in of(events, RunEvent)] == [("error", 0)]
 
 
-async def test_a_retried_request_counts_one_error_and_one_ok(fake_llm: FakeLLM) -> None:
+async def test_a_retried_request_counts_one_error_and_one_ok(provider: FakeProvider) -> None:
     """503 then 200: an "error" event for the failed attempt, then an "ok" one."""
-    replies = [(503, {"error": {"message": "busy"}}), openai_reply("fine")]
-    fake_llm.handler = lambda body, seen: replies[len(fake_llm.requests) - 1]
+    provider.script((503, {"error": {"message": "busy"}}), openai_reply("fine"))
     events: list[MetricEvent] = []
-    client = LlmClient(
-        fake_llm.url, "openai", "m", api_key="k", retry=FAST, hooks=Hooks(on_metric=events.append)
-    )
+    client = provider.client(retry=FAST, hooks=Hooks(on_metric=events.append))
     async with client:
         result = await run(client)
 
@@ -217,9 +201,9 @@ async def test_a_timed_out_run_is_an_error_run() -> None:
     assert [e.status for e in of(events, RunEvent)] == ["error"]
 
 
-async def test_metrics_renders_prometheus_text(fake_llm: FakeLLM) -> None:
+async def test_metrics_renders_prometheus_text(provider: FakeProvider) -> None:
     """client.metrics(): request, token, tool and run counters and duration histograms."""
-    replies = [
+    provider.script(
         (500, {"error": {"message": "oops"}}),
         openai_reply(
             None,
@@ -227,9 +211,8 @@ async def test_metrics_renders_prometheus_text(fake_llm: FakeLLM) -> None:
             {"prompt_tokens": 10, "completion_tokens": 2},
         ),
         openai_reply("done", usage={"prompt_tokens": 21, "completion_tokens": 3}),
-    ]
-    fake_llm.handler = lambda body, seen: replies[len(fake_llm.requests) - 1]
-    client = LlmClient(fake_llm.url, "openai", "m", api_key="k", retry=FAST, wait_for=approve)
+    )
+    client = provider.client(retry=FAST, wait_for=approve)
     async with client:
         await run(client, add, ApprovedPay())
         text = client.metrics()
@@ -310,19 +293,16 @@ async def test_a_tool_added_by_before_llm_reports_its_own_source() -> None:
 
 
 async def test_a_call_with_unparseable_arguments_is_counted_as_a_tool_error(
-    fake_llm: FakeLLM,
+    provider: FakeProvider,
 ) -> None:
     """A call whose arguments are not JSON is still a tool call: one "error" ToolCallEvent,
     as a call whose arguments fail the schema is."""
-    script(
-        fake_llm,
+    provider.script(
         openai_reply(None, [("c1", "add", "{not json"), ("c2", "add", {"a": "x"})]),
         openai_reply("sorry"),
     )
     events: list[MetricEvent] = []
-    async with LlmClient(
-        fake_llm.url, "openai", "m", api_key="k", hooks=Hooks(on_metric=events.append)
-    ) as client:
+    async with provider.client(hooks=Hooks(on_metric=events.append)) as client:
         result = await run(client, add)
 
     assert [r.result.is_error for r in result.tool_calls] == [True, True]
