@@ -1,4 +1,9 @@
-"""client.stream(): typed events over server-sent events, for both wire styles."""
+"""client.stream(): typed events over server-sent events, for both wire styles.
+
+The provider streams over the mock transport (``provider``), its body handed over in pieces
+of ``chunk_size`` bytes: one byte at a time cuts every event, a large size delivers several
+events in one piece. Loopback stays for leaving early, which must abort a real request.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,10 @@ import anyio.to_thread
 import pytest
 from aiohttp import web
 
-from tests.conftest import FakeLLM, assert_no_leaks
+from tests.conftest import FakeLLM, FakeProvider, assert_no_leaks
 from toolnexus_async import (
     Answer,
+    HttpResponse,
     LlmClient,
     ProtocolError,
     ProviderError,
@@ -34,17 +40,16 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
-from toolnexus_async.testing import ScriptedModel, reply, tool_call
+from toolnexus_async.testing import ScriptedModel, reply, sse_response, tool_call
 
 NO_RETRY = RetryPolicy(retries=0)
+# Pieces the streamed body is cut into: every byte apart, a few bytes, all in one.
+CHUNK_SIZES = pytest.mark.parametrize("chunk_size", [1, 5, 1 << 16])
 
 
-def sse(*payloads: Any, done: bool = True) -> str:
-    """An OpenAI-style event stream body."""
-    lines = [f"data: {json.dumps(p)}\n\n" for p in payloads]
-    if done:
-        lines.append("data: [DONE]\n\n")
-    return "".join(lines)
+def openai_stream(*payloads: Any, done: bool = True) -> HttpResponse:
+    """An OpenAI-style event stream, ended by ``[DONE]`` unless ``done`` is false."""
+    return sse_response([*payloads, "[DONE]"] if done else payloads)
 
 
 def text_chunks(*parts: str, usage: bool = True) -> list[dict[str, Any]]:
@@ -97,10 +102,6 @@ def call_chunks(call_id: str, name: str, arguments: str) -> list[dict[str, Any]]
     ]
 
 
-def stream_reply(body: str) -> tuple[int, bytes]:
-    return 200, body.encode()
-
-
 @define_tool
 async def weather(city: str) -> str:
     """The weather in a city."""
@@ -115,7 +116,10 @@ async def collect(client: LlmClient, toolkit: Toolkit, prompt: str = "hi") -> li
     return events
 
 
-async def test_openai_text_tool_call_and_result_arrive_as_typed_events(fake_llm: FakeLLM):
+@CHUNK_SIZES
+async def test_openai_text_tool_call_and_result_arrive_as_typed_events(
+    provider: FakeProvider, chunk_size: int
+):
     """Text deltas in order, the tool call with assembled arguments, its result, usage, and
     a final done whose result equals what the deltas said."""
 
@@ -123,12 +127,13 @@ async def test_openai_text_tool_call_and_result_arrive_as_typed_events(fake_llm:
         assert body["stream"] is True
         assert body["stream_options"] == {"include_usage": True}
         if any(m["role"] == "tool" for m in body["messages"]):
-            return stream_reply(sse(*text_chunks("It is ", "sunny", " in Oslo.")))
-        return stream_reply(sse(*call_chunks("c1", "weather", '{"city": "Oslo"}')))
+            return openai_stream(*text_chunks("It is ", "sunny", " in Oslo."))
+        return openai_stream(*call_chunks("c1", "weather", '{"city": "Oslo"}'))
 
-    fake_llm.handler = handler
+    provider.handler = handler
+    provider.chunk_size = chunk_size
     toolkit = Toolkit.create(builtins=False, extra_tools=[weather])
-    async with LlmClient(fake_llm.url, model="m", api_key="k") as client:
+    async with provider.client() as client:
         events = await collect(client, toolkit)
 
     kinds = [e.kind for e in events]
@@ -151,10 +156,12 @@ async def test_openai_text_tool_call_and_result_arrive_as_typed_events(fake_llm:
     assert isinstance(done, StreamDone)
     assert done.result.status == "done"
     assert done.result.text == "It is sunny in Oslo."
+    assert len(provider.requests) == 2
     assert_no_leaks()
 
 
-async def test_anthropic_stream_events(fake_llm: FakeLLM):
+@CHUNK_SIZES
+async def test_anthropic_stream_events(provider: FakeProvider, chunk_size: int):
     """message_start / content_block_* / message_delta / message_stop become the same events."""
 
     def block(kind: str, **fields: Any) -> tuple[str, dict[str, Any]]:
@@ -172,13 +179,13 @@ async def test_anthropic_stream_events(fake_llm: FakeLLM):
         block("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 2}),
         block("message_stop"),
     ]
-    body = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events_body)
-    fake_llm.handler = lambda b, s: stream_reply(body)
-    async with LlmClient(fake_llm.url, style="anthropic", model="claude", api_key="k") as client:
+    provider.handler = lambda b, s: sse_response(events_body)
+    provider.chunk_size = chunk_size
+    async with provider.client("anthropic", "claude") as client:
         events = await collect(client, Toolkit.create(builtins=False))
 
     assert [e.kind for e in events] == ["text", "text", "usage", "done"]
-    assert fake_llm.bodies[0]["stream"] is True
+    assert provider.bodies[0]["stream"] is True
     done = events[-1]
     assert isinstance(done, StreamDone)
     assert done.result.text == "Hello"
@@ -229,12 +236,14 @@ async def test_without_wait_for_the_stream_reports_pending_and_ends_halted():
     assert isinstance(done, StreamDone) and done.result.status == "pending"
 
 
-async def test_a_stream_that_breaks_off_raises_and_never_yields_done(fake_llm: FakeLLM):
+async def test_a_stream_that_breaks_off_raises_and_never_yields_done(provider: FakeProvider):
     """No [DONE] and no finish_reason: ProtocolError, and no done event before it."""
-    body = sse({"choices": [{"index": 0, "delta": {"content": "partial"}}]}, done=False)
-    fake_llm.handler = lambda b, s: stream_reply(body)
+    streamed = openai_stream(
+        {"choices": [{"index": 0, "delta": {"content": "partial"}}]}, done=False
+    )
+    provider.handler = lambda b, s: streamed
     events: list[StreamEvent] = []
-    async with LlmClient(fake_llm.url, model="m", api_key="k", retry=NO_RETRY) as client:
+    async with provider.client(retry=NO_RETRY) as client:
         with pytest.raises(ProtocolError, match="ended before"):
             async with client.stream("hi", Toolkit.create(builtins=False)) as stream:
                 async for event in stream:
@@ -243,15 +252,15 @@ async def test_a_stream_that_breaks_off_raises_and_never_yields_done(fake_llm: F
     assert_no_leaks()
 
 
-async def test_a_provider_error_event_raises(fake_llm: FakeLLM):
+async def test_a_provider_error_event_raises(provider: FakeProvider):
     """An error chunk mid-stream is a ProviderError; the key is not in it."""
-    body = sse(
+    streamed = openai_stream(
         {"choices": [{"index": 0, "delta": {"content": "a"}}]},
         {"error": {"message": "overloaded sk-secret", "code": 503}},
         done=False,
     )
-    fake_llm.handler = lambda b, s: stream_reply(body)
-    async with LlmClient(fake_llm.url, model="m", api_key="sk-secret", retry=NO_RETRY) as client:
+    provider.handler = lambda b, s: streamed
+    async with provider.client(api_key="sk-secret", retry=NO_RETRY) as client:
         with pytest.raises(ProviderError) as caught:
             async with client.stream("hi", Toolkit.create(builtins=False)) as stream:
                 async for _ in stream:
