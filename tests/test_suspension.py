@@ -2,7 +2,8 @@
 
 Ordering between concurrent tools and resolvers is forced with anyio events, never with
 sleeps; anything that could hang on a broken implementation runs under ``anyio.fail_after``
-so that it fails instead.
+so that it fails instead. Models are scripted in-process, or played over the mock transport
+(``provider``) where what the provider is sent matters.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import FakeLLM, anthropic_reply, assert_no_leaks, openai_reply
+from tests.conftest import FakeProvider, anthropic_reply, assert_no_leaks, openai_reply
 from toolnexus_async import (
     Answer,
     LlmClient,
@@ -137,15 +138,15 @@ async def test_retry_that_suspends_again_is_unresolved_and_never_asked_again() -
     assert_no_leaks()
 
 
-async def test_declined_answer_is_fed_back_and_the_loop_goes_on(fake_llm: FakeLLM) -> None:
+async def test_declined_answer_is_fed_back_and_the_loop_goes_on(provider: FakeProvider) -> None:
     """answer.ok false: error "declined/expired: <prompt>", no retry, the model gets a turn."""
 
     def handler(body: dict[str, Any], _seen: object) -> dict[str, Any]:
-        if len(fake_llm.requests) == 1:
+        if len(provider.requests) == 1:
             return openai_reply(None, [("c1", "pay", {"amount": 30})])
         return openai_reply("Understood, I did not pay.")
 
-    fake_llm.handler = handler
+    provider.handler = handler
     tool = approval_tool("pay", "Pay 30 EUR?")
     asked: list[Request] = []
 
@@ -156,7 +157,7 @@ async def test_declined_answer_is_fed_back_and_the_loop_goes_on(fake_llm: FakeLL
     with anyio.fail_after(LIMIT):
         async with (
             Toolkit.create(builtins=False, extra_tools=[tool]) as tk,
-            LlmClient(fake_llm.url, "openai", "m", api_key="k", wait_for=decline) as client,
+            provider.client(wait_for=decline) as client,
         ):
             result = await client.run("pay Bob", tk)
 
@@ -164,8 +165,8 @@ async def test_declined_answer_is_fed_back_and_the_loop_goes_on(fake_llm: FakeLL
     assert len(tool.calls) == 1, "a declined call is not retried"
     assert result.status == "done"
     assert result.text == "Understood, I did not pay."
-    assert result.turns == 2 and len(fake_llm.requests) == 2
-    fed = [m for m in fake_llm.bodies[1]["messages"] if m["role"] == "tool"]
+    assert result.turns == 2 and len(provider.requests) == 2
+    fed = [m for m in provider.bodies[1]["messages"] if m["role"] == "tool"]
     assert fed == [
         {"role": "tool", "tool_call_id": "c1", "content": "declined/expired: Pay 30 EUR?"}
     ]
@@ -282,10 +283,10 @@ async def test_run_result_suspended_lists_every_suspended_call_in_order() -> Non
     assert_no_leaks()
 
 
-async def test_pending_of_reads_a_halted_run_and_nothing_else(fake_llm: FakeLLM) -> None:
+async def test_pending_of_reads_a_halted_run_and_nothing_else(provider: FakeProvider) -> None:
     """pending_of(result) is the halted run's request; None for a run that is done."""
-    fake_llm.handler = lambda body, seen: anthropic_reply(
-        None, [("tu1", "login", {})] if len(fake_llm.requests) == 1 else None
+    provider.handler = lambda body, seen: anthropic_reply(
+        None, [("tu1", "login", {})] if len(provider.requests) == 1 else None
     )
 
     async def login(args: dict[str, Any], ctx: ToolContext | None) -> ToolResult:
@@ -295,17 +296,15 @@ async def test_pending_of_reads_a_halted_run_and_nothing_else(fake_llm: FakeLLM)
 
     async with Toolkit.create(builtins=False, extra_tools=[RecordingTool("login", login)]) as tk:
         with anyio.fail_after(LIMIT):
-            async with LlmClient(fake_llm.url, "anthropic", "m", api_key="k") as client:
+            async with provider.client("anthropic") as client:
                 halted = await client.run("who am I", tk)
-            assert len(fake_llm.requests) == 1
-            fake_llm.requests.clear()
+            assert len(provider.requests) == 1
+            provider.requests.clear()
 
             def approve(request: Request) -> Answer:
                 return Answer(request.id, True)
 
-            async with LlmClient(
-                fake_llm.url, "anthropic", "m", api_key="k", wait_for=approve
-            ) as client:
+            async with provider.client("anthropic", wait_for=approve) as client:
                 finished = await client.run("who am I", tk)
 
     request = pending_of(halted)
@@ -415,16 +414,16 @@ async def test_without_wait_for_an_expired_request_is_answered_not_parked() -> N
 
 
 async def test_a_request_that_expires_while_waiting_is_answered_as_expired(
-    fake_llm: FakeLLM,
+    provider: FakeProvider,
 ) -> None:
     """expires_at passes while wait_for is pending: expired, the resolver is cancelled."""
 
     def handler(body: dict[str, Any], _seen: object) -> dict[str, Any]:
-        if len(fake_llm.requests) == 1:
+        if len(provider.requests) == 1:
             return anthropic_reply(None, [("tu1", "soon", {})])
         return anthropic_reply("expired, as expected")
 
-    fake_llm.handler = handler
+    provider.handler = handler
 
     async def soon(args: dict[str, Any], ctx: ToolContext | None) -> ToolResult:
         return ToolResult.pending(
@@ -447,14 +446,14 @@ async def test_a_request_that_expires_while_waiting_is_answered_as_expired(
     with anyio.fail_after(LIMIT):
         async with (
             Toolkit.create(builtins=False, extra_tools=[tool]) as tk,
-            LlmClient(fake_llm.url, "anthropic", "m", api_key="k", wait_for=never_answers) as c,
+            provider.client("anthropic", wait_for=never_answers) as c,
         ):
             result = await c.run("approve it", tk)
 
     assert entered.is_set(), "the request was live, so wait_for is asked"
     assert cancelled == [True], "the resolver is cancelled at expiry"
     assert result.status == "done" and result.text == "expired, as expected"
-    blocks = fake_llm.bodies[1]["messages"][-1]["content"]
+    blocks = provider.bodies[1]["messages"][-1]["content"]
     assert blocks == [
         {
             "type": "tool_result",
@@ -542,18 +541,18 @@ async def test_a_plain_function_is_accepted_as_wait_for() -> None:
 # --- order ----------------------------------------------------------------------------------
 
 
-async def test_tool_results_reach_the_model_in_tool_call_order(fake_llm: FakeLLM) -> None:
+async def test_tool_results_reach_the_model_in_tool_call_order(provider: FakeProvider) -> None:
     """Three calls finishing in reverse order: the model still gets results in call order."""
 
     def handler(body: dict[str, Any], _seen: object) -> dict[str, Any]:
-        if len(fake_llm.requests) == 1:
+        if len(provider.requests) == 1:
             calls: list[tuple[str, str, dict[str, Any] | str]] = [
                 (f"c{i}", f"step{i}", {}) for i in (1, 2, 3)
             ]
             return openai_reply(None, calls)
         return openai_reply("ordered")
 
-    fake_llm.handler = handler
+    provider.handler = handler
     done = {i: anyio.Event() for i in (1, 2, 3)}
     finished: list[int] = []
 
@@ -570,12 +569,12 @@ async def test_tool_results_reach_the_model_in_tool_call_order(fake_llm: FakeLLM
     with anyio.fail_after(LIMIT):
         async with (
             Toolkit.create(builtins=False, extra_tools=[step(i) for i in (1, 2, 3)]) as tk,
-            LlmClient(fake_llm.url, "openai", "m", api_key="k") as client,
+            provider.client() as client,
         ):
             result = await client.run("three steps", tk)
 
     assert finished == [3, 2, 1]
-    fed = [m for m in fake_llm.bodies[1]["messages"] if m["role"] == "tool"]
+    fed = [m for m in provider.bodies[1]["messages"] if m["role"] == "tool"]
     assert [(m["tool_call_id"], m["content"]) for m in fed] == [
         ("c1", "result 1"),
         ("c2", "result 2"),
