@@ -3,8 +3,8 @@
 ``require_approval``.
 
 Models are scripted in-process unless the wire matters (what the provider is sent or
-returned), then the fake LLM on 127.0.0.1 plays the model. Anything that could hang on a
-broken implementation runs under ``anyio.fail_after``.
+returned), then a provider played over the mock transport (``provider``) does. Anything that
+could hang on a broken implementation runs under ``anyio.fail_after``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import FakeLLM, Seen, assert_no_leaks, openai_reply
+from tests.conftest import FakeProvider, assert_no_leaks, openai_reply
 from toolnexus_async import (
     Answer,
     AssistantMessage,
@@ -111,15 +111,6 @@ async def run_in_process(
             return await client.run("go", tk, history=history)
 
 
-def script(fake_llm: FakeLLM, *replies: dict[str, Any]) -> None:
-    """Answer the n-th request with the n-th reply."""
-
-    def handler(body: dict[str, Any], seen: Seen) -> Any:
-        return replies[len(fake_llm.requests) - 1]
-
-    fake_llm.handler = handler
-
-
 # --- before_llm ----------------------------------------------------------------------------
 
 
@@ -155,7 +146,7 @@ async def test_before_llm_dropping_old_turns_holds_for_the_rest_of_the_run(varia
 
 @VARIANTS
 async def test_before_llm_replacing_tools_holds_for_the_rest_of_the_run(
-    fake_llm: FakeLLM, variant: str
+    provider: FakeProvider, variant: str
 ) -> None:
     """New tools from before_llm are all the model gets; a removed tool is an unknown tool."""
     legacy = RecordingTool("legacy")
@@ -168,33 +159,26 @@ async def test_before_llm_replacing_tools_holds_for_the_rest_of_the_run(
             return None
         return LlmCall(call.messages, [fresh])
 
-    script(
-        fake_llm,
+    provider.script(
         openai_reply(None, [("c1", "legacy", {}), ("c2", "fresh", {"x": 1})]),
         openai_reply("done"),
     )
     with anyio.fail_after(LIMIT):
         async with (
             Toolkit.create(builtins=False, extra_tools=[legacy]) as tk,
-            LlmClient(
-                fake_llm.url,
-                "openai",
-                "m",
-                api_key="k",
-                hooks=Hooks(before_llm=shaped(swap, variant)),
-            ) as client,
+            provider.client(hooks=Hooks(before_llm=shaped(swap, variant))) as client,
         ):
             result = await client.run("go", tk)
 
     assert result.status == "done"
     assert calls == [["legacy"], ["fresh"]], "the second request must start from the new tools"
-    sent = [[t["function"]["name"] for t in body["tools"]] for body in fake_llm.bodies]
+    sent = [[t["function"]["name"] for t in body["tools"]] for body in provider.bodies]
     assert sent == [["fresh"], ["fresh"]]
     assert legacy.calls == [], "a tool removed by before_llm must not run"
     assert fresh.arguments == [{"x": 1}]
     fed = {
         m["tool_call_id"]: m["content"]
-        for m in fake_llm.bodies[1]["messages"]
+        for m in provider.bodies[1]["messages"]
         if m["role"] == "tool"
     }
     assert fed["c1"].startswith("unknown tool 'legacy'")
@@ -208,12 +192,12 @@ async def test_before_llm_replacing_tools_holds_for_the_rest_of_the_run(
 
 
 @VARIANTS
-async def test_after_llm_sees_the_provider_json(fake_llm: FakeLLM, variant: str) -> None:
+async def test_after_llm_sees_the_provider_json(provider: FakeProvider, variant: str) -> None:
     """Over HTTP, after_llm gets each decoded reply and the provider's JSON as sent."""
     first = openai_reply(None, [("c1", "echo", {})], usage={"prompt_tokens": 3})
     first["system_fingerprint"] = "fp_raw_only"  # a key the codec ignores
     second = openai_reply("done")
-    script(fake_llm, first, second)
+    provider.script(first, second)
     seen: list[tuple[ModelReply, Any]] = []
 
     def after(reply: ModelReply, raw: Any) -> None:
@@ -222,13 +206,7 @@ async def test_after_llm_sees_the_provider_json(fake_llm: FakeLLM, variant: str)
     with anyio.fail_after(LIMIT):
         async with (
             Toolkit.create(builtins=False, extra_tools=[RecordingTool("echo")]) as tk,
-            LlmClient(
-                fake_llm.url,
-                "openai",
-                "m",
-                api_key="k",
-                hooks=Hooks(after_llm=shaped(after, variant)),
-            ) as client,
+            provider.client(hooks=Hooks(after_llm=shaped(after, variant))) as client,
         ):
             result = await client.run("go", tk)
 
