@@ -14,7 +14,7 @@ from typing import Any, Self
 import anyio
 import pytest
 
-from tests.conftest import FakeLLM, Seen, assert_no_leaks, openai_reply
+from tests.conftest import FakeProvider, Seen, assert_no_leaks, openai_reply
 from tests.shared import ApprovedPay
 from toolnexus_async import (
     Answer,
@@ -37,14 +37,14 @@ def last_prompt(messages: list[Message]) -> str:
     return next(m.text for m in reversed(messages) if isinstance(m, UserMessage))
 
 
-def echo_handler(fake_llm: FakeLLM) -> None:
-    """The fake LLM answers every request with "re: <last user text>"."""
+def echo_handler(provider: FakeProvider) -> None:
+    """The provider answers every request with "re: <last user text>"."""
 
     def handler(body: dict[str, Any], seen: Seen) -> Any:
         users = [m["content"] for m in body["messages"] if m["role"] == "user"]
         return openai_reply(f"re: {users[-1]}")
 
-    fake_llm.handler = handler
+    provider.handler = handler
 
 
 def sent(body: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -97,34 +97,27 @@ async def test_ask_without_an_id_is_a_plain_run() -> None:
     assert store.ops == []
 
 
-async def test_ask_with_an_id_loads_continues_and_saves(fake_llm: FakeLLM) -> None:
+async def test_ask_with_an_id_loads_continues_and_saves(provider: FakeProvider) -> None:
     """With an id the second ask's request carries the first exchange; other ids do not."""
-    echo_handler(fake_llm)
+    echo_handler(provider)
     store = MemoryConversationStore()
     with anyio.fail_after(LIMIT):
         async with (
             Toolkit.create(builtins=False) as tk,
-            LlmClient(
-                fake_llm.url,
-                "openai",
-                "m",
-                api_key="k",
-                system_prompt="Be brief.",
-                conversations=store,
-            ) as client,
+            provider.client(system_prompt="Be brief.", conversations=store) as client,
         ):
             await client.ask("my name is Ann", tk, conversation_id="ann")
             result = await client.ask("what is my name?", tk, conversation_id="ann")
             await client.ask("who am I?", tk, conversation_id="bob")
             stored = await store.get("ann")
 
-    assert sent(fake_llm.bodies[1]) == [
+    assert sent(provider.bodies[1]) == [
         ("system", "Be brief."),
         ("user", "my name is Ann"),
         ("assistant", "re: my name is Ann"),
         ("user", "what is my name?"),
     ]
-    assert sent(fake_llm.bodies[2]) == [("system", "Be brief."), ("user", "who am I?")]
+    assert sent(provider.bodies[2]) == [("system", "Be brief."), ("user", "who am I?")]
     assert stored == [
         SystemMessage("Be brief."),
         UserMessage("my name is Ann"),
@@ -209,26 +202,26 @@ async def test_asks_on_different_ids_run_concurrently() -> None:
 
 
 async def test_sqlite_conversations_persist_across_clients(
-    fake_llm: FakeLLM, tmp_path: Path
+    provider: FakeProvider, tmp_path: Path
 ) -> None:
     """A conversation saved by one client's SQLite store is continued by another client's."""
-    echo_handler(fake_llm)
+    echo_handler(provider)
     path = tmp_path / "conversations.db"
     with anyio.fail_after(LIMIT):
         async with Toolkit.create(builtins=False) as tk:
             async with (
                 SqliteConversationStore(path) as store,
-                LlmClient(fake_llm.url, "openai", "m", api_key="k", conversations=store) as one,
+                provider.client(conversations=store) as one,
             ):
                 await one.ask("remember 42", tk, conversation_id="c-1")
             async with (
                 SqliteConversationStore(path) as store,
-                LlmClient(fake_llm.url, "openai", "m", api_key="k", conversations=store) as two,
+                provider.client(conversations=store) as two,
             ):
                 result = await two.ask("which number?", tk, conversation_id="c-1")
                 stored = await store.get("c-1")
 
-    assert sent(fake_llm.bodies[1]) == [
+    assert sent(provider.bodies[1]) == [
         ("user", "remember 42"),
         ("assistant", "re: remember 42"),
         ("user", "which number?"),
