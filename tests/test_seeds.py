@@ -1,6 +1,6 @@
 """The six examples of the two seed pages (ToolResult.pending, LlmClient.Options.waitFor),
-ported to asyncio Python. Each test scripts the fake LLM exactly as its Java example scripts
-its stub server and asserts what the example asserts.
+ported to asyncio Python. Each test scripts the fake provider (over the mock transport)
+exactly as its Java example scripts its stub server and asserts what the example asserts.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from tests.conftest import FakeLLM, assert_no_leaks, openai_reply
+from tests.conftest import FakeProvider, assert_no_leaks, openai_reply
 from toolnexus_async import (
     Answer,
     LlmClient,
@@ -50,7 +50,7 @@ def saw_tool_result(body: dict[str, Any]) -> bool:
     return any(isinstance(m, dict) and m.get("role") == "tool" for m in body["messages"])
 
 
-def stub_llm(fake_llm: FakeLLM, tool_name: str, final_text: str) -> None:
+def stub_llm(provider: FakeProvider, tool_name: str, final_text: str) -> None:
     """The waitFor page's stub: call ``tool_name`` until a tool result is seen, then answer."""
 
     def handler(body: dict[str, Any], _seen: object) -> dict[str, Any]:
@@ -58,13 +58,11 @@ def stub_llm(fake_llm: FakeLLM, tool_name: str, final_text: str) -> None:
             return openai_reply(final_text)
         return openai_reply(None, [("c1", tool_name, "{}")])
 
-    fake_llm.handler = handler
+    provider.handler = handler
 
 
-def client_for(fake_llm: FakeLLM, **kwargs: Any) -> LlmClient:
-    return LlmClient(
-        base_url=fake_llm.url, style="openai", model="test-model", api_key="test-key", **kwargs
-    )
+def client_for(provider: FakeProvider, **kwargs: Any) -> LlmClient:
+    return provider.client("openai", "test-model", api_key="test-key", **kwargs)
 
 
 # --- ToolResult.pending ---------------------------------------------------------------------
@@ -116,9 +114,9 @@ async def test_pending_realistic_case_suspends_then_succeeds() -> None:
     assert first.output == "Approve payment of 500?"
 
 
-async def test_pending_full_surface_halts_the_client_loop(fake_llm: FakeLLM) -> None:
+async def test_pending_full_surface_halts_the_client_loop(provider: FakeProvider) -> None:
     """pending example 3: without wait_for, run() halts with status "pending" and the request."""
-    fake_llm.handler = lambda body, seen: openai_reply(None, [("c1", "approve_refund", "{}")])
+    provider.handler = lambda body, seen: openai_reply(None, [("c1", "approve_refund", "{}")])
     refund = CustomTool(
         "approve_refund",
         "Refund a customer. Needs manager approval.",
@@ -128,7 +126,7 @@ async def test_pending_full_surface_halts_the_client_loop(fake_llm: FakeLLM) -> 
     with anyio.fail_after(10):
         async with (
             Toolkit.create(builtins=False, extra_tools=[refund]) as tk,
-            client_for(fake_llm) as client,  # no wait_for
+            client_for(provider) as client,  # no wait_for
         ):
             res = await client.run("please refund order 42", tk)
 
@@ -136,7 +134,7 @@ async def test_pending_full_surface_halts_the_client_loop(fake_llm: FakeLLM) -> 
     assert res.pending is not None and res.pending.kind == "approval", res.pending
     assert res.pending.prompt == "Approve the refund?"
     assert pending_of(res) == res.pending
-    assert len(fake_llm.requests) == 1, "a halted run asks the model nothing more"
+    assert len(provider.requests) == 1, "a halted run asks the model nothing more"
     assert_no_leaks()
 
 
@@ -144,10 +142,10 @@ async def test_pending_full_surface_halts_the_client_loop(fake_llm: FakeLLM) -> 
 
 
 async def test_wait_for_smallest_useful_call_resolves_an_approval_inline(
-    fake_llm: FakeLLM,
+    provider: FakeProvider,
 ) -> None:
     """waitFor example 1: wait_for approves inline; the run finishes with the model's text."""
-    stub_llm(fake_llm, "send_payment", "Approved and sent.")
+    stub_llm(provider, "send_payment", "Approved and sent.")
 
     def send(args: dict[str, Any], ctx: ToolContext | None) -> ToolResult:
         if ctx is None or ctx.answer is None:
@@ -163,20 +161,20 @@ async def test_wait_for_smallest_useful_call_resolves_an_approval_inline(
     with anyio.fail_after(10):
         async with (
             Toolkit.create(builtins=False, extra_tools=[send_payment]) as tk,
-            client_for(fake_llm, wait_for=always_yes) as client,
+            client_for(provider, wait_for=always_yes) as client,
         ):
             res = await client.run("pay the invoice", tk)
 
     assert res.status == "done"
     assert res.text == "Approved and sent."
-    tool_messages = [m for m in fake_llm.bodies[1]["messages"] if m["role"] == "tool"]
+    tool_messages = [m for m in provider.bodies[1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tool_messages] == ["sent"], "the retry's result reaches the model"
     assert_no_leaks()
 
 
-async def test_wait_for_realistic_case_sees_the_url_and_flips_state(fake_llm: FakeLLM) -> None:
+async def test_wait_for_realistic_case_sees_the_url_and_flips_state(provider: FakeProvider) -> None:
     """waitFor example 2: the login link reaches wait_for, which flips out-of-band state."""
-    stub_llm(fake_llm, "get_balance", "Done — your balance is 67417.")
+    stub_llm(provider, "get_balance", "Done — your balance is 67417.")
     authed = False
     tool_output: list[str] = []
 
@@ -207,7 +205,7 @@ async def test_wait_for_realistic_case_sees_the_url_and_flips_state(fake_llm: Fa
     with anyio.fail_after(10):
         async with (
             Toolkit.create(builtins=False, extra_tools=[get_balance]) as tk,
-            client_for(fake_llm, wait_for=simulate_login) as client,
+            client_for(provider, wait_for=simulate_login) as client,
         ):
             res = await client.run("what is my balance?", tk)
 
@@ -219,14 +217,14 @@ async def test_wait_for_realistic_case_sees_the_url_and_flips_state(fake_llm: Fa
     assert asked[0].kind == "authorization"
     # The retry ran with ctx.answer set to the answer that echoes the request id.
     assert tool_output == [f"balance: 67417 (resolved via answer {asked[0].id})"]
-    tool_messages = [m for m in fake_llm.bodies[1]["messages"] if m["role"] == "tool"]
+    tool_messages = [m for m in provider.bodies[1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tool_messages] == tool_output
     assert_no_leaks()
 
 
-async def test_wait_for_full_surface_both_postures(fake_llm: FakeLLM) -> None:
+async def test_wait_for_full_surface_both_postures(provider: FakeProvider) -> None:
     """waitFor example 3: (A) with wait_for the run is "done"; (B) without, it is "pending"."""
-    stub_llm(fake_llm, "needs_approval", "resolved")
+    stub_llm(provider, "needs_approval", "resolved")
 
     def approval_toolkit(approved: list[bool]) -> Toolkit:
         tk = Toolkit.create(builtins=False)
@@ -249,21 +247,21 @@ async def test_wait_for_full_surface_both_postures(fake_llm: FakeLLM) -> None:
     with anyio.fail_after(10):
         async with (
             approval_toolkit(approved_a) as tk,
-            client_for(fake_llm, wait_for=approve_a) as client,
+            client_for(provider, wait_for=approve_a) as client,
         ):
             a = await client.run("do the gated thing", tk)
     assert a.status == "done", f"A: {a.status}"
     assert a.text == "resolved"
-    assert len(fake_llm.requests) == 2
+    assert len(provider.requests) == 2
 
     # (B) no wait_for: run() halts with status "pending" and never hangs.
-    fake_llm.requests.clear()
+    provider.requests.clear()
     approved_b = [False]
     with anyio.fail_after(10):
-        async with approval_toolkit(approved_b) as tk, client_for(fake_llm) as client:
+        async with approval_toolkit(approved_b) as tk, client_for(provider) as client:
             b = await client.run("do the gated thing", tk)
     assert b.status == "pending", f"B: {b.status}"
     assert b.pending is not None and b.pending.kind == "approval", b.pending
     assert approved_b == [False]
-    assert len(fake_llm.requests) == 1
+    assert len(provider.requests) == 1
     assert_no_leaks()
