@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import assert_no_leaks, openai_reply
+from tests.conftest import FakeProvider, assert_no_leaks, openai_reply
 from tests.shared import Ledger, final_from_results
 from toolnexus_async import (
     AlreadyResumedError,
@@ -269,7 +269,7 @@ async def test_run_with_answer_refuses_a_transcript_that_did_not_halt():
             )
 
 
-async def test_a_conversation_halted_on_openai_resumes_against_anthropic(fake_llm):
+async def test_a_conversation_halted_on_openai_resumes_against_anthropic(provider: FakeProvider):
     """The stored run is provider-neutral: another style can finish it."""
     ledger = Ledger()
     toolkit = ledger.toolkit()
@@ -286,17 +286,18 @@ async def test_a_conversation_halted_on_openai_resumes_against_anthropic(fake_ll
         ]
         return {"content": [{"type": "text", "text": results[0]["content"]}]}
 
-    fake_llm.handler = handler
-    async with LlmClient(f"{fake_llm.url}/v1", model="gpt", api_key="k") as openai:
+    provider.handler = handler
+    async with provider.client(model="gpt", base_url=f"{provider.url}/v1") as openai:
         halted = await openai.run("pay 5", toolkit)
     stored = json.dumps(halted.to_dict())
     halted = RunResult.from_dict(stored)
     assert halted.pending is not None
-    async with LlmClient(fake_llm.url, style="anthropic", model="claude", api_key="k") as claude:
+    async with provider.client("anthropic", "claude") as claude:
         result = await claude.resume(halted, toolkit, Answer(halted.pending.id, True))
 
     assert result.text == "paid 5"
     assert result.style == "anthropic"
+    assert [seen.path for seen in provider.requests] == ["/v1/chat/completions", "/v1/messages"]
     assert ledger.paid == [5]
     assert_no_leaks()
 
