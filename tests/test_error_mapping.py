@@ -1,4 +1,9 @@
-"""Errors mapped at the transport edge keep no link to the originals, which may hold secrets."""
+"""Errors mapped at the transport edge keep no link to the originals, which may hold secrets.
+
+The edge is exercised as in production, through the aiohttp transport and a loopback
+server; the one test about continuing a failed run, not about the edge, plays the provider
+over the mock transport.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import assert_no_leaks, openai_reply
+from tests.conftest import FakeProvider, assert_no_leaks, openai_reply
 from toolnexus_async import (
     LlmClient,
     ProtocolError,
@@ -70,7 +75,7 @@ async def test_a_2xx_error_body_echoing_the_key_keeps_no_unscrubbed_error(fake_l
     assert KEY not in str(caught.value)
 
 
-async def test_a_model_error_mid_run_carries_the_run_to_continue_from(fake_llm: Any):
+async def test_a_model_error_mid_run_carries_the_run_to_continue_from(provider: FakeProvider):
     """A provider failure after tools ran: error.run keeps their results; continuing from it
     with run(None, history=...) does not run them again."""
     calls: list[int] = []
@@ -90,9 +95,9 @@ async def test_a_model_error_mid_run_carries_the_run_to_continue_from(fake_llm: 
             return (503, "overloaded")
         return openai_reply("all done")
 
-    fake_llm.handler = handler
+    provider.handler = handler
     toolkit = Toolkit.create(builtins=False, extra_tools=[charge])
-    async with LlmClient(fake_llm.url, model="m", api_key=KEY, retry=NO_RETRY) as client:
+    async with provider.client(api_key=KEY, retry=NO_RETRY) as client:
         with pytest.raises(ProviderError) as caught:
             await client.run("charge 7", toolkit)
         run = caught.value.run
@@ -104,7 +109,7 @@ async def test_a_model_error_mid_run_carries_the_run_to_continue_from(fake_llm: 
 
     assert result.text == "all done"
     assert calls == [7]
-    sent = fake_llm.bodies[-1]["messages"]
+    sent = provider.bodies[-1]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
 
 
