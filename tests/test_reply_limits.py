@@ -1,8 +1,9 @@
 """Bad replies from a model endpoint: too large, nested too deeply, echoing secrets.
 
-Each case is served by a real aiohttp server on 127.0.0.1 and must end in a typed error of
+Each reply is served by a real aiohttp server on 127.0.0.1 and must end in a typed error of
 ours (never a bare RecursionError, never a reply read whole into memory), with no secret in
-what the error shows.
+what the error shows. Tool arguments nested too deeply are not about the reply's reading:
+that test plays the provider over the mock transport.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.conftest import assert_no_leaks
+from tests.conftest import FakeProvider, assert_no_leaks, openai_reply
 from tests.shared import every_path
 from toolnexus_async import (
     Limits,
@@ -178,41 +179,18 @@ async def test_a_streamed_event_nested_too_deeply_is_a_protocol_error():
                         pass
 
 
-async def test_tool_arguments_nested_too_deeply_are_invalid_arguments():
+async def test_tool_arguments_nested_too_deeply_are_invalid_arguments(provider: FakeProvider):
     """A call whose argument text is too deep to parse is fed back as invalid arguments."""
     deep = "[" * DEEP + "]" * DEEP
-    first = {
-        "choices": [
-            {
-                "message": {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": "c1",
-                            "type": "function",
-                            "function": {"name": "anything", "arguments": deep},
-                        }
-                    ],
-                }
-            }
-        ]
-    }
-    replies = [first, {"choices": [{"message": {"role": "assistant", "content": "ok"}}]}]
-    seen: list[dict[str, Any]] = []
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        seen.append(await request.json())
-        return web.json_response(replies[len(seen) - 1])
-
-    async with every_path(handle, lambda: None) as url:
-        async with (
-            Toolkit.create(builtins=False) as toolkit,
-            LlmClient(url, model="m", api_key=KEY) as client,
-        ):
-            result = await client.run("hi", toolkit)
+    provider.script(openai_reply(None, [("c1", "anything", deep)]), openai_reply("ok"))
+    async with (
+        Toolkit.create(builtins=False) as toolkit,
+        provider.client(api_key=KEY) as client,
+    ):
+        result = await client.run("hi", toolkit)
     assert result.text == "ok"
-    fed = seen[1]["messages"][-1]
+    assert len(provider.requests) == 2
+    fed = provider.bodies[1]["messages"][-1]
     assert fed["role"] == "tool" and "expected a JSON object" in fed["content"]
 
 
