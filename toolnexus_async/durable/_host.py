@@ -96,9 +96,7 @@ class DurableHost:
         inbox = client.wait_for
         self.inbox: Inbox | None = inbox if isinstance(inbox, Inbox) else None
         if self.inbox is not None:
-            if self.inbox._on_halt is not None:
-                raise UsageError("this Inbox serves another DurableHost already")
-            self.inbox._on_halt = self._halting
+            self.inbox._listen_for_halts(self._halting)
         self._tg: TaskGroup | None = None
         self._driving: set[str] = set()  # ids of the runs this host is driving now
         # Requests whose run halted and is being saved: an answer meanwhile waits here.
@@ -128,8 +126,8 @@ class DurableHost:
         try:
             return await tg.__aexit__(exc_type, exc, tb)
         finally:
-            if self.inbox is not None and self.inbox._on_halt == self._halting:
-                self.inbox._on_halt = None
+            if self.inbox is not None:
+                self.inbox._listen_for_halts(None)
 
     # -- running -----------------------------------------------------------------------------
 

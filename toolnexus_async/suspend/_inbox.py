@@ -126,6 +126,13 @@ class Inbox:
     def __repr__(self) -> str:
         return f"<Inbox parked={len(self._slots)}>"
 
+    def _listen_for_halts(self, listener: Callable[[Request, str | None], None] | None) -> None:
+        """Tell ``listener`` of each request whose run is made to halt (a durable host
+        saves the run); ``None`` stops. One listener at a time."""
+        if listener is not None and self._on_halt is not None:
+            raise UsageError("this Inbox serves another DurableHost already")
+        self._on_halt = listener
+
     @property
     def park_timeout(self) -> float | None:
         """Seconds a request may stay parked before its run halts (None: no limit)."""
