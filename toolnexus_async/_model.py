@@ -136,8 +136,13 @@ class HttpModel:
         # holds its dicts while the request is in flight, so the garbage collector, which
         # visits every live container of every run in flight, does not visit them over and
         # over.
-        response = await self._send(self._request(messages, toolkit, False))
         failure: str | None = None
+        try:
+            response = await self._transport.send(self._request(messages, toolkit, False))
+        except TransportError as exc:
+            failure = self._scrub(str(exc))  # raised below, outside the except block
+        if failure is not None:
+            raise TransportError(failure)
         content = response.content
         if content is None or len(content) > self._max_bytes:
             raise self._too_large()
@@ -159,14 +164,6 @@ class HttpModel:
             # may echo the key, and the unscrubbed error must not survive even as context.
             failure = self._scrub(str(exc))
         raise ProtocolError(failure)
-
-    async def _send(self, request: HttpRequest) -> HttpResponse:
-        failure: str | None = None
-        try:
-            return await self._transport.send(request)
-        except TransportError as exc:
-            failure = self._scrub(str(exc))
-        raise TransportError(failure)
 
     async def stream(
         self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText

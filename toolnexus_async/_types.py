@@ -375,10 +375,21 @@ class ToolContext:
     request: Request | None = None
 
     def __attrs_post_init__(self) -> None:
-        if self.answer is not None and not isinstance(self.answer, Answer):
-            raise _wrong_type("ToolContext", "answer", "an Answer or None", self.answer)
-        if self.request is not None and not isinstance(self.request, Request):
-            raise _wrong_type("ToolContext", "request", "a Request or None", self.request)
+        # Built for every tool call: the usual shape is checked in one expression, and
+        # only a value that fails it is looked at field by field.
+        answer, request = self.answer, self.request
+        if (
+            (answer is None or type(answer) is Answer)
+            and (request is None or type(request) is Request)
+            and (self.call_id is None or type(self.call_id) is str)
+            and (self.run_id is None or type(self.run_id) is str)
+            and (self.tool_name is None or type(self.tool_name) is str)
+        ):
+            return
+        if answer is not None and not isinstance(answer, Answer):
+            raise _wrong_type("ToolContext", "answer", "an Answer or None", answer)
+        if request is not None and not isinstance(request, Request):
+            raise _wrong_type("ToolContext", "request", "a Request or None", request)
         for name in ("call_id", "run_id", "tool_name"):
             _check_optional("ToolContext", name, getattr(self, name), str, "a str")
 
