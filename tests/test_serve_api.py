@@ -31,7 +31,6 @@ from toolnexus_async import (
     LlmClient,
     MemoryRunStore,
     Request,
-    RunResult,
     StoreError,
     ToolCall,
     ToolContext,
@@ -41,6 +40,7 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
+from toolnexus_async.durable import StoredRun
 from toolnexus_async.serve import (
     ServeInbox,
     ServeRunner,
@@ -432,16 +432,16 @@ async def test_a_failing_run_is_error_and_a_limited_one_incomplete():
 
 
 class WatchedStore(MemoryRunStore):
-    """A memory store that says when a run was saved (spilled)."""
+    """A memory store that says when a run halted into it (spilled)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.saved: list[RunResult] = []
+        self.halted: list[str] = []
         self.changed = anyio.Event()
 
-    async def save(self, run: RunResult) -> None:
-        await super().save(run)
-        self.saved.append(run)
+    async def halt(self, run_id: str, owner: str) -> None:
+        await super().halt(run_id, owner)
+        self.halted.append(run_id)
         self.changed.set()
         self.changed = anyio.Event()
 
@@ -454,9 +454,9 @@ async def test_a_spilled_run_is_listed_and_resumes_when_answered_over_http():
         async with serving(demo_app(store, park_timeout=0.05)) as http, events(http) as stream:
             run_id = (await post(http, "/runs", {"prompt": "slow"}))[1]["id"]
             login = (await stream.until("pending", run_id=run_id))["request"]
-            while not store.saved:
+            while not store.halted:
                 await store.changed.wait()
-            assert [r.run_id for r in store.saved] == [run_id]
+            assert store.halted == [run_id]
             async with http.get("/requests") as reply:
                 assert (await reply.json())["requests"] == [{**login, "run_id": run_id}]
             async with http.get(f"/runs/{run_id}") as reply:
@@ -467,7 +467,7 @@ async def test_a_spilled_run_is_listed_and_resumes_when_answered_over_http():
             async with http.get(f"/runs/{run_id}") as reply:
                 run = await reply.json()
             assert (run["status"], run["text"]) == ("done", done["text"])
-            assert len(store) == 0
+            assert await store.requests() == []
 
 
 async def test_the_event_stream_sends_keep_alive_comments(monkeypatch):
@@ -709,33 +709,46 @@ async def test_the_client_must_park_in_the_apps_inbox():
 
 
 class BreakableStore(WatchedStore):
-    """A memory store whose saved runs can be made unreadable, as a damaged file's are."""
+    """A memory store whose stored runs can be made unreadable, as a damaged file's are."""
 
     broken = False
 
-    async def load(self, request_id: str) -> RunResult:
+    async def load(self, run_id: str) -> StoredRun:
         if self.broken:
-            raise StoreError(f"stored run of {request_id!r} cannot be read")
-        return await super().load(request_id)
+            raise StoreError(f"stored run {run_id!r} cannot be read")
+        return await super().load(run_id)
 
-    async def claim(self, request_id: str) -> RunResult:
+    async def claim(
+        self, run_id: str, owner: str, lease_until: float, now: float
+    ) -> StoredRun | None:
         if self.broken:
-            raise StoreError(f"stored run of {request_id!r} cannot be read")
-        return await super().claim(request_id)
+            raise StoreError(f"stored run {run_id!r} cannot be read")
+        return await super().claim(run_id, owner, lease_until, now)
 
 
-async def test_answering_an_unreadable_saved_run_is_500_and_the_server_goes_on():
+async def test_an_answer_to_an_unreadable_run_is_kept_and_the_run_goes_on_once_repaired():
+    """The answer is taken (200) even though the run cannot be read back right now: nothing
+    the person said is lost, and once the store is repaired the run goes on with it,
+    without asking that question again."""
     store = BreakableStore()
     with anyio.fail_after(LIMIT):
         async with serving(demo_app(store, park_timeout=0.05)) as http, events(http) as stream:
             run_id = (await post(http, "/runs", {"prompt": "doomed"}))[1]["id"]
             login = (await stream.until("pending", run_id=run_id))["request"]
-            while not store.saved:
+            while not store.halted:
                 await store.changed.wait()
             store.broken = True
+            status, body = await post(http, f"/requests/{login['id']}/answer", {"ok": True})
+            assert (status, body) == (200, {"id": login["id"], "ok": True})
             status, error = await post(http, f"/requests/{login['id']}/answer", {"ok": True})
-            assert status == 500 and "cannot be read" in error["error"]
+            assert status == 409 and "answered already" in error["error"]
 
-            store.broken = False  # repaired: the run is still there, and answerable
-            done = await answer_demo_from(http, stream, run_id, {"request": login})
+            store.broken = False  # repaired: the run goes on with the answer it was given
+            question = (await stream.until("pending", run_id=run_id))["request"]
+            assert question["kind"] == "question"  # the next step: the login is not asked again
+            answers = {"ok": True, "data": {"answers": ["Sakura", "4"]}}
+            assert (await post(http, f"/requests/{question['id']}/answer", answers))[0] == 200
+            approval = (await stream.until("pending", run_id=run_id))["request"]
+            assert (await post(http, f"/requests/{approval['id']}/answer", {"ok": True}))[0] == 200
+            done = await stream.until("done", run_id=run_id)
             assert done["status"] == "done"

@@ -1,11 +1,18 @@
-"""Run stores: the contract both stores keep, SQLite's file rules, and resume_stored."""
+"""The run store contract (the journal), run once per store, and SQLite's file rules.
+
+Every test here runs against MemoryRunStore and SqliteRunStore alike: the contract is one.
+Times are passed in explicitly where a rule depends on them (leases, expiry), so nothing
+sleeps.
+"""
 
 from __future__ import annotations
 
 import json
-import logging
-import threading
+import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,28 +21,32 @@ import attrs
 import pytest
 
 from tests.conftest import assert_no_leaks
-from tests.shared import Ledger, final_from_results, raw_sql
+from tests.shared import Ledger, raw_sql
 from toolnexus_async import (
-    AlreadyResumedError,
+    AlreadyAnsweredError,
     Answer,
-    AnswerMismatchError,
-    Hooks,
+    LeaseLostError,
     LlmClient,
-    Message,
     PayloadError,
-    ProviderError,
-    RetryPolicy,
+    Request,
+    RequestExpiredError,
     RunResult,
     StoreError,
+    ToolCall,
+    ToolCallRecord,
     Toolkit,
     ToolResult,
     UnknownRequestError,
     UsageError,
 )
-from toolnexus_async.durable import MemoryRunStore, RunStore, SqliteRunStore, resume_stored
+from toolnexus_async._loop import RunLoop
+from toolnexus_async.durable import MemoryRunStore, RunStore, SqliteRunStore
+from toolnexus_async.durable._schema import APPLICATION_ID
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 StoreFactory = Callable[..., RunStore]
+NOW = 1_900_000_000.0  # a fixed "now", seconds since the epoch
+LEASE = 30.0
 
 
 @attrs.define
@@ -48,11 +59,10 @@ class Case:
 
     @property
     def ids(self) -> list[str]:
-        return ids_of(self.halted)
+        return [r.request.id for r in self.halted.suspended if r.request is not None]
 
 
 async def halt(toolkit: Toolkit) -> RunResult:
-    """Run until the model's one turn (lookup, pay, notify) halts on pay and notify."""
     calls = [
         tool_call("lookup", {"invoice": "INV-1"}, id="c1"),
         tool_call("pay", {"amount": 30}, id="c2"),
@@ -62,13 +72,8 @@ async def halt(toolkit: Toolkit) -> RunResult:
         return await client.run("pay INV-1", toolkit)
 
 
-def ids_of(run: RunResult) -> list[str]:
-    return [r.request.id for r in run.suspended if r.request is not None]
-
-
 @pytest.fixture
 async def case() -> Case:
-    """A fresh ledger, its toolkit, and a run halted on it."""
     ledger = Ledger()
     toolkit = ledger.toolkit()
     return Case(ledger, toolkit, await halt(toolkit))
@@ -95,397 +100,310 @@ async def make_store(request: Any, tmp_path: Path) -> AsyncIterator[StoreFactory
 
 @pytest.fixture
 def store(make_store: StoreFactory) -> RunStore:
-    """One store of each kind (the suite runs once per kind)."""
     return make_store()
 
 
-async def test_a_saved_run_loads_under_each_request_id_as_a_fresh_object(store, case):
-    """Every outstanding request id finds the whole run; each load is a new object."""
+def fresh_state(run_id: str = "run_1", prompt: str = "go") -> RunResult:
+    return RunLoop(prompt, run_id=run_id, style="in-process").snapshot()
+
+
+def turn_state(run_id: str = "run_1", *calls: ToolCall) -> RunResult:
+    loop = RunLoop("go", run_id=run_id, style="in-process")
+    from toolnexus_async import ModelReply
+
+    loop.model_replied(ModelReply(reply(*calls)))
+    return loop.snapshot()
+
+
+def in_seconds(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+# -- saving a halted run, and reading it back ---------------------------------------------
+
+
+async def test_a_saved_run_lists_its_requests_and_loads_where_it_stood(store, case):
     await store.save(case.halted)
+    assert [r.id for r in await store.requests()] == case.ids
+    outstanding = await store.outstanding()
+    assert [(s.run_id, s.call_id) for s in outstanding] == [
+        (case.halted.run_id, "c2"),
+        (case.halted.run_id, "c3"),
+    ]
+    stored = await store.load(case.halted.run_id)
+    assert (stored.status, stored.turn, stored.owner) == ("halted", 1, None)
+    assert list(stored.results) == ["c1"] and stored.results["c1"].result.output == "INV-1: 30 EUR"
+    assert {c: r.status for c, r in stored.requests.items()} == {"c2": "pending", "c3": "pending"}
+    assert stored.state.messages[-1].tool_calls[1].id == "c2"
+    found = await store.find(case.ids[0])
+    assert (found.run_id, found.call_id, found.status) == (case.halted.run_id, "c2", "pending")
+    with pytest.raises(UnknownRequestError):
+        await store.find("req_nobody")
+    with pytest.raises(UnknownRequestError):
+        await store.load("run_nobody")
 
-    first, second = [await store.load(i) for i in case.ids]
 
-    assert first == case.halted and second == case.halted
-    assert first is not case.halted and first is not second
-    assert isinstance(store, RunStore)
-
-
-async def test_requests_lists_outstanding_requests_oldest_save_first(store, case):
-    """Runs in save order, each run's requests in call order; a re-save counts as new."""
-    a, b = case.halted, await halt(case.toolkit)
-    await store.save(a)
-    await store.save(b)
-
-    assert [r.id for r in await store.requests()] == ids_of(a) + ids_of(b)
-    await store.save(a)
-    assert [r.id for r in await store.requests()] == ids_of(b) + ids_of(a)
-    assert [r.kind for r in await store.requests()] == ["approval", "input"] * 2
-
-
-async def test_saving_a_run_again_replaces_it_and_its_request_ids(store, case):
-    """A run that halted again is filed under its new ids only."""
+async def test_saving_again_replaces_and_a_foreign_request_id_is_refused(store, case):
     await store.save(case.halted)
-    answer = Answer(case.ids[1], True, data={"who": "Cy"})
-    async with LlmClient.in_process(ScriptedModel()) as client:
-        again = await client.resume(case.halted, case.toolkit, answer)
-    assert again.run_id == case.halted.run_id and ids_of(again)[0] not in case.ids
-
-    await store.save(again)
-
-    assert await store.load(ids_of(again)[0]) == again
-    for old in case.ids:
-        with pytest.raises(UnknownRequestError):
-            await store.load(old)
-    assert [r.id for r in await store.requests()] == ids_of(again)
-
-
-async def test_claim_takes_the_whole_run_exactly_once(store, case):
-    """Claiming by one id removes the run; any of its ids then says AlreadyResumedError."""
     await store.save(case.halted)
-
-    assert await store.claim(case.ids[1]) == case.halted
-
-    for request_id in case.ids:
-        with pytest.raises(AlreadyResumedError, match=request_id) as caught:
-            await store.claim(request_id)
-        assert caught.value.request_id == request_id
-        with pytest.raises(AlreadyResumedError):
-            await store.load(request_id)
-    assert await store.requests() == []
-    # An id never stored is neither loaded nor claimed.
-    with pytest.raises(UnknownRequestError, match="nope"):
-        await store.load("nope")
-    with pytest.raises(UnknownRequestError, match="nope"):
-        await store.claim("nope")
+    assert [r.id for r in await store.requests()] == case.ids
+    thief = attrs.evolve(case.halted, run_id="run_thief")
+    with pytest.raises(UsageError, match="already filed under run"):
+        await store.save(thief)
 
 
-async def test_two_concurrent_claims_of_one_run_let_exactly_one_win(store, case):
-    """Two tasks claim the run through its two ids at once: one run, one AlreadyResumedError."""
+async def test_only_a_halted_json_run_with_an_id_is_saved(store, case):
+    done = attrs.evolve(case.halted, status="done", suspended=(), pending=None)
+    with pytest.raises(UsageError, match="only a halted run"):
+        await store.save(done)
+    with pytest.raises(UsageError, match="run_id"):
+        await store.save(attrs.evolve(case.halted, run_id=""))
+    record = case.halted.tool_calls[0]
+    odd = attrs.evolve(record, result=ToolResult.ok("x", {"when": object()}))
+    with pytest.raises(PayloadError):
+        await store.save(attrs.evolve(case.halted, tool_calls=(odd, *case.halted.tool_calls[1:])))
+
+
+# -- one answer per request ---------------------------------------------------------------
+
+
+async def test_an_answer_is_taken_once_and_a_second_is_refused(store, case):
     await store.save(case.halted)
-    outcomes: list[object] = []
+    accepted = await store.accept(Answer(case.ids[0], True), NOW)
+    assert (accepted.run_id, accepted.call_id, accepted.owner) == (case.halted.run_id, "c2", None)
+    assert accepted.request.prompt == "Pay 30 EUR?"
+    with pytest.raises(AlreadyAnsweredError):
+        await store.accept(Answer(case.ids[0], False, reason="declined"), NOW)
+    assert (await store.find(case.ids[0])).answer == Answer(case.ids[0], True)
+    assert [r.id for r in await store.requests()] == [case.ids[1]]  # answered: not listed
+    with pytest.raises(UnknownRequestError):
+        await store.accept(Answer("req_nobody", True), NOW)
 
-    async def claim(request_id: str) -> None:
+
+async def test_many_concurrent_answers_to_one_request_take_exactly_one(store, case):
+    await store.save(case.halted)
+    outcomes: list[str] = []
+
+    async def answer(i: int) -> None:
         try:
-            outcomes.append(await store.claim(request_id))
-        except AlreadyResumedError as exc:
-            outcomes.append(exc)
+            await store.accept(Answer(case.ids[0], i % 2 == 0, data={"i": i}), NOW)
+            outcomes.append(f"ok {i}")
+        except AlreadyAnsweredError:
+            outcomes.append("refused")
 
     async with anyio.create_task_group() as tg:
-        for request_id in case.ids:
-            tg.start_soon(claim, request_id)
+        for i in range(50):
+            tg.start_soon(answer, i)
+    winners = [o for o in outcomes if o.startswith("ok")]
+    assert len(winners) == 1 and outcomes.count("refused") == 49
+    taken = (await store.find(case.ids[0])).answer
+    assert taken is not None and taken.data == {"i": int(winners[0].split()[1])}
 
-    assert case.halted in outcomes
-    assert sorted(type(o).__name__ for o in outcomes) == ["AlreadyResumedError", "RunResult"]
+
+async def test_an_expired_request_is_not_listed_and_its_answer_refused(store, case):
+    request = Request("req_soon", "approval", "Pay?", expires_at=in_seconds(5))
+    halted = attrs.evolve(
+        case.halted,
+        suspended=(attrs.evolve(case.halted.suspended[0], request=request),),
+        pending=request,
+    )
+    await store.save(halted)
+    assert [r.id for r in await store.requests(time.time())] == ["req_soon"]
+    assert await store.requests(time.time() + 60) == []
+    with pytest.raises(RequestExpiredError):
+        await store.accept(Answer("req_soon", True), time.time() + 60)
+    assert (await store.find("req_soon")).status == "expired"
+    with pytest.raises(RequestExpiredError):  # it stays expired
+        await store.accept(Answer("req_soon", True), time.time())
 
 
-async def test_only_a_halted_json_run_with_its_own_ids_is_stored(store, case):
-    """Refused at save, storing nothing: a finished run, non-JSON metadata, a taken id."""
-    done = attrs.evolve(case.halted, status="done", suspended=(), pending=None)
-    with pytest.raises(UsageError, match="halted"):
-        await store.save(done)
-    lookup = case.halted.tool_calls[0]
-    odd = attrs.evolve(lookup, result=ToolResult.ok("x", metadata={"when": object()}))
-    with pytest.raises(PayloadError, match="metadata"):
-        await store.save(attrs.evolve(case.halted, tool_calls=(odd,)))
-    assert await store.requests() == []
+# -- leases ----------------------------------------------------------------------------
 
+
+async def test_a_run_is_claimed_by_one_worker_until_its_lease_runs_out(store, case):
     await store.save(case.halted)
-    with pytest.raises(UsageError, match="already filed"):
-        await store.save(attrs.evolve(case.halted, run_id="someone-else"))
-    assert (await store.load(case.ids[0])).run_id == case.halted.run_id
+    run_id = case.halted.run_id
+    mine = await store.claim(run_id, "A", NOW + LEASE, NOW)
+    assert mine is not None and (mine.status, mine.owner) == ("running", "A")
+    assert await store.claim(run_id, "B", NOW + LEASE, NOW + 1) is None  # A holds it
+    await store.renew("A", NOW + 2 * LEASE)
+    assert await store.claim(run_id, "B", NOW + 3 * LEASE, NOW + LEASE + 1) is None  # renewed
+    taken = await store.claim(run_id, "B", NOW + 4 * LEASE, NOW + 2 * LEASE + 1)
+    assert taken is not None and taken.owner == "B"
+    with pytest.raises(LeaseLostError, match="not held by this worker"):
+        await store.record(run_id, case.halted.tool_calls[0], "A")
+    await store.record(run_id, case.halted.tool_calls[0], "B")
 
 
-async def test_claimed_ids_are_remembered_within_a_bound(make_store, case):
-    """With remember=2, the oldest tombstones are forgotten and become unknown."""
-    store = make_store(remember=2)
-    second = await halt(case.toolkit)
-    for run in (case.halted, second):
-        await store.save(run)
-        await store.claim(ids_of(run)[0])
-
-    for forgotten in case.ids:
-        with pytest.raises(UnknownRequestError):
-            await store.claim(forgotten)
-    for remembered in ids_of(second):
-        with pytest.raises(AlreadyResumedError):
-            await store.claim(remembered)
+async def test_ready_finds_what_can_go_on_and_only_that(store, case):
+    await store.save(case.halted)
+    run_id = case.halted.run_id
+    assert await store.ready(NOW, 10) == []  # halted, nothing answered
+    await store.accept(Answer(case.ids[0], True), NOW)
+    assert await store.ready(NOW, 10) == [run_id]
+    assert await store.claim(run_id, "A", NOW + LEASE, NOW) is not None
+    assert await store.ready(NOW + 1, 10) == []  # A holds it
+    assert await store.ready(NOW + LEASE + 1, 10) == [run_id]  # A died: its lease ran out
+    await store.release(run_id, "A")
+    assert await store.ready(NOW + 1, 10) == [run_id]  # let go mid-way: anyone goes on
 
 
-async def test_a_closed_store_refuses_work(make_store):
-    """After aclose (via async with), every operation is a usage error."""
-    async with make_store() as store:
-        assert await store.requests() == []
+async def test_a_run_goes_from_start_through_turns_to_its_end(store):
+    await store.start(fresh_state(), "A", NOW + LEASE)
+    with pytest.raises(UsageError, match="unique"):
+        await store.start(fresh_state(), "A", NOW + LEASE)
+    call = tool_call("pay", {"amount": 3}, id="c1")
+    await store.turn(turn_state("run_1", call), 1, "A")
+    request = Request("req_1", "approval", "Pay 3?")
+    await store.suspend("run_1", "c1", request, "A")
+    assert [r.id for r in await store.requests()] == ["req_1"]
+    stored = await store.load("run_1")
+    assert (stored.turn, stored.requests["c1"].status, stored.owner) == (1, "pending", "A")
 
+    await store.accept(Answer("req_1", True), NOW, delivered=True)
+    assert await store.deliveries("A") == []  # handed over by A itself
+    record = ToolCallRecord(call, ToolResult.ok("paid 3"), 1, request, True)
+    await store.record("run_1", record, "A")
+    assert await store.requests() == []
+    done = RunResult("done", "paid", turn_state("run_1", call).messages, run_id="run_1")
+    await store.finish(done, "A")
+    (summary,) = await store.runs()
+    assert (summary.run_id, summary.status, summary.prompt, summary.text) == (
+        "run_1",
+        "done",
+        "go",
+        "paid",
+    )
+    with pytest.raises(AlreadyAnsweredError):
+        await store.accept(Answer("req_1", True), NOW)  # late answers are told what happened
+    with pytest.raises(LeaseLostError):
+        await store.record("run_1", record, "A")
+
+
+async def test_answers_another_worker_took_are_delivered_once(store):
+    await store.start(fresh_state(), "A", NOW + LEASE)
+    call = tool_call("pay", id="c1")
+    await store.turn(turn_state("run_1", call), 1, "A")
+    await store.suspend("run_1", "c1", Request("req_1", "approval", "Pay?"), "A")
+    await store.accept(Answer("req_1", True), NOW)  # by worker B, say
+    assert await store.deliveries("A") == [("run_1", Answer("req_1", True))]
+    assert await store.deliveries("B") == []
+    await store.delivered(["req_1"])
+    assert await store.deliveries("A") == []
+
+
+async def test_a_failed_run_is_listed_as_an_error_and_not_ready(store):
+    await store.start(fresh_state(), "A", NOW + LEASE)
+    await store.fail("run_1", "ProviderError: 400", "A")
+    (summary,) = await store.runs()
+    assert (summary.status, summary.error) == ("error", "ProviderError: 400")
+    assert await store.ready(NOW + 2 * LEASE, 10) == []
+
+
+async def test_ended_runs_are_kept_within_a_bound(make_store):
+    store = make_store(keep_finished=2)
+    for n in range(4):
+        run_id = f"run_{n}"
+        await store.start(fresh_state(run_id), "A", NOW + LEASE)
+        await store.finish(RunResult("done", f"text {n}", (), run_id=run_id), "A")
+    assert [r.run_id for r in await store.runs()] == ["run_3", "run_2"]
+
+
+async def test_a_closed_store_refuses_work(make_store, case):
+    store = make_store()
+    await store.save(case.halted)
+    await store.aclose()
+    await store.aclose()  # idempotent
     with pytest.raises(UsageError, match="closed"):
         await store.requests()
     with pytest.raises(UsageError, match="closed"):
-        await store.load("x")
-    with pytest.raises(UsageError, match="run store is closed"):
-        async with store:
-            pass
-    await store.aclose()  # idempotent
+        await store.save(case.halted)
+    assert_no_leaks()
 
 
-# SQLite: the file, its rows, other connections.
+# -- SQLite's file ------------------------------------------------------------------------
 
 
-def put_row(path: Path, run_id: str, body: str, request_id: str) -> None:
-    raw_sql(path, "INSERT INTO runs (run_id, created, body) VALUES (?, 0, ?)", run_id, body)
-    raw_sql(path, "INSERT INTO requests (request_id, run_id) VALUES (?, ?)", request_id, run_id)
+async def test_two_stores_on_one_file_take_one_answer_and_one_claim(tmp_path: Path, case):
+    path = tmp_path / "runs.db"
+    async with SqliteRunStore(path) as one, SqliteRunStore(path) as two:
+        await one.save(case.halted)
+        taken: list[str] = []
 
+        async def answer(store: SqliteRunStore, name: str) -> None:
+            try:
+                await store.accept(Answer(case.ids[0], True), NOW)
+                taken.append(name)
+            except AlreadyAnsweredError:
+                pass
 
-async def test_corrupt_and_foreign_rows_fail_alone(tmp_path: Path, case, caplog):
-    """Bad JSON, a wrong version, another run's body: StoreError naming the run; others load."""
-    path, good = tmp_path / "runs.db", case.halted
-    async with SqliteRunStore(path) as store:
-        await store.save(good)
-        put_row(path, "broken", "{not json", "r-broken")
-        put_row(path, "old", json.dumps({**good.to_dict(), "version": 9, "run_id": "old"}), "r-old")
-        put_row(path, "thief", json.dumps(good.to_dict()), "r-x")
+        claims: list[object] = []
 
-        with pytest.raises(StoreError, match=r"'broken'.*not valid JSON"):
-            await store.load("r-broken")
-        with pytest.raises(StoreError, match=r"'old'.*version"):
-            await store.claim("r-old")
-        with pytest.raises(StoreError, match=r"'thief'.*another run"):
-            await store.load("r-x")
-        for _ in range(2):  # a failed claim leaves the row for a human: still there, unclaimed
-            with pytest.raises(StoreError, match="'broken'"):
-                await store.claim("r-broken")
-        with caplog.at_level(logging.WARNING, logger="toolnexus_async.durable"):
-            assert [r.id for r in await store.requests()] == case.ids
-        assert "'broken'" in caplog.text and "'old'" in caplog.text
-        assert await store.claim(case.ids[1]) == good
+        async def claim(store: SqliteRunStore, worker: str) -> None:
+            claims.append(await store.claim(case.halted.run_id, worker, NOW + LEASE, NOW))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(10):
+                tg.start_soon(answer, one, "one")
+                tg.start_soon(answer, two, "two")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(claim, one, "A")
+            tg.start_soon(claim, two, "B")
+    assert len(taken) == 1
+    assert sorted(c is None for c in claims) == [False, True]
     assert_no_leaks()
 
 
 @pytest.mark.parametrize("kind", ["newer schema", "other application", "not a database"])
 async def test_a_file_not_ours_or_newer_is_refused_and_not_touched(tmp_path, case, kind):
-    """A newer schema, another program's SQLite file, no SQLite at all: StoreError, no write."""
     path = tmp_path / "runs.db"
     if kind == "newer schema":
         async with SqliteRunStore(path) as store:
             await store.save(case.halted)
-        raw_sql(path, "PRAGMA user_version = 2")
+        raw_sql(path, "PRAGMA user_version = 9")
     elif kind == "other application":
         raw_sql(path, "CREATE TABLE notes (text TEXT)")
     else:
         path.write_bytes(b"definitely not sqlite " * 100)
     before = path.read_bytes()
-
-    message = {"newer schema": r"version 2.*newer", "other application": "another application"}
+    message = {"newer schema": r"version 9.*newer", "other application": "another application"}
     with pytest.raises(StoreError, match=message.get(kind, "cannot be opened")):
         async with SqliteRunStore(path):
             pass
-    lazy = SqliteRunStore(path)
-    with pytest.raises(StoreError):
-        await lazy.requests()
-    await lazy.aclose()
     assert path.read_bytes() == before
     assert_no_leaks()
 
 
-async def test_the_file_outlives_its_store_and_aclose_ends_the_thread(tmp_path: Path, case):
-    """WAL file; a run saved by one store is claimed by a later one; no thread is left."""
+async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path, case):
+    """The schema of the first release (halted runs only): its runs stay answerable."""
+    path = tmp_path / "old.db"
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "CREATE TABLE runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL"
+            " UNIQUE, created REAL NOT NULL, body TEXT NOT NULL)"
+        )
+        db.execute("CREATE TABLE requests (request_id TEXT PRIMARY KEY, run_id TEXT NOT NULL)")
+        db.execute(
+            "CREATE TABLE claimed (seq INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT"
+            " NULL UNIQUE, run_id TEXT NOT NULL, claimed REAL NOT NULL)"
+        )
+        db.execute(
+            "INSERT INTO runs (run_id, created, body) VALUES (?, 0, ?)",
+            (case.halted.run_id, json.dumps(case.halted.to_dict())),
+        )
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        db.execute("PRAGMA user_version = 1")
+    async with SqliteRunStore(path) as store:
+        assert [r.id for r in await store.requests()] == case.ids
+    assert raw_sql(path, "PRAGMA user_version") == [(2,)]
+
+
+async def test_a_corrupt_run_fails_alone_naming_it(tmp_path: Path, case):
     path = tmp_path / "runs.db"
-    before = set(threading.enumerate())
-    store = SqliteRunStore(path)
-    await store.save(case.halted)
-    started = set(threading.enumerate()) - before
-    assert started, "the store should have started its connection thread"
-    await store.aclose()
-    for thread in started:
-        thread.join(timeout=5)
-        assert not thread.is_alive()
-    assert raw_sql(path, "PRAGMA journal_mode") == [("wal",)]
-
-    async with SqliteRunStore(path) as reopened:
-        assert await reopened.claim(case.ids[0]) == case.halted
-    assert_no_leaks()
-
-
-async def test_two_stores_on_one_file_claim_a_run_exactly_once(tmp_path: Path, case):
-    """Two connections (as two processes would hold) race to claim: one wins."""
-    outcomes: list[object] = []
-    path = tmp_path / "runs.db"
-    async with SqliteRunStore(path) as one, SqliteRunStore(path) as two:
-        await one.save(case.halted)
-
-        async def claim(store: SqliteRunStore, request_id: str) -> None:
-            try:
-                outcomes.append(await store.claim(request_id))
-            except AlreadyResumedError as exc:
-                outcomes.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(claim, one, case.ids[0])
-            tg.start_soon(claim, two, case.ids[1])
-
-    assert sorted(type(o).__name__ for o in outcomes) == ["AlreadyResumedError", "RunResult"]
-    assert_no_leaks()
-
-
-# resume_stored: claim, resume, save what halts again, put back what fails.
-
-
-def both_answers(case: Case, who: str) -> list[Answer]:
-    return [Answer(case.ids[0], True), Answer(case.ids[1], True, data={"who": who})]
-
-
-async def test_resume_stored_finishes_a_stored_run_and_removes_it(store, case):
-    """Halt without wait_for, save, answer both requests from the store: done, store empty."""
-    await store.save(case.halted)
-
-    async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
-        result = await resume_stored(client, case.toolkit, store, both_answers(case, "Ann"))
-
-    assert result.status == "done"
-    assert result.text == "c1=INV-1: 30 EUR | c2=paid 30 | c3=notified Ann"
-    assert (case.ledger.looked_up, case.ledger.paid) == (1, [30])
-    assert await store.requests() == []
-    with pytest.raises(AlreadyResumedError):
-        await store.load(case.ids[0])
-    assert_no_leaks()
-
-
-async def test_a_run_that_halts_again_is_saved_under_its_new_request(store, case):
-    """Answering only notify: pay suspends again, and the store holds that new request."""
-    await store.save(case.halted)
-    answer = Answer(case.ids[1], True, data={"who": "Cy"})
-
-    async with LlmClient.in_process(ScriptedModel()) as client:
-        again = await resume_stored(client, case.toolkit, store, answer)
-
-    assert again.status == "pending"
-    [new_id] = ids_of(again)
-    assert new_id not in case.ids
-    assert [r.id for r in await store.requests()] == [new_id]
-    assert await store.load(new_id) == again
-    with pytest.raises(AlreadyResumedError):
-        await store.claim(case.ids[0])
-    assert case.ledger.paid == []
-
-
-async def test_a_resume_refused_before_its_tools_ran_puts_the_run_back(store, case):
-    """A foreign extra answer: nothing ran, and the run is back, resumable."""
-    await store.save(case.halted)
-    answers = both_answers(case, "Di")
-
-    async with LlmClient.in_process(ScriptedModel()) as client:
-        with pytest.raises(AnswerMismatchError):
-            await resume_stored(client, case.toolkit, store, [answers[0], Answer("x", True)])
-    assert await store.load(case.ids[0]) == case.halted
-    assert case.ledger.paid == []
-
-    async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
-        assert (await resume_stored(client, case.toolkit, store, answers)).status == "done"
-    assert await store.requests() == []
-
-
-async def test_a_model_failure_after_the_tools_ran_never_runs_them_twice(store, case):
-    """The provider fails after the answered calls ran: the run is not put back (that would
-    pay again); the error carries the state, and continuing from it does not pay again."""
-    await store.save(case.halted)
-    answers = both_answers(case, "Di")
-
-    def provider_down(messages: list[Message], tools: list[Any]) -> str:
-        raise ProviderError(503, "overloaded", "http://model")
-
-    async with LlmClient.in_process(provider_down, retry=RetryPolicy(retries=0)) as client:
-        with pytest.raises(ProviderError) as caught:
-            await resume_stored(client, case.toolkit, store, answers)
-    paid = list(case.ledger.paid)
-    assert paid != []
-    assert await store.requests() == []
-    state = caught.value.run
-    assert state is not None
-    assert state.status == "incomplete" and state.limit == "model_error"
-
-    async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
-        result = await client.run(None, case.toolkit, history=state.messages)
-    assert result.status == "done"
-    assert case.ledger.paid == paid
-
-
-async def test_two_concurrent_resumes_run_the_tools_once(store, case):
-    """Two handlers answer the same request at once: one resumes, one gets AlreadyResumedError."""
-    await store.save(case.halted)
-    outcomes: list[str] = []
-
-    async def resume() -> None:
-        async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
-            try:
-                answers = both_answers(case, "Ed")
-                outcomes.append((await resume_stored(client, case.toolkit, store, answers)).status)
-            except AlreadyResumedError:
-                outcomes.append("refused")
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(resume)
-        tg.start_soon(resume)
-
-    assert sorted(outcomes) == ["done", "refused"]
-    assert case.ledger.paid == [30]
-
-
-async def test_resume_stored_needs_a_known_answer(store, case):
-    """No answer is a usage error; an unknown id is UnknownRequestError and runs nothing."""
-    await store.save(case.halted)
-    async with LlmClient.in_process(ScriptedModel()) as client:
-        with pytest.raises(UsageError, match="at least one"):
-            await resume_stored(client, case.toolkit, store, [])
-        with pytest.raises(UnknownRequestError):
-            await resume_stored(client, case.toolkit, store, Answer("nobody", True))
-    assert await store.load(case.ids[0]) == case.halted
-    assert case.ledger.looked_up == 1
-
-
-async def test_a_resume_cancelled_after_its_tools_ran_is_not_put_back(store, case):
-    """A time limit cuts the resume short while the model is asked, after the answered calls
-    ran: putting the old state back would run them again, so the request is consumed."""
-    await store.save(case.halted)
-    with anyio.CancelScope() as scope:
-
-        async def stalls(messages: list[Message], tools: list[Any]) -> str:
-            scope.cancel()  # as a deadline firing here would
-            await anyio.sleep_forever()
-            raise AssertionError("unreachable")
-
-        async with LlmClient.in_process(stalls) as client:
-            await resume_stored(client, case.toolkit, store, both_answers(case, "Fa"))
-
-    assert scope.cancelled_caught
-    paid = list(case.ledger.paid)
-    assert paid != []
-    with pytest.raises(AlreadyResumedError):
-        await store.claim(case.ids[0])
-    assert case.ledger.paid == paid
-    assert_no_leaks()
-
-
-async def test_a_resume_cancelled_before_its_tools_ran_puts_the_run_back(store, case):
-    """Cancelled while the answered tool is still waiting to finish: nothing completed, so
-    the claimed run goes back and can be resumed again."""
-    await store.save(case.halted)
-    gate = anyio.Event()
-    blocked = ScriptedModel(final_from_results)
-
-    class Hold:
-        async def __call__(self, name: str, args: dict[str, Any], ctx: Any) -> None:
-            gate.set()
-            await anyio.sleep_forever()
-
-    with anyio.CancelScope() as scope:
-        async with LlmClient.in_process(blocked, hooks=Hooks(before_tool=Hold())) as client:
-            async with anyio.create_task_group() as tg:
-
-                async def go() -> None:
-                    await resume_stored(client, case.toolkit, store, both_answers(case, "Ga"))
-
-                tg.start_soon(go)
-                await gate.wait()
-                scope.cancel()
-
-    assert await store.load(case.ids[0]) == case.halted
-    assert case.ledger.paid == []
+    async with SqliteRunStore(path) as store:
+        await store.save(case.halted)
+        raw_sql(path, "UPDATE runs SET state = '{not json' WHERE run_id = ?", case.halted.run_id)
+        with pytest.raises(StoreError, match=rf"'{case.halted.run_id}'.*cannot be read"):
+            await store.load(case.halted.run_id)
+        assert [r.id for r in await store.requests()] == case.ids  # listing goes on
     assert_no_leaks()

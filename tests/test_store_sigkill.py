@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from tests.conftest import assert_no_leaks
-from toolnexus_async import AlreadyResumedError
+from toolnexus_async import AlreadyAnsweredError, Answer
 from toolnexus_async.durable import SqliteRunStore
 
 CHILD = '''
@@ -175,13 +176,14 @@ async def test_a_run_survives_sigkill_and_a_new_process_finishes_it(tmp_path: Pa
     # The halted turn, before the crash: one completed call and two suspensions.
     assert first == Counter({"lookup INV-1": 1, "pay asked": 1, "notify asked": 1})
     # After it: the completed call is not repeated, the answered one runs with its answer,
-    # the other suspended call runs again, suspends, and this process's wait_for approves.
-    assert second == Counter(
-        {"pay 30 note=ok by Ann": 1, "notify asked": 1, "wait_for input": 1, "notify ops": 1}
-    )
+    # and the other suspended call waits for the same request again (it is not asked
+    # twice: its tool does not run to ask again), which this process's wait_for approves.
+    assert second == Counter({"pay 30 note=ok by Ann": 1, "wait_for input": 1, "notify ops": 1})
     assert out["left"] == []
     async with SqliteRunStore(db) as store:
         assert await store.requests() == []
-        with pytest.raises(AlreadyResumedError):
-            await store.claim(halted["request"])
+        with pytest.raises(AlreadyAnsweredError):
+            await store.accept(Answer(halted["request"], True), time.time())
+        (summary,) = await store.runs()
+        assert (summary.run_id, summary.status) == (halted["run_id"], "done")
     assert_no_leaks()

@@ -63,7 +63,14 @@ from ._streaming import (
 from ._toolkit import Toolkit
 from ._transport import AiohttpTransport
 from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
-from .durable import DurableHost, MemoryRunStore, RunStore, SqliteRunStore, resume_stored
+from .durable import (
+    DurableHost,
+    LeaseLostError,
+    MemoryRunStore,
+    RunStore,
+    SqliteRunStore,
+    resume_stored,
+)
 from .suspend import Inbox
 from .tools.http import HttpTool, http_tool
 from .tools.native import FunctionTool, define_tool
@@ -149,6 +156,7 @@ __all__ = (
     "AnswerMismatchError",
     "AlreadyResumedError",
     "StoreError",
+    "LeaseLostError",
     "ModelError",
     "ProviderError",
     "ProtocolError",

@@ -201,12 +201,13 @@ def run_serve(args: argparse.Namespace) -> int:
             token=token,
             insecure_no_auth=args.insecure_no_auth,
             allowed_hosts=allowed,
+            lease=args.lease,
         )
     except UsageError as exc:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
         return 2
     which = f"{args.style} model {model} at {base_url}" if base_url else "the demo model"
-    print(f"toolnexus-async serve: {which}; halted runs kept in {args.store}", flush=True)
+    print(f"toolnexus-async serve: {which}; every run kept in {args.store}", flush=True)
 
     def ready(url: str) -> None:
         if token is None:
@@ -267,13 +268,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument(
         "--store",
         default="toolnexus-runs.sqlite",
-        help="SQLite file for halted runs (default ./toolnexus-runs.sqlite)",
+        help="the SQLite file every run is kept in as it goes (default ./toolnexus-runs.sqlite)",
     )
     serve.add_argument(
         "--park-timeout",
         type=float,
         default=300.0,
-        help="seconds a run waits in memory before it is saved to the store (default 300)",
+        help="seconds a run waits in memory for an answer before it lets go of it (it stays "
+        "in the store, and its answer resumes it; default 300)",
+    )
+    serve.add_argument(
+        "--lease",
+        type=float,
+        default=30.0,
+        help="seconds a run this server holds may go unrenewed before another server on the "
+        "store, or this one restarted, takes it over (default 30)",
     )
     serve.add_argument(
         "--base-url", help="an OpenAI- or Anthropic-style endpoint instead of the demo model"

@@ -27,6 +27,7 @@ from ._errors import UsageError
 from ._hooks import Hooks
 from ._http import Transport
 from ._ids import new_run_id
+from ._journal import Journal
 from ._loop import RunLoop
 from ._messages import Message
 from ._metric_events import Reporter
@@ -342,9 +343,10 @@ class LlmClient(Resuming, Closing):
         resume: ResumePlan | None = None,
         on_tools_done: Callable[[RunResult], Any] | None = None,
         sink: Sink | None = None,
+        journal: Journal | None = None,
     ) -> Awaitable[RunResult]:
         # Not a coroutine: no frame of its own for a run to hold while it is parked.
-        return self._runner.execute(loop, toolkit, resume, sink, on_tools_done)
+        return self._runner.execute(loop, toolkit, resume, sink, on_tools_done, journal)
 
     async def ask(
         self,

@@ -20,7 +20,8 @@ Rules of this module:
 - A parking resolver (the Inbox) is awaited right in :meth:`Executor.run_one`, and a parked
   call holds only what it needs to wake: what 100,000 parked runs hold adds up.
 - A request becomes visible to a stream (``StreamPending``) when it is outstanding: before
-  the resolver is asked, or when the run halts on it.
+  the resolver is asked, or when the run halts on it. With a journal (a durable run) it is
+  kept there first, and every result the model will see is kept before it is fed back.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import anyio
 
 from ._concurrency import run_concurrently
 from ._hooks import Hooks, call_hook
+from ._journal import Journal
 from ._loop import CallOutcome, HaltedTurn
 from ._messages import ToolCall
 from ._resolver import Resolver
@@ -74,12 +76,14 @@ class Executor:
     __slots__ = (
         "_budget",
         "_hooks",
+        "_journal",
         "_on_event",
         "_on_tool",
         "_park",
         "_resolver",
         "_run_id",
         "_toolkit",
+        "_turn",
     )
 
     def __init__(
@@ -92,8 +96,12 @@ class Executor:
         budget: Pausable | None = None,
         on_tool: OnTool | None = None,
         on_event: Sink | None = None,
+        journal: Journal | None = None,
+        turn: int | None = None,
     ) -> None:
         self._toolkit = toolkit
+        self._journal = journal
+        self._turn = turn
         self._resolver = resolver
         self._run_id = run_id
         # Hooks without tool seams cost nothing per call.
@@ -117,13 +125,14 @@ class Executor:
         halted: HaltedTurn,
         answers: Mapping[str, tuple[Request, Answer]],
         kept: Mapping[str, ToolResult] | None = None,
+        waiting: Mapping[str, Request] | None = None,
     ) -> list[CallOutcome]:
         """Outcomes for every call of a halted turn, in call order.
 
         A call that completed keeps its result and is never executed again (``kept`` may
         supply the full results, metadata included); a call answered in ``answers`` (keyed
-        by call id) goes on from that answer; any other open call runs again and may
-        suspend again.
+        by call id) goes on from that answer; a call in ``waiting`` waits for its request
+        again without running again; any other open call runs again and may suspend again.
         """
         jobs: list[Callable[[], Coroutine[Any, Any, CallOutcome]]] = []
         for call in halted.assistant.tool_calls:
@@ -131,8 +140,12 @@ class Executor:
             if done is not None:
                 result = (kept or {}).get(call.id) or ToolResult(done.output, done.is_error)
                 jobs.append(functools.partial(_ready, CallOutcome(result)))
+            elif call.id in answers:
+                jobs.append(functools.partial(self.run_one, call, answers[call.id]))
+            elif waiting is not None and call.id in waiting:
+                jobs.append(functools.partial(self.run_one, call, (waiting[call.id], None)))
             else:
-                jobs.append(functools.partial(self.run_one, call, answers.get(call.id)))
+                jobs.append(functools.partial(self.run_one, call))
         return await run_concurrently(_start, jobs)
 
     def _rule(self, call: ToolCall) -> CallRule:
@@ -142,25 +155,29 @@ class Executor:
         return CallRule(call, can_ask=True, enforces_expiry=resolver.enforces_expiry)
 
     async def run_one(
-        self, call: ToolCall, resumed: tuple[Request, Answer] | None = None
+        self, call: ToolCall, resumed: tuple[Request, Answer | None] | None = None
     ) -> CallOutcome:
         """One call under the suspension rule, to the outcome the model sees.
 
-        ``resumed``: the call raised this request before a halt, and here is its answer.
+        ``resumed``: the call raised this request before a halt, and here is its answer
+        (``None``: not answered yet; the call waits for it again).
         """
         last = FIRST  # the latest execution: whose ctx after_tool sees
         if resumed is not None:
             rule = self._rule(call)
-            action = rule.resumed(*resumed)
+            request, answer = resumed
+            action = rule.waiting(request) if answer is None else rule.resumed(request, answer)
         elif self._hooks is None and call.invalid_arguments is None:
             # The common call: the tool is awaited right here, a coroutine fewer per call,
             # and the rule is consulted only if it suspends.
             started = time.perf_counter()
-            ctx = ToolContext(call_id=call.id, run_id=self._run_id, tool_name=call.name)
+            ctx = ToolContext(
+                call_id=call.id, run_id=self._run_id, tool_name=call.name, turn=self._turn
+            )
             result = await self._toolkit.execute(call.name, call.arguments, ctx)
             self._report(call.name, result, started)
             if request_in(result) is None:
-                if self._on_event is None:
+                if self._on_event is None and self._journal is None:
                     return CallOutcome(result)
                 return await self._final(call, last, CallOutcome(result))
             rule = self._rule(call)
@@ -182,9 +199,13 @@ class Executor:
                 del result
             elif isinstance(action, Ask):
                 request = action.request
-                if self._on_event is not None:
-                    # Before anyone is asked, so a host can push the link at once.
-                    self._on_event(StreamPending(request, call.id, call.name))
+                if not action.again:
+                    if self._journal is not None:
+                        # Kept before it is told anywhere: a restart finds what was shown.
+                        await self._journal.suspended(call, request)
+                    if self._on_event is not None:
+                        # Before anyone is asked, so a host can push the link at once.
+                        self._on_event(StreamPending(request, call.id, call.name))
                 park = self._park
                 if park is None:
                     action = await self._ask(rule, action)
@@ -201,10 +222,13 @@ class Executor:
                     action = rule.answered(answer)
                     del answer
             elif isinstance(action, Halt):
-                if action.announce and self._on_event is not None:
+                if action.announce:
                     pending = action.outcome.request
                     assert pending is not None
-                    self._on_event(StreamPending(pending, call.id, call.name))
+                    if self._journal is not None:
+                        await self._journal.suspended(call, pending)
+                    if self._on_event is not None:
+                        self._on_event(StreamPending(pending, call.id, call.name))
                 return action.outcome
             else:
                 return await self._final(call, last, action.outcome)
@@ -247,6 +271,7 @@ class Executor:
             run_id=self._run_id,
             tool_name=call.name,
             request=action.request,
+            turn=self._turn,
         )
         result: ToolResult | None = None
         by_gate = False
@@ -262,6 +287,7 @@ class Executor:
                     call_id=call.id,
                     run_id=self._run_id,
                     tool_name=call.name,
+                    turn=self._turn,
                 )
             try:
                 verdict = await call_hook(hooks.before_tool, call.name, args, hook_ctx)
@@ -301,6 +327,7 @@ class Executor:
                 run_id=self._run_id,
                 tool_name=call.name,
                 request=last.request,
+                turn=self._turn,
             )
             try:
                 changed = await call_hook(
@@ -312,6 +339,9 @@ class Executor:
                 )
             if isinstance(changed, ToolResult) and request_in(changed) is None:
                 outcome = CallOutcome(changed, outcome.request, outcome.answered_ok)
+        if self._journal is not None:
+            # Kept before the model sees it: after a crash this call never runs again.
+            await self._journal.settled(call, outcome)
         if self._on_event is not None:
             result = outcome.result
             self._on_event(StreamToolResult(call.id, call.name, result.output, result.is_error))

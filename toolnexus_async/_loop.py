@@ -203,6 +203,35 @@ class RunLoop:
         loop._expect = _Expect.TOOLS
         return loop
 
+    @classmethod
+    def restore(cls, state: RunResult, *, max_turns: int = 10) -> RunLoop:
+        """A loop that goes on from ``state`` (a :meth:`snapshot`) with no turn in
+        progress: its next action is the model request after ``state.messages``."""
+        loop = cls(None, max_turns=max_turns, run_id=state.run_id, style=state.style)
+        loop.messages = list(state.messages)
+        loop.turns = state.turns
+        loop.usage = state.usage
+        loop.model = state.model
+        loop.records = list(state.tool_calls)
+        return loop
+
+    def snapshot(self) -> RunResult:
+        """The run as it stands (``status == "incomplete"``, ``limit == "running"``): its
+        transcript through the current turn, its counters and the records of its calls.
+        What a durable host keeps; the loop is unchanged."""
+        return RunResult(
+            status="incomplete",
+            text="",
+            messages=tuple(self.messages),
+            tool_calls=tuple(self.records),
+            turns=self.turns,
+            usage=self.usage,
+            model=self.model,
+            limit="running",
+            run_id=self.run_id,
+            style=self.style,
+        )
+
     @property
     def records(self) -> list[ToolCallRecord]:
         """A :class:`ToolCallRecord` for every executed call so far, in order.

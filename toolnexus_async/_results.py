@@ -148,7 +148,7 @@ def _result_from_json(item: object, where: str) -> ToolResult:
     return ToolResult(output, is_error, meta or None)
 
 
-def _record_to_json(record: ToolCallRecord) -> dict[str, Any]:
+def record_to_json(record: ToolCallRecord) -> dict[str, Any]:
     out: dict[str, Any] = {
         "call": call_to_json(record.call),
         "result": _result_to_json(record.result),
@@ -161,7 +161,7 @@ def _record_to_json(record: ToolCallRecord) -> dict[str, Any]:
     return out
 
 
-def _record_from_json(item: object, where: str) -> ToolCallRecord:
+def record_from_json(item: object, where: str) -> ToolCallRecord:
     if not isinstance(item, dict):
         raise PayloadError(f"{where} must be an object")
     turn = item.get("turn")
@@ -193,7 +193,7 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
         "usage": run.usage.to_dict(),
         "limit": run.limit,
         "messages": messages_to_json(run.messages)["messages"],
-        "tool_calls": [_record_to_json(r) for r in run.tool_calls],
+        "tool_calls": [record_to_json(r) for r in run.tool_calls],
         "pending": run.pending.to_dict() if run.pending is not None else None,
         "suspended": [
             {
@@ -254,7 +254,7 @@ def run_from_dict(payload: object) -> RunResult:
     records = payload.get("tool_calls")
     if not isinstance(records, list):
         raise PayloadError("run 'tool_calls' must be a list")
-    tool_calls = tuple(_record_from_json(r, f"tool_calls[{i}]") for i, r in enumerate(records))
+    tool_calls = tuple(record_from_json(r, f"tool_calls[{i}]") for i, r in enumerate(records))
     raw_suspended = payload.get("suspended")
     if not isinstance(raw_suspended, list):
         raise PayloadError("run 'suspended' must be a list")

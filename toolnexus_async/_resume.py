@@ -33,11 +33,13 @@ __all__ = ("ResumePlan", "Resuming", "plan_from_transcript", "plan_resume")
 
 @attrs.frozen
 class ResumePlan:
-    """The halted turn, the answer for each answered call (by call id), and kept results."""
+    """The halted turn, the answer for each answered call (by call id), kept results, and
+    the calls that wait for their unanswered request again (a durable resume)."""
 
     turn: HaltedTurn
     answers: dict[str, tuple[Request, Answer]]
     kept: dict[str, ToolResult] = attrs.field(factory=dict)
+    waiting: dict[str, Request] = attrs.field(factory=dict)
 
 
 def plan_resume(halted: RunResult, answers: Answer | Iterable[Answer]) -> ResumePlan:

@@ -28,6 +28,7 @@ from ._config import Limits
 from ._errors import ModelError, RunTimeoutError, TransportError
 from ._executor import Executor
 from ._hooks import BeforeLlm, Hooks, LlmCall, call_hook
+from ._journal import Journal
 from ._loop import CallModel, RunLoop, RunTools
 from ._messages import Message, ModelReply
 from ._metric_events import Reporter
@@ -107,16 +108,20 @@ class Runner:
         resume: ResumePlan | None = None,
         sink: Sink | None = None,
         on_tools_done: Callable[[RunResult], Any] | None = None,
+        journal: Journal | None = None,
     ) -> Awaitable[RunResult]:
         """Run ``loop`` to its end (continuing a halted turn first when ``resume`` is given).
 
         With ``sink``, the model's replies are streamed and every step is reported to it.
-        Not a coroutine itself: it hands back the driving coroutine, one frame fewer for
-        each of the many runs that may be parked at once.
+        With ``journal`` (a durable run), each step is kept before the run goes on (see
+        ``_journal``). Not a coroutine itself: it hands back the driving coroutine, one
+        frame fewer for each of the many runs that may be parked at once.
         """
         if self.timeout is None:
-            return self._drive(loop, toolkit, None, resume, sink, on_tools_done)
-        return self._drive_limited(loop, toolkit, resume, sink, on_tools_done, self.timeout)
+            return self._drive(loop, toolkit, None, resume, sink, on_tools_done, journal)
+        return self._drive_limited(
+            loop, toolkit, resume, sink, on_tools_done, self.timeout, journal
+        )
 
     async def _drive_limited(
         self,
@@ -126,10 +131,11 @@ class Runner:
         sink: Sink | None,
         on_tools_done: Callable[[RunResult], Any] | None,
         limit: float,
+        journal: Journal | None,
     ) -> RunResult:
         with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
             budget = None if self.count_wait_in_timeout else _Budget(scope)
-            return await self._drive(loop, toolkit, budget, resume, sink, on_tools_done)
+            return await self._drive(loop, toolkit, budget, resume, sink, on_tools_done, journal)
         # Only reached when the scope cancelled the run.
         raise RunTimeoutError(f"the run took longer than its timeout of {limit} s")
 
@@ -141,6 +147,7 @@ class Runner:
         resume: ResumePlan | None,
         sink: Sink | None,
         on_tools_done: Callable[[RunResult], Any] | None = None,
+        journal: Journal | None = None,
     ) -> RunResult:
         # One frame for the whole run: it is what a parked run holds while it waits.
         started = time.perf_counter()
@@ -151,8 +158,10 @@ class Runner:
         try:
             if resume is not None:
                 log.debug("%s: resuming with %d answer(s)", run_id, len(resume.answers))
-                executor = self._executor(toolkit, run_id, budget, sink)
-                outcomes = await executor.resume(resume.turn, resume.answers, resume.kept)
+                executor = self._executor(toolkit, run_id, budget, sink, journal, loop.turns)
+                outcomes = await executor.resume(
+                    resume.turn, resume.answers, resume.kept, resume.waiting
+                )
                 del executor
                 loop.tools_finished(outcomes)
                 if on_tools_done is not None and isinstance(loop.next_action(), CallModel):
@@ -197,6 +206,9 @@ class Runner:
                         exc.run = loop.interrupted()
                         raise
                     loop.model_replied(reply)
+                    if journal is not None and reply.message.tool_calls:
+                        # The turn is kept before any of its calls runs.
+                        await journal.turn(loop)
                     if sink is not None:
                         sink(StreamUsage(reply.usage))
                         for call in reply.message.tool_calls:
@@ -204,13 +216,13 @@ class Runner:
                     # Not held while the tools run (and maybe park for hours).
                     del reply, messages
                 elif isinstance(action, RunTools):
-                    calls = action.calls
+                    calls, turn = action.calls, action.turn
                     del action  # not held while the tools run (and maybe park for hours)
                     if debug:
                         log.debug("%s: running %d tool call(s)", run_id, len(calls))
                     # One executor per turn of tool calls: it is not held while the model
                     # is asked, so a run in flight holds one object fewer.
-                    executor = self._executor(toolkit, run_id, budget, sink)
+                    executor = self._executor(toolkit, run_id, budget, sink, journal, turn)
                     if len(calls) == 1:
                         # The common turn, awaited here: one coroutine fewer while parked.
                         loop.tools_finished([await executor.run_one(calls[0])])
@@ -219,6 +231,8 @@ class Runner:
                     del executor
                 else:
                     result = action.result
+                    if journal is not None:
+                        await journal.finished(result)
                     status = result.status
                     break
         finally:
@@ -228,7 +242,13 @@ class Runner:
         return result
 
     def _executor(
-        self, toolkit: Toolkit, run_id: str, budget: _Budget | None, sink: Sink | None
+        self,
+        toolkit: Toolkit,
+        run_id: str,
+        budget: _Budget | None,
+        sink: Sink | None,
+        journal: Journal | None = None,
+        turn: int | None = None,
     ) -> Executor:
         return Executor(
             toolkit,
@@ -238,6 +258,8 @@ class Runner:
             budget=budget,
             on_tool=self._on_tool,
             on_event=sink,
+            journal=journal,
+            turn=turn,
         )
 
     def _report_reply(self, reply: ModelReply, started: float) -> None:

@@ -26,7 +26,9 @@ The rules, each pinned by a test:
    model gets ``"unresolved: <prompt>"`` and nobody is asked again.
 3. A refusal gets ``"declined/expired: <prompt>"``; the model decides what next.
 4. A suspension without a resolver halts the run on it (the loop halts on the first in
-   call order); so does one whose resolver gave up waiting (``HaltRun``).
+   call order); so does one whose resolver gave up waiting (``HaltRun``). A call resumed
+   while its request is still unanswered waits for that same request again, without
+   running again: nobody is asked twice.
 5. Expiry: a request whose ``expires_at`` has passed is answered as expired without
    asking or halting; a resolver that does not enforce ``expires_at`` itself is given the
    seconds left as a time limit, whose passing is an expired answer; and an ok answer that
@@ -85,14 +87,16 @@ class Ask:
     """Ask the resolver for an answer to ``request``; give up after ``timeout`` seconds
     (``None``: the resolver enforces ``expires_at`` itself, or there is none).
 
-    The request is outstanding from now on: announce it before asking.
+    The request is outstanding from now on: announce it before asking, unless ``again``
+    (it was raised, and announced, before a halt; the call waits for it once more).
     """
 
-    __slots__ = ("request", "timeout")
+    __slots__ = ("again", "request", "timeout")
 
-    def __init__(self, request: Request, timeout: float | None) -> None:
+    def __init__(self, request: Request, timeout: float | None, *, again: bool = False) -> None:
         self.request = request
         self.timeout = timeout
+        self.again = again
 
 
 class Settle:
@@ -205,6 +209,22 @@ class CallRule:
         self._by_gate = is_gate(request)
         self._state = _State.ASKING
         return self.answered(answer)
+
+    def waiting(self, request: Request) -> Action:
+        """Start from ``request``, which this call raised before a halt and nobody has
+        answered yet: wait for it again, without running the call (it asked already)."""
+        self._expect(_State.START)
+        self._request = request
+        self._by_gate = is_gate(request)
+        now = self._clock()
+        if request.expired(now):
+            return self._settle(CallOutcome(declined(request), request, False))
+        if not self._can_ask:
+            self._state = _State.OVER
+            # Announced when it was first raised: the run halts on it again, quietly.
+            return Halt(CallOutcome(ToolResult.pending(request), request), announce=False)
+        self._state = _State.ASKING
+        return Ask(request, None if self._enforces else request.seconds_left(now), again=True)
 
     def executed(self, result: ToolResult, *, by_gate: bool = False) -> Action:
         """What the :class:`Execute` gave; ``by_gate``: a ``before_tool`` hook returned it."""

@@ -10,6 +10,7 @@ this package can be answered by a host written against another port.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Mapping
@@ -366,6 +367,8 @@ class ToolContext:
         request: on that retry, the request ``answer`` answers (what the tool asked, its
             ``data`` included), so a tool can check that what was approved is what it is
             about to do.
+        turn: the number of the model request that asked for the call (1 for the first).
+        idempotency_key: see the property.
     """
 
     answer: Answer | None = None
@@ -373,6 +376,22 @@ class ToolContext:
     run_id: str | None = None
     tool_name: str | None = None
     request: Request | None = None
+    turn: int | None = None
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """A key for this tool call that is the same every time the call is executed (its
+        retry after an answer, a resume in another process, a re-run after a crash) and
+        different for any other call: pass it to an API that deduplicates (a payment API's
+        ``Idempotency-Key``) so that a call run twice acts once. ``None`` outside a run.
+
+        >>> ToolContext(call_id="c1", run_id="run_1", turn=1).idempotency_key
+        'tnx-c67cf1c53949228854d176dfe24d38dc'
+        """
+        if self.run_id is None or self.call_id is None or self.turn is None:
+            return None
+        digest = hashlib.sha256(f"{self.run_id}\0{self.turn}\0{self.call_id}".encode())
+        return "tnx-" + digest.hexdigest()[:32]
 
     def __attrs_post_init__(self) -> None:
         # Built for every tool call: the usual shape is checked in one expression, and
@@ -384,6 +403,7 @@ class ToolContext:
             and (self.call_id is None or type(self.call_id) is str)
             and (self.run_id is None or type(self.run_id) is str)
             and (self.tool_name is None or type(self.tool_name) is str)
+            and (self.turn is None or type(self.turn) is int)
         ):
             return
         if answer is not None and not isinstance(answer, Answer):
@@ -392,6 +412,9 @@ class ToolContext:
             raise _wrong_type("ToolContext", "request", "a Request or None", request)
         for name in ("call_id", "run_id", "tool_name"):
             _check_optional("ToolContext", name, getattr(self, name), str, "a str")
+        turn = self.turn
+        if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int)):
+            raise _wrong_type("ToolContext", "turn", "an int or None", turn)
 
 
 @runtime_checkable

@@ -1,15 +1,36 @@
-"""Durable halted runs: stores that outlive the process, and resuming from them.
+"""Durable runs: a journal in a store that outlives the process, and going on from it.
 
-A run that halts (``status == "pending"``) is saved with :meth:`RunStore.save`; whoever
-receives the answer, in this process or another, calls :func:`resume_stored`, which claims
-the run so that only one resume can proceed, resumes it and saves it again if it halts
-again. A :class:`DurableHost` does both for every run it drives, parked or stored.
-:class:`SqliteRunStore` keeps runs in one SQLite file; :class:`MemoryRunStore` is the same
-contract in memory.
+A :class:`DurableHost` keeps every run it drives in a :class:`RunStore` as it goes (each
+turn, each call's result, each request before anyone is told of it, each accepted answer),
+so that the store, not memory, is the source of truth: after a crash, a deploy or on
+another worker, the run goes on from what was kept. :func:`resume_stored` answers a stored
+run without a host. :class:`SqliteRunStore` keeps the journal in one SQLite file;
+:class:`MemoryRunStore` is the same store in memory.
 """
 
-from ._host import DurableHost, resume_stored
-from ._sqlite import SqliteRunStore
-from ._store import MemoryRunStore, RunStore
+from ._begun import BegunRun
+from ._host import DurableHost
+from ._sqlite import MemoryRunStore, SqliteRunStore
+from ._standalone import resume_stored
+from ._store import (
+    Accepted,
+    LeaseLostError,
+    RunStore,
+    RunSummary,
+    StoredRequest,
+    StoredRun,
+)
 
-__all__ = ("DurableHost", "RunStore", "MemoryRunStore", "SqliteRunStore", "resume_stored")
+__all__ = (
+    "DurableHost",
+    "BegunRun",
+    "RunStore",
+    "MemoryRunStore",
+    "SqliteRunStore",
+    "resume_stored",
+    "LeaseLostError",
+    "StoredRun",
+    "StoredRequest",
+    "Accepted",
+    "RunSummary",
+)

@@ -1,30 +1,29 @@
-"""The durable host: runs that outlive their wait, answered in one place, wherever they wait.
+"""The durable host: the store is the source of truth; memory is a cache over it.
 
 Rules of this module:
 
-- :class:`DurableHost` owns the three things a run needs to go on later (the client, the
-  toolkit, the store) and nothing below it holds them: the :class:`~toolnexus_async.Inbox`
-  only parks, the client only runs.
-- Every run the host drives that halts (``status == "pending"``: nobody could answer, or
-  its inbox gave up waiting) is saved in the store before its caller gets it back.
-- One call answers every request the host knows: :meth:`DurableHost.answer` wakes a run
-  parked in memory, or claims a stored run (so no other resume can run it too) and resumes
-  it in the host's task group. An answer that arrives while its halted run is still being
-  saved is kept, and the run resumes once the save is done.
-- A stored run is never lost by resuming it, and no tool of it runs twice: it is claimed,
-  resumed, and then finished, saved again because it halted again, or, when the resume
-  fails before its tools ran, put back exactly as it was claimed. A failure after the
-  tools ran (a model error, a timeout, a cancellation) is not put back, since the old
-  state would run those tools again; a model error carries the run's state
-  (``error.run``) to continue from. :func:`resume_stored` is the same, for one answer,
-  without a host.
+- :class:`DurableHost` owns what a run needs to go on later (the client, the toolkit, the
+  store); the :class:`~toolnexus_async.Inbox` only parks, the client only runs.
+- **Write before tell.** A run the host drives keeps a journal (``_journal``): it is written
+  when it starts, when the model asks for tools, as each call settles, when a request is
+  raised (before anyone is told of it), and when it ends or halts.
+- **An answer is durable before it is acknowledged.** :meth:`DurableHost.answer` returns
+  only after the store took the answer as the one answer of its request. Then the run parked
+  here wakes; a run held by another live worker is woken by that worker (it polls the store
+  for answers to its runs); a run nobody holds is claimed and resumed here.
+- **Resuming is a lease.** The host holds each run it drives until a deadline it renews in
+  the background; if the process dies the lease runs out and any host on the store (a
+  restart, another worker) finds the run and goes on with what was kept, answers included.
+  The same background sweep resumes runs whose requests expired while nobody held them.
+- A run that raises is recorded as failed and not resumed by itself; a run cancelled while
+  the host shuts down is let go, so that the next host goes on with it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -32,40 +31,41 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._client import LlmClient
-from .._errors import AlreadyAnsweredError, ModelError, StoreError, UnknownRequestError, UsageError
+from .._errors import StoreError, UnknownRequestError, UsageError
 from .._hooks import call_hook
-from .._ids import new_run_id
+from .._loop import RunLoop
 from .._messages import Message
 from .._results import RunResult
+from .._resume import ResumePlan
 from .._streaming import RunStream, Sink
 from .._toolkit import Toolkit
 from .._types import Answer, Request
 from ..suspend import Inbox
-from ._store import RunStore, outstanding_ids
+from ._begun import BegunRun
+from ._journal import RunJournal, plan_of, worker_name
+from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun
 
-__all__ = ("DurableHost", "resume_stored")
+__all__ = ("DurableHost",)
 
 log = logging.getLogger("toolnexus_async.durable")
 
 OnResult = Callable[[RunResult], Any]
 
-# How many halted-but-not-yet-saved requests are remembered (bounded memory if a run the
-# host drives halts and is never handed back, e.g. it was cancelled meanwhile).
-_REMEMBER = 100_000
+# Stored runs claimed per sweep; the rest wait for the next sweep.
+_SWEEP_BATCH = 100
 
 
 class DurableHost:
-    """A client, a toolkit and a store: runs that halt are kept, and any answer resumes them.
+    """A client, a toolkit and a store: every run is kept, and any answer resumes it.
 
     The client's ``wait_for`` decides how long a run waits in memory: an
     :class:`~toolnexus_async.Inbox` parks it (with ``park_timeout``, only that long), no
-    ``wait_for`` halts it at once; either way a halted run is saved and its answer, given
-    to :meth:`answer`, resumes it here, in this process or in a new one after a restart::
+    ``wait_for`` halts it at once; either way the store has the run, and its answer, given
+    to :meth:`answer` here or on any host on the same store, resumes it::
 
-        inbox = Inbox(park_timeout=300)
         async with (
             SqliteRunStore("runs.db") as store,
-            LlmClient(..., wait_for=inbox) as client,
+            LlmClient(..., wait_for=Inbox(park_timeout=300)) as client,
             DurableHost(client, toolkit, store, on_result=tell_the_user) as host,
         ):
             result = await host.run("refund order S-1")
@@ -75,10 +75,18 @@ class DurableHost:
     Args:
         client: runs the prompts; closed by its owner, not by the host.
         toolkit: the tools of every run; closed by its owner.
-        store: where halted runs are kept; opened and closed by its owner.
+        store: the journal of every run; opened and closed by its owner.
         on_result: ``(result) -> None``, sync or async: the result of every run the host
-            resumed from the store (whoever called :meth:`run` got the halted result
-            already). A resume that fails after its tools ran hands over ``error.run``.
+            resumed from the store (whoever called :meth:`run` got its result already).
+        on_error: ``(run_id, error) -> None``, sync or async: a run the host resumed
+            raised ``error`` (it is recorded as failed in the store).
+        lease: seconds a run is held by this host without a renewal; another host takes
+            it over once this long has passed since this one was last heard of.
+        sweep: seconds between looks for runs that can go on (a dead worker's, an expired
+            request's).
+        poll: seconds between looks for answers another worker accepted for runs parked
+            here.
+        worker: this host's name in the store (default: host name, process id, random).
     """
 
     def __init__(
@@ -88,30 +96,46 @@ class DurableHost:
         store: RunStore,
         *,
         on_result: OnResult | None = None,
+        on_error: Callable[[str, BaseException], Any] | None = None,
+        lease: float = 30.0,
+        sweep: float = 1.0,
+        poll: float = 0.5,
+        worker: str | None = None,
     ) -> None:
+        for name, value in (("lease", lease), ("sweep", sweep), ("poll", poll)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise UsageError(f"{name} must be > 0 seconds, got {value!r}")
         self.client = client
         self.toolkit = toolkit
         self.store = store
+        self.worker = worker or worker_name()
         self._on_result = on_result
+        self._on_error = on_error
+        self._lease = float(lease)
+        self._sweep = float(sweep)
+        self._poll = float(poll)
         inbox = client.wait_for
         self.inbox: Inbox | None = inbox if isinstance(inbox, Inbox) else None
-        if self.inbox is not None:
-            self.inbox._listen_for_halts(self._halting)
         self._tg: TaskGroup | None = None
-        self._driving: set[str] = set()  # ids of the runs this host is driving now
-        # Requests whose run halted and is being saved: an answer meanwhile waits here.
-        self._saving: OrderedDict[str, Answer | None] = OrderedDict()
+        self._background: anyio.CancelScope | None = None
+        self._driving: set[str] = set()  # ids of the runs this host drives now
+        self._idle = anyio.Event()  # set whenever no run is driven here
+        self._idle.set()
+        self._closing = False
 
     def __repr__(self) -> str:
-        return f"<DurableHost store={self.store!r} runs={len(self._driving)}>"
+        return f"<DurableHost worker={self.worker!r} runs={len(self._driving)}>"
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         if self._tg is not None:
             raise UsageError("this DurableHost is already open")
+        self._closing = False
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self._background = anyio.CancelScope()
+        self._tg.start_soon(self._keep_up, name=f"durable host {self.worker}")
         return self
 
     async def __aexit__(
@@ -120,34 +144,110 @@ class DurableHost:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        """Waits for the resumes still running (cancel them by cancelling the host's scope)."""
-        tg, self._tg = self._tg, None
+        """Stops the background work, then waits for the resumes still running."""
+        tg = self._tg
         assert tg is not None
+        self._closing = True
+        if self._background is not None:
+            self._background.cancel()
         try:
             return await tg.__aexit__(exc_type, exc, tb)
         finally:
-            if self.inbox is not None:
-                self.inbox._listen_for_halts(None)
+            self._tg = None
+
+    def shutdown(self) -> int:
+        """Start closing: parked runs halt now (the store has them), and a run cancelled
+        from now on is let go for the next host. Returns how many parked runs halted."""
+        self._closing = True
+        return self.inbox.halt_all() if self.inbox is not None else 0
+
+    async def _keep_up(self) -> None:
+        """Renew leases, sweep for runs that can go on, hand over answers: in the background."""
+        assert self._background is not None
+        with self._background:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._every, self._lease / 3, self._renew)
+                tg.start_soon(self._every, self._sweep, self._sweep_once)
+                if self.inbox is not None:
+                    tg.start_soon(self._every, self._poll, self._deliver)
+
+    async def _every(self, seconds: float, job: Callable[[], Any]) -> None:
+        while True:
+            try:
+                await job()
+            except Exception:
+                log.exception("durable host %s: background job failed; retrying", self.worker)
+            await anyio.sleep(seconds)
+
+    async def _renew(self) -> None:
+        await self.store.renew(self.worker, time.time() + self._lease)
+
+    async def _sweep_once(self) -> None:
+        now = time.time()
+        for run_id in await self.store.ready(now, _SWEEP_BATCH):
+            if self._closing:
+                return
+            if run_id in self._driving:
+                continue
+            stored = await self.store.claim(run_id, self.worker, now + self._lease, now)
+            if stored is not None:
+                await self._adopt(stored)
+
+    async def _adopt(self, stored: StoredRun) -> None:
+        """Resume a run claimed here, unless the host began closing meanwhile: then let
+        the next host have it."""
+        if self._closing:
+            with anyio.CancelScope(shield=True):
+                await self.store.release(stored.run_id, self.worker)
+        else:
+            self._start(stored)
+
+    async def _deliver(self) -> None:
+        """Answers other workers accepted for runs parked here: wake them."""
+        inbox = self.inbox
+        assert inbox is not None
+        handed: list[str] = []
+        for _run_id, answer in await self.store.deliveries(self.worker):
+            if inbox.get(answer.id) is None:
+                continue  # not parked (yet): next time
+            try:
+                inbox.answer(answer)
+            except UsageError:
+                continue
+            except Exception:  # answered or expired here meanwhile: nothing to hand over
+                pass
+            handed.append(answer.id)
+        if handed:
+            await self.store.delivered(handed)
 
     # -- running -----------------------------------------------------------------------------
 
-    async def run(
+    def _check_open(self) -> None:
+        if self._tg is None or self._closing:
+            raise UsageError(
+                "this DurableHost is not open (use it inside `async with host:`) or is "
+                "shutting down"
+            )
+
+    def run(
         self,
         prompt: str | None,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
-        """:meth:`LlmClient.run` with the host's toolkit; a halted result is saved first."""
-        run_id = run_id or new_run_id()
-        self._driving.add(run_id)
-        try:
-            result = await self.client.run(prompt, self.toolkit, history, run_id=run_id)
-            if result.status == "pending":
-                await self.keep(result)
-            return result
-        finally:
-            self._driving.discard(run_id)
+    ) -> Awaitable[RunResult]:
+        """:meth:`LlmClient.run` with the host's toolkit, every step kept in the store:
+        ``result = await host.run(prompt)``.
+
+        The run is written to the store when the model first asks for tools (a run that
+        asks for none is written when it ends); use :meth:`begin` to have it written
+        before anything else happens.
+        """
+        # Not a coroutine: no frame of its own for a run to hold while it is parked.
+        self._check_open()
+        loop = self.client._new_loop("run", prompt, history, run_id)
+        journal = RunJournal(self.store, loop.run_id, self.worker, lease=self._lease)
+        return self._drive(loop, journal)
 
     def stream(
         self,
@@ -156,200 +256,186 @@ class DurableHost:
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
     ) -> RunStream:
-        """:meth:`LlmClient.stream` with the host's toolkit; a halted run is saved before
-        its ``done`` event."""
-        run_id = run_id or new_run_id()
-        inner = self.client.stream(prompt, self.toolkit, history, run_id=run_id)
+        """:meth:`LlmClient.stream` with the host's toolkit, every step kept in the store
+        (the run is written before its first event)."""
+        self._check_open()
+        loop = self.client._new_loop("stream", prompt, history, run_id)
+        journal = RunJournal(self.store, loop.run_id, self.worker)
 
         async def start(sink: Sink) -> RunResult:
-            self._driving.add(run_id)
-            try:
-                result = await inner._start(sink)
-                if result.status == "pending":
-                    await self.keep(result)
-                return result
-            finally:
-                self._driving.discard(run_id)
+            await journal.start(loop.snapshot(), self._lease)
+            return await self._drive(loop, journal, sink=sink)
 
         return RunStream(start)
 
+    async def begin(
+        self,
+        prompt: str | None,
+        *,
+        history: Sequence[Message] | None = None,
+        run_id: str | None = None,
+    ) -> BegunRun:
+        """Keep a new run in the store, held by this host, before anyone is told of it
+        (a web handler acknowledges it once this returns); then run it with
+        :meth:`BegunRun.run` or :meth:`BegunRun.stream`. If nothing runs it (the process
+        dies first), the next host goes on with it once its lease runs out."""
+        self._check_open()
+        loop = self.client._new_loop("begin", prompt, history, run_id)
+        journal = RunJournal(self.store, loop.run_id, self.worker)
+        await journal.start(loop.snapshot(), self._lease)
+        return BegunRun(self, loop, journal)
+
+    async def _drive(
+        self,
+        loop: RunLoop,
+        journal: RunJournal,
+        plan: ResumePlan | None = None,
+        sink: Sink | None = None,
+    ) -> RunResult:
+        run_id = journal.run_id
+        self._driving.add(run_id)
+        if self._idle.is_set():
+            self._idle = anyio.Event()
+        try:
+            return await self.client._execute(loop, self.toolkit, plan, sink=sink, journal=journal)
+        except LeaseLostError:
+            log.warning("run %s was taken over by another worker; stopped here", run_id)
+            raise
+        except Exception as exc:
+            with anyio.CancelScope(shield=True):
+                await self._record_failure(loop, journal, exc)
+            raise
+        except BaseException:
+            # Cancelled: at shutdown, let the next host go on with it; otherwise the caller
+            # gave up on it, and it ends here.
+            with anyio.CancelScope(shield=True):
+                if self._closing:
+                    await journal.release()
+                else:
+                    await self._record_failure(loop, journal, None)
+            raise
+        finally:
+            self._driving.discard(run_id)
+            if not self._driving:
+                self._idle.set()
+
+    async def settle(self, patience: float) -> None:
+        """Wait until no run is driven here, or none ended for ``patience`` seconds (a
+        graceful shutdown: runs halted by :meth:`shutdown` end quickly, each kept)."""
+        left = len(self._driving)
+        quiet_since = anyio.current_time()
+        while self._driving:
+            with anyio.move_on_after(min(1.0, patience)):
+                await self._idle.wait()
+            now = anyio.current_time()
+            if len(self._driving) < left:
+                left, quiet_since = len(self._driving), now
+            elif now - quiet_since >= patience:
+                log.warning("shutting down with %d run(s) still busy; they are let go", left)
+                return
+
+    async def _record_failure(
+        self, loop: RunLoop, journal: RunJournal, exc: BaseException | None
+    ) -> None:
+        message = "cancelled" if exc is None else f"{type(exc).__name__}: {exc}"
+        try:
+            await journal.failed(loop, message)
+        except LeaseLostError:
+            pass
+        except Exception:
+            log.exception("run %s failed and its failure could not be recorded", loop.run_id)
+
     async def keep(self, run: RunResult) -> None:
-        """Save a halted run so that :meth:`answer` resumes it (the host's runs are saved
-        for you; this is for one halted elsewhere, e.g. by ``client.run``).
+        """Keep a run that halted elsewhere (a plain ``client.run``), so that :meth:`answer`
+        resumes it.
 
         Raises:
             UsageError: ``run`` is not halted; see :meth:`RunStore.save`.
         """
         await self.store.save(run)
-        early = [a for i in outstanding_ids(run) if (a := self._saving.pop(i, None)) is not None]
-        if early:
-            # Answered while being saved: it goes on now, as if the answer came just after.
-            self._start(await self.store.claim(early[0].id), early)
-
-    def _halting(self, request: Request, run_id: str | None) -> None:
-        """The inbox made a run halt on ``request``: it will be saved in a moment."""
-        if run_id is None or run_id not in self._driving:
-            return  # not one of ours: whoever runs it gets it back halted
-        self._saving[request.id] = None
-        while len(self._saving) > _REMEMBER:
-            self._saving.popitem(last=False)
 
     # -- answering ---------------------------------------------------------------------------
 
     async def answer(self, answer: Answer) -> None:
-        """Wake the run that waits for ``answer.id``, in memory or in the store.
-
-        A stored run is claimed here and resumed in the host's task group (inside
-        ``async with host:``); its result goes to ``on_result``.
+        """Take ``answer`` as the one answer of its request (durably), then wake its run.
 
         Raises:
-            UnknownRequestError: no run waits for that id, parked or stored.
-            AlreadyAnsweredError, RequestExpiredError: the parked request was answered or expired.
-            AlreadyResumedError: the stored run was claimed by another resume first.
-            StoreError: the stored run cannot be read (it stays in the store).
-            UsageError: a stored run, but the host is not open.
+            UnknownRequestError: no run ever waited for that id.
+            AlreadyAnsweredError: the request was answered before, by anyone.
+            RequestExpiredError: its ``expires_at`` passed before this answer.
+            AlreadyResumedError: the run went on without it (it is closed).
+            StoreError: the store failed to take the answer; nothing was taken. (If it
+                takes the answer but cannot read the run back, the answer is kept and the
+                run goes on once the store can: a later sweep resumes it.)
+            UsageError: not an :class:`Answer`.
         """
         if not isinstance(answer, Answer):
             raise UsageError(f"answer() takes an Answer, got {type(answer).__name__}")
+        if self._tg is None or self._closing:
+            # Checked before anything is taken: an answer the host could not act on must
+            # not be acknowledged.
+            raise UsageError(
+                f"answering request {answer.id!r} needs the host open (inside "
+                "`async with host:`, and not shutting down)"
+            )
         inbox = self.inbox
-        if inbox is not None and inbox.get(answer.id) is not None:
-            inbox.answer(answer)
-            return
-        if answer.id in self._saving:
-            if self._saving[answer.id] is not None:
-                raise AlreadyAnsweredError(answer.id, f"request {answer.id!r} was answered already")
-            self._check_open(answer.id)
-            self._saving[answer.id] = answer  # keep() resumes the run once it is saved
-            return
-        self._check_open(answer.id)
+        hot = inbox is not None and inbox.get(answer.id) is not None
+        accepted = await self.store.accept(answer, time.time(), delivered=hot)
+        if hot and inbox is not None:
+            try:
+                inbox.answer(answer)
+                return
+            except UnknownRequestError:
+                pass  # it left meanwhile (expired, halted): the store has the answer
+        now = time.time()
+        held = accepted.owner is not None and (accepted.lease_until or 0) > now
+        if held:
+            return  # its worker (this one, or another) hands it over
         try:
-            halted = await self.store.claim(answer.id)
-        except UnknownRequestError:
-            # Not stored: perhaps it was parked here and answered, or expired, already.
-            refusal = inbox._refusal(answer.id) if inbox is not None else None
-            if refusal is not None and not isinstance(refusal, UnknownRequestError):
-                raise refusal from None
-            raise
-        self._start(halted, [answer])
+            stored = await self.store.claim(accepted.run_id, self.worker, now + self._lease, now)
+        except StoreError as exc:
+            # The answer is kept (taken above); the sweep goes on with the run once the
+            # store can read it back.
+            log.warning("run %s cannot be resumed now: %s", accepted.run_id, exc)
+            return
+        if stored is not None:
+            self._start(stored)
 
     async def requests(self) -> list[Request]:
-        """Every outstanding request: parked in memory first (in arrival order), then
-        stored (oldest save first)."""
-        parked = self.inbox.pending() if self.inbox is not None else []
-        seen = {r.id for r in parked}
-        return parked + [r for r in await self.store.requests() if r.id not in seen]
+        """Every outstanding request, as the store has them (oldest first)."""
+        return await self.store.requests()
 
-    def _check_open(self, request_id: str) -> None:
-        if self._tg is None:
-            raise UsageError(
-                f"request {request_id!r} belongs to a stored run; it resumes inside "
-                "`async with host:`, which is not open"
-            )
+    async def outstanding(self) -> list[StoredRequest]:
+        """Every outstanding request with its run and call, as the store has them."""
+        return await self.store.outstanding()
 
-    def _start(self, halted: RunResult, answers: list[Answer]) -> None:
+    def _start(self, stored: StoredRun) -> None:
+        if self._idle.is_set():
+            self._idle = anyio.Event()
         tg = self._tg
-        assert tg is not None
-        self._driving.add(halted.run_id)
-        tg.start_soon(self._resume, halted, answers, name=f"resume {halted.run_id}")
-
-    async def _resume(self, halted: RunResult, answers: list[Answer]) -> None:
-        try:
-            result = await _resume_claimed(
-                self.client,
-                self.store,
-                halted,
-                answers,
-                self.toolkit,
-                keep=self.keep,
-                state_after_tools=True,
+        if tg is None:
+            raise UsageError(
+                f"run {stored.run_id!r} must resume inside `async with host:`, which is not "
+                "open; it stays in the store"
             )
-        except Exception:
-            log.exception("resuming stored run %s failed; it was stored again", halted.run_id)
+        self._driving.add(stored.run_id)
+        tg.start_soon(self._resume, stored, name=f"resume {stored.run_id}")
+
+    async def _resume(self, stored: StoredRun) -> None:
+        loop, plan = plan_of(stored, max_turns=self.client.max_turns)
+        journal = RunJournal(self.store, stored.run_id, self.worker, stored.turn)
+        try:
+            result = await self._drive(loop, journal, plan)
+        except Exception as exc:
+            log.warning("resumed run %s failed: %r", stored.run_id, exc)
+            if self._on_error is not None:
+                try:
+                    await call_hook(self._on_error, stored.run_id, exc)
+                except Exception:
+                    log.exception("on_error raised for run %s", stored.run_id)
             return
-        finally:
-            self._driving.discard(halted.run_id)
         if self._on_result is not None:
             try:
                 await call_hook(self._on_result, result)
             except Exception:
                 log.exception("on_result raised for run %s", result.run_id)
-
-
-async def resume_stored(
-    client: LlmClient,
-    toolkit: Toolkit,
-    store: RunStore,
-    answers: Answer | Iterable[Answer],
-) -> RunResult:
-    """Claim the run that the (first) answer belongs to, resume it, and store what remains.
-
-    The run is claimed by the first answer's id; every answer must belong to that run
-    (see :meth:`LlmClient.resume`). A result that halts again is saved under its new
-    request ids, so it can be resumed the same way. A :class:`DurableHost` does this for
-    every answer it is given.
-
-    Raises:
-        UnknownRequestError: no stored run waits for the first answer's id.
-        AlreadyResumedError: another resume claimed it first; nothing was executed here.
-        StoreError: the stored run cannot be read (it stays in the store), or a failed
-            resume could not put it back (the message names the run).
-        ModelError, RunTimeoutError, ...: the resume failed after the halted turn's tools ran
-            (the model failed, the run timed out or was cancelled). The run is not put back:
-            its answered calls ran and must not run again. A ``ModelError``'s ``.run``
-            holds the state to continue from with ``client.run(None, toolkit,
-            history=error.run.messages)``.
-        AnswerMismatchError, ...: the resume failed before any tool ran; the claimed run was
-            put back first, so it can be resumed again.
-    """
-    given = [answers] if isinstance(answers, Answer) else list(answers)
-    if not given:
-        raise UsageError("resume_stored needs at least one answer")
-    halted = await store.claim(given[0].id)
-    return await _resume_claimed(client, store, halted, given, toolkit, keep=store.save)
-
-
-async def _resume_claimed(
-    client: LlmClient,
-    store: RunStore,
-    halted: RunResult,
-    answers: list[Answer],
-    toolkit: Toolkit,
-    *,
-    keep: Callable[[RunResult], Any],
-    state_after_tools: bool = False,
-) -> RunResult:
-    """Resume a run claimed from ``store``; put it back if it fails before its tools ran.
-
-    ``keep`` saves a result that halted again. A failure after the tools ran is raised, or
-    with ``state_after_tools`` (an exception, not a cancellation) logged and answered with
-    the state to continue from (``error.run`` of a model error).
-    """
-    ran: list[RunResult] = []
-    try:
-        result = await client.resume(halted, toolkit, answers, on_tools_done=ran.append)
-    except BaseException as exc:
-        if ran:
-            # The answered calls ran: putting the old state back would run them again (a
-            # payment twice). The request is consumed.
-            log.warning(
-                "run %s failed after its tools ran (%s); not stored again",
-                halted.run_id,
-                type(exc).__name__,
-            )
-            if not state_after_tools or not isinstance(exc, Exception):
-                raise
-            return exc.run if isinstance(exc, ModelError) and exc.run is not None else ran[-1]
-        # Shielded so that a cancelled resume still returns its run to the store.
-        with anyio.CancelScope(shield=True):
-            try:
-                await store.save(halted)
-            except Exception as put_back:
-                log.error("run %s was claimed but could not be put back", halted.run_id)
-                raise StoreError(
-                    f"run {halted.run_id!r} could not be put back after its resume failed"
-                    f" ({type(exc).__name__}: {exc}): {put_back}"
-                ) from exc
-        raise
-    if result.status == "pending":
-        await call_hook(keep, result)
-    return result

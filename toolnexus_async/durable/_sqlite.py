@@ -1,194 +1,396 @@
-"""``SqliteRunStore``: halted runs in one SQLite file, shared safely between processes.
+"""``SqliteRunStore``: the run journal in one SQLite file, shared safely between processes.
 
 Rules of this module:
 
-- One file, WAL journal, three tables: ``runs`` (run id, save order, time, JSON text),
-  ``requests`` (request id -> run id) and ``claimed`` (tombstones of resumed request ids,
-  bounded). The file is stamped with an application id and a schema version; a file that is
-  not ours, or is from a newer release, is refused with :class:`StoreError` and never
-  written to.
-- Every change is one ``BEGIN IMMEDIATE`` transaction, which takes SQLite's write lock up
-  front: two processes (or two tasks) claiming the same request are serialised by SQLite,
-  so exactly one gets the run and the other sees the tombstone.
-- The connection is :class:`~toolnexus_async._sqlite_file.SqliteFile`'s, and so are its
-  rules: one connection per store behind a lock, and ``sqlite3`` errors mapped to
-  :class:`StoreError` naming the file. Every transaction goes through ``_atomic``, which
-  shields it from cancel scopes: a time limit must not leave the connection inside
-  ``BEGIN``, nor lose a run that a committed claim already removed.
+- **Group commit.** Every write is queued; the first writer to find no transaction in
+  flight commits the queue in one ``BEGIN IMMEDIATE`` transaction, then the writes queued
+  meanwhile in the next one. Under load many suspensions and answers share one commit;
+  alone, a write waits for nothing. A refused write changes nothing (``_ops`` checks
+  before it writes), so it does not undo the others. A write's caller resumes only after
+  its transaction committed: with WAL and ``synchronous=FULL`` what it wrote survives
+  ``kill -9`` of the process (and power loss); ``synchronous="NORMAL"`` keeps the first
+  and trades the second for speed.
+- ``BEGIN IMMEDIATE`` takes SQLite's write lock up front, so two processes (or two tasks)
+  answering the same request are serialised by SQLite: exactly one is accepted.
+- One ``sqlite3`` connection per store, used by one worker thread at a time (a capacity
+  limiter of one), never on the event loop. A queued write commits with its batch even if
+  its caller is cancelled meanwhile (the commit is shielded), so a time limit cannot leave
+  a batch half done. ``sqlite3`` errors become :class:`StoreError` naming the file.
+- The file is stamped with an application id and a schema version; a file of another
+  application, or of a newer release, is refused and never written to; an older one is
+  migrated in its opening transaction (``_ops.migrate``).
+- :class:`MemoryRunStore` is the same store over a private in-memory database: one
+  implementation of the contract, nothing on disk.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import sqlite3
 import time
+from collections.abc import Callable
+from typing import Any, Literal, Self, TypeVar
 
-from .._errors import AlreadyResumedError, StoreError, UnknownRequestError, UsageError
-from .._results import RunResult
-from .._sqlite_file import Conn, SqliteFile, rows
-from .._types import Request
-from ._store import DEFAULT_REMEMBER, decode_run, encode_run, outstanding_requests
+import anyio
+import anyio.to_thread
 
-__all__ = ("SqliteRunStore",)
+from .._errors import PayloadError, StoreError, ToolnexusError, UsageError
+from .._results import RunResult, ToolCallRecord, record_to_json
+from .._types import Answer, Request
+from . import _queries as queries
+from ._ops import Ops, migrate
+from ._schema import APPLICATION_ID, ENCODE, SCHEMA_VERSION, create, prompt_of, state_text
+from ._store import Accepted, RunSummary, StoredRequest, StoredRun
+
+__all__ = ("APPLICATION_ID", "MemoryRunStore", "SqliteRunStore")
 
 log = logging.getLogger("toolnexus_async.durable")
 
-# "TnxA": SQLite's header field for telling one application's files from another's.
-APPLICATION_ID = 0x546E7841
-SCHEMA_VERSION = 1
+T = TypeVar("T")
 
-_SCHEMA = (
-    """CREATE TABLE runs (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        run_id TEXT NOT NULL UNIQUE,
-        created REAL NOT NULL,
-        body TEXT NOT NULL)""",
-    """CREATE TABLE requests (
-        request_id TEXT PRIMARY KEY,
-        run_id TEXT NOT NULL)""",
-    "CREATE INDEX requests_by_run ON requests(run_id)",
-    """CREATE TABLE claimed (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        request_id TEXT NOT NULL UNIQUE,
-        run_id TEXT NOT NULL,
-        claimed REAL NOT NULL)""",
-)
+# Ended runs kept for listings and late answers; older ones are forgotten.
+DEFAULT_KEEP_FINISHED = 10_000
 
 
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
+_Queued = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
 
 
-class SqliteRunStore(SqliteFile):
+def _apply(conn: sqlite3.Connection, batch: list[_Queued], keep: int) -> list[Any]:
+    """The outcomes of the batch's writes, all committed in one transaction.
+
+    The operations check before they write (``_ops``), so a refused one has changed
+    nothing and needs no savepoint. Should one break that rule, the batch is undone and
+    each write goes again in a transaction of its own, so that its refusal undoes only
+    itself.
+    """
+    ops = Ops(conn)
+    outcomes: list[Any] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for op, args, _ in batch:
+            changes = conn.total_changes
+            try:
+                outcomes.append(op(ops, *args))
+            except ToolnexusError as refused:
+                if conn.total_changes != changes:
+                    conn.execute("ROLLBACK")
+                    log.error("a run store write changed rows before refusing: %r", refused)
+                    return [_apply_alone(conn, op, args, keep) for op, args, _ in batch]
+                outcomes.append(refused)
+        ops.finish_batch(keep)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return outcomes
+
+
+def _apply_alone(
+    conn: sqlite3.Connection, op: Callable[..., Any], args: tuple[Any, ...], keep: int
+) -> Any:
+    ops = Ops(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        outcome = op(ops, *args)
+        ops.finish_batch(keep)
+    except ToolnexusError as refused:
+        conn.execute("ROLLBACK")
+        return refused
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return outcome
+
+
+class SqliteRunStore:
     """A :class:`RunStore` in one SQLite file; the embedded default for durable hosts.
 
-    The file is opened on first use, or by ``async with``; :meth:`aclose` closes it (and
-    the connection's worker thread). Several stores, in one process or many, may share one
-    file.
+    The file is opened on first use, or by ``async with``; :meth:`aclose` closes it.
+    Several stores, in one process or many, may share one file.
 
     Args:
         path: the database file (created if missing).
         timeout: seconds to wait for another process's write lock before giving up.
-        remember: how many claimed request ids are kept as tombstones.
+        keep_finished: how many ended runs are kept (for listings, and so that a late
+            answer to one of their requests is told it came too late).
+        synchronous: ``"FULL"`` (the default: a commit survives power loss) or
+            ``"NORMAL"`` (it survives a crash of the process only; faster on slow disks).
     """
 
     _label = "run store"
-    _log = log
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
         timeout: float = 10.0,
-        remember: int = DEFAULT_REMEMBER,
+        keep_finished: int = DEFAULT_KEEP_FINISHED,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
     ) -> None:
-        if remember < 0:
-            raise UsageError(f"remember must be >= 0, got {remember}")
-        super().__init__(path, timeout=timeout)
-        self._remember = remember
+        if keep_finished < 0:
+            raise UsageError(f"keep_finished must be >= 0, got {keep_finished}")
+        if synchronous not in ("FULL", "NORMAL"):
+            raise UsageError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        self.path = os.fspath(path)
+        self._timeout = timeout
+        self._keep = keep_finished
+        self._synchronous = synchronous
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._thread = anyio.CapacityLimiter(1)
+        self._queue: list[_Queued] = []
+        self._writing = False
+        self._flushed = anyio.Event()  # set whenever no write is in flight
+        self._flushed.set()
 
     def __repr__(self) -> str:
-        return f"SqliteRunStore({self.path!r})"
+        return f"{type(self).__name__}({self.path!r})"
 
-    async def save(self, run: RunResult) -> None:
-        text, ids = encode_run(run)
+    # -- lifecycle --------------------------------------------------------------------------
 
-        async def op(conn: Conn) -> None:
-            owners = await rows(
-                conn,
-                f"SELECT request_id, run_id FROM requests WHERE request_id IN ({_marks(len(ids))})",
-                ids,
+    async def __aenter__(self) -> Self:
+        await self._run(lambda conn: None)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection; idempotent. Writes queued before are committed first."""
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self._flushed.wait()
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await anyio.to_thread.run_sync(conn.close, limiter=self._thread)
+
+    def _connect(self) -> sqlite3.Connection:
+        """Open the file, check it is ours and current (creating or migrating it), WAL."""
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
             )
-            for request_id, owner in owners:
-                if owner != run.run_id:
-                    raise UsageError(f"request {request_id!r} is already filed under run {owner!r}")
-            await conn.execute("DELETE FROM requests WHERE run_id = ?", (run.run_id,))
-            await conn.execute("DELETE FROM runs WHERE run_id = ?", (run.run_id,))
-            await conn.execute(
-                "INSERT INTO runs (run_id, created, body) VALUES (?, ?, ?)",
-                (run.run_id, time.time(), text),
-            )
-            await conn.executemany(
-                "INSERT INTO requests (request_id, run_id) VALUES (?, ?)",
-                [(request_id, run.run_id) for request_id in ids],
-            )
-            # Put back after a failed resume: those ids are outstanding again.
-            await conn.execute(f"DELETE FROM claimed WHERE request_id IN ({_marks(len(ids))})", ids)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self._label} {self.path} cannot be opened: {exc}") from exc
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._check_schema(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            if self.path != ":memory:":
+                # After the check: a foreign file must not have its journal mode changed.
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    log.warning("run store %s: WAL unavailable, journal mode %s", self.path, mode)
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"{self._label} {self.path} cannot be opened: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
-        await self._atomic(op)
-
-    async def load(self, request_id: str) -> RunResult:
-        async def op(conn: Conn) -> RunResult:
-            run_id, body = await self._find(conn, request_id)
-            return decode_run(body, run_id, request_id)
-
-        return await self._locked(op)
-
-    async def claim(self, request_id: str) -> RunResult:
-        async def op(conn: Conn) -> RunResult:
-            run_id, body = await self._find(conn, request_id)
-            # Decoded before anything is deleted: a corrupt row stays for a human to inspect.
-            run = decode_run(body, run_id, request_id)
-            ids = await rows(conn, "SELECT request_id FROM requests WHERE run_id = ?", (run_id,))
-            await conn.execute("DELETE FROM requests WHERE run_id = ?", (run_id,))
-            await conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
-            now = time.time()
-            await conn.executemany(
-                "INSERT OR REPLACE INTO claimed (request_id, run_id, claimed) VALUES (?, ?, ?)",
-                [(row[0], run_id, now) for row in ids],
-            )
-            await conn.execute(
-                "DELETE FROM claimed WHERE seq <= (SELECT MAX(seq) FROM claimed) - ?",
-                (self._remember,),
-            )
-            return run
-
-        return await self._atomic(op)
-
-    async def requests(self) -> list[Request]:
-        async def op(conn: Conn) -> list[Request]:
-            out: list[Request] = []
-            for run_id, body in await rows(conn, "SELECT run_id, body FROM runs ORDER BY seq"):
-                try:
-                    out.extend(outstanding_requests(decode_run(body, str(run_id))))
-                except StoreError as exc:
-                    log.warning("skipping a stored run in %s: %s", self.path, exc)
-            return out
-
-        return await self._locked(op)
-
-    async def _find(self, conn: Conn, request_id: str) -> tuple[str, object]:
-        found = await rows(
-            conn,
-            "SELECT runs.run_id, runs.body FROM requests JOIN runs USING (run_id)"
-            " WHERE requests.request_id = ?",
-            (request_id,),
-        )
-        if found:
-            return str(found[0][0]), found[0][1]
-        tomb = await rows(conn, "SELECT run_id FROM claimed WHERE request_id = ?", (request_id,))
-        if tomb:
-            raise AlreadyResumedError(
-                request_id, f"request {request_id!r} (run {tomb[0][0]!r}) was resumed already"
-            )
-        raise UnknownRequestError(request_id, f"no stored run waits for request {request_id!r}")
-
-    async def _check_schema(self, conn: Conn) -> None:
-        app = (await rows(conn, "PRAGMA application_id"))[0][0]
-        version = (await rows(conn, "PRAGMA user_version"))[0][0]
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
         if app == 0 and version == 0:
-            if await rows(conn, "SELECT name FROM sqlite_master LIMIT 1"):
+            if conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchone():
                 raise StoreError(f"{self.path} is a SQLite file of another application")
-            for statement in _SCHEMA:
-                await conn.execute(statement)
-            await conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            create(conn)
             return
         if app != APPLICATION_ID:
             raise StoreError(f"{self.path} is a SQLite file of another application (id {app})")
-        if version != SCHEMA_VERSION:
-            newer = "a newer release" if version > SCHEMA_VERSION else "an unknown release"
+        if version > SCHEMA_VERSION:
             raise StoreError(
-                f"run store {self.path} has schema version {version}, from {newer};"
+                f"run store {self.path} has schema version {version}, from a newer release;"
                 f" this release reads version {SCHEMA_VERSION}"
             )
+        if version < SCHEMA_VERSION:
+            migrate(conn, version, self.path)
+
+    def _open(self) -> sqlite3.Connection:
+        if self._closed:
+            raise UsageError(f"this {self._label} is closed")
+        if self._conn is None:
+            self._conn = self._connect()
+        return self._conn
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` in the store's worker thread, on an open connection."""
+
+        def job() -> T:
+            return fn(self._open())
+
+        return await anyio.to_thread.run_sync(job, limiter=self._thread)
+
+    # -- writes: group commit ----------------------------------------------------------------
+
+    async def _write(self, op: Callable[..., T | Exception], args: tuple[Any, ...]) -> T:
+        """Queue ``op(ops, *args)`` and return once the transaction it went into committed.
+
+        The caller that finds no commit in flight commits (shielded: the others wait on
+        it), in a loop until the queue is empty; every other caller only awaits its
+        future. A caller cancelled while it waits is told nothing more, and its write
+        commits with its batch all the same.
+        """
+        if self._closed:
+            raise UsageError(f"this {self._label} is closed")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((op, args, future))
+        if not self._writing:
+            self._writing = True
+            self._flushed = anyio.Event()
+            try:
+                with anyio.CancelScope(shield=True):
+                    while self._queue:
+                        batch, self._queue = self._queue, []
+                        await self._commit(batch)
+            finally:
+                self._writing = False
+                self._flushed.set()
+        outcome = await future
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result: T = outcome
+        return result
+
+    async def _commit(self, batch: list[_Queued]) -> None:
+        keep = self._keep
+        try:
+            outcomes = await self._run(lambda conn: _apply(conn, batch, keep))
+        except BaseException as exc:
+            failure: BaseException = exc
+            if isinstance(exc, sqlite3.Error):
+                failure = StoreError(f"{self._label} {self.path}: {exc}")
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_result(failure)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, _, future), outcome in zip(batch, outcomes, strict=True):
+            if not future.done():  # its caller was cancelled meanwhile
+                future.set_result(outcome)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def job(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN")
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")
+
+        try:
+            return await self._run(job)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self._label} {self.path}: {exc}") from None
+
+    # -- the contract --------------------------------------------------------------------------
+    # Values are encoded here, on the caller's side: a queued write then holds strings
+    # and numbers only (not the run's objects), which the garbage collector need not walk
+    # while the write waits for its commit; and a value that is not JSON is refused
+    # before anything is queued.
+
+    async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
+        text, prompt = state_text(state), prompt_of(state)
+        await self._write(
+            Ops.start, (state.run_id, owner, lease_until, turn, text, prompt, time.time())
+        )
+
+    async def turn(self, state: RunResult, turn: int, owner: str) -> None:
+        text = state_text(state)
+        await self._write(Ops.turn, (state.run_id, turn, owner, text, time.time()))
+
+    async def record(self, run_id: str, record: ToolCallRecord, owner: str) -> None:
+        text = _encode(record_to_json(record), f"the result of call {record.call.id!r}")
+        await self._write(Ops.record, (run_id, record.call.id, owner, text))
+
+    async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
+        body = _encode(request.to_dict(), f"request {request.id!r}")
+        left = request.seconds_left()
+        expires = None if left is None else time.time() + left
+        await self._write(Ops.suspend, (run_id, call_id, owner, request.id, body, expires))
+
+    async def halt(self, run_id: str, owner: str) -> None:
+        await self._write(Ops.halt, (run_id, owner, time.time()))
+
+    async def finish(self, result: RunResult, owner: str) -> None:
+        final = state_text(result)
+        await self._write(Ops.finish, (result.run_id, owner, final, time.time()))
+
+    async def fail(self, run_id: str, error: str, owner: str) -> None:
+        await self._write(Ops.fail, (run_id, error, owner, time.time()))
+
+    async def release(self, run_id: str, owner: str) -> None:
+        await self._write(Ops.release, (run_id, owner, time.time()))
+
+    async def save(self, run: RunResult) -> None:
+        await self._write(Ops.save, (run, time.time()))
+
+    async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Accepted:
+        text = _encode(answer.to_dict(), f"the answer to {answer.id!r}")
+        return await self._write(Ops.accept, (answer.id, text, now, delivered))
+
+    async def claim(
+        self, run_id: str, owner: str, lease_until: float, now: float
+    ) -> StoredRun | None:
+        return await self._write(Ops.claim, (run_id, owner, lease_until, now))
+
+    async def renew(self, owner: str, lease_until: float) -> None:
+        await self._write(Ops.renew, (owner, lease_until))
+
+    async def delivered(self, request_ids: list[str]) -> None:
+        await self._write(Ops.delivered, (list(request_ids),))
+
+    async def ready(self, now: float, limit: int) -> list[str]:
+        return await self._read(lambda conn: queries.ready(conn, now, limit))
+
+    async def deliveries(self, owner: str) -> list[tuple[str, Answer]]:
+        return await self._read(lambda conn: queries.deliveries(conn, owner))
+
+    async def requests(self, now: float | None = None) -> list[Request]:
+        at = time.time() if now is None else now
+        return await self._read(lambda conn: queries.requests(conn, at))
+
+    async def outstanding(self, now: float | None = None) -> list[StoredRequest]:
+        at = time.time() if now is None else now
+        return await self._read(lambda conn: queries.outstanding(conn, at))
+
+    async def find(self, request_id: str) -> StoredRequest:
+        return await self._read(lambda conn: queries.find(conn, request_id))
+
+    async def load(self, run_id: str) -> StoredRun:
+        return await self._read(lambda conn: queries.load(conn, run_id))
+
+    async def runs(self, limit: int = 1000) -> list[RunSummary]:
+        return await self._read(lambda conn: queries.runs(conn, limit))
+
+
+def _encode(value: object, what: str) -> str:
+    try:
+        return ENCODE(value)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"{what} cannot be stored as JSON: {exc}") from None
+
+
+class MemoryRunStore(SqliteRunStore):
+    """A :class:`RunStore` in this process's memory, for tests and single-process hosts:
+    the SQLite store over a private in-memory database (the same contract, nothing on
+    disk, gone with the process)."""
+
+    _label = "memory run store"
+
+    def __init__(self, *, keep_finished: int = DEFAULT_KEEP_FINISHED) -> None:
+        super().__init__(":memory:", keep_finished=keep_finished)
+
+    def __repr__(self) -> str:
+        return "MemoryRunStore()"

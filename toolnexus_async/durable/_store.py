@@ -1,85 +1,237 @@
-"""The run store contract, and the in-memory store that keeps to it.
+"""The run store contract: the journal a durable host keeps its runs in.
 
-Rules of this module:
+Rules of this module (the contract every store keeps; ``tests/test_store.py`` runs the same
+tests against each):
 
-- A store holds halted runs only (``status == "pending"``), each filed under every
-  outstanding request id of its halted turn, so an answer to any of them finds the run.
-- What is stored is the run's JSON text, never the object: a load always builds a fresh
-  ``RunResult``, and a run that cannot become JSON is refused when it is saved, not when
-  someone tries to resume it.
-- ``claim`` is the one way out for a resume: it loads and deletes the whole run in one step
-  and leaves a tombstone per request id, so a second resume of the same request is told
-  :class:`AlreadyResumedError` instead of running the tools twice.
-- A row that cannot be read back is that row's problem: loading it raises
-  :class:`StoreError` naming it, and listing skips it with a log line.
+- **The store is the source of truth.** A run is written when it starts, again each time
+  the model asks for tools (its transcript through that turn), each call's result as it
+  completes, each request before anyone is told of it, and its end. Memory is a cache.
+- **One answer per request.** :meth:`RunStore.accept` moves a request from pending to
+  answered in one atomic step: the second of two answers, from any process on the store,
+  is refused (:class:`AlreadyAnsweredError`) and changes nothing. A request past its
+  ``expires_at`` is refused (:class:`RequestExpiredError`) and marked expired.
+- **Resuming is a lease.** A run is held by one worker (``owner``) until ``lease_until``,
+  which the worker renews while it works; a worker that dies stops renewing, and once the
+  lease has run out any worker may :meth:`RunStore.claim` the run and go on from what was
+  kept. Every write of a run's progress names its owner and is refused with
+  :class:`LeaseLostError` when another worker holds the run now.
+- **Nothing runs twice that was recorded.** A call whose result was recorded is never
+  executed again; a call that was running when its worker died runs again (the tool gets
+  a stable ``ctx.idempotency_key``); an answered call whose retry was not recorded retries
+  with the answer that was accepted: nobody is asked twice.
+- Times are seconds since the epoch (``time.time()``), shared by every worker.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections import OrderedDict
-from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Literal, Protocol, Self, runtime_checkable
 
-from .._closing import FlagClosing
-from .._errors import AlreadyResumedError, PayloadError, StoreError, UnknownRequestError, UsageError
-from .._results import RunResult
-from .._types import Request
+import attrs
 
-__all__ = ("MemoryRunStore", "RunStore", "decode_run", "encode_run")
+from .._errors import StoreError
+from .._results import RunResult, ToolCallRecord
+from .._types import Answer, Request
 
-log = logging.getLogger("toolnexus_async.durable")
+__all__ = (
+    "Accepted",
+    "LeaseLostError",
+    "RunStore",
+    "RunSummary",
+    "StoredRequest",
+    "StoredRun",
+)
 
-# Enough to catch a late duplicate resume (a retried web request, a second worker) while
-# keeping the memory of claimed ids bounded.
-DEFAULT_REMEMBER = 100_000
+RequestStatus = Literal["pending", "answered", "expired", "closed"]
+RunStatus = Literal["running", "halted", "done", "failed"]
+
+
+class LeaseLostError(StoreError):
+    """Another worker holds this run now (its lease ran out here): this worker must stop it."""
+
+
+@attrs.frozen
+class StoredRequest:
+    """A request of a run's current turn, and what became of it."""
+
+    request: Request
+    run_id: str
+    call_id: str
+    status: RequestStatus
+    answer: Answer | None = None
+
+
+@attrs.frozen
+class StoredRun:
+    """A run as the store keeps it: enough to go on from exactly where it stood.
+
+    Attributes:
+        run_id: the run.
+        status: ``running`` (a worker drives it, or did when it died), ``halted`` (it waits
+            for answers and nobody holds it), ``done`` or ``failed``.
+        state: the run through its current turn: a ``RunResult`` whose ``messages`` end
+            with the assistant message that asked for the current calls (none yet: the
+            prompt), with ``turns``, ``usage``, ``model`` and the records of earlier turns.
+        turn: the number of the current turn (0 before the first model reply).
+        results: the current turn's recorded results, by call id.
+        requests: the current turn's requests, by call id.
+        owner, lease_until: who holds the run, until when (``None``: nobody).
+    """
+
+    run_id: str
+    status: RunStatus
+    state: RunResult
+    turn: int
+    results: dict[str, ToolCallRecord] = attrs.field(factory=dict)
+    requests: dict[str, StoredRequest] = attrs.field(factory=dict)
+    owner: str | None = None
+    lease_until: float | None = None
+
+
+@attrs.frozen
+class Accepted:
+    """An answer the store took as the one answer of its request (see :meth:`accept`)."""
+
+    request: Request
+    run_id: str
+    call_id: str
+    owner: str | None
+    lease_until: float | None
+
+
+@attrs.frozen
+class RunSummary:
+    """A run for a listing: its id, status, prompt, and its final text or error.
+
+    ``status`` is ``running``, ``pending`` (halted: it waits for answers), ``done`` or
+    ``incomplete`` (it ended so), or ``error`` (it raised).
+    """
+
+    run_id: str
+    status: str
+    prompt: str
+    text: str | None = None
+    error: str | None = None
 
 
 @runtime_checkable
 class RunStore(Protocol):
-    """Where halted runs wait for their answers, possibly across processes.
+    """Where durable runs are kept, possibly shared by many workers (see the module rules).
 
     Every store is an async context manager; ``aclose()`` does the same as leaving it.
     """
 
+    # -- a run's progress (written by the worker that holds it) -------------------------
+
+    async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
+        """A new run, held by ``owner``; ``state`` holds its transcript so far, through
+        turn ``turn`` (0: the model was not asked yet).
+
+        Raises:
+            UsageError: a run with that id is stored already.
+        """
+        ...
+
+    async def turn(self, state: RunResult, turn: int, owner: str) -> None:
+        """The model asked for the calls of turn ``turn``; ``state`` ends with that ask.
+        The earlier turn's results and requests are folded into it."""
+        ...
+
+    async def record(self, run_id: str, record: ToolCallRecord, owner: str) -> None:
+        """A call of the current turn has the result the model will see."""
+        ...
+
+    async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
+        """A call of the current turn raised ``request``, which is pending from now on."""
+        ...
+
+    async def halt(self, run_id: str, owner: str) -> None:
+        """The run waits for answers and ``owner`` lets it go (anyone may resume it)."""
+        ...
+
+    async def finish(self, result: RunResult, owner: str) -> None:
+        """The run ended with ``result`` (done or incomplete): kept for listings a while."""
+        ...
+
+    async def fail(self, run_id: str, error: str, owner: str) -> None:
+        """The run raised ``error`` (a model error, say): it is not resumed by itself."""
+        ...
+
+    async def release(self, run_id: str, owner: str) -> None:
+        """``owner`` stops driving the run mid-way (a shutdown): anyone may go on with it."""
+        ...
+
     async def save(self, run: RunResult) -> None:
-        """Store a halted run under each outstanding request id of ``run.suspended``.
-
-        Saving a run with the same ``run_id`` again replaces the earlier save, request
-        ids included.
+        """Keep a run that halted elsewhere (``status == "pending"``), held by nobody.
 
         Raises:
-            UsageError: the run is not halted (``status != "pending"``) or has no run id.
-            PayloadError: the run cannot be written as JSON (e.g. non-JSON metadata).
+            UsageError: the run is not halted or has no run id.
+            PayloadError: the run cannot be written as JSON.
         """
         ...
 
-    async def load(self, request_id: str) -> RunResult:
-        """The stored run that ``request_id`` belongs to, as a fresh object.
+    # -- answers and leases ------------------------------------------------------------
+
+    async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Accepted:
+        """Take ``answer`` as the one answer of its request, atomically; ``delivered``: the
+        worker that holds the run hands it over itself.
 
         Raises:
-            UnknownRequestError: no stored run has that request id.
-            StoreError: the stored row is corrupt or foreign; the message names it.
+            UnknownRequestError: no request has that id.
+            AlreadyAnsweredError: it was answered before (by anyone).
+            RequestExpiredError: its ``expires_at`` passed (it is marked expired).
         """
         ...
 
-    async def claim(self, request_id: str) -> RunResult:
-        """Load and delete the run of ``request_id``, all of its request ids, atomically.
+    async def claim(
+        self, run_id: str, owner: str, lease_until: float, now: float
+    ) -> StoredRun | None:
+        """Hold the run if nobody does (or their lease ran out); its stored state, or None
+        when another worker holds it or it is over."""
+        ...
+
+    async def renew(self, owner: str, lease_until: float) -> None:
+        """Extend every lease ``owner`` holds."""
+        ...
+
+    async def ready(self, now: float, limit: int) -> list[str]:
+        """Runs nobody holds that can go on now: their worker died mid-way, or a request of
+        theirs was answered or expired. Oldest first, at most ``limit``."""
+        ...
+
+    async def deliveries(self, owner: str) -> list[tuple[str, Answer]]:
+        """Answers accepted (by any worker) for runs ``owner`` holds and not handed over to
+        them yet: ``(run_id, answer)`` each, oldest first."""
+        ...
+
+    async def delivered(self, request_ids: list[str]) -> None:
+        """These answers were handed over to their runs."""
+        ...
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def requests(self, now: float | None = None) -> list[Request]:
+        """The outstanding requests: pending, not expired, in the order they were made."""
+        ...
+
+    async def outstanding(self, now: float | None = None) -> list[StoredRequest]:
+        """:meth:`requests`, each with its run and call."""
+        ...
+
+    async def find(self, request_id: str) -> StoredRequest:
+        """The request with this id and what became of it.
 
         Raises:
-            AlreadyResumedError: the run was claimed before (by this or another process).
-            UnknownRequestError: no run was ever stored under that id (or it was forgotten).
-            StoreError: the stored row is corrupt or foreign; it is left in place.
+            UnknownRequestError: no request has that id.
         """
         ...
 
-    async def requests(self) -> list[Request]:
-        """The outstanding requests of every stored run, oldest save first.
+    async def load(self, run_id: str) -> StoredRun:
+        """The run as stored. Raises :class:`UnknownRequestError` for an unknown run, and
+        :class:`StoreError` for one that cannot be read."""
+        ...
 
-        Rows that cannot be read are skipped and logged, so one bad row does not hide
-        the others.
-        """
+    async def runs(self, limit: int = 1000) -> list[RunSummary]:
+        """The runs the store knows, newest first."""
         ...
 
     async def aclose(self) -> None:
@@ -88,154 +240,4 @@ class RunStore(Protocol):
 
     async def __aenter__(self) -> Self: ...
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
-
-
-def encode_run(run: RunResult) -> tuple[str, list[str]]:
-    """The JSON text a store keeps for ``run``, and the request ids to file it under.
-
-    Raises:
-        UsageError: ``run`` is not a halted run with a run id and outstanding requests.
-        PayloadError: ``run`` cannot be written as JSON.
-    """
-    if run.status != "pending":
-        raise UsageError(f"only a halted run can be stored; run {run.run_id!r} is {run.status!r}")
-    if not run.run_id:
-        raise UsageError("a run without a run_id cannot be stored")
-    ids = [r.request.id for r in run.suspended if r.request is not None]
-    if not ids:
-        raise UsageError(f"run {run.run_id!r} has no outstanding request to file it under")
-    if len(set(ids)) != len(ids):
-        raise UsageError(f"run {run.run_id!r} lists a request id twice: {ids}")
-    try:
-        text = json.dumps(run.to_dict(), ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, PayloadError):
-            raise
-        # to_dict checks metadata; tool arguments are the other place a non-JSON value hides.
-        raise PayloadError(f"run {run.run_id!r} cannot be stored as JSON: {exc}") from None
-    return text, ids
-
-
-def decode_run(text: object, run_id: str, request_id: str | None = None) -> RunResult:
-    """Rebuild a stored run, checking that the row is what it claims to be.
-
-    Raises:
-        StoreError: the text is not a readable run, or it is another run's, or it is not
-            a halted run holding ``request_id``. The message names the row.
-    """
-    where = f"stored run {run_id!r}" + (f" (request {request_id!r})" if request_id else "")
-    try:
-        run = RunResult.from_dict(text if isinstance(text, str | bytes) else str(text))
-    except PayloadError as exc:
-        raise StoreError(f"{where} cannot be read: {exc}") from None
-    except Exception as exc:  # a foreign row may trip the parser in ways it did not foresee
-        raise StoreError(f"{where} cannot be read: {type(exc).__name__}: {exc}") from None
-    if run.run_id != run_id:
-        raise StoreError(f"{where} holds another run: {run.run_id!r}")
-    if run.status != "pending":
-        raise StoreError(f"{where} is not a halted run (status {run.status!r})")
-    if request_id is not None and request_id not in outstanding_ids(run):
-        raise StoreError(f"{where} has no outstanding request {request_id!r}")
-    return run
-
-
-def outstanding_ids(run: RunResult) -> list[str]:
-    """The request ids a halted run waits for, in call order."""
-    return [r.request.id for r in run.suspended if r.request is not None]
-
-
-def outstanding_requests(run: RunResult) -> list[Request]:
-    """The requests a halted run waits for, in call order."""
-    return [r.request for r in run.suspended if r.request is not None]
-
-
-class MemoryRunStore(FlagClosing):
-    """A :class:`RunStore` in this process's memory, for tests and single-process hosts.
-
-    It keeps each run's JSON text, so it behaves like the durable store: every load is a
-    fresh object and a run that is not JSON fails at ``save``. It lives on one event loop;
-    its methods never await in the middle, which is what makes ``claim`` atomic.
-
-    Args:
-        remember: how many claimed request ids are kept as tombstones, so a repeated
-            resume gets :class:`AlreadyResumedError` rather than :class:`UnknownRequestError`.
-    """
-
-    _kind = "run store"
-
-    def __init__(self, *, remember: int = DEFAULT_REMEMBER) -> None:
-        if remember < 0:
-            raise UsageError(f"remember must be >= 0, got {remember}")
-        # run_id -> (JSON text, its request ids); dict order is save order.
-        self._runs: dict[str, tuple[str, list[str]]] = {}
-        self._by_request: dict[str, str] = {}
-        self._claimed: OrderedDict[str, str] = OrderedDict()
-        self._remember = remember
-
-    def __len__(self) -> int:
-        """The number of stored runs."""
-        return len(self._runs)
-
-    async def save(self, run: RunResult) -> None:
-        self._check_open()
-        text, ids = encode_run(run)
-        for request_id in ids:
-            owner = self._by_request.get(request_id)
-            if owner is not None and owner != run.run_id:
-                raise UsageError(f"request {request_id!r} is already filed under run {owner!r}")
-        self._drop(run.run_id)
-        self._runs[run.run_id] = (text, ids)
-        for request_id in ids:
-            self._by_request[request_id] = run.run_id
-            # Put back after a failed resume: the id is outstanding again.
-            self._claimed.pop(request_id, None)
-
-    async def load(self, request_id: str) -> RunResult:
-        self._check_open()
-        run_id = self._find(request_id)
-        return decode_run(self._runs[run_id][0], run_id, request_id)
-
-    async def claim(self, request_id: str) -> RunResult:
-        self._check_open()
-        run_id = self._find(request_id)
-        text, ids = self._runs[run_id]
-        run = decode_run(text, run_id, request_id)
-        self._drop(run_id)
-        for claimed in ids:
-            self._claimed[claimed] = run_id
-        while len(self._claimed) > self._remember:
-            self._claimed.popitem(last=False)
-        return run
-
-    async def requests(self) -> list[Request]:
-        self._check_open()
-        out: list[Request] = []
-        for run_id, (text, _) in self._runs.items():
-            try:
-                out.extend(outstanding_requests(decode_run(text, run_id)))
-            except StoreError as exc:
-                log.warning("skipping a stored run: %s", exc)
-        return out
-
-    def _find(self, request_id: str) -> str:
-        run_id = self._by_request.get(request_id)
-        if run_id is not None:
-            return run_id
-        if request_id in self._claimed:
-            raise AlreadyResumedError(
-                request_id,
-                f"request {request_id!r} (run {self._claimed[request_id]!r}) was resumed already",
-            )
-        raise UnknownRequestError(request_id, f"no stored run waits for request {request_id!r}")
-
-    def _drop(self, run_id: str) -> None:
-        stored = self._runs.pop(run_id, None)
-        if stored is not None:
-            for request_id in stored[1]:
-                self._by_request.pop(request_id, None)
+    async def __aexit__(self, *exc_info: object) -> None: ...

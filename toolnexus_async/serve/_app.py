@@ -70,6 +70,7 @@ class _Serve:
     toolkit: Toolkit
     store: RunStore
     park_timeout: float
+    lease: float
     static: Path
     bus: EventBus
     book: RunBook
@@ -90,6 +91,7 @@ def create_app(
     store: RunStore,
     park_timeout: float = 300.0,
     max_body: int = 64 * 1024,
+    lease: float = 30.0,
     token: str | None = None,
     insecure_no_auth: bool = False,
     allowed_hosts: Iterable[str] = (),
@@ -106,6 +108,8 @@ def create_app(
             The caller opens and closes it.
         park_timeout: seconds a run waits in memory before it is spilled to ``store``.
         max_body: the largest request body accepted, in bytes (413 above it).
+        lease: seconds a run held by this server may go without a renewal before another
+            server on the store (or this one, restarted) takes it over.
         token: what every request must carry (``Authorization: Bearer <token>``, or the
             cookie ``GET /?token=<token>`` sets): 16 to 512 letters, digits or ``-._~``;
             :func:`new_token` makes one. Required unless ``insecure_no_auth``.
@@ -124,7 +128,9 @@ def create_app(
     app[MAX_BODY] = max_body
     app.on_response_prepare.append(add_security_headers)
     bus = EventBus()
-    app[SERVE] = _Serve(make_client, toolkit, store, park_timeout, STATIC_DIR, bus, RunBook(bus))
+    app[SERVE] = _Serve(
+        make_client, toolkit, store, park_timeout, lease, STATIC_DIR, bus, RunBook(bus)
+    )
     app.cleanup_ctx.append(_lifespan)
     app.on_shutdown.append(_stop_accepting)
     app.router.add_post("/runs", post_run)
@@ -149,7 +155,14 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
         raise UsageError("make_client must create the LlmClient with wait_for=<the inbox given>")
     # The client is closed outside the task group, whose cancellation would cut its close.
     async with client:
-        host = DurableHost(client, serve.toolkit, serve.store, on_result=serve.book.resumed)
+        host = DurableHost(
+            client,
+            serve.toolkit,
+            serve.store,
+            on_result=serve.book.resumed,
+            on_error=serve.book.failed,
+            lease=serve.lease,
+        )
         async with anyio.create_task_group() as tg, host:
             await load_stored(serve.book, serve.store)
             serve.client, serve.inbox, serve.host, serve.tg = client, inbox, host, tg
@@ -158,8 +171,8 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
             finally:
                 serve.closing = True
                 serve.bus.close()
-                inbox.halt_all()  # parked runs halt and the host saves them
-                await serve.book.settle(SHUTDOWN_GRACE)
+                host.shutdown()  # parked runs halt (the store has them); busy ones are let go
+                await host.settle(SHUTDOWN_GRACE)
                 tg.cancel_scope.cancel()
                 serve.tg = serve.host = None
 
@@ -189,9 +202,10 @@ async def post_run(request: web.Request) -> web.Response:
     tg, host = serve.tg, serve.host
     if serve.closing or tg is None or host is None:
         raise ApiError(503, "the server is shutting down")
-    record = serve.book.start(prompt)
-    serve.book.busy()
-    tg.start_soon(drive, host, serve.book, record, name=f"run {record.id}")
+    # Kept before it is acknowledged: a crash after the 202 loses nothing.
+    begun = await host.begin(prompt)
+    record = serve.book.start(begun.run_id, prompt)
+    tg.start_soon(drive, begun, serve.book, record, name=f"run {record.id}")
     return web.json_response({"id": record.id, "status": "running"}, status=202)
 
 
@@ -216,8 +230,10 @@ async def get_run(request: web.Request) -> web.Response:
 async def list_requests(request: web.Request) -> web.Response:
     """``GET /requests``: every outstanding request, parked or spilled, in arrival order."""
     serve = request.app[SERVE]
-    parked = serve.inbox.pending() if serve.inbox is not None else []
-    return web.json_response({"requests": await serve.book.listing(parked, serve.store)})
+    host = serve.host
+    if host is None:
+        raise ApiError(503, "the server is shutting down")
+    return web.json_response({"requests": await serve.book.listing(host)})
 
 
 async def post_answer(request: web.Request) -> web.Response:
@@ -238,9 +254,8 @@ async def post_answer(request: web.Request) -> web.Response:
     inbox, host = serve.inbox, serve.host
     if inbox is None or host is None or serve.closing:
         raise ApiError(503, "the server is shutting down")
-    hot = inbox.get(request_id) is not None
     try:
-        await host.answer(answer)
+        await host.answer(answer)  # durable before this handler answers 200
     except UnknownRequestError as exc:
         raise ApiError(404, str(exc)) from None
     except (AlreadyAnsweredError, AlreadyResumedError, RequestExpiredError) as exc:
@@ -249,8 +264,6 @@ async def post_answer(request: web.Request) -> web.Response:
         # The stored run stays where it is; a later answer may succeed.
         message = f"the saved run of request {request_id!r} cannot be read: {exc}"
         raise ApiError(500, message) from None
-    if not hot:
-        serve.book.busy()  # a stored run resumes now; the host's on_result ends it
     serve.book.answered(answer)
     return web.json_response({"id": request_id, "ok": answer.ok})
 

@@ -156,11 +156,13 @@ def serve_demo_app(
     token: str | None = None,
     insecure_no_auth: bool = False,
     allowed_hosts: Iterable[str] = (),
+    lease: float = 30.0,
 ) -> web.Application:
     """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
 
     ``make_client`` replaces the demo model (a real endpoint, say); the demo tools stay.
-    ``token``, ``insecure_no_auth`` and ``allowed_hosts`` are as for :func:`create_app`.
+    ``token``, ``insecure_no_auth``, ``allowed_hosts`` and ``lease`` are as for
+    :func:`create_app`.
     The app owns the toolkit and the store it makes here and closes them on shutdown.
     """
     toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools())
@@ -174,6 +176,7 @@ def serve_demo_app(
         token=token,
         insecure_no_auth=insecure_no_auth,
         allowed_hosts=allowed_hosts,
+        lease=lease,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:

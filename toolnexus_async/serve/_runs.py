@@ -12,10 +12,10 @@ Rules of this module:
 - A streamed run's events are published in its stream's order (``pending`` after the
   ``tool_call`` that raised it); only a run without a stream has ``pending`` published
   from the inbox.
-- Keeping runs is the app's :class:`~toolnexus_async.DurableHost`'s job: on shutdown
-  every parked run is halted (``Inbox.halt_all``) and the host saves it, as if its
-  ``park_timeout`` had passed, so a server restarted on the same store file resumes it
-  when its answer arrives.
+- The store is the source of truth (the app's :class:`~toolnexus_async.DurableHost`
+  keeps every run in it as it goes): ``GET /requests`` lists what the store has, and at
+  startup the book is filled from the store, finished runs included, so a restarted
+  server shows the runs it recovered. The book is the live view that publishes events.
 """
 
 from __future__ import annotations
@@ -24,21 +24,20 @@ import asyncio
 import collections
 import functools
 import logging
-import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-import anyio
-
-from .._errors import StoreError, UnknownRequestError
 from .._messages import UserMessage
 from .._results import RunResult
 from .._streaming import StreamDone, StreamPending, StreamToolCall, StreamToolResult
 from .._types import Answer, Request
+from ..durable._store import RunSummary, StoredRequest
 from ..suspend import Inbox
 from ._events import EventBus
 
 if TYPE_CHECKING:
     from ..durable import DurableHost, RunStore
+    from ..durable._begun import BegunRun
 
 __all__ = ("KEEP_FINISHED", "RunBook", "RunRecord", "ServeInbox", "drive")
 
@@ -90,9 +89,6 @@ class RunBook:
         self._requests: dict[str, tuple[Request, str | None]] = {}
         self._finished: collections.deque[str] = collections.deque()
         self._keep = KEEP_FINISHED if keep_finished is None else keep_finished
-        self._busy = 0  # runs being driven or resumed right now
-        self._idle = anyio.Event()
-        self._idle.set()
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -108,44 +104,38 @@ class RunBook:
         entry = self._requests.get(request_id)
         return entry[1] if entry is not None else None
 
-    async def listing(self, parked: list[Request], store: RunStore) -> list[dict[str, Any]]:
-        """The requests parked in memory or saved in ``store``, oldest first, with run ids."""
-        stored = await store.requests()
-        live = {r.id for r in parked} | {r.id for r in stored}
-        out = [
-            {**request.to_dict(), "run_id": run_id}
-            for request, run_id in self._requests.values()
-            if request.id in live
+    async def listing(self, host: DurableHost) -> list[dict[str, Any]]:
+        """The outstanding requests, as the store has them (oldest first), with run ids.
+
+        The store is the source of truth: a request is listed once it was kept, and not
+        after it was answered or expired, whichever worker parks its run.
+        """
+        return [
+            {**stored.request.to_dict(), "run_id": stored.run_id}
+            for stored in await host.outstanding()
         ]
-        known = {item["id"] for item in out}
-        for request in stored:  # unknown to the book: put back after a failed resume, say
-            if request.id not in known:
-                try:
-                    run_id: str | None = (await store.load(request.id)).run_id
-                except Exception:  # gone meanwhile, or unreadable: the listing goes on
-                    run_id = None
-                out.append({**request.to_dict(), "run_id": run_id})
-        return out
 
     # -- runs -------------------------------------------------------------------------------
 
-    def start(self, prompt: str) -> RunRecord:
-        """A new run, announced with ``run_started``."""
-        record = RunRecord("run_" + uuid.uuid4().hex, prompt)
+    def start(self, run_id: str, prompt: str) -> RunRecord:
+        """A new run (kept in the store already), announced with ``run_started``."""
+        record = RunRecord(run_id, prompt)
         self._runs[record.id] = record
         self.bus.publish("run_started", {"run_id": record.id, "prompt": prompt})
         return record
 
-    def add_stored(self, run: RunResult) -> None:
-        """A halted run found in the store at startup: known as pending, no event."""
+    def add_stored(self, run: RunSummary, requests: Iterable[StoredRequest]) -> None:
+        """A run found in the store at startup: known as it stands there, no event."""
         record = self._runs.get(run.run_id)
         if record is None:
-            prompt = next((m.text for m in run.messages if isinstance(m, UserMessage)), "")
-            record = self._runs[run.run_id] = RunRecord(run.run_id, prompt)
-        for call in run.suspended:
-            if call.request is not None:
-                self._requests[call.request.id] = (call.request, run.run_id)
-                record.waiting.add(call.request.id)
+            record = self._runs[run.run_id] = RunRecord(run.run_id, run.prompt)
+        if run.status in ("done", "incomplete", "error"):
+            outcome: Outcome = "error" if run.status == "error" else run.status  # type: ignore[assignment]
+            self._end(record, outcome, text=run.text, error=run.error)
+            return
+        for stored in requests:
+            self._requests[stored.request.id] = (stored.request, run.run_id)
+            record.waiting.add(stored.request.id)
 
     def finished(self, result: RunResult) -> None:
         """A run's result arrived: a halted one stays pending, any other ends with ``done``."""
@@ -218,41 +208,14 @@ class RunBook:
         if record is not None:
             record.waiting.discard(request_id)
 
-    # -- busy runs, for a graceful shutdown -------------------------------------------------
+    # -- runs resumed by the host (after a restart, an answer, another worker's death) -----
 
-    async def resumed(self, result: RunResult) -> None:
+    def resumed(self, result: RunResult) -> None:
         """A run resumed from the store ended (or halted again): the host's ``on_result``."""
+        if result.run_id not in self._runs:
+            prompt = next((m.text for m in result.messages if isinstance(m, UserMessage)), "")
+            self._runs[result.run_id] = RunRecord(result.run_id, prompt)
         self.finished(result)
-        self.done_with()
-
-    def busy(self) -> None:
-        self._busy += 1
-        if self._idle.is_set():
-            self._idle = anyio.Event()
-
-    def done_with(self) -> None:
-        self._busy -= 1
-        if self._busy == 0:
-            self._idle.set()
-
-    async def settle(self, patience: float) -> None:
-        """Until no run is being driven or resumed, or none has ended for ``patience`` s.
-
-        Runs halted at shutdown end quickly, each saved to the store; however many there
-        are, waiting goes on while they do. Only runs that make no progress (a model call
-        that takes long) are given up on.
-        """
-        left = self._busy
-        quiet_since = anyio.current_time()
-        while self._busy:
-            with anyio.move_on_after(min(1.0, patience)):
-                await self._idle.wait()
-            now = anyio.current_time()
-            if self._busy < left:
-                left, quiet_since = self._busy, now
-            elif now - quiet_since >= patience:
-                log.warning("shutting down with %d run(s) still busy; they are cancelled", left)
-                return
 
 
 class ServeInbox(Inbox):
@@ -281,28 +244,23 @@ class ServeInbox(Inbox):
 
 
 async def load_stored(book: RunBook, store: RunStore) -> int:
-    """Book the halted runs waiting in the store (at startup); returns how many runs."""
-    runs: set[str] = set()
-    for request in await store.requests():
-        if book.run_of(request.id) is not None:
-            continue
-        try:
-            run = await store.load(request.id)
-        except (StoreError, UnknownRequestError) as exc:
-            log.warning("cannot list stored request %s: %s", request.id, exc)
-            continue
-        book.add_stored(run)
-        runs.add(run.run_id)
+    """Book the runs the store knows (at startup), newest kept; returns how many."""
+    waiting: dict[str, list[StoredRequest]] = {}
+    for stored in await store.outstanding():
+        waiting.setdefault(stored.run_id, []).append(stored)
+    runs = await store.runs(limit=KEEP_FINISHED)
+    for run in reversed(runs):  # oldest first, as they came
+        book.add_stored(run, waiting.get(run.run_id, ()))
     return len(runs)
 
 
-async def drive(host: DurableHost, book: RunBook, record: RunRecord) -> None:
+async def drive(begun: BegunRun, book: RunBook, record: RunRecord) -> None:
     """Run ``record``'s prompt to its end, forwarding its steps to the event bus."""
     record.streamed = True  # its requests are announced from the stream, in its order
     bus = book.bus
     try:
         result: RunResult | None = None
-        async with host.stream(record.prompt, run_id=record.id) as events:
+        async with begun.stream() as events:
             async for event in events:
                 if isinstance(event, StreamToolCall):
                     bus.publish(
@@ -338,4 +296,3 @@ async def drive(host: DurableHost, book: RunBook, record: RunRecord) -> None:
         # A run that halted and is resumed later has no stream: its requests are
         # announced from the inbox from now on.
         record.streamed = False
-        book.done_with()

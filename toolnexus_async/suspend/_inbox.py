@@ -32,7 +32,7 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Literal
 
 import anyio
@@ -116,8 +116,6 @@ class Inbox:
         self._timer_at = math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: set[MemoryObjectSendStream[Request]] = set()
-        # Told of each request whose run is made to halt (a durable host keeps the run).
-        self._on_halt: Callable[[Request, str | None], None] | None = None
         self._halting_all = False
 
     def __len__(self) -> int:
@@ -125,13 +123,6 @@ class Inbox:
 
     def __repr__(self) -> str:
         return f"<Inbox parked={len(self._slots)}>"
-
-    def _listen_for_halts(self, listener: Callable[[Request, str | None], None] | None) -> None:
-        """Tell ``listener`` of each request whose run is made to halt (a durable host
-        saves the run); ``None`` stops. One listener at a time."""
-        if listener is not None and self._on_halt is not None:
-            raise UsageError("this Inbox serves another DurableHost already")
-        self._on_halt = listener
 
     @property
     def park_timeout(self) -> float | None:
@@ -296,8 +287,6 @@ class Inbox:
         """Halt the run of ``slot``, which has left the slots and the timer heap already."""
         request_id = slot.request.id
         self._record(request_id, "halted")
-        if self._on_halt is not None:
-            self._on_halt(slot.request, slot.run_id)
         if not slot.future.done():
             slot.future.set_exception(HaltRun(why))
 

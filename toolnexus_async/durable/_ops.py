@@ -1,0 +1,386 @@
+"""Each run store operation as one synchronous function over an open SQLite connection.
+
+Rules of this module:
+
+- Every operation runs inside a transaction its caller began (``_sqlite`` puts many of
+  them into one commit); none commits, sleeps or awaits.
+- **Check, then write.** An operation that refuses by raising has written nothing, so that
+  a refused write needs no savepoint to undo it (savepoints would double the cost of every
+  write). A refusal that must keep what it changed (an answer to an expired request marks
+  the request expired) is *returned* as an exception instance instead.
+- Ownership is checked in the same statement that writes (``... AND owner = ?``): a worker
+  that lost its lease cannot write over the worker that holds the run now. Only when such
+  a guarded write changed nothing is the run read, to say why.
+- A worker's lease is one row of ``workers``: holding a run is naming its owner, and the
+  run is held while its owner's lease runs. Extending a lease never shortens it.
+- Ended runs beyond the retention bound are pruned once per transaction
+  (:meth:`Ops.prune`), not once per ended run.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from .._errors import (
+    AlreadyAnsweredError,
+    AlreadyResumedError,
+    PayloadError,
+    RequestExpiredError,
+    StoreError,
+    UnknownRequestError,
+    UsageError,
+)
+from .._loop import HaltedTurn
+from .._results import RunResult, record_to_json
+from .._types import Request
+from ._queries import load
+from ._schema import ENCODE, ENDED, OPEN, create, prompt_of, state_text
+from ._store import Accepted, LeaseLostError, StoredRun
+
+__all__ = ("Ops", "migrate")
+
+_HELD = "run_id = ? AND owner = ? AND status = 'running'"
+
+
+class Ops:
+    """The operations of a run store, on one connection, inside its caller's transaction."""
+
+    __slots__ = ("_leases", "conn", "ended")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.ended = False  # a run ended in this transaction: prune before committing
+        # Leases extended in this transaction, (as written, latest asked): a batch of one
+        # worker's writes extends its lease at its first write and once more at the end,
+        # not once per write.
+        self._leases: dict[str, tuple[float, float]] = {}
+
+    def _one(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        return self.conn.execute(sql, tuple(params)).fetchone()
+
+    def _lost(self, run_id: str, owner: str) -> Exception:
+        """Why a write guarded by ``owner`` changed nothing."""
+        row = self._one("SELECT owner, status FROM runs WHERE run_id = ?", (run_id,))
+        if row is None:
+            return UnknownRequestError(run_id, f"no stored run {run_id!r}")
+        return LeaseLostError(
+            f"run {run_id!r} is not held by this worker any more (held by {row[0]!r}, "
+            f"{row[1]}); it must stop here"
+        )
+
+    def _guarded(self, sql: str, params: tuple[Any, ...], run_id: str, owner: str) -> None:
+        if not self.conn.execute(sql, params).rowcount:
+            raise self._lost(run_id, owner)
+
+    def _alive(self, owner: str, until: float) -> None:
+        written = self._leases.get(owner)
+        if written is None:
+            self._extend(owner, until)
+            self._leases[owner] = (until, until)
+        elif until > written[1]:
+            self._leases[owner] = (written[0], until)  # written by :meth:`finish_batch`
+
+    def _extend(self, owner: str, until: float) -> None:
+        self.conn.execute(
+            "INSERT INTO workers (name, alive_until) VALUES (?, ?) ON CONFLICT (name)"
+            " DO UPDATE SET alive_until = max(alive_until, excluded.alive_until)",
+            (owner, until),
+        )
+
+    def finish_batch(self, keep: int) -> None:
+        """What a transaction does once, before it commits: the leases its writes
+        extended, at their latest, and the pruning of ended runs."""
+        for owner, (written, until) in self._leases.items():
+            if until > written:
+                self._extend(owner, until)
+        if self.ended:
+            self.prune(keep)
+
+    def _close_requests(self, run_id: str, before_turn: int | None = None) -> None:
+        """The run went on past these requests: pending ones are closed, and none is
+        waiting to be handed over any more."""
+        turn = "" if before_turn is None else f" AND turn < {int(before_turn)}"
+        self.conn.execute(
+            "UPDATE requests SET status = CASE status WHEN 'pending' THEN 'closed'"
+            " ELSE status END, delivered = 1"
+            f" WHERE run_id = ?{turn} AND (status = 'pending' OR delivered = 0)",
+            (run_id,),
+        )
+
+    # -- a run's progress -----------------------------------------------------------------
+
+    def start(
+        self,
+        run_id: str,
+        owner: str,
+        lease_until: float,
+        turn: int,
+        state: str,
+        prompt: str,
+        now: float,
+    ) -> None:
+        try:
+            self.conn.execute(
+                "INSERT INTO runs (run_id, status, owner, turn, state, prompt, created,"
+                " updated) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
+                (run_id, owner, turn, state, prompt, now, now),
+            )
+        except sqlite3.IntegrityError:
+            raise UsageError(
+                f"a run {run_id!r} is stored already; run ids must be unique"
+            ) from None
+        self._alive(owner, lease_until)
+
+    def turn(self, run_id: str, turn: int, owner: str, state: str, now: float) -> None:
+        self._guarded(
+            f"UPDATE runs SET turn = ?, state = ?, updated = ? WHERE {_HELD}",
+            (turn, state, now, run_id, owner),
+            run_id,
+            owner,
+        )
+        if turn > 1:  # the earlier turn's results and requests are in the state now
+            self.conn.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
+            self._close_requests(run_id, before_turn=turn)
+
+    def record(self, run_id: str, call_id: str, owner: str, record: str) -> None:
+        self._guarded(
+            "INSERT OR REPLACE INTO results (run_id, call_id, record)"
+            f" SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM runs WHERE {_HELD})",
+            (run_id, call_id, record, run_id, owner),
+            run_id,
+            owner,
+        )
+
+    def suspend(
+        self,
+        run_id: str,
+        call_id: str,
+        owner: str,
+        request_id: str,
+        body: str,
+        expires_at: float | None,
+    ) -> None:
+        try:
+            self._guarded(
+                "INSERT INTO requests (request_id, run_id, call_id, turn, body, status,"
+                f" expires_at) SELECT ?, run_id, ?, turn, ?, 'pending', ? FROM runs"
+                f" WHERE {_HELD}",
+                (request_id, call_id, body, expires_at, run_id, owner),
+                run_id,
+                owner,
+            )
+        except sqlite3.IntegrityError:
+            raise UsageError(
+                f"request id {request_id!r} is stored already; ids must be unique"
+            ) from None
+
+    def halt(self, run_id: str, owner: str, now: float) -> None:
+        self._guarded(
+            f"UPDATE runs SET status = 'halted', owner = NULL, updated = ? WHERE {_HELD}",
+            (now, run_id, owner),
+            run_id,
+            owner,
+        )
+
+    def release(self, run_id: str, owner: str, now: float) -> None:
+        self.conn.execute(
+            "UPDATE runs SET owner = NULL, updated = ? WHERE run_id = ? AND owner = ?",
+            (now, run_id, owner),
+        )
+
+    def finish(self, run_id: str, owner: str, final: str, now: float) -> None:
+        self._guarded(
+            f"UPDATE runs SET status = 'done', owner = NULL, final = ?, updated = ? WHERE {_HELD}",
+            (final, now, run_id, owner),
+            run_id,
+            owner,
+        )
+        self.conn.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
+        self._close_requests(run_id)
+        self.ended = True
+
+    def fail(self, run_id: str, error: str, owner: str, now: float) -> None:
+        self._guarded(
+            "UPDATE runs SET status = 'failed', owner = NULL, error = ?, updated = ?"
+            f" WHERE {_HELD}",
+            (error, now, run_id, owner),
+            run_id,
+            owner,
+        )
+        self._close_requests(run_id)
+        self.ended = True
+
+    def prune(self, keep: int) -> None:
+        """Forget the oldest ended runs beyond ``keep`` (their requests go with them)."""
+        old = [
+            (run_id,)
+            for (run_id,) in self.conn.execute(
+                f"SELECT run_id FROM runs WHERE status IN {ENDED}"
+                " ORDER BY updated DESC LIMIT -1 OFFSET ?",
+                (keep,),
+            )
+        ]
+        for table in ("requests", "results", "runs"):
+            self.conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", old)
+        # Workers gone for a day that hold nothing are forgotten too.
+        self.conn.execute(
+            "DELETE FROM workers WHERE alive_until < ? AND NOT EXISTS"
+            " (SELECT 1 FROM runs WHERE owner = workers.name)",
+            (time.time() - 86_400,),
+        )
+
+    def save(self, run: RunResult, now: float) -> None:
+        """A run halted elsewhere: its transcript through the halted turn, the turn's
+        completed results and its pending requests, held by nobody."""
+        if run.status != "pending":
+            raise UsageError(
+                f"only a halted run can be stored; run {run.run_id!r} is {run.status!r}"
+            )
+        if not run.run_id:
+            raise UsageError("a run without a run_id cannot be stored")
+        pending = [(r, r.request) for r in run.suspended if r.request is not None]
+        if not pending:
+            raise UsageError(f"run {run.run_id!r} has no outstanding request to file it under")
+        halted = HaltedTurn.of(run.messages)
+        # The run through its halted turn, as a running run's state is kept.
+        state = attrs.evolve(
+            run,
+            status="incomplete",
+            messages=(*halted.before, halted.assistant),
+            tool_calls=tuple(r for r in run.tool_calls if r.turn < run.turns),
+            limit="running",
+        )
+        text = state_text(state)
+        results = [
+            (run.run_id, record.call.id, ENCODE(record_to_json(record)))
+            for record in run.tool_calls
+            if record.turn == run.turns and record.call.id in halted.completed
+        ]
+        requests = [
+            (
+                request.id,
+                run.run_id,
+                record.call.id,
+                run.turns,
+                ENCODE(request.to_dict()),
+                None if (left := request.seconds_left()) is None else _now_plus(left),
+            )
+            for record, request in pending
+        ]
+        for _, request in pending:
+            owner = self._one("SELECT run_id FROM requests WHERE request_id = ?", (request.id,))
+            if owner is not None and owner[0] != run.run_id:
+                raise UsageError(f"request {request.id!r} is already filed under run {owner[0]!r}")
+        for table in ("requests", "results", "runs"):
+            self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run.run_id,))
+        self.conn.execute(
+            "INSERT INTO runs (run_id, status, owner, turn, state, prompt, created, updated)"
+            " VALUES (?, 'halted', NULL, ?, ?, ?, ?, ?)",
+            (run.run_id, run.turns, text, prompt_of(state), now, now),
+        )
+        self.conn.executemany(
+            "INSERT INTO results (run_id, call_id, record) VALUES (?, ?, ?)", results
+        )
+        self.conn.executemany(
+            "INSERT INTO requests (request_id, run_id, call_id, turn, body, status,"
+            " expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+            requests,
+        )
+
+    # -- answers and leases ---------------------------------------------------------------
+
+    def accept(
+        self, answer_id: str, answer: str, now: float, delivered: bool
+    ) -> Accepted | Exception:
+        row = self._one(
+            "SELECT q.body, q.run_id, q.call_id, q.status, q.expires_at, r.owner,"
+            " w.alive_until, r.status, q.turn = r.turn FROM requests q"
+            " JOIN runs r USING (run_id) LEFT JOIN workers w ON w.name = r.owner"
+            " WHERE q.request_id = ?",
+            (answer_id,),
+        )
+        if row is None:
+            return UnknownRequestError(answer_id, f"no run waits for request {answer_id!r}")
+        body, run_id, call_id, status, expires, owner, lease, run_status, current = row
+        if status == "answered":
+            return AlreadyAnsweredError(answer_id, f"request {answer_id!r} was answered already")
+        past = expires is not None and expires <= now
+        if status == "expired" or (status in ("pending", "closed") and past):
+            # Marked, so that its run (if nobody holds it) goes on with the expiry.
+            self.conn.execute(
+                "UPDATE requests SET status = 'expired', delivered = 0"
+                " WHERE request_id = ? AND status = 'pending'",
+                (answer_id,),
+            )
+            return RequestExpiredError(
+                answer_id, f"request {answer_id!r} expired before the answer"
+            )
+        if status != "pending" or run_status in ("done", "failed") or not current:
+            return AlreadyResumedError(
+                answer_id, f"request {answer_id!r} (run {run_id!r}) is closed: the run went on"
+            )
+        self.conn.execute(
+            "UPDATE requests SET status = 'answered', answer = ?, delivered = ?"
+            " WHERE request_id = ? AND status = 'pending'",
+            (answer, int(delivered), answer_id),
+        )
+        request = Request.from_dict(json.loads(body))
+        return Accepted(request, run_id, call_id, owner, lease)
+
+    def claim(self, run_id: str, owner: str, lease_until: float, now: float) -> StoredRun | None:
+        changed = self.conn.execute(
+            "UPDATE runs SET status = 'running', owner = ?, updated = ?"
+            f" WHERE run_id = ? AND status IN {OPEN} AND (owner IS NULL OR owner = ?"
+            "  OR owner IN (SELECT name FROM workers WHERE alive_until < ?))",
+            (owner, now, run_id, owner, now),
+        ).rowcount
+        if not changed:
+            return None
+        self._alive(owner, lease_until)
+        # The claimer has every outcome from here on (it loads them below).
+        self.conn.execute(
+            "UPDATE requests SET delivered = 1 WHERE run_id = ? AND delivered = 0", (run_id,)
+        )
+        self.conn.execute(
+            "UPDATE requests SET status = 'expired', delivered = 1"
+            " WHERE run_id = ? AND status = 'pending' AND expires_at <= ?",
+            (run_id, now),
+        )
+        return load(self.conn, run_id)
+
+    def renew(self, owner: str, lease_until: float) -> None:
+        self._alive(owner, lease_until)
+
+    def delivered(self, request_ids: Iterable[str]) -> None:
+        self.conn.executemany(
+            "UPDATE requests SET delivered = 1 WHERE request_id = ? AND delivered = 0",
+            [(request_id,) for request_id in request_ids],
+        )
+
+
+def migrate(conn: sqlite3.Connection, version: int, path: str) -> None:
+    """Bring a file of an earlier schema to the current one, in the caller's transaction."""
+    if version != 1:
+        raise StoreError(f"run store {path} has schema version {version}, which is unknown")
+    old = conn.execute("SELECT body FROM runs ORDER BY seq").fetchall()
+    for table in ("runs", "requests", "claimed"):
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    create(conn)
+    ops = Ops(conn)
+    for (body,) in old:
+        try:
+            ops.save(RunResult.from_dict(body), now=0.0)
+        except (PayloadError, UsageError) as exc:
+            raise StoreError(
+                f"run store {path}: a version 1 run cannot be migrated: {exc}"
+            ) from None
+
+
+def _now_plus(seconds: float) -> float:
+    return time.time() + seconds

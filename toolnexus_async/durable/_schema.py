@@ -1,0 +1,112 @@
+"""The run journal's tables, and how values become their columns.
+
+Rules of this module:
+
+- The tables (schema version 2): ``runs`` (one row per run: status, owner, the current
+  turn, the run's state through that turn as JSON, its final JSON), ``workers`` (each
+  worker's lease: one row covers every run it holds), ``results`` (the current turn's
+  recorded calls), ``requests`` (every request of a run, pending, answered, expired or
+  closed, with its answer and whether its run has it; kept after the run ends, so a late
+  answer is told what happened). Version 1 files (halted runs only) are migrated when
+  opened (``_ops.migrate``).
+- The indexes are partial where a query only ever looks at a few rows (held runs, runs
+  let go, ended runs, pending, expiring and undelivered requests), so that the periodic
+  queries of a host (what can go on, what to hand over) cost what they find, not what the
+  store holds.
+- JSON is written as ASCII: a lone surrogate (a model may send one) is escaped, not
+  refused by SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from .._errors import PayloadError
+from .._messages import UserMessage
+from .._results import RunResult
+from .._types import Answer
+
+__all__ = ("APPLICATION_ID", "ENCODE", "SCHEMA_VERSION", "create")
+
+# "TnxA": SQLite's header field for telling one application's files from another's.
+APPLICATION_ID = 0x546E7841
+SCHEMA_VERSION = 2
+
+# The statuses of a run that is not over, and of one that is. Queries spell them exactly
+# so: SQLite uses a partial index only for a query whose WHERE implies the index's.
+OPEN = "('running', 'halted')"
+ENDED = "('done', 'failed')"
+
+SCHEMA = (
+    """CREATE TABLE runs (
+        seq INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL UNIQUE,
+        status TEXT NOT NULL,
+        owner TEXT,
+        turn INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        prompt TEXT NOT NULL,
+        final TEXT,
+        error TEXT,
+        created REAL NOT NULL,
+        updated REAL NOT NULL)""",
+    "CREATE INDEX runs_held ON runs(owner) WHERE owner IS NOT NULL",
+    "CREATE INDEX runs_let_go ON runs(seq) WHERE status = 'running' AND owner IS NULL",
+    f"CREATE INDEX runs_ended ON runs(updated) WHERE status IN {ENDED}",
+    # A worker's lease covers every run it holds: renewing it is one row, however many.
+    """CREATE TABLE workers (
+        name TEXT PRIMARY KEY,
+        alive_until REAL NOT NULL)""",
+    """CREATE TABLE results (
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (run_id, call_id))""",
+    # status: pending, answered, expired, or closed (its run ended without it).
+    # delivered: NULL while pending; 0 once answered or expired and not yet handed to its
+    # run; 1 once handed over (or the run went on without it).
+    """CREATE TABLE requests (
+        seq INTEGER PRIMARY KEY,
+        request_id TEXT NOT NULL UNIQUE,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        turn INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL,
+        expires_at REAL,
+        answer TEXT,
+        delivered INTEGER)""",
+    "CREATE INDEX requests_by_run ON requests(run_id, turn)",
+    "CREATE INDEX requests_pending ON requests(seq) WHERE status = 'pending'",
+    "CREATE INDEX requests_expiring ON requests(expires_at)"
+    " WHERE status = 'pending' AND expires_at IS NOT NULL",
+    "CREATE INDEX requests_undelivered ON requests(run_id) WHERE delivered = 0",
+)
+
+ENCODE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+
+
+def create(conn: sqlite3.Connection) -> None:
+    """Create the tables of a new file and stamp it."""
+    for statement in SCHEMA:
+        conn.execute(statement)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def state_text(state: RunResult) -> str:
+    try:
+        return ENCODE(state.to_dict())
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, PayloadError):
+            raise
+        raise PayloadError(f"run {state.run_id!r} cannot be stored as JSON: {exc}") from None
+
+
+def prompt_of(state: RunResult) -> str:
+    return next((m.text for m in state.messages if isinstance(m, UserMessage)), "")
+
+
+def answer_of(text: object) -> Answer | None:
+    return None if text is None else Answer.from_dict(json.loads(str(text)))
