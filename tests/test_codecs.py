@@ -532,16 +532,8 @@ def assert_protocol_error(codec: Any, payload: object, *fragments: str) -> Proto
         (openai_body({"tool_calls": {"id": "c1"}}), ["tool_calls must be a list"]),
         (openai_body({"tool_calls": ["c1"]}), ["tool_calls[0] must be an object"]),
         (
-            openai_body({"tool_calls": [{"function": {"name": "t", "arguments": "{}"}}]}),
-            ["tool_calls[0]", "'id'"],
-        ),
-        (
             openai_body({"tool_calls": [{"id": 7, "function": {"name": "t"}}]}),
             ["tool_calls[0].id"],
-        ),
-        (
-            openai_body({"tool_calls": [{"id": "", "function": {"name": "t"}}]}),
-            ["tool_calls[0].id", "empty"],
         ),
         (openai_body({"tool_calls": [{"id": "c1"}]}), ["tool_calls[0].function must be an object"]),
         (

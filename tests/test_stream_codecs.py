@@ -454,16 +454,43 @@ def test_openai_malformed_chunks_raise_protocol_error(data: str, message: str):
         openai().feed(SSEEvent(data=data))
 
 
-def test_openai_tool_call_without_id_or_name_is_refused():
-    """A call the model never named or identified cannot be answered: ProtocolError."""
-    for fragment in (
-        {"index": 0, "function": {"name": "f", "arguments": "{}"}},
-        {"index": 0, "id": "c", "function": {"arguments": "{}"}},
-    ):
-        decoder = openai()
-        drive(decoder, openai_sse(oa_chunk({"tool_calls": [fragment]}, "tool_calls"), "[DONE]"), 9)
-        with pytest.raises(ProtocolError, match="tool call at index 0"):
-            decoder.finish()
+def test_openai_tool_call_without_a_name_is_refused():
+    """A call the model never named cannot be executed: ProtocolError."""
+    decoder = openai()
+    fragment = {"index": 0, "id": "c", "function": {"arguments": "{}"}}
+    drive(decoder, openai_sse(oa_chunk({"tool_calls": [fragment]}, "tool_calls"), "[DONE]"), 9)
+    with pytest.raises(ProtocolError, match="tool call at index 0 has no function name"):
+        decoder.finish()
+
+
+def test_openai_streamed_call_without_an_id_gets_the_id_the_unstreamed_codec_gives():
+    """An empty or missing id (Gemini sends "") is derived from the reply, the same way
+    streamed or not; two such calls of one reply get different ids."""
+    fragments = [
+        {"index": 0, "id": "", "function": {"name": "f", "arguments": "{}"}},
+        {"index": 1, "function": {"name": "f", "arguments": "{}"}},
+    ]
+    raw = openai_sse(oa_chunk({"tool_calls": fragments}, "tool_calls"), "[DONE]")
+    _, reply = stream_reply(openai, raw)
+    first, second = reply.message.tool_calls
+    assert first.id.startswith("call_") and second.id.startswith("call_")
+    assert first.id != second.id
+    unstreamed = OpenAICodec().decode(
+        {
+            "id": "chatcmpl-1",
+            "choices": [
+                {
+                    "message": {
+                        "tool_calls": [
+                            {"id": "", "function": {"name": "f", "arguments": "{}"}},
+                            {"function": {"name": "f", "arguments": "{}"}},
+                        ]
+                    }
+                }
+            ],
+        }
+    )
+    assert unstreamed.message.tool_calls == reply.message.tool_calls
 
 
 # --- anthropic ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -73,3 +74,14 @@ def wire_arguments(call: ToolCall) -> str:
     if call._wire_arguments is not None:
         return call._wire_arguments
     return json.dumps(call.arguments)
+
+
+def generated_call_id(reply_id: object, created: object, index: int, name: str, text: str) -> str:
+    """A stable id for a tool call the provider sent without one (Gemini sends ``""``).
+
+    Derived from the reply alone: the reply's own ``id`` and ``created`` (which servers make
+    distinct per reply), the call's position, name and argument text. Decoding the same
+    reply twice gives the same id, streamed or not; two calls of one reply never share one.
+    """
+    seed = json.dumps([reply_id, created, index, name, text], default=str)
+    return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:24]

@@ -27,6 +27,7 @@ from .._messages import (
 from ._common import (
     count,
     field,
+    generated_call_id,
     obj,
     parse_arguments,
     provider_error_message,
@@ -78,7 +79,7 @@ def _text(content: object) -> str | None:
     )
 
 
-def _calls(raw_calls: object) -> tuple[ToolCall, ...]:
+def _calls(raw_calls: object, payload: dict[str, Any]) -> tuple[ToolCall, ...]:
     if raw_calls is None:
         return ()
     if not isinstance(raw_calls, list):
@@ -92,7 +93,7 @@ def _calls(raw_calls: object) -> tuple[ToolCall, ...]:
         call_id = raw.get("id") if function is not None else None
         name = function.get("name") if type(function) is dict else None
         if not (type(call_id) is str and call_id and call_id not in seen and type(name) is str):
-            call_id, function, name = _checked_call(raw, i, seen)
+            call_id, function, name = _checked_call(raw, i, seen, payload)
         assert isinstance(function, dict)
         seen.add(call_id)
         text = function.get("arguments", "")
@@ -105,14 +106,24 @@ def _calls(raw_calls: object) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def _checked_call(raw: object, i: int, seen: set[str]) -> tuple[str, dict[str, Any], str]:
+def _checked_call(
+    raw: object, i: int, seen: set[str], payload: dict[str, Any]
+) -> tuple[str, dict[str, Any], str]:
     where = f"choices[0].message.tool_calls[{i}]"
     raw = obj(raw, where, STYLE)
-    call_id = field(raw, "id", str, where, STYLE)
-    if not call_id or call_id in seen:
-        raise ProtocolError(f"openai reply: {where}.id {call_id!r} is empty or repeated")
     function = obj(raw.get("function"), f"{where}.function", STYLE)
     name = field(function, "name", str, f"{where}.function", STYLE)
+    if raw.get("id") in ("", None):
+        # Gemini's OpenAI-compatible endpoint sends "id": "" (others omit it): the call is
+        # still usable, and the follow-up needs an id to pair its result with.
+        text = function.get("arguments", "")
+        call_id = generated_call_id(
+            payload.get("id"), payload.get("created"), i, name, text if type(text) is str else ""
+        )
+    else:
+        call_id = field(raw, "id", str, where, STYLE)
+    if call_id in seen:
+        raise ProtocolError(f"openai reply: {where}.id {call_id!r} is repeated")
     return call_id, function, name
 
 
@@ -168,7 +179,7 @@ class OpenAICodec:
         content = message.get("content")
         assistant = AssistantMessage(
             content if content is None or type(content) is str else _text(content),
-            _calls(message.get("tool_calls")),
+            _calls(message.get("tool_calls"), payload),
         )
         totals = _usage(payload.get("usage"))
         model = payload.get("model")

@@ -14,7 +14,7 @@ import attrs
 
 from .._errors import ProtocolError, ProviderError
 from .._messages import AssistantMessage, ModelReply, ToolCall, Usage
-from ._common import count, parse_arguments
+from ._common import count, generated_call_id, parse_arguments
 from ._sse import SSEEvent
 from ._stream import TextDelta, _Decoder, _int_index
 
@@ -57,6 +57,10 @@ class OpenAIStreamDecoder(_Decoder):
         self._usage: dict[str, Any] | None = None
         self._model: str | None = None
         self._finish_reason: str | None = None
+        # The reply's id and creation time (the same on every chunk), to derive an id for a
+        # tool call sent without one, as the unstreamed codec does.
+        self._reply_id: object = None
+        self._created: object = None
 
     def finish(self) -> ModelReply:
         # A finish_reason is the model's own end; a proxy that drops [DONE] (or a usage
@@ -75,6 +79,8 @@ class OpenAIStreamDecoder(_Decoder):
         model = chunk.get("model")
         if isinstance(model, str) and model:
             self._model = model
+        if self._reply_id is None:
+            self._reply_id, self._created = chunk.get("id"), chunk.get("created")
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             # Servers that repeat usage on every chunk send running totals: keep the last.
@@ -144,13 +150,18 @@ class OpenAIStreamDecoder(_Decoder):
         for index in sorted(self._calls):
             call = self._calls[index]
             where = f"openai stream: tool call at index {index}"
-            if not call.id or call.id in seen:
-                raise ProtocolError(f"{where} has an empty or repeated id {call.id!r}")
             if not call.name:
                 raise ProtocolError(f"{where} has no function name")
-            seen.add(call.id)
-            arguments, invalid = parse_arguments("".join(call.arguments))
-            calls.append(ToolCall(call.id, call.name, arguments, invalid))
+            raw = "".join(call.arguments)
+            # Gemini sends "id": "": derived from the reply, as the unstreamed codec does.
+            call_id = call.id or generated_call_id(
+                self._reply_id, self._created, index, call.name, raw
+            )
+            if call_id in seen:
+                raise ProtocolError(f"{where} has a repeated id {call_id!r}")
+            seen.add(call_id)
+            arguments, invalid = parse_arguments(raw)
+            calls.append(ToolCall(call_id, call.name, arguments, invalid))
         totals = Usage()
         if self._usage is not None:
             prompt = count(self._usage, "prompt_tokens")
