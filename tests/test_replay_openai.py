@@ -3,12 +3,16 @@ real :class:`LlmClient` over the fake provider (``tests/recordings/``, see SOURC
 
 from __future__ import annotations
 
-from toolnexus_async import LlmClient, Toolkit, define_tool
+import pytest
+
+from toolnexus_async import LlmClient, ProviderError, Toolkit, define_tool
 
 from .conftest import FakeProvider
 from .replay import replay
 
 GEMINI_WITHOUT_ID = "pydantic-ai/test_openai/test_compatible_api_with_tool_calls_without_id.yaml"
+GROQ_TOOL_USE_FAILED = "pydantic-ai/test_groq/test_tool_use_failed_error.yaml"
+GROQ_TOOL_USE_FAILED_STREAM = "pydantic-ai/test_groq/test_tool_use_failed_error_streaming.yaml"
 
 
 @define_tool
@@ -43,3 +47,39 @@ async def test_gemini_tool_call_with_an_empty_id_gets_a_stable_id(provider: Fake
     # Deterministic: the same recorded reply gives the same id in another run.
     again = FakeProvider()
     assert (await run_gemini(again))[0] == call_id
+
+
+@define_tool
+async def get_something_by_name(name: str) -> str:
+    """Get something by name."""
+    return f"something called {name}"
+
+
+async def groq_failure(provider: FakeProvider, recording: str, *, stream: bool) -> ProviderError:
+    replay(provider, recording)  # the first reply is the failure; the others must not be asked
+    client: LlmClient = provider.client(model="openai/gpt-oss-120b")
+    async with (
+        client,
+        Toolkit.create(builtins=False, extra_tools=[get_something_by_name]) as toolkit,
+    ):
+        with pytest.raises(ProviderError) as caught:
+            if stream:
+                async with client.stream("Look up something", toolkit) as events:
+                    async for _ in events:
+                        pass
+            else:
+                await client.run("Look up something", toolkit)
+    assert len(provider.requests) == 1, "a 400 is not retried"
+    return caught.value
+
+
+async def test_groq_error_event_inside_a_stream_has_the_status_it_names():
+    """Groq's ``tool_use_failed`` error event, inside a 200 stream, carries
+    ``"status_code": 400``: a ProviderError(400), not retried, like the non-streamed twin
+    (an HTTP 400 reply)."""
+    streamed = await groq_failure(FakeProvider(), GROQ_TOOL_USE_FAILED_STREAM, stream=True)
+    unstreamed = await groq_failure(FakeProvider(), GROQ_TOOL_USE_FAILED, stream=False)
+    assert streamed.status == unstreamed.status == 400
+    for error in (streamed, unstreamed):
+        assert "tool_use_failed" in error.body
+        assert "Tool call validation failed" in error.body

@@ -381,6 +381,8 @@ def test_openai_finish_reason_without_done_is_a_complete_reply():
         ({"message": "unavailable", "code": "503"}, 503),
         ({"message": "slow down", "code": "rate_limit_exceeded"}, 500),
         ({"message": "odd", "code": 1234}, 500),
+        ({"message": "bad call", "code": "tool_use_failed", "status_code": 400}, 400),
+        ({"message": "odd", "code": "x", "status_code": "not a status"}, 500),
         ("a bare string", 500),
     ],
 )

@@ -29,12 +29,18 @@ class _OpenAICall:
 
 
 def _openai_status(error: object) -> int:
-    code = error.get("code") if isinstance(error, dict) else None
-    if isinstance(code, str) and code.isascii() and code.isdigit():
-        code = int(code)
-    # Only a code that reads as an HTTP status is one; "rate_limit_exceeded" or 1234 is not.
-    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
-        return code
+    if not isinstance(error, dict):
+        return 500
+    # Groq names the status the same error has as an HTTP reply ("status_code": 400 beside
+    # "code": "tool_use_failed"); others put an HTTP status in "code".
+    for key in ("status_code", "code"):
+        code = error.get(key)
+        if isinstance(code, str) and code.isascii() and code.isdigit():
+            code = int(code)
+        # Only a value that reads as an HTTP status is one; "rate_limit_exceeded" or 1234
+        # is not.
+        if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+            return code
     return 500
 
 
