@@ -9,8 +9,8 @@ them, and :func:`replay` scripts a :class:`~tests.conftest.FakeProvider` with th
   (``parsed_body``, sent as ``json.dumps`` of it, as pydantic-ai's own replay does) or an
   event stream (``body.string``, sent exactly as recorded), with its recorded status;
 - an openai-python Chat Completions body (``.json``) or event stream (``.sse``);
-- an anthropic-sdk-python stream fixture (``.txt``), which lacks the blank line that ends
-  its last event (the SDK's tests feed it line by line): the line is added back.
+- an anthropic-sdk-python stream fixture (``.txt``), which lacks the line end and blank
+  line that end its last event (the SDK's tests feed it line by line): they are added back.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def load(name: str) -> list[Recorded]:
     if path.suffix == ".json":
         return [Recorded(200, "application/json", raw)]
     if path.suffix == ".txt":
-        raw = raw if raw.endswith(b"\n\n") else raw + b"\n"
+        raw = raw.rstrip(b"\n") + b"\n\n"
     return [Recorded(200, "text/event-stream", raw)]
 
 

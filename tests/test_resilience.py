@@ -212,11 +212,11 @@ async def until(flag: Callable[[], bool]) -> None:
 # --- retries -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504, 529])
 async def test_retryable_statuses_get_two_retries_then_raise(
     provider: FakeProvider, status: int
 ) -> None:
-    """429/500/502/503/504: three attempts in all (retries=2), then the ProviderError."""
+    """429/500/502/503/504/529: three attempts in all (retries=2), then the ProviderError."""
     always(provider, status)
     client = provider.client(retry=FAST)
 

@@ -76,7 +76,7 @@ def test_retry_after_is_not_capped_by_the_parser():
 # retryable
 
 
-@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504, 529])
 def test_default_statuses_are_retryable(status):
     """Rate limits and server-side failures are retried by default."""
     assert RetryPolicy().retryable(provider(status))
@@ -303,7 +303,7 @@ def test_defaults():
     policy = RetryPolicy()
     assert (policy.retries, policy.base_delay, policy.max_delay) == (2, 0.5, 30.0)
     assert (policy.multiplier, policy.jitter) == (2.0, 0.25)
-    assert policy.statuses == frozenset({429, 500, 502, 503, 504})
+    assert policy.statuses == frozenset({429, 500, 502, 503, 504, 529})
 
 
 def test_policy_is_frozen():

@@ -82,7 +82,7 @@ class LlmClient(Resuming, Closing):
         limits: the :class:`Limits` of a run and its requests (default: no run time
             limit, 600 s per request attempt, replies up to 32 MiB).
         retry: the :class:`RetryPolicy` for failed model requests, with its ``on_error``
-            (default: 2 retries on 429, 500, 502, 503, 504 and connection errors,
+            (default: 2 retries on 429, 500, 502, 503, 504, 529 and connection errors,
             exponential backoff, jitter, ``Retry-After`` in seconds honoured).
         hooks: the :class:`Hooks` called around model requests and tool calls, and its
             ``on_metric`` given every metric event.

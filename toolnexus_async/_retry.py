@@ -5,9 +5,9 @@ The rule, in the order it is applied (:meth:`RetryPolicy.delay`):
 1. An ``on_error`` verdict of ``"fail"`` gives up at once.
 2. No more than ``retries`` retries follow the first attempt; after that, give up.
 3. An error is retried when it is *retryable* (a :class:`ProviderError` whose status is in
-   ``statuses``, by default 429, 500, 502, 503 and 504, or a :class:`TransportError`: the
-   connection failed or timed out) or when the verdict is ``"retry"``. Anything else, a
-   :class:`ProtocolError` included, gives up.
+   ``statuses``, by default 429, 500, 502, 503, 504 and 529, Anthropic's "overloaded", or
+   a :class:`TransportError`: the connection failed or timed out) or when the verdict is
+   ``"retry"``. Anything else, a :class:`ProtocolError` included, gives up.
 4. A provider error whose ``Retry-After`` header is in the delay-seconds form (ASCII
    digits, ``0`` included) waits exactly that long. Any other form, an HTTP-date
    among them, is ignored.
@@ -140,7 +140,7 @@ class RetryPolicy:
     multiplier: float = attrs.field(default=2.0, validator=_check_multiplier)
     jitter: float = attrs.field(default=0.25, validator=_check_jitter)
     statuses: frozenset[int] = attrs.field(
-        default=frozenset({429, 500, 502, 503, 504}), converter=_to_statuses
+        default=frozenset({429, 500, 502, 503, 504, 529}), converter=_to_statuses
     )
     on_error: Callable[[Any, int], Any] | None = attrs.field(
         default=None, validator=_check_on_error, eq=False
