@@ -76,6 +76,13 @@ def load(name: str) -> list[Recorded]:
     return [Recorded(200, "text/event-stream", raw)]
 
 
+def schema(name: str) -> dict[str, Any]:
+    """The request schema ``tests/recordings/schemas/<name>.schema.json``."""
+    path = RECORDINGS / "schemas" / f"{name}.schema.json"
+    value: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return value
+
+
 def replay(provider: Any, name: str) -> list[Recorded]:
     """Script ``provider`` to answer its requests with the replies of ``name``, in order."""
     recorded = load(name)

@@ -211,12 +211,21 @@ def test_openai_encode_without_tools_omits_the_key():
 
 
 def test_openai_encode_max_tokens_and_extra():
-    """max_tokens is sent when given, and extra keys are merged into the body."""
+    """max_tokens is sent when given, as max_completion_tokens, and extra keys are merged
+    into the body."""
     body = OPENAI.encode(
         [UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=50, extra={"temperature": 0.1}
     )
-    assert body["max_tokens"] == 50
+    assert body["max_completion_tokens"] == 50 and "max_tokens" not in body
     assert body["temperature"] == 0.1
+
+
+def test_openai_encode_can_send_the_old_max_tokens_name():
+    """max_tokens_field="max_tokens" sends the deprecated name, alone."""
+    body = OPENAI.encode(
+        [UserMessage("hi")], EMPTY.tools(), model="m", max_tokens=50, max_tokens_field="max_tokens"
+    )
+    assert body["max_tokens"] == 50 and "max_completion_tokens" not in body
 
 
 def test_openai_encode_sends_invalid_arguments_back_as_they_came():

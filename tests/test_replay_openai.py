@@ -3,14 +3,18 @@ real :class:`LlmClient` over the fake provider (``tests/recordings/``, see SOURC
 
 from __future__ import annotations
 
+from typing import Any
+
+import jsonschema
 import pytest
 
-from toolnexus_async import LlmClient, ProviderError, Toolkit, define_tool
+from toolnexus_async import LlmClient, ModelSettings, ProviderError, Toolkit, define_tool
 
 from .conftest import FakeProvider
-from .replay import replay
+from .replay import replay, schema
 
 GEMINI_WITHOUT_ID = "pydantic-ai/test_openai/test_compatible_api_with_tool_calls_without_id.yaml"
+HF_MAX_TOKENS = "pydantic-ai/test_huggingface/test_max_completion_tokens.yaml"
 GROQ_TOOL_USE_FAILED = "pydantic-ai/test_groq/test_tool_use_failed_error.yaml"
 GROQ_TOOL_USE_FAILED_STREAM = "pydantic-ai/test_groq/test_tool_use_failed_error_streaming.yaml"
 
@@ -83,3 +87,47 @@ async def test_groq_error_event_inside_a_stream_has_the_status_it_names():
     for error in (streamed, unstreamed):
         assert "tool_use_failed" in error.body
         assert "Tool call validation failed" in error.body
+
+
+def deprecated_fields(body: dict[str, Any]) -> list[str]:
+    """The keys of ``body`` that OpenAI's published request schema marks deprecated."""
+    request = schema("openai-chat-completions-request")
+    fields: dict[str, Any] = {}
+    for part in request["components"]["schemas"]["CreateChatCompletionRequest"]["allOf"]:
+        if "$ref" in part:
+            part = request["components"]["schemas"][part["$ref"].rsplit("/", 1)[-1]]
+        fields.update(part.get("properties", {}))
+    return [key for key in body if fields.get(key, {}).get("deprecated")]
+
+
+async def test_max_tokens_is_sent_as_max_completion_tokens(provider: FakeProvider):
+    """``ModelSettings(max_tokens=...)`` sends ``max_completion_tokens``: a request valid by
+    OpenAI's published schema, and free of the fields it marks deprecated."""
+    replay(provider, HF_MAX_TOKENS)
+    client: LlmClient = provider.client(settings=ModelSettings(max_tokens=100))
+    async with client, Toolkit.create(builtins=False) as toolkit:
+        await client.run("hello", toolkit)
+    (body,) = provider.bodies
+    assert body["max_completion_tokens"] == 100 and "max_tokens" not in body
+    jsonschema.Draft202012Validator(schema("openai-chat-completions-request")).validate(body)
+    assert deprecated_fields(body) == []
+
+
+async def test_max_tokens_field_sends_the_old_name_to_servers_that_know_only_it(
+    provider: FakeProvider,
+):
+    """``max_tokens_field="max_tokens"`` sends the request the recorded client sent to a
+    Hugging Face router, which answers it."""
+    (recorded,) = replay(provider, HF_MAX_TOKENS)
+    client: LlmClient = provider.client(
+        model="deepseek-ai/DeepSeek-R1",
+        settings=ModelSettings(max_tokens=100, max_tokens_field="max_tokens"),
+    )
+    async with client, Toolkit.create(builtins=False) as toolkit:
+        result = await client.run("hello", toolkit)
+    (body,) = provider.bodies
+    assert {k: body[k] for k in ("model", "max_tokens", "messages")} == {
+        k: recorded.request[k] for k in ("model", "max_tokens", "messages")
+    }
+    assert "max_completion_tokens" not in body
+    assert result.text.startswith("<think>")

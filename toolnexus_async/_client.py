@@ -136,6 +136,7 @@ class LlmClient(Resuming, Closing):
             model=model,
             headers=request_headers,
             max_tokens=settings.max_tokens,
+            max_tokens_field=settings.max_tokens_field,
             extra_body=settings.extra_body,
             # The transport applies it (aiohttp's own timeout): no cancel scope per request.
             timeout=limits.request_timeout,

@@ -8,7 +8,7 @@ than twenty keyword arguments, and one value can be shared by many clients.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -76,6 +76,17 @@ def _max_tokens(_instance: object, attribute: attrs.Attribute[Any], value: objec
         _positive_int(_instance, attribute, value)
 
 
+MAX_TOKENS_FIELDS = ("max_completion_tokens", "max_tokens")
+
+
+def _max_tokens_field(_instance: object, _attribute: object, value: object) -> None:
+    if value not in MAX_TOKENS_FIELDS:
+        raise UsageError(
+            f"max_tokens_field must be one of {', '.join(map(repr, MAX_TOKENS_FIELDS))}, "
+            f"got {value!r}"
+        )
+
+
 def _extra(_instance: object, _attribute: object, value: Any) -> None:
     if value is not None and not isinstance(value, dict):
         raise UsageError(f"extra_body must be a dict or None, got {type(value).__name__}")
@@ -90,7 +101,14 @@ class ModelSettings:
             unless set; the openai style sends it only when set).
         extra_body: keys merged into every request body (``temperature``, ...), sent as
             given.
+        max_tokens_field: the openai style's name for ``max_tokens`` on the wire:
+            ``"max_completion_tokens"`` (OpenAI's, which its reasoning models require), or
+            ``"max_tokens"``, the deprecated name, for servers that know only it. The
+            anthropic style always sends ``max_tokens``.
     """
 
     max_tokens: int | None = attrs.field(default=None, validator=_max_tokens)
     extra_body: dict[str, Any] | None = attrs.field(default=None, validator=_extra)
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = attrs.field(
+        default="max_completion_tokens", validator=_max_tokens_field
+    )

@@ -75,6 +75,7 @@ class HttpModel:
         "_headers",
         "_max_bytes",
         "_max_tokens",
+        "_max_tokens_field",
         "_scrub",
         "_shown",
         "_timeout",
@@ -94,6 +95,7 @@ class HttpModel:
         model: str,
         headers: Mapping[str, str],
         max_tokens: int | None,
+        max_tokens_field: str | None = None,
         extra_body: dict[str, Any] | None,
         timeout: float | None,
         max_reply_bytes: int,
@@ -104,6 +106,7 @@ class HttpModel:
         self._url = codec.endpoint(base_url)
         self._headers = {**headers, "Content-Type": "application/json"}
         self._max_tokens = max_tokens
+        self._max_tokens_field = max_tokens_field
         self._extra = extra_body
         self._timeout = timeout
         self._max_bytes = max_reply_bytes
@@ -124,6 +127,7 @@ class HttpModel:
             toolkit._specs(),
             model=self.name,
             max_tokens=self._max_tokens,
+            max_tokens_field=self._max_tokens_field,
             extra=self._extra,
             stream=stream,
         )

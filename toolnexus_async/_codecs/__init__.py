@@ -57,6 +57,7 @@ class Codec(Protocol):
         max_tokens: int | None,
         extra: dict[str, Any] | None = None,
         stream: bool = False,
+        max_tokens_field: str | None = None,
     ) -> dict[str, Any]: ...
 
     def decode(self, payload: object) -> ModelReply: ...

@@ -105,6 +105,7 @@ class AnthropicCodec:
         max_tokens: int | None,
         extra: dict[str, Any] | None = None,
         stream: bool = False,
+        max_tokens_field: str | None = None,  # the Messages API has one name: max_tokens
     ) -> dict[str, Any]:
         system, rendered = _render(messages)
         body: dict[str, Any] = {

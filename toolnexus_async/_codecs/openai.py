@@ -149,12 +149,15 @@ class OpenAICodec:
         max_tokens: int | None,
         extra: dict[str, Any] | None = None,
         stream: bool = False,
+        max_tokens_field: str | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "messages": [_render(m) for m in messages]}
         if tools:
             body["tools"] = render_openai(tools)
         if max_tokens is not None:
-            body["max_tokens"] = max_tokens
+            # max_tokens is deprecated, and refused by reasoning models; servers that know
+            # only the old name are served through ModelSettings.max_tokens_field.
+            body[max_tokens_field or "max_completion_tokens"] = max_tokens
         if stream:
             # Without include_usage a streamed reply carries no token counts at all.
             body["stream"] = True
