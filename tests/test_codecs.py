@@ -708,3 +708,19 @@ def test_a_transcript_decoded_from_anthropic_renders_for_openai():
     assert messages[3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "warm\n25 C"}
     assert messages[4] == {"role": "assistant", "content": "Warm."}
     assert len(messages) == 5
+
+
+def test_a_refusal_goes_back_as_refusal_in_openai_and_as_text_in_anthropic():
+    """The Messages API has no refusal field: the refusal is sent as the assistant's text."""
+    history: list[Message] = [
+        UserMessage("q"),
+        AssistantMessage(None, (), "I can't."),
+        UserMessage("why?"),
+    ]
+    openai = OPENAI.encode(history, EMPTY.tools(), model="m", max_tokens=None)
+    assert openai["messages"][1] == {"role": "assistant", "content": None, "refusal": "I can't."}
+    anthropic = ANTHROPIC.encode(history, EMPTY.tools(), model="m", max_tokens=None)
+    assert anthropic["messages"][1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "I can't."}],
+    }

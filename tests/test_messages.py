@@ -37,6 +37,7 @@ EVERY_KIND: list[Message] = [
     AssistantMessage(None, (ToolCall("c4", "noargs"),)),
     ToolReturn("c4", "noargs", ""),
     AssistantMessage("It is 5, and sunny."),
+    AssistantMessage(None, (), "I can't help with that."),
 ]
 
 
@@ -115,6 +116,17 @@ def test_optional_keys_default_when_absent():
         AssistantMessage("x", (ToolCall("c", "t", {}),)),
         ToolReturn("c", "t", "o", is_error=False),
     ]
+
+
+def test_a_refusal_is_a_key_of_its_own_and_absent_when_there_is_none():
+    """``refusal`` appears in the JSON form only when the model refused."""
+    payload = messages_to_json([AssistantMessage("hi"), AssistantMessage(None, (), "no")])
+    assert payload["messages"] == [
+        {"role": "assistant", "text": "hi"},
+        {"role": "assistant", "text": None, "refusal": "no"},
+    ]
+    with pytest.raises(PayloadError, match="'refusal' must be a string"):
+        messages_from_json({"version": 1, "messages": [{"role": "assistant", "refusal": 3}]})
 
 
 # --- version --------------------------------------------------------------------------------

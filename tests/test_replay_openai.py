@@ -3,12 +3,22 @@ real :class:`LlmClient` over the fake provider (``tests/recordings/``, see SOURC
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jsonschema
 import pytest
 
-from toolnexus_async import LlmClient, ModelSettings, ProviderError, Toolkit, define_tool
+from toolnexus_async import (
+    AssistantMessage,
+    LlmClient,
+    ModelSettings,
+    ProviderError,
+    RunResult,
+    StreamDone,
+    Toolkit,
+    define_tool,
+)
 
 from .conftest import FakeProvider
 from .replay import replay, schema
@@ -131,3 +141,43 @@ async def test_max_tokens_field_sends_the_old_name_to_servers_that_know_only_it(
     }
     assert "max_completion_tokens" not in body
     assert result.text.startswith("<think>")
+
+
+REFUSAL = "openai-python/chat_completions/test_parse_pydantic_model_refusal.json"
+REFUSAL_STREAM = "openai-python/chat_completions_stream/test_parse_pydantic_model_refusal.sse"
+# What the model said in each recording.
+REFUSED = "I'm very sorry, but I can't assist with that."
+REFUSED_STREAMED = "I'm sorry, I can't assist with that request."
+
+
+async def test_a_refusal_is_carried_by_the_run_streamed_or_not(provider: FakeProvider):
+    """OpenAI's ``message.refusal`` (and its streamed ``delta.refusal`` pieces) is the run's
+    ``refusal``, with an empty text, in the transcript and its JSON form too."""
+    replay(provider, REFUSAL)
+    client: LlmClient = provider.client(model="gpt-4o-2024-08-06")
+    async with client, Toolkit.create(builtins=False) as toolkit:
+        result = await client.run("What's the weather like in San Francisco?", toolkit)
+    streamed_provider = FakeProvider()
+    replay(streamed_provider, REFUSAL_STREAM)
+    streaming: LlmClient = streamed_provider.client(model="gpt-4o-2024-08-06")
+    async with streaming, Toolkit.create(builtins=False) as toolkit:
+        async with streaming.stream("What's the weather like?", toolkit) as events:
+            done = [event async for event in events][-1]
+    assert isinstance(done, StreamDone)
+    streamed = done.result
+    for run, said in ((result, REFUSED), (streamed, REFUSED_STREAMED)):
+        assert (run.status, run.text, run.refusal) == ("done", "", said)
+        assert run.messages[-1] == AssistantMessage(None, (), said)
+        assert RunResult.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+        stored_before = {k: v for k, v in run.to_dict().items() if k != "refusal"}
+        assert RunResult.from_dict(stored_before).refusal is None  # a run stored before
+    # Sent back as the refusal it was, in a follow-up.
+    follow_up = FakeProvider()
+    replay(follow_up, REFUSAL)
+    async with follow_up.client() as again, Toolkit.create(builtins=False) as toolkit:
+        await again.run("Why not?", toolkit, history=result.messages)
+    assert follow_up.bodies[0]["messages"][1] == {
+        "role": "assistant",
+        "content": None,
+        "refusal": REFUSED,
+    }

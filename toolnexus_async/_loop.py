@@ -37,6 +37,7 @@ from collections.abc import Sequence
 import attrs
 
 from ._errors import UsageError
+from ._halted import HaltedTurn
 from ._messages import (
     ZERO_USAGE,
     AssistantMessage,
@@ -338,11 +339,12 @@ class RunLoop:
         suspended: tuple[ToolCallRecord, ...] = (),
     ) -> RunResult:
         text = ""
+        refusal = None
         messages = self.messages
         for index in range(len(messages) - 1, -1, -1):
             message = messages[index]
             if isinstance(message, AssistantMessage):
-                text = message.text or ""
+                text, refusal = message.text or "", message.refusal
                 break
         self._expect = _Expect.NOTHING
         self._result = RunResult(
@@ -358,42 +360,6 @@ class RunLoop:
             suspended=suspended,
             run_id=self.run_id,
             style=self.style,
+            refusal=refusal,
         )
         return self._result
-
-
-@attrs.frozen
-class HaltedTurn:
-    """Where a halted transcript stands: the last assistant turn and what became of its calls.
-
-    ``completed`` holds the results the halted turn already has (never executed again);
-    ``open`` the calls still waiting, in call order.
-    """
-
-    before: tuple[Message, ...]
-    assistant: AssistantMessage
-    completed: dict[str, ToolReturn]
-    open: tuple[ToolCall, ...]
-
-    @classmethod
-    def of(cls, messages: Sequence[Message]) -> HaltedTurn:
-        """Split a halted transcript; :class:`UsageError` when it is not one."""
-        for index in range(len(messages) - 1, -1, -1):
-            message = messages[index]
-            if isinstance(message, ToolReturn):
-                continue
-            if not isinstance(message, AssistantMessage) or not message.tool_calls:
-                break
-            returns = [m for m in messages[index + 1 :] if isinstance(m, ToolReturn)]
-            ids = {c.id for c in message.tool_calls}
-            completed = {r.call_id: r for r in returns if r.call_id in ids}
-            if len(completed) != len(returns):
-                break
-            still = tuple(c for c in message.tool_calls if c.id not in completed)
-            if not still:
-                break
-            return cls(tuple(messages[:index]), message, completed, still)
-        raise UsageError(
-            "this transcript is not a halted run: it must end with an assistant turn whose "
-            "tool calls are not all answered"
-        )

@@ -72,10 +72,15 @@ class ToolCall:
 
 @attrs.frozen
 class AssistantMessage:
-    """What the model said: text, tool calls, or both."""
+    """What the model said: text, tool calls, or both.
+
+    ``refusal`` is the model's refusal (OpenAI's ``message.refusal``), when it declined to
+    answer instead: a reply of its own kind, not text.
+    """
 
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    refusal: str | None = None
     role: Literal["assistant"] = attrs.field(default="assistant", init=False, repr=False)
 
 
@@ -167,6 +172,8 @@ def message_to_json(message: Message) -> dict[str, Any]:
             out: dict[str, Any] = {"role": "assistant", "text": text}
             if calls:
                 out["tool_calls"] = [call_to_json(c) for c in calls]
+            if message.refusal is not None:
+                out["refusal"] = message.refusal
             return out
         case ToolReturn():
             return {
@@ -219,7 +226,11 @@ def message_from_json(item: object, where: str = "message") -> Message:
         calls = tuple(
             call_from_json(raw, f"{where}.tool_calls[{j}]") for j, raw in enumerate(raw_calls)
         )
-        return AssistantMessage(_str(item, "text", where, optional=True), calls)
+        return AssistantMessage(
+            _str(item, "text", where, optional=True),
+            calls,
+            _str(item, "refusal", where, optional=True),
+        )
     if role == "tool":
         is_error = item.get("is_error", False)
         if not isinstance(is_error, bool):

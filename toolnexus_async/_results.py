@@ -78,6 +78,8 @@ class RunResult:
             its request, in call order (``pending`` is the first of them).
         run_id: the run's id, kept across halts and resumes.
         style: the wire style that ran it (``"openai"``, ``"anthropic"``, ``"in-process"``).
+        refusal: the model's refusal, when its last reply declined to answer (OpenAI's
+            ``message.refusal``); ``text`` is then empty. ``None`` otherwise.
     """
 
     status: RunStatus
@@ -92,6 +94,7 @@ class RunResult:
     suspended: tuple[ToolCallRecord, ...] = ()
     run_id: str = ""
     style: str | None = None
+    refusal: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON form: status, style, model, transcript, turns, usage, every
@@ -192,6 +195,7 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
         "turns": run.turns,
         "usage": run.usage.to_dict(),
         "limit": run.limit,
+        "refusal": run.refusal,
         "messages": messages_to_json(run.messages)["messages"],
         "tool_calls": [record_to_json(r) for r in run.tool_calls],
         "pending": run.pending.to_dict() if run.pending is not None else None,
@@ -290,6 +294,7 @@ def run_from_dict(payload: object) -> RunResult:
         suspended=tuple(suspended),
         run_id=_opt_str(payload, "run_id") or "",
         style=_opt_str(payload, "style"),
+        refusal=_opt_str(payload, "refusal"),  # absent from runs stored before it existed
     )
 
 

@@ -41,6 +41,9 @@ def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if message.text:
         blocks.append({"type": "text", "text": message.text})
+    elif message.refusal:
+        # The Messages API has no refusal field: what the model said is sent as its text.
+        blocks.append({"type": "text", "text": message.refusal})
     blocks.extend(
         {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
         for call in message.tool_calls

@@ -47,6 +47,8 @@ def _render(message: Message) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": message.call_id, "content": message.output}
     if isinstance(message, AssistantMessage):
         out: dict[str, Any] = {"role": "assistant", "content": message.text}
+        if message.refusal is not None:
+            out["refusal"] = message.refusal
         if message.tool_calls:
             out["tool_calls"] = [
                 {
@@ -180,9 +182,12 @@ class OpenAICodec:
             payload, choice, message = _checked_reply(payload)
         assert isinstance(payload, dict) and isinstance(choice, dict)
         content = message.get("content")
+        refusal = message.get("refusal")
         assistant = AssistantMessage(
             content if content is None or type(content) is str else _text(content),
             _calls(message.get("tool_calls"), payload),
+            # A refusal replaces the answer (content is null): kept, never silently lost.
+            refusal if type(refusal) is str and refusal else None,
         )
         totals = _usage(payload.get("usage"))
         model = payload.get("model")

@@ -59,6 +59,7 @@ class OpenAIStreamDecoder(_Decoder):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self._text: list[str] | None = None  # None until the model sends any content
+        self._refusal: list[str] = []  # refusal deltas: a refusal replaces the answer
         self._calls: dict[int, _OpenAICall] = {}
         self._usage: dict[str, Any] | None = None
         self._model: str | None = None
@@ -118,6 +119,9 @@ class OpenAIStreamDecoder(_Decoder):
             raise self._bad(event, "choices[0].delta.tool_calls must be a list")
         for fragment in fragments or ():
             self._fragment(event, fragment)
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str):
+            self._refusal.append(refusal)
         content = delta.get("content")
         if content is None:
             return []
@@ -175,6 +179,7 @@ class OpenAIStreamDecoder(_Decoder):
             total = count(self._usage, "total_tokens") or prompt + completion
             totals = Usage(prompt, completion, total)
         text = None if self._text is None else "".join(self._text)
+        refusal = "".join(self._refusal) or None
         return ModelReply(
-            AssistantMessage(text, tuple(calls)), totals, self._model, self._finish_reason
+            AssistantMessage(text, tuple(calls), refusal), totals, self._model, self._finish_reason
         )
