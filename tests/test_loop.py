@@ -541,3 +541,35 @@ def test_finished_result_does_not_change_after_the_finish():
     result = expect_finish(loop).result
     assert isinstance(result.messages, tuple)
     assert isinstance(result.tool_calls, tuple)
+
+
+# --- a reply cut by the output limit --------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", ["length", "max_tokens"])
+def test_a_reply_cut_by_the_output_limit_finishes_incomplete_without_its_calls(reason: str):
+    """Rule 5: openai's "length" and anthropic's "max_tokens" end the run incomplete with
+    limit "max_tokens"; the text stays, the calls are neither run nor kept."""
+    loop = RunLoop("write a file")
+    expect_call_model(loop)
+    cut = ModelReply(
+        AssistantMessage("Writing it.", (ToolCall("c1", "make_file", {}, '{"name": "ta'),)),
+        Usage(5, 7, 12),
+        stop_reason=reason,
+    )
+    kept = loop.model_replied(cut)
+    assert kept == AssistantMessage("Writing it.")
+    result = expect_finish(loop).result
+    assert (result.status, result.limit, result.text) == ("incomplete", "max_tokens", "Writing it.")
+    assert result.messages[-1] == kept and unpaired_calls(result.messages) == []
+    assert result.tool_calls == () and result.usage == Usage(5, 7, 12)
+
+
+@pytest.mark.parametrize("reason", [None, "stop", "end_turn", "tool_calls", "tool_use"])
+def test_other_stop_reasons_leave_the_calls_to_run(reason: str | None):
+    """Only a cut by the limit holds the calls back."""
+    loop = RunLoop("go")
+    expect_call_model(loop)
+    reply = ModelReply(AssistantMessage(None, (ToolCall("c1", "t"),)), stop_reason=reason)
+    assert loop.model_replied(reply) == reply.message
+    assert expect_run_tools(loop).calls == (ToolCall("c1", "t"),)

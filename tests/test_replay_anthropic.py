@@ -4,12 +4,21 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from toolnexus_async import LlmClient, RetryPolicy, Toolkit
+from toolnexus_async import (
+    AssistantMessage,
+    LlmClient,
+    RetryPolicy,
+    StreamDone,
+    Toolkit,
+    define_tool,
+)
+from toolnexus_async._messages import unpaired_calls
 from toolnexus_async.testing import json_response, sse_response
 
 from .conftest import FakeProvider
-from .replay import load
+from .replay import load, replay
 
 BASIC_STREAM = "anthropic-sdk-python/streaming/fixtures/basic_response.txt"
 CACHE = "pydantic-ai/test_anthropic/test_anthropic_cache_real_api.yaml"
@@ -37,3 +46,37 @@ async def test_overloaded_529_is_retried_by_default_streamed_or_not(provider: Fa
     assert [e.text for e in events if e.kind == "text"] == ["Hello", " there", "!"]
     assert len(provider.requests) == 4
     assert json.loads(json.dumps(provider.bodies[0])) == provider.bodies[1]  # sent again as is
+
+
+CUT_IN_A_TOOL_CALL = "anthropic-sdk-python/streaming/fixtures/incomplete_partial_json_response.txt"
+
+
+async def test_a_tool_call_cut_by_max_tokens_is_never_run(provider: FakeProvider):
+    """``stop_reason: "max_tokens"`` in the middle of a ``tool_use`` block: the run is
+    ``incomplete`` (``limit == "max_tokens"``), the cut call is neither run nor kept in the
+    transcript (so never sent back as ``input: {}``), and the text before it is kept."""
+    made: list[dict[str, Any]] = []
+
+    @define_tool
+    async def make_file(filename: str, lines_of_text: list[str]) -> str:
+        """Write a file."""
+        made.append({"filename": filename, "lines_of_text": lines_of_text})
+        return "written"
+
+    replay(provider, CUT_IN_A_TOOL_CALL)
+    client: LlmClient = provider.client("anthropic")
+    async with client, Toolkit.create(builtins=False, extra_tools=[make_file]) as toolkit:
+        async with client.stream("Write a tax guide to taxes.txt", toolkit) as stream:
+            events = [event async for event in stream]
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    run = done.result
+    assert (run.status, run.limit) == ("incomplete", "max_tokens")
+    assert made == [] and run.tool_calls == ()
+    assert [e.kind for e in events if e.kind in ("tool_call", "tool_result")] == []
+    last = run.messages[-1]
+    assert isinstance(last, AssistantMessage) and last.tool_calls == ()
+    assert last.text is not None and last.text.endswith("Let me do that for you now.")
+    assert len(provider.requests) == 1
+    # Going on from it sends no cut call back.
+    assert unpaired_calls(run.messages) == []

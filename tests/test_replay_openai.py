@@ -181,3 +181,31 @@ async def test_a_refusal_is_carried_by_the_run_streamed_or_not(provider: FakePro
         "content": None,
         "refusal": REFUSED,
     }
+
+
+MAX_TOKENS_REACHED = "openai-python/chat_completions/test_parse_max_tokens_reached.json"
+MAX_TOKENS_REACHED_STREAM = (
+    "openai-python/chat_completions_stream/test_parse_max_tokens_reached.sse"
+)
+
+
+async def test_a_reply_cut_by_the_output_limit_ends_the_run_incomplete():
+    """``finish_reason: "length"``: the run is ``incomplete`` with ``limit == "max_tokens"``
+    and keeps the text written before the cut, streamed or not."""
+    runs = []
+    for recording, stream in ((MAX_TOKENS_REACHED, False), (MAX_TOKENS_REACHED_STREAM, True)):
+        provider = FakeProvider()
+        replay(provider, recording)
+        client: LlmClient = provider.client(settings=ModelSettings(max_tokens=1))
+        async with client, clock() as toolkit:
+            if stream:
+                async with client.stream("What's the weather like in SF?", toolkit) as events:
+                    done = [event async for event in events][-1]
+                assert isinstance(done, StreamDone)
+                runs.append(done.result)
+            else:
+                runs.append(await client.run("What's the weather like in SF?", toolkit))
+    for run in runs:
+        assert (run.status, run.limit, run.turns) == ("incomplete", "max_tokens", 1)
+        assert run.text == '{"'  # what the model wrote before the cut
+        assert run.tool_calls == ()

@@ -7,8 +7,10 @@ tested with plain function calls.
 
 Theory of operation::
 
-    CallModel --model_replied--> tool calls? --no--> Finish(done)
-        ^                            | yes
+    CallModel --model_replied--> cut by the output limit? --yes--> Finish(incomplete,
+        ^                            | no                              limit="max_tokens")
+        |                        tool calls? --no--> Finish(done)
+        |                            | yes
         |                            v
         |                        RunTools --tools_finished--> suspended? --yes--> Finish(pending)
         |                                                | no
@@ -27,6 +29,10 @@ Rules kept here, each pinned by a test in ``tests/test_loop.py``:
    request of the **first** suspended call in tool-call order. The halted transcript keeps
    the results of the calls that completed and leaves the suspended ones unanswered, so it
    is enough, with the answer, to resume the run (:class:`HaltedTurn`).
+5. A reply cut by the model's output limit (``stop_reason`` ``"length"`` or
+   ``"max_tokens"``) ends the run ``"incomplete"`` with ``limit == "max_tokens"``. Its text
+   is kept; its tool calls are not run and not kept: the last one is cut short, and no call
+   is acted on from a reply that did not end.
 """
 
 from __future__ import annotations
@@ -106,6 +112,10 @@ Action = CallModel | RunTools | Finish
 # kept), where ``kept`` is the tool's result, or the ToolReturn it was copied into when that
 # says it all (a plain ToolResult without metadata).
 _Entry = tuple[ToolCall, int, Request | None, bool | None, ToolResult | ToolReturn]
+
+# The stop reasons of a reply cut by the model's output limit: openai's finish_reason,
+# anthropic's stop_reason.
+CUT_BY_LIMIT = frozenset({"length", "max_tokens"})
 
 # Never appended to (see RunLoop.records).
 _NO_RECORDS: list[ToolCallRecord] = []
@@ -279,19 +289,28 @@ class RunLoop:
         self._expect, self._result = _Expect.MODEL, None
         return result
 
-    def model_replied(self, reply: ModelReply) -> None:
-        """Feed the model's reply to the request :meth:`next_action` asked for."""
+    def model_replied(self, reply: ModelReply) -> AssistantMessage:
+        """Feed the model's reply to the request :meth:`next_action` asked for; returns the
+        message the transcript keeps (a cut reply's without its tool calls)."""
         self._check(_Expect.MODEL)
         self.turns += 1
         self.usage = self.usage + reply.usage
         if reply.model is not None:
             self.model = reply.model
-        self.messages.append(reply.message)
-        if reply.message.tool_calls:
-            self._calls = reply.message.tool_calls
+        message = reply.message
+        if reply.stop_reason in CUT_BY_LIMIT:
+            if message.tool_calls:
+                message = attrs.evolve(message, tool_calls=())
+            self.messages.append(message)
+            self._finish("incomplete", limit="max_tokens")
+            return message
+        self.messages.append(message)
+        if message.tool_calls:
+            self._calls = message.tool_calls
             self._expect = _Expect.TOOLS
         else:
             self._finish("done")
+        return message
 
     def tools_finished(self, outcomes: Sequence[CallOutcome]) -> None:
         """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls."""

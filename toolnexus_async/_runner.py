@@ -205,16 +205,17 @@ class Runner:
                         # The host may retry from here; tools that already ran are not redone.
                         exc.run = loop.interrupted()
                         raise
-                    loop.model_replied(reply)
-                    if journal is not None and reply.message.tool_calls:
+                    # What the transcript keeps: a reply cut by the output limit loses its calls.
+                    kept = loop.model_replied(reply)
+                    if journal is not None and kept.tool_calls:
                         # The turn is kept before any of its calls runs.
                         await journal.turn(loop)
                     if sink is not None:
                         sink(StreamUsage(reply.usage))
-                        for call in reply.message.tool_calls:
+                        for call in kept.tool_calls:
                             sink(StreamToolCall(call.id, call.name, call.arguments))
                     # Not held while the tools run (and maybe park for hours).
-                    del reply, messages
+                    del reply, messages, kept
                 elif isinstance(action, RunTools):
                     calls, turn = action.calls, action.turn
                     del action  # not held while the tools run (and maybe park for hours)
