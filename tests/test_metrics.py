@@ -161,6 +161,22 @@ def test_tokens_split_prompt_and_completion() -> None:
     assert 4 == _value(samples, "toolnexus_llm_tokens_total", model="a", kind="completion")
 
 
+def test_cache_and_reasoning_tokens_are_kinds_of_their_own_once_reported() -> None:
+    """cache_read, cache_write and reasoning add up per model, and appear only for a model
+    that reported some."""
+    registry = _registry(
+        llm("a", prompt_tokens=10, cache_read_tokens=6, reasoning_tokens=2, completion_tokens=3),
+        llm("a", prompt_tokens=5, cache_write_tokens=4),
+        llm("b", prompt_tokens=7),
+    )
+    tokens = registry.snapshot()["toolnexus_llm_tokens_total"]
+    assert (tokens[("a", "cache_read")], tokens[("a", "cache_write")]) == (6, 4)
+    assert tokens[("a", "reasoning")] == 2
+    assert sorted(kind for model, kind in tokens if model == "b") == ["completion", "prompt"]
+    _, samples = parse(registry.render())
+    assert 6 == _value(samples, "toolnexus_llm_tokens_total", model="a", kind="cache_read")
+
+
 def test_tool_calls_counted_by_tool_source_and_outcome() -> None:
     """Tool calls are keyed by tool, source and outcome."""
     registry = _registry(tool("read"), tool("read"), tool("read", "error"), tool("x", source="mcp"))

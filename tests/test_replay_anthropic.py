@@ -12,6 +12,7 @@ from toolnexus_async import (
     RetryPolicy,
     StreamDone,
     Toolkit,
+    Usage,
     define_tool,
 )
 from toolnexus_async._messages import unpaired_calls
@@ -80,3 +81,20 @@ async def test_a_tool_call_cut_by_max_tokens_is_never_run(provider: FakeProvider
     assert len(provider.requests) == 1
     # Going on from it sends no cut call back.
     assert unpaired_calls(run.messages) == []
+
+
+async def test_cache_reads_and_writes_are_counted(provider: FakeProvider):
+    """``cache_read_input_tokens`` and ``cache_creation_input_tokens`` stay among the prompt
+    tokens and are counted apart in ``Usage`` and the metrics (two recorded replies)."""
+    replay(provider, CACHE)
+    client: LlmClient = provider.client("anthropic", model="claude-sonnet-4-5")
+    async with client, Toolkit.create(builtins=False) as toolkit:
+        first = await client.run("What is Python?", toolkit)
+        second = await client.run("In one sentence?", toolkit)
+        text = client.metrics()
+    # As recorded: 3 + 0 + 1111 prompt tokens, then 3 + 418 + 1111.
+    assert first.usage == Usage(1114, 406, 1520, cache_read_tokens=1111)
+    assert second.usage == Usage(1532, 33, 1565, cache_read_tokens=1111, cache_write_tokens=418)
+    model = 'model="claude-sonnet-4-5"'  # the configured name labels the metrics
+    assert f'toolnexus_llm_tokens_total{{{model},kind="cache_read"}} 2222' in text
+    assert f'toolnexus_llm_tokens_total{{{model},kind="cache_write"}} 418' in text

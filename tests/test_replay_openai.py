@@ -17,11 +17,12 @@ from toolnexus_async import (
     RunResult,
     StreamDone,
     Toolkit,
+    Usage,
     define_tool,
 )
 
 from .conftest import FakeProvider
-from .replay import replay, schema
+from .replay import load, replay, schema
 
 GEMINI_WITHOUT_ID = "pydantic-ai/test_openai/test_compatible_api_with_tool_calls_without_id.yaml"
 HF_MAX_TOKENS = "pydantic-ai/test_huggingface/test_max_completion_tokens.yaml"
@@ -209,3 +210,40 @@ async def test_a_reply_cut_by_the_output_limit_ends_the_run_incomplete():
         assert (run.status, run.limit, run.turns) == ("incomplete", "max_tokens", 1)
         assert run.text == '{"'  # what the model wrote before the cut
         assert run.tool_calls == ()
+
+
+async def test_cached_and_reasoning_tokens_are_counted_streamed_or_not():
+    """``prompt_tokens_details.cached_tokens`` and ``completion_tokens_details
+    .reasoning_tokens`` reach ``Usage`` and the metrics, streamed or not (Groq's two
+    successful turns after its failed one, as recorded)."""
+    usages, texts = [], []
+    for recording, stream in ((GROQ_TOOL_USE_FAILED, False), (GROQ_TOOL_USE_FAILED_STREAM, True)):
+        provider = FakeProvider()
+        provider.script(*(r.response() for r in load(recording)[1:]))
+        client: LlmClient = provider.client(model="openai/gpt-oss-120b")
+        async with (
+            client,
+            Toolkit.create(builtins=False, extra_tools=[get_something_by_name]) as toolkit,
+        ):
+            if stream:
+                async with client.stream("Look up something", toolkit) as events:
+                    done = [event async for event in events][-1]
+                assert isinstance(done, StreamDone)
+                run = done.result
+            else:
+                run = await client.run("Look up something", toolkit)
+            texts.append(client.metrics())
+        assert (run.status, run.turns) == ("done", 2)
+        usages.append(run.usage)
+    unstreamed, streamed = usages
+    # As recorded: 301 + 336 prompt tokens, 256 of them cached; 52 + 96 completion tokens,
+    # 22 + 59 of them reasoning.
+    assert unstreamed == Usage(637, 148, 785, cache_read_tokens=256, reasoning_tokens=81)
+    # Streamed: 304 + 339 prompt, 49 + 58 completion, 23 + 38 reasoning, nothing cached.
+    assert streamed == Usage(643, 107, 750, reasoning_tokens=61)
+    model = 'model="openai/gpt-oss-120b"'
+    assert f'toolnexus_llm_tokens_total{{{model},kind="cache_read"}} 256' in texts[0]
+    assert f'toolnexus_llm_tokens_total{{{model},kind="reasoning"}} 81' in texts[0]
+    assert f'toolnexus_llm_tokens_total{{{model},kind="reasoning"}} 61' in texts[1]
+    assert 'kind="cache_read"' not in texts[1]  # only kinds a provider reported
+    assert RunResult.from_dict(json.loads(json.dumps(run.to_dict()))).usage == streamed

@@ -511,7 +511,7 @@ def test_anthropic_text_stream_yields_deltas_and_the_same_reply_as_unstreamed():
         }
     )
     assert reply == unstreamed
-    assert reply.usage == Usage(30, 15, 45)
+    assert reply.usage == Usage(30, 15, 45, cache_read_tokens=5)
 
 
 def test_anthropic_text_then_two_tool_uses_with_json_split_mid_token():

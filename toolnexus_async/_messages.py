@@ -103,27 +103,49 @@ class Usage:
     """Tokens counted by the provider, summed over the turns of a run.
 
     Anthropic's ``input_tokens``/``output_tokens`` are mapped to the prompt/completion pair.
+    The last three are parts of those, priced apart: ``cache_read_tokens`` (prompt tokens
+    read from the provider's prompt cache: OpenAI's ``prompt_tokens_details.cached_tokens``,
+    Anthropic's ``cache_read_input_tokens``), ``cache_write_tokens`` (prompt tokens written
+    to it: Anthropic's ``cache_creation_input_tokens``) and ``reasoning_tokens`` (completion
+    tokens spent reasoning: ``completion_tokens_details.reasoning_tokens``).
     """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         # Frozen values: a sum with nothing on one side is the other side, no new object.
-        if not (other.prompt_tokens or other.completion_tokens or other.total_tokens):
+        if not _counted(other):
             return self
-        if not (self.prompt_tokens or self.completion_tokens or self.total_tokens):
+        if not _counted(self):
             return other
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def to_dict(self) -> dict[str, int]:
-        """The OpenAI-style keys, as plain ints."""
+        """Every count under its field name, as plain ints."""
         return attrs.asdict(self)
+
+
+def _counted(usage: Usage) -> bool:
+    return bool(
+        usage.prompt_tokens
+        or usage.completion_tokens
+        or usage.total_tokens
+        or usage.cache_read_tokens
+        or usage.cache_write_tokens
+        or usage.reasoning_tokens
+    )
 
 
 # Frozen, so one shared zero does for every run that has not counted tokens yet.

@@ -40,6 +40,9 @@ class LlmCallEvent:
         completion_tokens: completion tokens the provider reported (0 when none).
         error: the exception's class name on ``"error"``; never its message, which may
             quote a provider body.
+        cache_read_tokens: of the prompt tokens, those read from the prompt cache.
+        cache_write_tokens: of the prompt tokens, those written to the prompt cache.
+        reasoning_tokens: of the completion tokens, those spent reasoning.
     """
 
     model: str
@@ -49,6 +52,9 @@ class LlmCallEvent:
     prompt_tokens: int = attrs.field(default=0, validator=_non_negative)
     completion_tokens: int = attrs.field(default=0, validator=_non_negative)
     error: str | None = None
+    cache_read_tokens: int = attrs.field(default=0, validator=_non_negative)
+    cache_write_tokens: int = attrs.field(default=0, validator=_non_negative)
+    reasoning_tokens: int = attrs.field(default=0, validator=_non_negative)
 
 
 @attrs.frozen
@@ -113,11 +119,25 @@ class Reporter:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
         error: str | None = None,
+        parts: tuple[int, int, int] = (0, 0, 0),
     ) -> None:
-        self.registry.record_llm(model, status, seconds, prompt_tokens, completion_tokens)
+        """``parts``: the cache read, cache write and reasoning tokens, as in Usage."""
+        self.registry.record_llm(model, status, seconds, prompt_tokens, completion_tokens, parts)
         if self.listener is not None:
+            read, written, reasoning = parts
             self._tell(
-                LlmCallEvent(model, style, status, seconds, prompt_tokens, completion_tokens, error)
+                LlmCallEvent(
+                    model,
+                    style,
+                    status,
+                    seconds,
+                    prompt_tokens,
+                    completion_tokens,
+                    error,
+                    read,
+                    written,
+                    reasoning,
+                )
             )
 
     def tool(self, tool: str, source: str, outcome: str, seconds: float) -> None:

@@ -55,6 +55,8 @@ _Labels: TypeAlias = tuple[str, ...]
 # Metric names, label names (in rendering order) and help texts, in rendering order.
 _LLM_REQUESTS = "toolnexus_llm_requests_total"
 _LLM_TOKENS = "toolnexus_llm_tokens_total"
+# The token kinds counted apart, parts of "prompt" and "completion" (see Usage).
+_PART_KINDS = ("cache_read", "cache_write", "reasoning")
 _TOOL_CALLS = "toolnexus_tool_calls_total"
 _RUNS = "toolnexus_runs_total"
 _LLM_DURATION = "toolnexus_llm_request_duration_seconds"
@@ -92,12 +94,14 @@ class _Histogram:
 class _ModelSeries:
     """Everything counted for one model: one lookup per request instead of four."""
 
-    __slots__ = ("completion", "duration", "prompt", "statuses")
+    __slots__ = ("completion", "duration", "parts", "prompt", "statuses")
 
     def __init__(self, buckets: int) -> None:
         self.statuses: dict[str, int] = {}
         self.prompt = 0
         self.completion = 0
+        # cache_read, cache_write, reasoning: parts of the two above, priced apart
+        self.parts = [0, 0, 0]
         self.duration = _Histogram(buckets)
 
 
@@ -162,6 +166,7 @@ class MetricsRegistry:
                 event.seconds,
                 event.prompt_tokens,
                 event.completion_tokens,
+                (event.cache_read_tokens, event.cache_write_tokens, event.reasoning_tokens),
             )
         elif isinstance(event, ToolCallEvent):
             self.record_tool(event.tool, event.source, event.outcome, event.seconds)
@@ -172,9 +177,16 @@ class MetricsRegistry:
     # them, so that counting a request allocates no event object.
 
     def record_llm(
-        self, model: str, status: str, seconds: float, prompt_tokens: int, completion_tokens: int
+        self,
+        model: str,
+        status: str,
+        seconds: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        parts: tuple[int, int, int] = (0, 0, 0),
     ) -> None:
-        """Count one model request (what :meth:`observe` does with an LlmCallEvent)."""
+        """Count one model request (what :meth:`observe` does with an LlmCallEvent);
+        ``parts`` are its cache read, cache write and reasoning tokens."""
         series = self._models.get(model)
         if series is None:
             series = self._models[model] = _ModelSeries(len(self._duration_buckets) + 1)
@@ -182,6 +194,10 @@ class MetricsRegistry:
         statuses[status] = statuses.get(status, 0) + 1
         series.prompt += prompt_tokens
         series.completion += completion_tokens
+        if parts != (0, 0, 0):
+            counted = series.parts
+            for index, value in enumerate(parts):
+                counted[index] += value
         series.duration.add(self._duration_buckets, seconds)
 
     def record_tool(self, tool: str, source: str, outcome: str, seconds: float) -> None:
@@ -209,6 +225,10 @@ class MetricsRegistry:
         for model, series in models:
             tokens[(model, "prompt")] = series.prompt
             tokens[(model, "completion")] = series.completion
+            # Only for a model that reported them: most servers never do.
+            for kind, value in zip(_PART_KINDS, series.parts, strict=True):
+                if value:
+                    tokens[(model, kind)] = value
         return {
             _LLM_REQUESTS: {
                 (model, status): n for model, s in models for status, n in s.statuses.items()
@@ -236,7 +256,8 @@ class MetricsRegistry:
 
         Label values come in the order the metric declares them, e.g.
         ``snapshot()["toolnexus_llm_requests_total"][("gpt-4o", "ok")]``; tokens are keyed
-        ``(model, "prompt" | "completion")``. The dicts are copies.
+        ``(model, "prompt" | "completion")``, and ``(model, "cache_read" | "cache_write" |
+        "reasoning")`` for a model that reported any. The dicts are copies.
         """
         return self._counters()
 

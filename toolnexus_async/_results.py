@@ -117,6 +117,7 @@ class RunResult:
 
 
 RUN_VERSION = 1
+_USAGE_PARTS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
 def _result_to_json(result: ToolResult) -> dict[str, Any]:
@@ -287,6 +288,8 @@ def run_from_dict(payload: object) -> RunResult:
             _int(usage, "prompt_tokens"),
             _int(usage, "completion_tokens"),
             _int(usage, "total_tokens"),
+            # Absent from runs stored before these were counted.
+            *(_int(usage, key) if key in usage else 0 for key in _USAGE_PARTS),
         ),
         model=_opt_str(payload, "model"),
         pending=Request.from_dict(pending) if pending is not None else None,

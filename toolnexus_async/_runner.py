@@ -272,6 +272,7 @@ class Runner:
             time.perf_counter() - started,
             usage.prompt_tokens,
             usage.completion_tokens,
+            parts=(usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens),
         )
 
     async def _retry(

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from .._errors import ProtocolError
-from .._messages import ToolCall
+from .._messages import ToolCall, Usage
 
 
 def obj(value: object, where: str, style: str) -> dict[str, Any]:
@@ -31,6 +31,34 @@ def count(usage: dict[str, Any], key: str) -> int:
     value = usage.get(key, 0)
     # A provider may omit or null a counter; usage is advisory, never a reason to fail a run.
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def openai_usage(usage: dict[str, Any]) -> Usage:
+    """A Chat Completions ``usage`` object (whole reply or last stream chunk) as Usage."""
+    prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    return Usage(
+        prompt,
+        completion,
+        count(usage, "total_tokens") or prompt + completion,
+        # Cached tokens are already among prompt_tokens: counted apart, not added.
+        count(prompt_details, "cached_tokens") if isinstance(prompt_details, dict) else 0,
+        0,
+        count(completion_details, "reasoning_tokens")
+        if isinstance(completion_details, dict)
+        else 0,
+    )
+
+
+def anthropic_usage(usage: dict[str, Any]) -> Usage:
+    """A Messages API ``usage`` object (the reply's, or a stream's merged one) as Usage."""
+    read = count(usage, "cache_read_input_tokens")
+    written = count(usage, "cache_creation_input_tokens")
+    # Cached prompt tokens are still prompt tokens; Anthropic counts them apart.
+    prompt = count(usage, "input_tokens") + written + read
+    completion = count(usage, "output_tokens")
+    return Usage(prompt, completion, prompt + completion, read, written)
 
 
 def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:

@@ -26,7 +26,7 @@ from .._messages import (
     ToolReturn,
     Usage,
 )
-from ._common import count, field, obj, provider_error_message
+from ._common import anthropic_usage, field, obj, provider_error_message
 from ._tools import ToolSpec, render_anthropic
 from .anthropic_stream import AnthropicStreamDecoder
 
@@ -161,16 +161,7 @@ class AnthropicCodec:
                     calls.append(ToolCall(call_id, name, {}, json.dumps(arguments)))
             # Other block types (thinking, server tools) carry nothing the loop acts on.
         usage = payload.get("usage")
-        totals = Usage()
-        if isinstance(usage, dict):
-            # Cached prompt tokens are still prompt tokens; Anthropic counts them apart.
-            prompt = (
-                count(usage, "input_tokens")
-                + count(usage, "cache_creation_input_tokens")
-                + count(usage, "cache_read_input_tokens")
-            )
-            completion = count(usage, "output_tokens")
-            totals = Usage(prompt, completion, prompt + completion)
+        totals = anthropic_usage(usage) if isinstance(usage, dict) else Usage()
         model = payload.get("model")
         reason = payload.get("stop_reason")
         return ModelReply(

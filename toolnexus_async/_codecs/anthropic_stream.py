@@ -14,8 +14,8 @@ from typing import Any
 import attrs
 
 from .._errors import ProtocolError, ProviderError
-from .._messages import AssistantMessage, ModelReply, ToolCall, Usage
-from ._common import count, parse_arguments
+from .._messages import AssistantMessage, ModelReply, ToolCall
+from ._common import anthropic_usage, parse_arguments
 from ._sse import SSEEvent
 from ._stream import TextDelta, _Decoder, _int_index
 
@@ -184,16 +184,9 @@ class AnthropicStreamDecoder(_Decoder):
                     )
                 seen.add(block.id)
                 calls.append(self._call(block))
-        # Cached prompt tokens are still prompt tokens, as in the unstreamed codec.
-        prompt = (
-            count(self._usage, "input_tokens")
-            + count(self._usage, "cache_creation_input_tokens")
-            + count(self._usage, "cache_read_input_tokens")
-        )
-        completion = count(self._usage, "output_tokens")
         return ModelReply(
             AssistantMessage("".join(texts) if any_text else None, tuple(calls)),
-            Usage(prompt, completion, prompt + completion),
+            anthropic_usage(self._usage),  # as the unstreamed codec counts it
             self._model,
             self._stop_reason,
         )

@@ -25,10 +25,10 @@ from .._messages import (
     Usage,
 )
 from ._common import (
-    count,
     field,
     generated_call_id,
     obj,
+    openai_usage,
     parse_arguments,
     provider_error_message,
     remember_wire_arguments,
@@ -211,7 +211,4 @@ def _checked_reply(payload: object) -> tuple[dict[str, Any], dict[str, Any], dic
 
 
 def _usage(usage: object) -> Usage:
-    if not isinstance(usage, dict):
-        return ZERO_USAGE
-    prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
-    return Usage(prompt, completion, count(usage, "total_tokens") or prompt + completion)
+    return openai_usage(usage) if isinstance(usage, dict) else ZERO_USAGE

@@ -14,7 +14,7 @@ import attrs
 
 from .._errors import ProtocolError, ProviderError
 from .._messages import AssistantMessage, ModelReply, ToolCall, Usage
-from ._common import count, generated_call_id, parse_arguments
+from ._common import generated_call_id, openai_usage, parse_arguments
 from ._sse import SSEEvent
 from ._stream import TextDelta, _Decoder, _int_index
 
@@ -172,12 +172,7 @@ class OpenAIStreamDecoder(_Decoder):
             seen.add(call_id)
             arguments, invalid = parse_arguments(raw)
             calls.append(ToolCall(call_id, call.name, arguments, invalid))
-        totals = Usage()
-        if self._usage is not None:
-            prompt = count(self._usage, "prompt_tokens")
-            completion = count(self._usage, "completion_tokens")
-            total = count(self._usage, "total_tokens") or prompt + completion
-            totals = Usage(prompt, completion, total)
+        totals = Usage() if self._usage is None else openai_usage(self._usage)
         text = None if self._text is None else "".join(self._text)
         refusal = "".join(self._refusal) or None
         return ModelReply(
