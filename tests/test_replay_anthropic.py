@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from toolnexus_async import (
     AssistantMessage,
     LlmClient,
     RetryPolicy,
     StreamDone,
+    StreamText,
     Toolkit,
     Usage,
     define_tool,
@@ -98,3 +101,47 @@ async def test_cache_reads_and_writes_are_counted(provider: FakeProvider):
     model = 'model="claude-sonnet-4-5"'  # the configured name labels the metrics
     assert f'toolnexus_llm_tokens_total{{{model},kind="cache_read"}} 2222' in text
     assert f'toolnexus_llm_tokens_total{{{model},kind="cache_write"}} 418' in text
+
+
+SERVER_TOOL_STREAMS = [
+    ("pydantic-ai/test_anthropic/test_anthropic_code_execution_tool_stream.yaml", 0),
+    ("pydantic-ai/test_anthropic/test_anthropic_mcp_servers_stream.yaml", 0),
+    ("pydantic-ai/test_anthropic/test_anthropic_web_search_tool_stream.yaml", 0),
+    ("pydantic-ai/test_anthropic/test_pause_turn_web_search_streaming_vcr.yaml", 0),
+    ("pydantic-ai/test_anthropic/test_pause_turn_web_search_streaming_vcr.yaml", 1),
+    ("pydantic-ai/test_anthropic/test_anthropic_text_parts_ahead_of_built_in_tool_call.yaml", 1),
+    ("pydantic-ai/test_anthropic/test_anthropic_text_parts_ahead_of_built_in_tool_call.yaml", 2),
+    ("pydantic-ai/test_anthropic/test_anthropic_text_parts_ahead_of_built_in_tool_call.yaml", 3),
+]
+
+
+def recorded_text(body: bytes) -> str:
+    """Every text_delta of a recorded stream, joined: what the model wrote."""
+    pieces = []
+    for line in body.decode().splitlines():
+        if line.startswith("data:") and '"text_delta"' in line:
+            delta = json.loads(line[len("data:") :])["delta"]
+            pieces.append(delta["text"])
+    return "".join(pieces)
+
+
+@pytest.mark.parametrize(("recording", "index"), SERVER_TOOL_STREAMS)
+async def test_streams_with_server_tools_decode_like_unstreamed_replies(recording: str, index: int):
+    """Server tools (server_tool_use with web search or code execution, mcp_tool_use) and
+    their result blocks, and a pause_turn, stream through: their input_json_delta events
+    are skipped as the unstreamed codec skips their blocks, the text is the model's, and
+    no client tool is called."""
+    provider = FakeProvider()
+    recorded = load(recording)[index]
+    provider.script(recorded.response())
+    client: LlmClient = provider.client("anthropic")
+    async with client, Toolkit.create(builtins=False) as toolkit:
+        async with client.stream("Search, then answer", toolkit) as stream:
+            events = [event async for event in stream]
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    expected = recorded_text(recorded.body)
+    assert expected  # every one of these replies has text
+    assert (done.result.status, done.result.text) == ("done", expected)
+    assert "".join(e.text for e in events if isinstance(e, StreamText)) == expected
+    assert done.result.tool_calls == ()

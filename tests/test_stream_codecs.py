@@ -678,7 +678,7 @@ def test_anthropic_bad_json_names_the_event():
         ([a_start(), a_block(0, {"type": "text"}), a_block(0, {"type": "text"})], "started twice"),
         ([a_start(), a_block(0, {"type": "text"}), a_stop(0), a_text(0, "x")], "after its"),
         ([a_start(), anthropic_tool_use(0, "t"), a_text(0, "x")], "text_delta needs a text block"),
-        ([a_start(), a_block(0, {"type": "text"}), a_json(0, "{")], "needs a tool_use block"),
+        ([a_start(), a_block(0, {"type": "text"}), a_json(0, "{")], "needs a tool block"),
         ([a_start(), a_block(0, {"type": "tool_use", "name": "f"})], "string id and name"),
         ([{"type": "message_stop"}], "before message_start"),
     ],

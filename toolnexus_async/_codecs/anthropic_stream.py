@@ -37,7 +37,10 @@ ANTHROPIC_ERROR_STATUS: dict[str, int] = {
 
 @attrs.define
 class _Block:
-    kind: str  # "text", "tool_use", or another type whose deltas carry nothing for us
+    # "text", "tool_use", or another type whose deltas carry nothing for us: thinking,
+    # server tools (server_tool_use, mcp_tool_use) and their results (web_search_tool_result,
+    # code_execution_tool_result, mcp_tool_result, ...), which the provider runs itself
+    kind: str
     id: str = ""
     name: str = ""
     start_input: object = None
@@ -143,9 +146,12 @@ class AnthropicStreamDecoder(_Decoder):
             return [TextDelta(text)] if text else []
         if kind == "input_json_delta":
             partial = delta.get("partial_json")
-            if block.kind != "tool_use" or not isinstance(partial, str):
-                raise self._bad(event, "an input_json_delta needs a tool_use block and a string")
-            block.parts.append(partial)
+            if block.kind == "text" or not isinstance(partial, str):
+                raise self._bad(event, "an input_json_delta needs a tool block and a string")
+            if block.kind == "tool_use":
+                block.parts.append(partial)
+            # The input of a server tool (server_tool_use, mcp_tool_use): the provider runs
+            # it, and the unstreamed codec skips its block too.
         # thinking_delta, signature_delta, citations_delta...: nothing the loop acts on.
         return []
 
