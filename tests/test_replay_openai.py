@@ -247,3 +247,26 @@ async def test_cached_and_reasoning_tokens_are_counted_streamed_or_not():
     assert f'toolnexus_llm_tokens_total{{{model},kind="reasoning"}} 61' in texts[1]
     assert 'kind="cache_read"' not in texts[1]  # only kinds a provider reported
     assert RunResult.from_dict(json.loads(json.dumps(run.to_dict()))).usage == streamed
+
+
+async def test_streamed_tool_call_arguments_go_back_verbatim():
+    """The arguments of a streamed call go back in the follow-up as the model wrote them
+    (Groq's compact ``{"name":"example"}``), not re-encoded, as unstreamed ones do."""
+    for recording, stream in ((GROQ_TOOL_USE_FAILED_STREAM, True), (GROQ_TOOL_USE_FAILED, False)):
+        provider = FakeProvider()
+        replies = load(recording)[1:]
+        provider.script(*(r.response() for r in replies))
+        client: LlmClient = provider.client(model="openai/gpt-oss-120b")
+        async with (
+            client,
+            Toolkit.create(builtins=False, extra_tools=[get_something_by_name]) as toolkit,
+        ):
+            if stream:
+                async with client.stream("Look up something", toolkit) as events:
+                    async for _ in events:
+                        pass
+            else:
+                await client.run("Look up something", toolkit)
+        sent = provider.bodies[1]["messages"][1]["tool_calls"][0]["function"]["arguments"]
+        wrote = '{"name":"example"}' if stream else '{"name":"test"}'  # as recorded
+        assert sent == wrote

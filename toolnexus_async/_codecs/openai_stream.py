@@ -14,7 +14,12 @@ import attrs
 
 from .._errors import ProtocolError, ProviderError
 from .._messages import AssistantMessage, ModelReply, ToolCall, Usage
-from ._common import generated_call_id, openai_usage, parse_arguments
+from ._common import (
+    generated_call_id,
+    openai_usage,
+    parse_arguments,
+    remember_wire_arguments,
+)
 from ._sse import SSEEvent
 from ._stream import TextDelta, _Decoder, _int_index
 
@@ -171,7 +176,11 @@ class OpenAIStreamDecoder(_Decoder):
                 raise ProtocolError(f"{where} has a repeated id {call_id!r}")
             seen.add(call_id)
             arguments, invalid = parse_arguments(raw)
-            calls.append(ToolCall(call_id, call.name, arguments, invalid))
+            decoded = ToolCall(call_id, call.name, arguments, invalid)
+            if invalid is None and raw:
+                # Sent back verbatim next turn, as the unstreamed codec does.
+                remember_wire_arguments(decoded, raw)
+            calls.append(decoded)
         totals = Usage() if self._usage is None else openai_usage(self._usage)
         text = None if self._text is None else "".join(self._text)
         refusal = "".join(self._refusal) or None
