@@ -13,6 +13,7 @@ from toolnexus_async import (
     Message,
     ModelError,
     ProtocolError,
+    Reasoning,
     SystemMessage,
     ToolCall,
     Toolkit,
@@ -483,11 +484,17 @@ def test_anthropic_decode_without_text_has_no_text():
 
 
 def test_anthropic_decode_skips_unknown_block_types():
-    """Blocks the loop does not act on (thinking, ...) are ignored."""
+    """Blocks the loop does not act on (server tools, ...) are ignored; thinking is kept."""
     reply = ANTHROPIC.decode(
-        {"content": [{"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "hi"}]}
+        {
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
+                {"type": "text", "text": "hi"},
+            ]
+        }
     )
-    assert reply.message == AssistantMessage("hi")
+    assert reply.message == AssistantMessage("hi", reasoning=(Reasoning("hmm", "sig"),))
 
 
 def test_anthropic_decode_input_that_is_not_an_object_is_kept_as_invalid():

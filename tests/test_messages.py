@@ -55,7 +55,7 @@ def test_round_trip_from_the_dict_and_from_bytes():
 
 
 def test_json_form_has_the_documented_keys():
-    """The versioned form: {"version": 1, "messages": [...]}, one plain object per message."""
+    """The versioned form: {"version": 2, "messages": [...]}, one plain object per message."""
     payload = messages_to_json(
         [
             SystemMessage("s"),
@@ -66,7 +66,7 @@ def test_json_form_has_the_documented_keys():
         ]
     )
     assert payload == {
-        "version": 1,
+        "version": 2,
         "messages": [
             {"role": "system", "text": "s"},
             {"role": "user", "text": "u"},
@@ -132,9 +132,9 @@ def test_a_refusal_is_a_key_of_its_own_and_absent_when_there_is_none():
 # --- version --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None])
+@pytest.mark.parametrize("version", [3, 0, "1", "2", True, None])
 def test_unsupported_version_is_refused(version: object):
-    """Only version 1 is read; any other version is a PayloadError naming it."""
+    """Versions 1 and 2 are read; any other is a PayloadError naming it."""
     with pytest.raises(PayloadError, match="version"):
         messages_from_json({"version": version, "messages": []})
 

@@ -67,7 +67,8 @@ async def test_to_dict_round_trips_through_json():
     assert again == halted
     assert RunResult.from_dict(text) == halted
     stored = json.loads(text)
-    assert stored["version"] == 1
+    assert stored["version"] == 2
+    assert RunResult.from_dict({**stored, "version": 1}) == halted  # stored by the last release
     assert stored["style"] == "in-process"
     assert stored["model"] == "m"
     assert [s["call_id"] for s in stored["suspended"]] == ["c2", "c3"]
@@ -305,7 +306,7 @@ async def test_a_conversation_halted_on_openai_resumes_against_anthropic(provide
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.update(version=2), "version"),
+        (lambda d: d.update(version=3), "version"),
         (lambda d: d.update(version=True), "version"),
         (lambda d: d.update(status="paused"), "status"),
         (lambda d: d.update(turns="2"), "turns"),

@@ -24,6 +24,7 @@ __all__ = (
     "AssistantMessage",
     "Message",
     "ModelReply",
+    "Reasoning",
     "SystemMessage",
     "ToolCall",
     "ToolReturn",
@@ -33,7 +34,9 @@ __all__ = (
     "messages_to_json",
 )
 
-TRANSCRIPT_VERSION = 1
+TRANSCRIPT_VERSION = 2
+# Version 1 is version 2 without reasoning: it reads unchanged.
+_READS = (1, 2)
 
 
 @attrs.frozen
@@ -71,16 +74,34 @@ class ToolCall:
 
 
 @attrs.frozen
+class Reasoning:
+    """The model's reasoning before it answered, kept as the provider sent it.
+
+    ``style`` is the wire style that produced it: only that style sends it back (Anthropic
+    requires its ``thinking`` blocks back, unchanged, with their ``signature``); another
+    style drops it. ``redacted`` holds the opaque data of a block the provider encrypted
+    (Anthropic's ``redacted_thinking``), whose ``text`` is empty.
+    """
+
+    text: str = ""
+    signature: str | None = None
+    redacted: str | None = None
+    style: str = "anthropic"
+
+
+@attrs.frozen
 class AssistantMessage:
     """What the model said: text, tool calls, or both.
 
     ``refusal`` is the model's refusal (OpenAI's ``message.refusal``), when it declined to
-    answer instead: a reply of its own kind, not text.
+    answer instead: a reply of its own kind, not text. ``reasoning`` is what the model
+    thought first (Anthropic's ``thinking`` blocks), in order.
     """
 
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = None
+    reasoning: tuple[Reasoning, ...] = ()
     role: Literal["assistant"] = attrs.field(default="assistant", init=False, repr=False)
 
 
@@ -196,6 +217,8 @@ def message_to_json(message: Message) -> dict[str, Any]:
                 out["tool_calls"] = [call_to_json(c) for c in calls]
             if message.refusal is not None:
                 out["refusal"] = message.refusal
+            if message.reasoning:
+                out["reasoning"] = [_reasoning_to_json(r) for r in message.reasoning]
             return out
         case ToolReturn():
             return {
@@ -206,6 +229,26 @@ def message_to_json(message: Message) -> dict[str, Any]:
                 "is_error": message.is_error,
             }
     raise TypeError(f"not a transcript message: {message!r}")  # pragma: no cover
+
+
+def _reasoning_to_json(reasoning: Reasoning) -> dict[str, Any]:
+    out: dict[str, Any] = {"style": reasoning.style, "text": reasoning.text}
+    if reasoning.signature is not None:
+        out["signature"] = reasoning.signature
+    if reasoning.redacted is not None:
+        out["redacted"] = reasoning.redacted
+    return out
+
+
+def _reasoning_from_json(raw: object, where: str) -> Reasoning:
+    if not isinstance(raw, Mapping):
+        raise PayloadError(f"{where} must be a JSON object")
+    return Reasoning(
+        _str(raw, "text", where),
+        _str(raw, "signature", where, optional=True),
+        _str(raw, "redacted", where, optional=True),
+        _str(raw, "style", where),
+    )
 
 
 def _str(item: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
@@ -248,10 +291,17 @@ def message_from_json(item: object, where: str = "message") -> Message:
         calls = tuple(
             call_from_json(raw, f"{where}.tool_calls[{j}]") for j, raw in enumerate(raw_calls)
         )
+        raw_reasoning = item.get("reasoning", [])
+        if not isinstance(raw_reasoning, list):
+            raise PayloadError(f"{where}: 'reasoning' must be a list")
         return AssistantMessage(
             _str(item, "text", where, optional=True),
             calls,
             _str(item, "refusal", where, optional=True),
+            tuple(
+                _reasoning_from_json(raw, f"{where}.reasoning[{j}]")
+                for j, raw in enumerate(raw_reasoning)
+            ),
         )
     if role == "tool":
         is_error = item.get("is_error", False)
@@ -267,16 +317,17 @@ def message_from_json(item: object, where: str = "message") -> Message:
 
 
 def messages_to_json(messages: Iterable[Message]) -> dict[str, Any]:
-    """The versioned JSON form of a transcript: ``{"version": 1, "messages": [...]}``.
+    """The versioned JSON form of a transcript: ``{"version": 2, "messages": [...]}``.
 
     >>> messages_to_json([UserMessage("hi")])
-    {'version': 1, 'messages': [{'role': 'user', 'text': 'hi'}]}
+    {'version': 2, 'messages': [{'role': 'user', 'text': 'hi'}]}
     """
     return {"version": TRANSCRIPT_VERSION, "messages": [message_to_json(m) for m in messages]}
 
 
 def messages_from_json(payload: object) -> list[Message]:
-    """Parse the versioned form (a dict, or its JSON text) back into messages.
+    """Parse the versioned form (a dict, or its JSON text) back into messages; version 1,
+    which had no reasoning, reads as it was written.
 
     >>> messages_from_json('{"version": 1, "messages": [{"role": "user", "text": "hi"}]}')
     [UserMessage(text='hi')]
@@ -291,10 +342,10 @@ def messages_from_json(payload: object) -> list[Message]:
     if not isinstance(payload, Mapping):
         raise PayloadError("transcript must be a JSON object with 'version' and 'messages'")
     version = payload.get("version")
-    if isinstance(version, bool) or version != TRANSCRIPT_VERSION:
+    if isinstance(version, bool) or version not in _READS:
         raise PayloadError(
             f"transcript version {version!r} is not supported (this release reads "
-            f"version {TRANSCRIPT_VERSION})"
+            f"versions {' and '.join(map(str, _READS))})"
         )
     items = payload.get("messages")
     if not isinstance(items, list):

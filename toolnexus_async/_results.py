@@ -14,7 +14,6 @@ import attrs
 
 from ._errors import PayloadError
 from ._messages import (
-    TRANSCRIPT_VERSION,
     ZERO_USAGE,
     Message,
     ToolCall,
@@ -116,7 +115,9 @@ class RunResult:
         return run_from_dict(payload)
 
 
-RUN_VERSION = 1
+# Version 2: the transcript may carry reasoning. Version 1 runs read unchanged.
+RUN_VERSION = 2
+_RUN_READS = (1, 2)
 _USAGE_PARTS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
@@ -240,9 +241,10 @@ def run_from_dict(payload: object) -> RunResult:
     if not isinstance(payload, dict):
         raise PayloadError("a run must be a JSON object")
     version = payload.get("version")
-    if isinstance(version, bool) or version != RUN_VERSION:
+    if isinstance(version, bool) or version not in _RUN_READS:
         raise PayloadError(
-            f"run version {version!r} is not supported (this release reads {RUN_VERSION})"
+            f"run version {version!r} is not supported (this release reads versions "
+            f"{' and '.join(map(str, _RUN_READS))})"
         )
     status = payload.get("status")
     if status not in ("done", "pending", "incomplete"):
@@ -253,9 +255,7 @@ def run_from_dict(payload: object) -> RunResult:
     usage = payload.get("usage")
     if not isinstance(usage, dict):
         raise PayloadError("run 'usage' must be an object")
-    messages = messages_from_json(
-        {"version": TRANSCRIPT_VERSION, "messages": payload.get("messages")}
-    )
+    messages = messages_from_json({"version": version, "messages": payload.get("messages")})
     records = payload.get("tool_calls")
     if not isinstance(records, list):
         raise PayloadError("run 'tool_calls' must be a list")

@@ -5,7 +5,9 @@ in ``/v1``) with ``x-api-key`` and ``anthropic-version: 2023-06-01``; ``max_toke
 required by the API, so a default is always sent. System messages become the top-level
 ``system``; the results of one turn's tool calls travel as ``tool_result`` blocks in a
 single user message, with ``is_error`` set for errors. Reply: ``content`` blocks of type
-``text`` and ``tool_use``; ``input_tokens``/``output_tokens`` map to prompt/completion.
+``text`` and ``tool_use``, and ``thinking`` / ``redacted_thinking``, kept as
+:class:`Reasoning` and sent back unchanged, first in their assistant turn;
+``input_tokens``/``output_tokens`` map to prompt/completion.
 Streamed (``stream=True``): ``"stream": true``, and the events go to
 :class:`~.anthropic_stream.AnthropicStreamDecoder`.
 """
@@ -21,6 +23,7 @@ from .._messages import (
     AssistantMessage,
     Message,
     ModelReply,
+    Reasoning,
     SystemMessage,
     ToolCall,
     ToolReturn,
@@ -37,8 +40,21 @@ API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 
 
+def _reasoning_block(reasoning: Reasoning) -> dict[str, Any] | None:
+    if reasoning.style != STYLE:
+        return None  # another style's reasoning: dropped when the conversation switches
+    if reasoning.redacted is not None:
+        return {"type": "redacted_thinking", "data": reasoning.redacted}
+    if reasoning.signature is None:
+        return None  # the API refuses a thinking block without its signature
+    return {"type": "thinking", "thinking": reasoning.text, "signature": reasoning.signature}
+
+
 def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
+    # The API requires the thinking blocks back, unchanged and first, before tool_use.
+    blocks: list[dict[str, Any]] = [
+        block for block in map(_reasoning_block, message.reasoning) if block is not None
+    ]
     if message.text:
         blocks.append({"type": "text", "text": message.text})
     elif message.refusal:
@@ -139,6 +155,7 @@ class AnthropicCodec:
             )
         texts: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[Reasoning] = []
         seen: set[str] = set()
         for i, raw in enumerate(content):
             where = f"content[{i}]"
@@ -159,13 +176,21 @@ class AnthropicCodec:
                     calls.append(ToolCall(call_id, name, arguments))
                 else:
                     calls.append(ToolCall(call_id, name, {}, json.dumps(arguments)))
-            # Other block types (thinking, server tools) carry nothing the loop acts on.
+            elif kind == "thinking":
+                thought = field(block, "thinking", str, where, STYLE)
+                signature = block.get("signature")
+                reasoning.append(Reasoning(thought, signature if type(signature) is str else None))
+            elif kind == "redacted_thinking":
+                reasoning.append(Reasoning("", redacted=field(block, "data", str, where, STYLE)))
+            # Other block types (server tools and their results) carry nothing the loop acts on.
         usage = payload.get("usage")
         totals = anthropic_usage(usage) if isinstance(usage, dict) else Usage()
         model = payload.get("model")
         reason = payload.get("stop_reason")
         return ModelReply(
-            AssistantMessage("".join(texts) if texts else None, tuple(calls)),
+            AssistantMessage(
+                "".join(texts) if texts else None, tuple(calls), reasoning=tuple(reasoning)
+            ),
             totals,
             model if isinstance(model, str) else None,
             reason if isinstance(reason, str) else None,

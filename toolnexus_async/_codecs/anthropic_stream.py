@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from .._errors import ProtocolError, ProviderError
-from .._messages import AssistantMessage, ModelReply, ToolCall
+from .._messages import AssistantMessage, ModelReply, Reasoning, ToolCall
 from ._common import anthropic_usage, parse_arguments
 from ._sse import SSEEvent
 from ._stream import TextDelta, _Decoder, _int_index
@@ -46,6 +46,7 @@ class _Block:
     start_input: object = None
     parts: list[str] = attrs.field(factory=list)
     stopped: bool = False
+    signature: str | None = None  # a thinking block's, from its signature_delta
 
 
 class AnthropicStreamDecoder(_Decoder):
@@ -124,6 +125,14 @@ class AnthropicStreamDecoder(_Decoder):
             self._blocks[index] = _Block("tool_use", call_id, name, block.get("input", {}))
             return []
         self._blocks[index] = _Block(kind if isinstance(kind, str) else "")
+        if kind == "redacted_thinking":
+            self._blocks[index].start_input = block.get("data")
+        elif kind == "thinking":
+            thought, signature = block.get("thinking"), block.get("signature")
+            if isinstance(thought, str) and thought:
+                self._blocks[index].parts.append(thought)
+            if isinstance(signature, str) and signature:
+                self._blocks[index].signature = signature
         text = block.get("text") if kind == "text" else None
         if isinstance(text, str) and text:
             self._blocks[index].parts.append(text)
@@ -152,7 +161,15 @@ class AnthropicStreamDecoder(_Decoder):
                 block.parts.append(partial)
             # The input of a server tool (server_tool_use, mcp_tool_use): the provider runs
             # it, and the unstreamed codec skips its block too.
-        # thinking_delta, signature_delta, citations_delta...: nothing the loop acts on.
+        elif kind == "thinking_delta" and block.kind == "thinking":
+            thought = delta.get("thinking")
+            if isinstance(thought, str):
+                block.parts.append(thought)
+        elif kind == "signature_delta" and block.kind == "thinking":
+            signature = delta.get("signature")
+            if isinstance(signature, str):
+                block.signature = (block.signature or "") + signature
+        # citations_delta...: nothing the loop acts on.
         return []
 
     def _block(self, event: SSEEvent, payload: dict[str, Any]) -> _Block:
@@ -175,6 +192,7 @@ class AnthropicStreamDecoder(_Decoder):
     def _reply(self) -> ModelReply:
         texts: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[Reasoning] = []
         seen: set[str] = set()
         any_text = False
         for index in sorted(self._blocks):
@@ -190,8 +208,14 @@ class AnthropicStreamDecoder(_Decoder):
                     )
                 seen.add(block.id)
                 calls.append(self._call(block))
+            elif block.kind == "thinking":
+                reasoning.append(Reasoning("".join(block.parts), block.signature))
+            elif block.kind == "redacted_thinking" and isinstance(block.start_input, str):
+                reasoning.append(Reasoning("", redacted=block.start_input))
         return ModelReply(
-            AssistantMessage("".join(texts) if any_text else None, tuple(calls)),
+            AssistantMessage(
+                "".join(texts) if any_text else None, tuple(calls), reasoning=tuple(reasoning)
+            ),
             anthropic_usage(self._usage),  # as the unstreamed codec counts it
             self._model,
             self._stop_reason,
