@@ -1,6 +1,7 @@
-"""Extended thinking, round-tripped: recorded Anthropic replies whose ``thinking`` and
-``redacted_thinking`` blocks must go back unchanged in the follow-up request, replayed
-through a real :class:`LlmClient` over the fake provider (``tests/recordings/``)."""
+"""Reasoning, as real providers send it: Anthropic's ``thinking`` and ``redacted_thinking``
+blocks, which must go back unchanged in the follow-up request, and the ``reasoning`` of
+OpenAI-compatible servers, replayed through a real :class:`LlmClient` over the fake
+provider (``tests/recordings/``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from toolnexus_async import (
     Reasoning,
     RunResult,
     StreamDone,
+    StreamReasoning,
+    StreamText,
     Toolkit,
     UserMessage,
     define_tool,
@@ -126,3 +129,59 @@ async def test_reasoning_survives_json_and_is_dropped_for_another_style():
     assert AssistantMessage("x", reasoning=(Reasoning("t", "s"),)).reasoning[0].style == (
         "anthropic"
     )
+
+
+GROQ = "pydantic-ai/test_groq/test_tool_use_failed_error.yaml"
+GROQ_STREAM = "pydantic-ai/test_groq/test_tool_use_failed_error_streaming.yaml"
+
+
+@define_tool
+async def get_something_by_name(name: str) -> str:
+    """Get something by name."""
+    return f"Something with name: {name}"
+
+
+def reasoning_in(messages: Any) -> list[Reasoning]:
+    return [r for m in messages if isinstance(m, AssistantMessage) for r in m.reasoning]
+
+
+async def test_reasoning_is_streamed_as_its_own_events_and_kept_per_turn():
+    """The ``reasoning`` of an OpenAI-compatible server (Groq's ``delta.reasoning``) and
+    Anthropic's thinking stream as ``reasoning`` events, never as text; each turn's
+    reasoning is kept in its assistant message."""
+    for recording, style, replies in (
+        (GROQ_STREAM, "openai", slice(1, None)),
+        (THINKING_STREAM, "anthropic", slice(0, 1)),
+    ):
+        provider = FakeProvider()
+        provider.script(*(r.response() for r in load(recording)[replies]))
+        client: LlmClient = provider.client(style)
+        tools = Toolkit.create(builtins=False, extra_tools=[get_something_by_name])
+        async with client, tools as toolkit:
+            async with client.stream("Look up something", toolkit) as stream:
+                events = [event async for event in stream]
+        done = events[-1]
+        assert isinstance(done, StreamDone)
+        kept = reasoning_in(done.result.messages)
+        assert kept and all(r.text and r.style == style for r in kept)
+        streamed = "".join(e.text for e in events if isinstance(e, StreamReasoning))
+        assert streamed == "".join(r.text for r in kept)
+        text = "".join(e.text for e in events if isinstance(e, StreamText))
+        assert not any(r.text in text for r in kept)
+
+
+async def test_openai_style_reasoning_is_kept_and_not_sent_back():
+    """Unstreamed, Groq's ``message.reasoning`` is kept per turn; the follow-up does not
+    carry it (the servers do not ask for it back)."""
+    provider = FakeProvider()
+    replies = load(GROQ)[1:]
+    provider.script(*(r.response() for r in replies))
+    client: LlmClient = provider.client()
+    async with client, Toolkit.create(builtins=False, extra_tools=[get_something_by_name]) as tk:
+        result = await client.run("Look up something", tk)
+    kept = reasoning_in(result.messages)
+    assert [r.text for r in kept] == [
+        r.json()["choices"][0]["message"]["reasoning"] for r in replies
+    ]
+    assert all(r.style == "openai" for r in kept)
+    assert "reasoning" not in json.dumps(provider.bodies[1]["messages"])

@@ -13,6 +13,7 @@ from toolnexus_async import (
     ModelReply,
     ProtocolError,
     ProviderError,
+    Reasoning,
     ToolCall,
     Toolkit,
     Usage,
@@ -20,7 +21,7 @@ from toolnexus_async import (
 )
 from toolnexus_async._codecs import codec_for
 from toolnexus_async._codecs._sse import SSEEvent, SSEParser
-from toolnexus_async._codecs._stream import StreamDecoder, TextDelta
+from toolnexus_async._codecs._stream import Delta, ReasoningDelta, StreamDecoder, TextDelta
 from toolnexus_async._codecs.anthropic import AnthropicCodec
 from toolnexus_async._codecs.anthropic_stream import AnthropicStreamDecoder
 from toolnexus_async._codecs.openai import OpenAICodec
@@ -54,10 +55,10 @@ def anthropic_sse(*events: dict[str, Any], eol: str = "\r\n") -> bytes:
     return "".join(out).encode()
 
 
-def drive(decoder: StreamDecoder, raw: bytes, size: int) -> tuple[list[TextDelta], SSEParser]:
+def drive(decoder: StreamDecoder, raw: bytes, size: int) -> tuple[list[Delta], SSEParser]:
     """Feed ``raw`` through a parser in ``size``-byte chunks; every event to the decoder."""
     parser = SSEParser()
-    deltas: list[TextDelta] = []
+    deltas: list[Delta] = []
     for start in range(0, len(raw), size):
         for event in parser.feed(raw[start : start + size]):
             deltas.extend(decoder.feed(event))
@@ -66,9 +67,7 @@ def drive(decoder: StreamDecoder, raw: bytes, size: int) -> tuple[list[TextDelta
     return deltas, parser
 
 
-def stream_reply(
-    make: Callable[[], StreamDecoder], raw: bytes
-) -> tuple[list[TextDelta], ModelReply]:
+def stream_reply(make: Callable[[], StreamDecoder], raw: bytes) -> tuple[list[Delta], ModelReply]:
     """Decode ``raw`` at every chunk size; all must agree, and the first result is returned."""
     results = []
     for size in CHUNK_SIZES:
@@ -565,8 +564,9 @@ def test_anthropic_tool_use_without_deltas_and_with_bad_json():
     )
 
 
-def test_anthropic_ignores_thinking_blocks_and_unknown_events():
-    """Blocks and events the loop cannot act on pass silently, as the API's policy asks."""
+def test_anthropic_thinking_is_reasoning_and_unknown_events_pass():
+    """Thinking is handed out as reasoning, never as text; events the loop cannot act on
+    pass silently, as the API's policy asks."""
     events = [
         a_start(),
         a_block(0, {"type": "thinking", "thinking": ""}),
@@ -583,8 +583,9 @@ def test_anthropic_ignores_thinking_blocks_and_unknown_events():
         *a_end("end_turn", 3),
     ]
     deltas, reply = stream_reply(anthropic, anthropic_sse(*events))
-    assert deltas == [TextDelta("ok")]
+    assert deltas == [ReasoningDelta("hmm"), TextDelta("ok")]
     assert reply.message.text == "ok"
+    assert reply.message.reasoning == (Reasoning("hmm"),)  # no signature_delta came
 
 
 def test_anthropic_message_delta_output_tokens_are_cumulative():

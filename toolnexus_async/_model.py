@@ -13,7 +13,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ._codecs import Codec, SSEParser
+from ._codecs import Codec, SSEParser, TextDelta
 from ._errors import ModelError, ProtocolError, ProviderError, ReplyTooLargeError, TransportError
 from ._http import HttpRequest, HttpResponse, Transport
 from ._messages import AssistantMessage, Message, ModelReply
@@ -49,7 +49,11 @@ class Model(Protocol):
     def request(self, messages: Sequence[Message], toolkit: Toolkit) -> Awaitable[ModelReply]: ...
 
     async def stream(
-        self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText
+        self,
+        messages: Sequence[Message],
+        toolkit: Toolkit,
+        on_text: OnText,
+        on_reasoning: OnText | None = None,
     ) -> ModelReply: ...
 
     async def aclose(self) -> None: ...
@@ -170,9 +174,14 @@ class HttpModel:
         raise ProtocolError(failure)
 
     async def stream(
-        self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText
+        self,
+        messages: Sequence[Message],
+        toolkit: Toolkit,
+        on_text: OnText,
+        on_reasoning: OnText | None = None,
     ) -> ModelReply:
-        """A streamed request: ``on_text`` gets the text as it arrives; the reply at the end.
+        """A streamed request: ``on_text`` gets the text as it arrives (``on_reasoning`` the
+        reasoning); the reply at the end.
 
         A stream that breaks off or carries a provider error raises; a truncated reply is
         never returned.
@@ -194,7 +203,10 @@ class HttpModel:
                         raise self._too_large()
                     for event in parser.feed(chunk):
                         for delta in decoder.feed(event):
-                            on_text(delta.text)
+                            if type(delta) is TextDelta:
+                                on_text(delta.text)
+                            elif on_reasoning is not None:
+                                on_reasoning(delta.text)
                     if decoder.done:
                         break
                 return decoder.finish()
@@ -261,10 +273,18 @@ class FunctionModel:
         )
 
     async def stream(
-        self, messages: Sequence[Message], toolkit: Toolkit, on_text: OnText
+        self,
+        messages: Sequence[Message],
+        toolkit: Toolkit,
+        on_text: OnText,
+        on_reasoning: OnText | None = None,
     ) -> ModelReply:
-        """The function's reply; its text is handed to ``on_text`` in one piece."""
+        """The function's reply; its reasoning and text are handed over in one piece each."""
         reply = await self.request(messages, toolkit)
+        if on_reasoning is not None:
+            for thought in reply.message.reasoning:
+                if thought.text:
+                    on_reasoning(thought.text)
         if reply.message.text:
             on_text(reply.message.text)
         return reply

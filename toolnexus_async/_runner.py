@@ -37,7 +37,7 @@ from ._resolver import Resolver
 from ._results import RunResult
 from ._resume import ResumePlan
 from ._retry import RetryPolicy
-from ._streaming import Sink, StreamText, StreamToolCall, StreamUsage
+from ._streaming import Sink, StreamReasoning, StreamText, StreamToolCall, StreamUsage
 from ._toolkit import Toolkit
 
 __all__ = ("Runner",)
@@ -336,7 +336,11 @@ class Runner:
             streamed.append(text)
             sink(StreamText(text))
 
-        return self.model.stream(messages, toolkit, on_text)
+        def on_reasoning(text: str) -> None:
+            streamed.append(text)  # shown to someone: the request is not retried either
+            sink(StreamReasoning(text))
+
+        return self.model.stream(messages, toolkit, on_text, on_reasoning)
 
 
 async def _limited(call: Awaitable[ModelReply], limit: float) -> ModelReply:

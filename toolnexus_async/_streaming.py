@@ -3,9 +3,10 @@
 Rules of this module:
 
 - A stream is a run like any other (same loop, tools, hooks, suspension rule); it only
-  reports more: ``text`` deltas, each ``tool_call``, each ``tool_result``, each ``pending``
-  request (before ``wait_for`` is awaited, so a host can push a login link at once),
-  ``usage`` per model reply, and a last ``done`` carrying the :class:`RunResult`.
+  reports more: ``text`` and ``reasoning`` deltas, each ``tool_call``, each
+  ``tool_result``, each ``pending`` request (before ``wait_for`` is awaited, so a host can
+  push a login link at once), ``usage`` per model reply, and a last ``done`` carrying the
+  :class:`RunResult`.
 - A run that fails raises from the iteration; it never ends with a truncated ``done``.
 - The run is a task owned by the stream's task group: leaving ``async with`` early (a
   ``break``, an exception) cancels it, which aborts the HTTP request and the tool tasks.
@@ -35,6 +36,7 @@ __all__ = (
     "StreamDone",
     "StreamEvent",
     "StreamPending",
+    "StreamReasoning",
     "StreamText",
     "StreamToolCall",
     "StreamToolResult",
@@ -48,6 +50,15 @@ class StreamText:
 
     text: str
     kind: Literal["text"] = attrs.field(default="text", init=False)
+
+
+@attrs.frozen
+class StreamReasoning:
+    """A piece of the model's reasoning (Anthropic's thinking, the ``reasoning`` of
+    OpenAI-compatible servers), as it arrives; never part of the text."""
+
+    text: str
+    kind: Literal["reasoning"] = attrs.field(default="reasoning", init=False)
 
 
 @attrs.frozen
@@ -98,7 +109,13 @@ class StreamDone:
 
 
 StreamEvent = (
-    StreamText | StreamToolCall | StreamToolResult | StreamPending | StreamUsage | StreamDone
+    StreamText
+    | StreamReasoning
+    | StreamToolCall
+    | StreamToolResult
+    | StreamPending
+    | StreamUsage
+    | StreamDone
 )
 Sink = Callable[[StreamEvent], None]
 

@@ -61,6 +61,16 @@ def anthropic_usage(usage: dict[str, Any]) -> Usage:
     return Usage(prompt, completion, prompt + completion, read, written)
 
 
+def reasoning_of(message: dict[str, Any]) -> str:
+    """The reasoning text an OpenAI-compatible server put beside the content (Groq,
+    OpenRouter, Cerebras: ``reasoning``; vLLM, DeepSeek: ``reasoning_content``), or ""."""
+    for key in ("reasoning", "reasoning_content"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
 def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
     """Decoded tool arguments, or ``({}, raw_text)`` when they are not a JSON object."""
     if isinstance(raw, dict):

@@ -25,7 +25,7 @@ from .._errors import ProtocolError
 from .._messages import ModelReply
 from ._sse import SSEEvent
 
-__all__ = ("StreamDecoder", "TextDelta")
+__all__ = ("Delta", "ReasoningDelta", "StreamDecoder", "TextDelta")
 
 # Enough of an offending payload for a human to recognise it, bounded like error bodies.
 _EXCERPT = 200
@@ -38,13 +38,23 @@ class TextDelta:
     text: str
 
 
+@attrs.frozen
+class ReasoningDelta:
+    """A piece of the model's reasoning, in order; never part of the text."""
+
+    text: str
+
+
+Delta = TextDelta | ReasoningDelta
+
+
 class StreamDecoder(Protocol):
     """What both styles' decoders provide to the client."""
 
     @property
     def done(self) -> bool: ...
 
-    def feed(self, event: SSEEvent) -> list[TextDelta]: ...
+    def feed(self, event: SSEEvent) -> list[Delta]: ...
 
     def finish(self) -> ModelReply: ...
 
@@ -66,8 +76,9 @@ class _Decoder:
         """True once the provider sent its end marker (``[DONE]`` or ``message_stop``)."""
         return self._done
 
-    def feed(self, event: SSEEvent) -> list[TextDelta]:
-        """The text deltas ``event`` carries; raises on a provider error or a bad event."""
+    def feed(self, event: SSEEvent) -> list[Delta]:
+        """The text and reasoning deltas ``event`` carries; raises on a provider error or a
+        bad event."""
         self._count += 1
         if self._failed:
             raise ProtocolError(f"{self.style} stream: event after the stream failed")
@@ -90,7 +101,7 @@ class _Decoder:
             raise ProtocolError(f"{self.style} stream ended before {self.end_marker}")
         return self._reply()
 
-    def _feed(self, event: SSEEvent) -> list[TextDelta]:
+    def _feed(self, event: SSEEvent) -> list[Delta]:
         raise NotImplementedError
 
     def _reply(self) -> ModelReply:

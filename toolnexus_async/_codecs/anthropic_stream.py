@@ -17,7 +17,7 @@ from .._errors import ProtocolError, ProviderError
 from .._messages import AssistantMessage, ModelReply, Reasoning, ToolCall
 from ._common import anthropic_usage, parse_arguments
 from ._sse import SSEEvent
-from ._stream import TextDelta, _Decoder, _int_index
+from ._stream import Delta, ReasoningDelta, TextDelta, _Decoder, _int_index
 
 __all__ = ("ANTHROPIC_ERROR_STATUS", "AnthropicStreamDecoder")
 
@@ -71,7 +71,7 @@ class AnthropicStreamDecoder(_Decoder):
         self._model: str | None = None
         self._stop_reason: str | None = None
 
-    def _feed(self, event: SSEEvent) -> list[TextDelta]:
+    def _feed(self, event: SSEEvent) -> list[Delta]:
         payload = self._json(event)
         kind = payload.get("type", event.event)
         if kind == "error" or event.event == "error":
@@ -97,7 +97,7 @@ class AnthropicStreamDecoder(_Decoder):
             self._done = True
         return []
 
-    def _message_start(self, event: SSEEvent, payload: dict[str, Any]) -> list[TextDelta]:
+    def _message_start(self, event: SSEEvent, payload: dict[str, Any]) -> list[Delta]:
         if self._started:
             raise self._bad(event, "a second message_start")
         message = payload.get("message")
@@ -110,7 +110,7 @@ class AnthropicStreamDecoder(_Decoder):
         self._merge_usage(message.get("usage"))
         return []
 
-    def _block_start(self, event: SSEEvent, payload: dict[str, Any]) -> list[TextDelta]:
+    def _block_start(self, event: SSEEvent, payload: dict[str, Any]) -> list[Delta]:
         index = _int_index(payload.get("index"))
         block = payload.get("content_block")
         if index is None or not isinstance(block, dict):
@@ -139,7 +139,7 @@ class AnthropicStreamDecoder(_Decoder):
             return [TextDelta(text)]
         return []
 
-    def _block_delta(self, event: SSEEvent, payload: dict[str, Any]) -> list[TextDelta]:
+    def _block_delta(self, event: SSEEvent, payload: dict[str, Any]) -> list[Delta]:
         block = self._block(event, payload)
         if block.stopped:
             raise self._bad(event, "a delta after its content_block_stop")
@@ -163,8 +163,9 @@ class AnthropicStreamDecoder(_Decoder):
             # it, and the unstreamed codec skips its block too.
         elif kind == "thinking_delta" and block.kind == "thinking":
             thought = delta.get("thinking")
-            if isinstance(thought, str):
+            if isinstance(thought, str) and thought:
                 block.parts.append(thought)
+                return [ReasoningDelta(thought)]
         elif kind == "signature_delta" and block.kind == "thinking":
             signature = delta.get("signature")
             if isinstance(signature, str):

@@ -19,6 +19,7 @@ from .._messages import (
     AssistantMessage,
     Message,
     ModelReply,
+    Reasoning,
     SystemMessage,
     ToolCall,
     ToolReturn,
@@ -31,6 +32,7 @@ from ._common import (
     openai_usage,
     parse_arguments,
     provider_error_message,
+    reasoning_of,
     remember_wire_arguments,
     wire_arguments,
 )
@@ -183,11 +185,14 @@ class OpenAICodec:
         assert isinstance(payload, dict) and isinstance(choice, dict)
         content = message.get("content")
         refusal = message.get("refusal")
+        thought = reasoning_of(message)
         assistant = AssistantMessage(
             content if content is None or type(content) is str else _text(content),
             _calls(message.get("tool_calls"), payload),
             # A refusal replaces the answer (content is null): kept, never silently lost.
             refusal if type(refusal) is str and refusal else None,
+            # Kept in the transcript; servers do not ask for it back, so it is not sent.
+            (Reasoning(thought, style=STYLE),) if thought else (),
         )
         totals = _usage(payload.get("usage"))
         model = payload.get("model")

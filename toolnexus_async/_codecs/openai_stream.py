@@ -13,15 +13,16 @@ from typing import Any
 import attrs
 
 from .._errors import ProtocolError, ProviderError
-from .._messages import AssistantMessage, ModelReply, ToolCall, Usage
+from .._messages import AssistantMessage, ModelReply, Reasoning, ToolCall, Usage
 from ._common import (
     generated_call_id,
     openai_usage,
     parse_arguments,
+    reasoning_of,
     remember_wire_arguments,
 )
 from ._sse import SSEEvent
-from ._stream import TextDelta, _Decoder, _int_index
+from ._stream import Delta, ReasoningDelta, TextDelta, _Decoder, _int_index
 
 __all__ = ("OpenAIStreamDecoder",)
 
@@ -65,6 +66,7 @@ class OpenAIStreamDecoder(_Decoder):
         super().__init__(url)
         self._text: list[str] | None = None  # None until the model sends any content
         self._refusal: list[str] = []  # refusal deltas: a refusal replaces the answer
+        self._reasoning: list[str] = []  # reasoning deltas, never part of the text
         self._calls: dict[int, _OpenAICall] = {}
         self._usage: dict[str, Any] | None = None
         self._model: str | None = None
@@ -81,7 +83,7 @@ class OpenAIStreamDecoder(_Decoder):
             self._done = True
         return super().finish()
 
-    def _feed(self, event: SSEEvent) -> list[TextDelta]:
+    def _feed(self, event: SSEEvent) -> list[Delta]:
         if event.data.strip() == "[DONE]":
             self._done = True
             return []
@@ -102,7 +104,7 @@ class OpenAIStreamDecoder(_Decoder):
             return []  # vLLM's usage-only chunk has "choices": null
         if not isinstance(choices, list):
             raise self._bad(event, "choices must be a list")
-        deltas: list[TextDelta] = []
+        deltas: list[Delta] = []
         for choice in choices:
             # With n > 1 the other choices interleave; the reply is choice 0, as unstreamed.
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
@@ -110,7 +112,7 @@ class OpenAIStreamDecoder(_Decoder):
             deltas.extend(self._choice(event, choice))
         return deltas
 
-    def _choice(self, event: SSEEvent, choice: dict[str, Any]) -> list[TextDelta]:
+    def _choice(self, event: SSEEvent, choice: dict[str, Any]) -> list[Delta]:
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
             self._finish_reason = reason
@@ -127,17 +129,22 @@ class OpenAIStreamDecoder(_Decoder):
         refusal = delta.get("refusal")
         if isinstance(refusal, str):
             self._refusal.append(refusal)
+        out: list[Delta] = []
+        thought = reasoning_of(delta)
+        if thought:
+            self._reasoning.append(thought)
+            out.append(ReasoningDelta(thought))
         content = delta.get("content")
         if content is None:
-            return []
+            return out
         if not isinstance(content, str):
             raise self._bad(event, "choices[0].delta.content must be a string or null")
         if self._text is None:
             self._text = []
-        if not content:
-            return []
-        self._text.append(content)
-        return [TextDelta(content)]
+        if content:
+            self._text.append(content)
+            out.append(TextDelta(content))
+        return out
 
     def _fragment(self, event: SSEEvent, fragment: object) -> None:
         if not isinstance(fragment, dict):
@@ -184,6 +191,11 @@ class OpenAIStreamDecoder(_Decoder):
         totals = Usage() if self._usage is None else openai_usage(self._usage)
         text = None if self._text is None else "".join(self._text)
         refusal = "".join(self._refusal) or None
+        thought = "".join(self._reasoning)
+        reasoning = (Reasoning(thought, style="openai"),) if thought else ()
         return ModelReply(
-            AssistantMessage(text, tuple(calls), refusal), totals, self._model, self._finish_reason
+            AssistantMessage(text, tuple(calls), refusal, reasoning),
+            totals,
+            self._model,
+            self._finish_reason,
         )
