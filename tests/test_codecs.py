@@ -731,3 +731,26 @@ def test_a_refusal_goes_back_as_refusal_in_openai_and_as_text_in_anthropic():
         "role": "assistant",
         "content": [{"type": "text", "text": "I can't."}],
     }
+
+
+def test_anthropic_server_tool_blocks_go_back_verbatim_with_the_client_call():
+    """A reply with server tool blocks before a client tool call is sent back as it came,
+    in its order (the neutral fields cannot say them); a changed message is rendered from
+    its fields again."""
+    content = [
+        {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {"q": "x"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []},
+        {"type": "text", "text": "Found nothing; asking the tool."},
+        {"type": "tool_use", "id": "tu_1", "name": "get_weather", "input": {"city": "Oslo"}},
+    ]
+    reply = ANTHROPIC.decode({"content": content, "stop_reason": "tool_use"})
+    history: list[Message] = [
+        UserMessage("q"),
+        reply.message,
+        ToolReturn("tu_1", "get_weather", "sunny"),
+    ]
+    body = ANTHROPIC.encode(history, EMPTY.tools(), model="m", max_tokens=None)
+    assert body["messages"][1] == {"role": "assistant", "content": content}
+    changed = attrs.evolve(reply.message, text="Other words.")
+    again = ANTHROPIC.encode([UserMessage("q"), changed], EMPTY.tools(), model="m", max_tokens=None)
+    assert [b["type"] for b in again["messages"][1]["content"]] == ["text", "tool_use"]

@@ -573,3 +573,22 @@ def test_other_stop_reasons_leave_the_calls_to_run(reason: str | None):
     reply = ModelReply(AssistantMessage(None, (ToolCall("c1", "t"),)), stop_reason=reason)
     assert loop.model_replied(reply) == reply.message
     assert expect_run_tools(loop).calls == (ToolCall("c1", "t"),)
+
+
+def test_a_paused_reply_is_kept_and_the_model_asked_to_go_on():
+    """Rule 6: pause_turn asks the model again, from its own reply, within max_turns."""
+    loop = RunLoop("search", max_turns=2)
+    expect_call_model(loop)
+    paused = AssistantMessage("Searching...")
+    assert loop.model_replied(ModelReply(paused, stop_reason="pause_turn")) == paused
+    action = expect_call_model(loop)
+    assert (action.turn, action.messages[-1]) == (2, paused)
+    loop.model_replied(ModelReply(AssistantMessage("Found it."), stop_reason="end_turn"))
+    result = expect_finish(loop).result
+    assert (result.status, result.text, result.turns) == ("done", "Found it.", 2)
+    # A model that pauses for ever is stopped by max_turns.
+    loop = RunLoop("search", max_turns=1)
+    expect_call_model(loop)
+    loop.model_replied(ModelReply(paused, stop_reason="pause_turn"))
+    stopped = expect_finish(loop).result
+    assert (stopped.status, stopped.limit) == ("incomplete", "max_turns")

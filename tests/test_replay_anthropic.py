@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jsonschema
 import pytest
 
 from toolnexus_async import (
@@ -22,7 +23,7 @@ from toolnexus_async._messages import unpaired_calls
 from toolnexus_async.testing import json_response, sse_response
 
 from .conftest import FakeProvider
-from .replay import load, replay
+from .replay import load, replay, schema
 
 BASIC_STREAM = "anthropic-sdk-python/streaming/fixtures/basic_response.txt"
 CACHE = "pydantic-ai/test_anthropic/test_anthropic_cache_real_api.yaml"
@@ -107,7 +108,6 @@ SERVER_TOOL_STREAMS = [
     ("pydantic-ai/test_anthropic/test_anthropic_code_execution_tool_stream.yaml", 0),
     ("pydantic-ai/test_anthropic/test_anthropic_mcp_servers_stream.yaml", 0),
     ("pydantic-ai/test_anthropic/test_anthropic_web_search_tool_stream.yaml", 0),
-    ("pydantic-ai/test_anthropic/test_pause_turn_web_search_streaming_vcr.yaml", 0),
     ("pydantic-ai/test_anthropic/test_pause_turn_web_search_streaming_vcr.yaml", 1),
     ("pydantic-ai/test_anthropic/test_anthropic_text_parts_ahead_of_built_in_tool_call.yaml", 1),
     ("pydantic-ai/test_anthropic/test_anthropic_text_parts_ahead_of_built_in_tool_call.yaml", 2),
@@ -145,3 +145,50 @@ async def test_streams_with_server_tools_decode_like_unstreamed_replies(recordin
     assert (done.result.status, done.result.text) == ("done", expected)
     assert "".join(e.text for e in events if isinstance(e, StreamText)) == expected
     assert done.result.tool_calls == ()
+
+
+PAUSED = "pydantic-ai/test_anthropic/test_pause_turn_web_search_vcr.yaml"
+PAUSED_STREAM = "pydantic-ai/test_anthropic/test_pause_turn_web_search_streaming_vcr.yaml"
+
+
+async def test_a_paused_turn_is_sent_back_as_it_came_and_continued():
+    """``stop_reason: "pause_turn"`` (a long server tool turn): the client sends the paused
+    reply back, server tool blocks and all, in their order, and the model goes on: two
+    requests, and the run's text is the continuation's. Unstreamed, the follow-up equals
+    the request the API accepted when recorded."""
+    provider = FakeProvider()
+    recorded = replay(provider, PAUSED)
+    client: LlmClient = provider.client("anthropic")
+    async with client, Toolkit.create(builtins=False) as toolkit:
+        result = await client.run(recorded[0].request["messages"][0]["content"], toolkit)
+    assert (result.status, result.turns, len(provider.requests)) == ("done", 2, 2)
+    assert provider.bodies[1]["messages"][1] == recorded[1].request["messages"][1]
+    final = [b["text"] for b in recorded[1].json()["content"] if b["type"] == "text"]
+    assert result.text == "".join(final)
+
+
+async def test_a_paused_streamed_turn_is_sent_back_whole_and_continued():
+    """Streamed, the paused reply's blocks are rebuilt from their deltas: the follow-up
+    carries them in order, valid by the Messages API's published request schema, with
+    the server tools' ids and inputs the recorded client sent back."""
+    provider = FakeProvider()
+    recorded = replay(provider, PAUSED_STREAM)
+    client: LlmClient = provider.client("anthropic")
+    async with client, Toolkit.create(builtins=False) as toolkit:
+        async with client.stream("What is the weather in SF?", toolkit) as stream:
+            events = [event async for event in stream]
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert (done.result.status, done.result.turns, len(provider.requests)) == ("done", 2, 2)
+    sent = provider.bodies[1]["messages"][1]["content"]
+    theirs = recorded[1].request["messages"][1]["content"]
+    assert [b["type"] for b in sent] == [b["type"] for b in theirs]
+    for mine, recorded_block in zip(sent, theirs, strict=True):
+        if mine["type"] == "server_tool_use":
+            assert (mine["id"], mine["input"]) == (recorded_block["id"], recorded_block["input"])
+        if mine["type"] in ("text", "thinking"):
+            assert mine.get("text") == recorded_block.get("text")
+            assert mine.get("signature") == recorded_block.get("signature")
+    request = {k: v for k, v in provider.bodies[1].items() if k != "stream"}
+    validator = jsonschema.Draft202012Validator(schema("anthropic-messages-request-non-streaming"))
+    validator.validate(request)

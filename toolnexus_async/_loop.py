@@ -33,6 +33,10 @@ Rules kept here, each pinned by a test in ``tests/test_loop.py``:
    ``"max_tokens"``) ends the run ``"incomplete"`` with ``limit == "max_tokens"``. Its text
    is kept; its tool calls are not run and not kept: the last one is cut short, and no call
    is acted on from a reply that did not end.
+6. A reply that paused (anthropic ``stop_reason`` ``"pause_turn"``: a long server tool
+   turn) is sent back as it is, and the model asked again to go on: another turn, within
+   ``max_turns``. The paused reply's text stays in the transcript; the run's ``text`` is
+   the last reply's, as always.
 """
 
 from __future__ import annotations
@@ -308,8 +312,9 @@ class RunLoop:
         if message.tool_calls:
             self._calls = message.tool_calls
             self._expect = _Expect.TOOLS
-        else:
+        elif reply.stop_reason != "pause_turn":
             self._finish("done")
+        # else: paused, the model goes on from its own reply at the next request
         return message
 
     def tools_finished(self, outcomes: Sequence[CallOutcome]) -> None:

@@ -102,6 +102,12 @@ class AssistantMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = None
     reasoning: tuple[Reasoning, ...] = ()
+    # (style, blocks): the provider's own content, when it holds blocks the fields above
+    # cannot say (Anthropic's server tools and their results), sent back as it came. Not
+    # an init argument, so ``attrs.evolve`` (a changed message) drops it.
+    _wire_content: tuple[str, tuple[dict[str, Any], ...]] | None = attrs.field(
+        default=None, init=False, eq=False, repr=False
+    )
     role: Literal["assistant"] = attrs.field(default="assistant", init=False, repr=False)
 
 

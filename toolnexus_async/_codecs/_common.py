@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from .._errors import ProtocolError
-from .._messages import ToolCall, Usage
+from .._messages import AssistantMessage, ToolCall, Usage
 
 
 def obj(value: object, where: str, style: str) -> dict[str, Any]:
@@ -98,6 +98,16 @@ def provider_error_message(payload: dict[str, Any]) -> str:
 
 def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
+
+
+# The Anthropic content blocks the neutral transcript says in full; any other block (a
+# server tool's use or result) makes a reply's content worth keeping as it came.
+NEUTRAL_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
+
+
+def remember_wire_content(message: AssistantMessage, style: str, blocks: list[Any]) -> None:
+    """Record the provider's content blocks of ``message``, to send them back verbatim."""
+    object.__setattr__(message, "_wire_content", (style, tuple(blocks)))
 
 
 def remember_wire_arguments(call: ToolCall, text: str) -> None:

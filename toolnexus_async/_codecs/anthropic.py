@@ -29,7 +29,14 @@ from .._messages import (
     ToolReturn,
     Usage,
 )
-from ._common import anthropic_usage, field, obj, provider_error_message
+from ._common import (
+    NEUTRAL_BLOCKS,
+    anthropic_usage,
+    field,
+    obj,
+    provider_error_message,
+    remember_wire_content,
+)
 from ._tools import ToolSpec, render_anthropic
 from .anthropic_stream import AnthropicStreamDecoder
 
@@ -51,6 +58,11 @@ def _reasoning_block(reasoning: Reasoning) -> dict[str, Any] | None:
 
 
 def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
+    wire = message._wire_content
+    if wire is not None and wire[0] == STYLE:
+        # Server tool blocks, in their order: what the API asks back (after a pause_turn,
+        # or a client call that follows a server tool), as it came.
+        return list(wire[1])
     # The API requires the thinking blocks back, unchanged and first, before tool_use.
     blocks: list[dict[str, Any]] = [
         block for block in map(_reasoning_block, message.reasoning) if block is not None
@@ -187,10 +199,13 @@ class AnthropicCodec:
         totals = anthropic_usage(usage) if isinstance(usage, dict) else Usage()
         model = payload.get("model")
         reason = payload.get("stop_reason")
+        assistant = AssistantMessage(
+            "".join(texts) if texts else None, tuple(calls), reasoning=tuple(reasoning)
+        )
+        if any(block.get("type") not in NEUTRAL_BLOCKS for block in content):
+            remember_wire_content(assistant, STYLE, content)
         return ModelReply(
-            AssistantMessage(
-                "".join(texts) if texts else None, tuple(calls), reasoning=tuple(reasoning)
-            ),
+            assistant,
             totals,
             model if isinstance(model, str) else None,
             reason if isinstance(reason, str) else None,

@@ -15,7 +15,7 @@ import attrs
 
 from .._errors import ProtocolError, ProviderError
 from .._messages import AssistantMessage, ModelReply, Reasoning, ToolCall
-from ._common import anthropic_usage, parse_arguments
+from ._common import NEUTRAL_BLOCKS, anthropic_usage, parse_arguments, remember_wire_content
 from ._sse import SSEEvent
 from ._stream import Delta, ReasoningDelta, TextDelta, _Decoder, _int_index
 
@@ -47,6 +47,10 @@ class _Block:
     parts: list[str] = attrs.field(factory=list)
     stopped: bool = False
     signature: str | None = None  # a thinking block's, from its signature_delta
+    # The block as content_block_start sent it, grown by its deltas into the block the
+    # unstreamed reply would hold (kept when the reply has server tool blocks).
+    raw: dict[str, Any] = attrs.field(factory=dict)
+    citations: list[object] = attrs.field(factory=list)
 
 
 class AnthropicStreamDecoder(_Decoder):
@@ -122,9 +126,11 @@ class AnthropicStreamDecoder(_Decoder):
             call_id, name = block.get("id"), block.get("name")
             if not isinstance(call_id, str) or not isinstance(name, str):
                 raise self._bad(event, "a tool_use block needs a string id and name")
-            self._blocks[index] = _Block("tool_use", call_id, name, block.get("input", {}))
+            self._blocks[index] = _Block(
+                "tool_use", call_id, name, block.get("input", {}), raw=dict(block)
+            )
             return []
-        self._blocks[index] = _Block(kind if isinstance(kind, str) else "")
+        self._blocks[index] = _Block(kind if isinstance(kind, str) else "", raw=dict(block))
         if kind == "redacted_thinking":
             self._blocks[index].start_input = block.get("data")
         elif kind == "thinking":
@@ -157,10 +163,9 @@ class AnthropicStreamDecoder(_Decoder):
             partial = delta.get("partial_json")
             if block.kind == "text" or not isinstance(partial, str):
                 raise self._bad(event, "an input_json_delta needs a tool block and a string")
-            if block.kind == "tool_use":
-                block.parts.append(partial)
-            # The input of a server tool (server_tool_use, mcp_tool_use): the provider runs
-            # it, and the unstreamed codec skips its block too.
+            # A server tool's input (server_tool_use, mcp_tool_use) is kept for its block
+            # alone: the provider runs it, and the unstreamed codec skips it too.
+            block.parts.append(partial)
         elif kind == "thinking_delta" and block.kind == "thinking":
             thought = delta.get("thinking")
             if isinstance(thought, str) and thought:
@@ -170,7 +175,8 @@ class AnthropicStreamDecoder(_Decoder):
             signature = delta.get("signature")
             if isinstance(signature, str):
                 block.signature = (block.signature or "") + signature
-        # citations_delta...: nothing the loop acts on.
+        elif kind == "citations_delta":
+            block.citations.append(delta.get("citation"))
         return []
 
     def _block(self, event: SSEEvent, payload: dict[str, Any]) -> _Block:
@@ -213,10 +219,14 @@ class AnthropicStreamDecoder(_Decoder):
                 reasoning.append(Reasoning("".join(block.parts), block.signature))
             elif block.kind == "redacted_thinking" and isinstance(block.start_input, str):
                 reasoning.append(Reasoning("", redacted=block.start_input))
+        message = AssistantMessage(
+            "".join(texts) if any_text else None, tuple(calls), reasoning=tuple(reasoning)
+        )
+        if any(block.kind not in NEUTRAL_BLOCKS for block in self._blocks.values()):
+            blocks = [_whole(self._blocks[index]) for index in sorted(self._blocks)]
+            remember_wire_content(message, "anthropic", blocks)
         return ModelReply(
-            AssistantMessage(
-                "".join(texts) if any_text else None, tuple(calls), reasoning=tuple(reasoning)
-            ),
+            message,
             anthropic_usage(self._usage),  # as the unstreamed codec counts it
             self._model,
             self._stop_reason,
@@ -231,6 +241,24 @@ class AnthropicStreamDecoder(_Decoder):
         if isinstance(block.start_input, dict):
             return ToolCall(block.id, block.name, block.start_input)
         return ToolCall(block.id, block.name, {}, json.dumps(block.start_input))
+
+
+def _whole(block: _Block) -> dict[str, Any]:
+    """The block as the unstreamed reply would hold it: its start, grown by its deltas."""
+    out = dict(block.raw)
+    if block.kind == "text":
+        out["text"] = "".join(block.parts)
+        if block.citations:
+            out["citations"] = [*(out.get("citations") or ()), *block.citations]
+    elif block.kind == "thinking":
+        out["thinking"] = "".join(block.parts)
+        if block.signature is not None:
+            out["signature"] = block.signature
+    elif block.parts:
+        arguments, invalid = parse_arguments("".join(block.parts))
+        if invalid is None:
+            out["input"] = arguments
+    return out
 
 
 _NEEDS_START = frozenset(
