@@ -43,7 +43,7 @@ from .._types import Answer, Request
 from ..suspend import Inbox
 from ._begun import BegunRun
 from ._journal import RunJournal, plan_of, worker_name
-from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun
+from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun, StoreEvent
 
 __all__ = ("DurableHost",)
 
@@ -121,6 +121,8 @@ class DurableHost:
         self._driving: set[str] = set()  # ids of the runs this host drives now
         self._idle = anyio.Event()  # set whenever no run is driven here
         self._idle.set()
+        self._wake = anyio.Event()  # set when the store tells of an answer to hand over
+        self._unlisten: Callable[[], None] = lambda: None
         self._closing = False
 
     def __repr__(self) -> str:
@@ -136,6 +138,11 @@ class DurableHost:
         await self._tg.__aenter__()
         self._background = anyio.CancelScope()
         self._tg.start_soon(self._keep_up, name=f"durable host {self.worker}")
+        try:
+            self._unlisten = await self.store.listen(self._told)
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(
@@ -148,6 +155,7 @@ class DurableHost:
         tg = self._tg
         assert tg is not None
         self._closing = True
+        self._unlisten()
         if self._background is not None:
             self._background.cancel()
         try:
@@ -169,7 +177,7 @@ class DurableHost:
                 tg.start_soon(self._every, self._lease / 3, self._renew)
                 tg.start_soon(self._every, self._sweep, self._sweep_once)
                 if self.inbox is not None:
-                    tg.start_soon(self._every, self._poll, self._deliver)
+                    tg.start_soon(self._delivering)
 
     async def _every(self, seconds: float, job: Callable[[], Any]) -> None:
         while True:
@@ -201,6 +209,22 @@ class DurableHost:
                 await self.store.release(stored.run_id, self.worker)
         else:
             self._start(stored)
+
+    def _told(self, event: StoreEvent) -> None:
+        """The store saw an answer for a run this host holds: hand it over now."""
+        if event.kind == "answered" and event.owner == self.worker and not event.delivered:
+            self._wake.set()
+
+    async def _delivering(self) -> None:
+        """Hand over answers other workers took, when told of one or every ``poll`` s."""
+        while True:
+            self._wake = anyio.Event()
+            try:
+                await self._deliver()
+            except Exception:
+                log.exception("durable host %s: handing answers over failed; retrying", self.worker)
+            with anyio.move_on_after(self._poll):
+                await self._wake.wait()
 
     async def _deliver(self) -> None:
         """Answers other workers accepted for runs parked here: wake them."""
