@@ -9,8 +9,8 @@ Rules of this module:
   raised (before anyone is told of it), and when it ends or halts.
 - **An answer is durable before it is acknowledged.** :meth:`DurableHost.answer` returns
   only after the store took the answer as the one answer of its request. Then the run parked
-  here wakes; a run held by another live worker is woken by that worker (it polls the store
-  for answers to its runs); a run nobody holds is claimed and resumed here.
+  here wakes; a run held by another live worker is woken by that worker (told by the store,
+  or at its next look: ``_deliveries``); a run nobody holds is claimed and resumed here.
 - **Resuming is a lease.** The host holds each run it drives until a deadline it renews in
   the background; if the process dies the lease runs out and any host on the store (a
   restart, another worker) finds the run and goes on with what was kept, answers included.
@@ -42,8 +42,9 @@ from .._toolkit import Toolkit
 from .._types import Answer, Request
 from ..suspend import Inbox
 from ._begun import BegunRun
+from ._deliveries import Deliveries
 from ._journal import RunJournal, plan_of, worker_name
-from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun, StoreEvent
+from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun
 
 __all__ = ("DurableHost",)
 
@@ -121,7 +122,9 @@ class DurableHost:
         self._driving: set[str] = set()  # ids of the runs this host drives now
         self._idle = anyio.Event()  # set whenever no run is driven here
         self._idle.set()
-        self._wake = anyio.Event()  # set when the store tells of an answer to hand over
+        self._deliveries = (
+            None if self.inbox is None else Deliveries(store, self.worker, self.inbox, self._poll)
+        )
         self._unlisten: Callable[[], None] = lambda: None
         self._closing = False
 
@@ -139,7 +142,8 @@ class DurableHost:
         self._background = anyio.CancelScope()
         self._tg.start_soon(self._keep_up, name=f"durable host {self.worker}")
         try:
-            self._unlisten = await self.store.listen(self._told)
+            if self._deliveries is not None:
+                self._unlisten = await self.store.listen(self._deliveries.told)
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -176,8 +180,8 @@ class DurableHost:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._every, self._lease / 3, self._renew)
                 tg.start_soon(self._every, self._sweep, self._sweep_once)
-                if self.inbox is not None:
-                    tg.start_soon(self._delivering)
+                if self._deliveries is not None:
+                    tg.start_soon(self._deliveries.run)
 
     async def _every(self, seconds: float, job: Callable[[], Any]) -> None:
         while True:
@@ -209,40 +213,6 @@ class DurableHost:
                 await self.store.release(stored.run_id, self.worker)
         else:
             self._start(stored)
-
-    def _told(self, event: StoreEvent) -> None:
-        """The store saw an answer for a run this host holds: hand it over now."""
-        if event.kind == "answered" and event.owner == self.worker and not event.delivered:
-            self._wake.set()
-
-    async def _delivering(self) -> None:
-        """Hand over answers other workers took, when told of one or every ``poll`` s."""
-        while True:
-            self._wake = anyio.Event()
-            try:
-                await self._deliver()
-            except Exception:
-                log.exception("durable host %s: handing answers over failed; retrying", self.worker)
-            with anyio.move_on_after(self._poll):
-                await self._wake.wait()
-
-    async def _deliver(self) -> None:
-        """Answers other workers accepted for runs parked here: wake them."""
-        inbox = self.inbox
-        assert inbox is not None
-        handed: list[str] = []
-        for _run_id, answer in await self.store.deliveries(self.worker):
-            if inbox.get(answer.id) is None:
-                continue  # not parked (yet): next time
-            try:
-                inbox.answer(answer)
-            except UsageError:
-                continue
-            except Exception:  # answered or expired here meanwhile: nothing to hand over
-                pass
-            handed.append(answer.id)
-        if handed:
-            await self.store.delivered(handed)
 
     # -- running -----------------------------------------------------------------------------
 
