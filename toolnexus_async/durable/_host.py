@@ -120,6 +120,7 @@ class DurableHost:
         self._tg: TaskGroup | None = None
         self._background: anyio.CancelScope | None = None
         self._driving: set[str] = set()  # ids of the runs this host drives now
+        self._claiming: set[str] = set()  # ids of the runs this host is claiming now
         self._idle = anyio.Event()  # set whenever no run is driven here
         self._idle.set()
         self._deliveries = (
@@ -199,11 +200,25 @@ class DurableHost:
         for run_id in await self.store.ready(now, _SWEEP_BATCH):
             if self._closing:
                 return
-            if run_id in self._driving:
-                continue
-            stored = await self.store.claim(run_id, self.worker, now + self._lease, now)
+            stored = await self._claim(run_id, now)
             if stored is not None:
                 await self._adopt(stored)
+
+    async def _claim(self, run_id: str, now: float) -> StoredRun | None:
+        """Claim ``run_id`` for this host, unless it drives (or claims) it already.
+
+        The store lets a worker claim a run it holds itself, so the sweep and an answer
+        racing for the same run (a dead worker's, say) would otherwise both win here and
+        drive it twice, running its tools twice. Whoever gets a run back must start it
+        before it next awaits: until then it is in neither set.
+        """
+        if run_id in self._driving or run_id in self._claiming:
+            return None  # driven here: an answer for it is handed over, not resumed
+        self._claiming.add(run_id)
+        try:
+            return await self.store.claim(run_id, self.worker, now + self._lease, now)
+        finally:
+            self._claiming.discard(run_id)
 
     async def _adopt(self, stored: StoredRun) -> None:
         """Resume a run claimed here, unless the host began closing meanwhile: then let
@@ -386,7 +401,7 @@ class DurableHost:
         if held:
             return  # its worker (this one, or another) hands it over
         try:
-            stored = await self.store.claim(accepted.run_id, self.worker, now + self._lease, now)
+            stored = await self._claim(accepted.run_id, now)
         except StoreError as exc:
             # The answer is kept (taken above); the sweep goes on with the run once the
             # store can read it back.
