@@ -379,33 +379,41 @@ async def test_a_closed_store_refuses_work(make_store, case):
 # -- SQLite's file ------------------------------------------------------------------------
 
 
+async def race_two_stores(one: RunStore, two: RunStore, case: Case) -> None:
+    """Two stores on one journal (as two processes) race to answer a request of the halted
+    run, approving and declining, and to claim the run: one answer and one claim win, and
+    the answer kept is the one taken."""
+    await one.save(case.halted)
+    taken: list[Answer] = []
+
+    async def answer(store: RunStore, ok: bool) -> None:
+        try:
+            await store.accept(Answer(case.ids[0], ok), NOW)
+        except AlreadyAnsweredError:
+            return
+        taken.append(Answer(case.ids[0], ok))
+
+    claims: list[object] = []
+
+    async def claim(store: RunStore, worker: str) -> None:
+        claims.append(await store.claim(case.halted.run_id, worker, NOW + LEASE, NOW))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(10):
+            tg.start_soon(answer, one, n % 2 == 0)
+            tg.start_soon(answer, two, n % 2 == 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(claim, one, "A")
+        tg.start_soon(claim, two, "B")
+    assert len(taken) == 1
+    assert (await two.find(case.ids[0])).answer == taken[0]
+    assert sorted(c is None for c in claims) == [False, True]
+
+
 async def test_two_stores_on_one_file_take_one_answer_and_one_claim(tmp_path: Path, case):
     path = tmp_path / "runs.db"
     async with SqliteRunStore(path) as one, SqliteRunStore(path) as two:
-        await one.save(case.halted)
-        taken: list[str] = []
-
-        async def answer(store: SqliteRunStore, name: str) -> None:
-            try:
-                await store.accept(Answer(case.ids[0], True), NOW)
-                taken.append(name)
-            except AlreadyAnsweredError:
-                pass
-
-        claims: list[object] = []
-
-        async def claim(store: SqliteRunStore, worker: str) -> None:
-            claims.append(await store.claim(case.halted.run_id, worker, NOW + LEASE, NOW))
-
-        async with anyio.create_task_group() as tg:
-            for _ in range(10):
-                tg.start_soon(answer, one, "one")
-                tg.start_soon(answer, two, "two")
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(claim, one, "A")
-            tg.start_soon(claim, two, "B")
-    assert len(taken) == 1
-    assert sorted(c is None for c in claims) == [False, True]
+        await race_two_stores(one, two, case)
     assert_no_leaks()
 
 

@@ -14,9 +14,8 @@ import pytest
 
 from tests.conftest import assert_no_leaks
 from tests.shared import Ledger
-from tests.test_store import LEASE, NOW, Case, fresh_state, halt
+from tests.test_store import LEASE, NOW, Case, fresh_state, halt, race_two_stores
 from toolnexus_async import (
-    AlreadyAnsweredError,
     Answer,
     Request,
     StoreError,
@@ -36,31 +35,7 @@ async def case() -> Case:
 
 async def test_two_workers_on_one_database_take_one_answer_and_one_claim(pg_dsn: str, case: Case):
     async with PostgresRunStore(pg_dsn) as one, PostgresRunStore(pg_dsn) as two:
-        await one.save(case.halted)
-        taken: list[str] = []
-
-        async def answer(store: PostgresRunStore, name: str, ok: bool) -> None:
-            try:
-                await store.accept(Answer(case.ids[0], ok), NOW)
-                taken.append(name)
-            except AlreadyAnsweredError:
-                pass
-
-        claims: list[object] = []
-
-        async def claim(store: PostgresRunStore, worker: str) -> None:
-            claims.append(await store.claim(case.halted.run_id, worker, NOW + LEASE, NOW))
-
-        async with anyio.create_task_group() as tg:
-            for n in range(10):
-                tg.start_soon(answer, one, "one", n % 2 == 0)
-                tg.start_soon(answer, two, "two", n % 2 == 1)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(claim, one, "A")
-            tg.start_soon(claim, two, "B")
-        kept = (await one.find(case.ids[0])).answer
-    assert len(taken) == 1 and kept is not None
-    assert sorted(c is None for c in claims) == [False, True]
+        await race_two_stores(one, two, case)
     assert_no_leaks()
 
 
