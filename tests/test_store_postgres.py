@@ -122,7 +122,8 @@ async def test_the_password_never_shows(pg_dsn: str):
         await store.requests()
     message = str(caught.value)
     assert "hunter2" not in message and "qs-secret" not in message
-    assert f"127.0.0.1:{port}/no_such_db" in message
+    assert f"postgresql 127.0.0.1:{port}/no_such_db" in message  # the user name is no secret
+    assert "[redacted]" not in message.split(":", 1)[0]
     await store.aclose()
     with pytest.raises(UsageError, match="postgresql://"):
         PostgresRunStore("/var/lib/runs.sqlite")
@@ -146,3 +147,14 @@ async def test_schema_creation_by_many_workers_at_once_happens_once(pg_dsn: str)
         ("application", "toolnexus_async run store"),
         ("version", "1"),
     ]
+
+
+async def test_a_burst_beyond_the_pool_queues_for_it_and_does_not_fail(pg_dsn: str):
+    """More writes at once than connections: each waits its turn, however long the queue
+    (``command_timeout`` bounds a statement, not the wait for a connection)."""
+    async with PostgresRunStore(pg_dsn, min_size=1, max_size=1, command_timeout=0.2) as store:
+        with anyio.fail_after(LIMIT * 3):
+            async with anyio.create_task_group() as tg:
+                for n in range(300):
+                    tg.start_soon(store.start, fresh_state(f"run_{n}"), "A", NOW + LEASE)
+        assert len(await store.runs(limit=1000)) == 300

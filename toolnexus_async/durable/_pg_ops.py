@@ -9,9 +9,8 @@ Rules of this module:
 - Ownership is checked in the statement that writes (``... AND owner = $n``), and a row a
   write depends on is locked by that statement, so two workers racing for one request or
   one run are serialised by PostgreSQL: exactly one wins, the other sees its result.
-- Every accepted answer and every new request is announced with ``pg_notify`` in the same
-  transaction (delivered only if it commits). The payload names the request, its run and
-  the run's holder, never the request's data.
+- The operations notify nobody: the store announces what committed (:func:`event_payload`)
+  after the commit, in a statement of its own.
 """
 
 from __future__ import annotations
@@ -24,12 +23,26 @@ from .._types import Answer, Request
 from ._ops import Saved, accepted, judge
 from ._queries import request_of, run_of, summary_of
 from ._schema import answer_of
-from ._store import Accepted, LeaseLostError, RunSummary, StoredRequest, StoredRun
+from ._store import Accepted, LeaseLostError, RunSummary, StoredRequest, StoredRun, StoreEvent
 
-__all__ = ("CHANNEL", "PgOps")
+__all__ = ("CHANNEL", "PgOps", "event_payload")
 
 # The channel every store on a database announces on; one LISTEN serves all its hosts.
 CHANNEL = "toolnexus_run_store"
+
+
+def event_payload(event: StoreEvent) -> str:
+    """The NOTIFY payload of ``event``: the ids it names, never data."""
+    body: dict[str, str | bool | None] = {
+        "kind": event.kind,
+        "request": event.request_id,
+        "run": event.run_id,
+        "owner": event.owner,
+    }
+    if event.delivered:
+        body["delivered"] = True
+    return json.dumps(body)
+
 
 _HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
 
@@ -61,12 +74,30 @@ class PgOps:
             raise await self._lost(conn, run_id, owner)
 
     async def _alive(self, conn: Any, owner: str, until: float) -> None:
+        """Extend ``owner``'s lease to ``until`` (renewal: always)."""
         await conn.execute(
             f"INSERT INTO {self.s}.workers (name, alive_until) VALUES ($1, $2)"
             " ON CONFLICT (name) DO UPDATE SET alive_until ="
             f" GREATEST({self.s}.workers.alive_until, excluded.alive_until)",
             owner,
             until,
+        )
+
+    async def _known(self, conn: Any, owner: str, until: float, now: float) -> None:
+        """Give ``owner`` a lease if it has none that still runs at ``now``.
+
+        A run started or claimed by a worker whose lease runs is covered by that lease,
+        which its host renews; writing the row for every run would make all of one
+        worker's transactions wait on that row's lock, one after the other.
+        """
+        await conn.execute(
+            f"INSERT INTO {self.s}.workers (name, alive_until) SELECT $1, $2 WHERE NOT EXISTS"
+            f" (SELECT 1 FROM {self.s}.workers WHERE name = $1 AND alive_until >= $3)"
+            " ON CONFLICT (name) DO UPDATE SET alive_until ="
+            f" GREATEST({self.s}.workers.alive_until, excluded.alive_until)",
+            owner,
+            until,
+            now,
         )
 
     async def _close_requests(self, conn: Any, run_id: str, before_turn: int | None = None) -> None:
@@ -77,26 +108,6 @@ class PgOps:
             f" WHERE run_id = $1{turn} AND (status = 'pending' OR delivered = 0)",
             run_id,
         )
-
-    async def notify(
-        self,
-        conn: Any,
-        kind: str,
-        request_id: str,
-        run_id: str,
-        owner: str | None,
-        delivered: bool = False,
-    ) -> None:
-        event: dict[str, str | bool | None] = {
-            "kind": kind,
-            "request": request_id,
-            "run": run_id,
-            "owner": owner,
-        }
-        if delivered:
-            event["delivered"] = True
-        payload = json.dumps(event)
-        await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
 
     # -- a run's progress -----------------------------------------------------------------
 
@@ -124,7 +135,7 @@ class PgOps:
         )
         if not _count(inserted):
             raise UsageError(f"a run {run_id!r} is stored already; run ids must be unique")
-        await self._alive(conn, owner, lease_until)
+        await self._known(conn, owner, lease_until, now)
 
     async def turn(
         self, conn: Any, run_id: str, turn: int, owner: str, state: str, now: float
@@ -181,7 +192,6 @@ class PgOps:
             ):
                 raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
             raise await self._lost(conn, run_id, owner)
-        await self.notify(conn, "requested", request_id, run_id, owner)
 
     async def halt(self, conn: Any, run_id: str, owner: str, now: float) -> None:
         await self._guarded(
@@ -307,7 +317,6 @@ class PgOps:
             int(delivered),
         )
         taken = accepted(values)
-        await self.notify(conn, "answered", answer_id, taken.run_id, taken.owner, delivered)
         return taken
 
     async def claim(
@@ -324,7 +333,7 @@ class PgOps:
         )
         if not _count(changed):
             return None
-        await self._alive(conn, owner, lease_until)
+        await self._known(conn, owner, lease_until, now)
         await conn.execute(
             f"UPDATE {self.s}.requests SET delivered = 1 WHERE run_id = $1 AND delivered = 0",
             run_id,

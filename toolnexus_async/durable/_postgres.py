@@ -24,16 +24,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Self, TypeVar
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import anyio
 
 from .._errors import StoreError, ToolnexusError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
-from .._secrets import Scrubber, url_secrets
+from .._secrets import Scrubber
 from .._types import Answer, Request
 from ._ops import saved
-from ._pg_ops import CHANNEL, PgOps
+from ._pg_ops import CHANNEL, PgOps, event_payload
 from ._pg_schema import ensure, qualified
 from ._schema import encode, prompt_of, state_text
 from ._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
@@ -58,9 +58,22 @@ def _where(dsn: str) -> str:
     return f"postgresql {host}:{port}{parts.path or '/'}"
 
 
+async def _nothing_to_reset(conn: Any) -> None:
+    return None
+
+
 def _secrets_of(dsn: str) -> tuple[str, ...]:
-    query = [v for k, v in parse_qsl(urlsplit(dsn).query) if k == "password" and v]
-    return (*url_secrets(dsn), *query, dsn)
+    """The DSN's password (in the userinfo or the query), as written and decoded, and the
+    DSN itself. A user name is not a secret here: ``postgres`` would otherwise be
+    scrubbed out of every ``postgresql`` in a message."""
+    try:
+        parts = urlsplit(dsn)
+        password = parts.password
+    except ValueError:
+        return (dsn,)
+    query = [v for k, v in parse_qsl(parts.query) if k == "password" and v]
+    found = [p for p in (password, *query) if p]
+    return tuple(dict.fromkeys((*found, *(unquote(p) for p in found), dsn)))
 
 
 class PostgresRunStore:
@@ -114,6 +127,9 @@ class PostgresRunStore:
             "min_size": min_size,
             "max_size": max_size,
             "command_timeout": command_timeout,
+            # Our transactions leave no session state behind (no LISTEN, no session
+            # locks, no SET), so asyncpg's reset, one more round trip per write, is skipped.
+            "reset": _nothing_to_reset,
         }
         self._keep = keep_finished
         self._prune_every = prune_every
@@ -184,27 +200,46 @@ class PostgresRunStore:
         return self._closed
 
     def _failures(self) -> tuple[type[BaseException], ...]:
+        """What a statement or a connection raises when the database fails it."""
         asyncpg = self._asyncpg
-        return (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+        return (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
 
     def _error(self, what: str, exc: BaseException) -> StoreError:
         return StoreError(self._scrub(f"{self.where}: {what}: {type(exc).__name__}: {exc}"))
 
-    async def _in_transaction(self, op: Callable[..., Awaitable[T | Exception]], *args: Any) -> T:
+    async def _in_transaction(
+        self,
+        op: Callable[..., Awaitable[T | Exception]],
+        *args: Any,
+        tell: Callable[[T], StoreEvent] | None = None,
+    ) -> T:
         """``op(conn, *args)`` in a transaction; refusals it returns are raised after the
         commit (what they changed is kept), refusals it raises roll it back.
 
-        Shielded: a cancellation takes effect once the transaction is over (committed or
-        rolled back, ``command_timeout`` at the most), never in the middle of it, which
-        would leave a connection in an unknown state and the caller not knowing whether
-        its write committed.
+        ``tell(outcome)`` is the event to announce once the transaction committed, with a
+        NOTIFY of its own: PostgreSQL serialises the commits of transactions that notify,
+        flush and all, so a NOTIFY inside the write would cost every write a disk flush
+        of its own instead of sharing flushes with the writes committing with it. A
+        notification-only transaction writes nothing that needs a flush. Telling may fail
+        (a dropped connection): the write stands, and the event is missed (listeners
+        look at the store every few seconds anyway).
+
+        Waiting for a pooled connection has no deadline of its own and can be cancelled:
+        a burst of writes queues for the pool rather than fails, and every transaction
+        ahead in the queue is bounded by ``command_timeout``. The transaction itself is
+        shielded: a cancellation takes effect once it is over (committed or rolled back),
+        never in the middle of it, which would leave a connection in an unknown state and
+        the caller not knowing whether its write committed.
         """
         pool = await self._connected()
         asyncpg = self._asyncpg
         try:
-            with anyio.CancelScope(shield=True):
-                async with pool.acquire(timeout=self._timeout) as conn, conn.transaction():
-                    outcome = await op(conn, *args)
+            async with pool.acquire() as conn:
+                with anyio.CancelScope(shield=True):
+                    async with conn.transaction():
+                        outcome = await op(conn, *args)
+                    if tell is not None and not isinstance(outcome, Exception):
+                        await self._notify(conn, tell(outcome))
         except ToolnexusError:
             raise
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
@@ -213,6 +248,12 @@ class PostgresRunStore:
             raise outcome
         result: T = outcome
         return result
+
+    async def _notify(self, conn: Any, event: StoreEvent) -> None:
+        try:
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, event_payload(event))
+        except self._failures() as exc:
+            log.warning("%s", self._error(f"{event.kind} {event.request_id!r} not announced", exc))
 
     async def _ended(self, conn: Any, now: float) -> None:
         """Prune ended runs beyond the bound, at most every few seconds."""
@@ -240,8 +281,16 @@ class PostgresRunStore:
         body = encode(request.to_dict(), f"request {request.id!r}")
         left = request.seconds_left()
         expires = None if left is None else time.time() + left
+        event = StoreEvent("requested", request.id, run_id, owner)
         await self._in_transaction(
-            self._ops.suspend, run_id, call_id, owner, request.id, body, expires
+            self._ops.suspend,
+            run_id,
+            call_id,
+            owner,
+            request.id,
+            body,
+            expires,
+            tell=lambda _: event,
         )
 
     async def halt(self, run_id: str, owner: str) -> None:
@@ -273,7 +322,13 @@ class PostgresRunStore:
 
     async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Accepted:
         text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
-        return await self._in_transaction(self._ops.accept, answer.id, text, now, delivered)
+
+        def answered(taken: Accepted) -> StoreEvent:
+            return StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered)
+
+        return await self._in_transaction(
+            self._ops.accept, answer.id, text, now, delivered, tell=answered
+        )
 
     async def claim(
         self, run_id: str, owner: str, lease_until: float, now: float
@@ -335,7 +390,7 @@ class PostgresRunStore:
             asyncpg = self._asyncpg
             with anyio.CancelScope(shield=True):  # a connection half made would leak
                 conn: Any = None
-                failures: tuple[type[BaseException], ...] = (*self._failures(), TimeoutError)
+                failures = self._failures()
                 try:
                     conn = await asyncpg.connect(self._dsn, timeout=self._timeout)
                     await conn.add_listener(CHANNEL, self._notified)
