@@ -51,6 +51,7 @@ BENCHMARKS = {
     "overhead": "benchmarks/overhead.py",
     "park": "benchmarks/park.py",
     "serve_load": "benchmarks/serve_load.py",
+    "workers": "benchmarks/workers.py",  # starts a throwaway PostgreSQL cluster of its own
 }
 
 
@@ -61,7 +62,8 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench`` runs every benchmark with its defaults; ``nox -s bench -- --quick``
     passes the arguments to each (``--quick`` and ``--help`` are common to all);
     ``nox -s bench -- park --runs 20000`` runs only the named one, with its own flags
-    (``overhead``, ``park`` or ``serve_load``).
+    (``overhead``, ``park``, ``serve_load`` or ``workers``; ``workers`` and
+    ``park --store postgres`` need the PostgreSQL server binaries, as the tests do).
     """
     session.install("-e", ".[dev]")
     args = list(session.posargs)

@@ -1,9 +1,10 @@
 """What the benchmarks share: statistics, the report's header, memory readings, the child server.
 
-Not a benchmark itself. ``overhead.py``, ``park.py`` and ``serve_load.py`` are run as
-scripts (``python benchmarks/<name>.py``, which ``nox -s bench`` does too), so their own
-directory is on ``sys.path`` and they import this module as ``_common``; multiprocessing's
-spawn hands that ``sys.path`` to the child processes, so those import it alike.
+Not a benchmark itself. ``overhead.py``, ``park.py``, ``serve_load.py`` and ``workers.py``
+are run as scripts (``python benchmarks/<name>.py``, which ``nox -s bench`` does too), so
+their own directory is on ``sys.path`` and they import this module as ``_common``;
+multiprocessing's spawn hands that ``sys.path`` to the child processes, so those import it
+alike.
 """
 
 from __future__ import annotations
@@ -63,12 +64,13 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def print_header(*packages: str) -> None:
+def print_header(*packages: str, database: str | None = None) -> None:
     """The command, the versions and the machine, then a blank line.
 
     ``packages`` are distribution names, printed in order with their installed versions,
     ``toolnexus-async`` last; ``"SQLite"`` stands for the library ``sqlite3`` is linked to
-    (it is no distribution). Call it on the running event loop: its class is printed.
+    (it is no distribution). ``database``, if given, is a line of its own (a server's
+    version and settings). Call it on the running event loop: its class is printed.
     """
     versions = [
         f"{name} {sqlite3.sqlite_version if name == 'SQLite' else dist_version(name)}"
@@ -83,6 +85,8 @@ def print_header(*packages: str) -> None:
         f"machine:   {platform.platform()}, {os.cpu_count()} CPUs, "
         f"load average {load_average()}; event loop: {type(asyncio.get_running_loop()).__name__}"
     )
+    if database is not None:
+        print(f"database:  {database}")
     print()
 
 

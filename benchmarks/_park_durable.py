@@ -1,4 +1,5 @@
-"""The durable parts of ``park.py``: parking through a ``DurableHost``, and halt -> resume.
+"""The durable parts of ``park.py``: parking through a ``DurableHost`` (on SQLite or
+PostgreSQL), and halt -> resume.
 
 Imported by ``park.py`` (run as a script, so this directory is on ``sys.path``); see its
 docstring for what is measured and how.
@@ -11,6 +12,7 @@ import json
 import sqlite3
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Self
@@ -20,41 +22,102 @@ from _common import PROMPT, approval_model, expected_text, percentile
 from _park_hot import Probe, Toolnexus, make_tool, ms, request_id
 
 from toolnexus_async import Answer, DurableHost, LlmClient, RunResult, Toolkit
-from toolnexus_async.durable import MemoryRunStore, RunStore, SqliteRunStore, resume_stored
+from toolnexus_async.durable import (
+    MemoryRunStore,
+    PostgresRunStore,
+    RunStore,
+    SqliteRunStore,
+    resume_stored,
+)
 
 # --------------------------------------------------------------------------------------
-# Durable parking: the hot contender's runs, kept in a SqliteRunStore by a DurableHost.
+# Durable parking: the hot contender's runs, kept in a run store by a DurableHost.
 
 
 class Durable(Toolnexus):
-    """Every run through a ``DurableHost`` over a ``SqliteRunStore`` (``synchronous=FULL``
-    by default, as the store's own default), parked in the host's ``Inbox``: a request is
-    in the inbox only once its suspension is committed, and an answer counts once
-    ``host.answer`` returned, which is once it is committed."""
+    """Every run through a ``DurableHost`` over a run store, parked in the host's
+    ``Inbox``: a request is in the inbox only once its suspension is committed, and an
+    answer counts once ``host.answer`` returned, which is once it is committed.
 
-    # The store works in a thread: a busy poll would hold the GIL it needs.
+    Made by :meth:`sqlite` or :meth:`postgres`; ``committed()`` counts the requests by
+    status through a connection of its own (untimed checks)."""
+
+    # The SQLite store works in a thread: a busy poll would hold the GIL it needs (and
+    # the PostgreSQL store's replies need the loop too).
     poll = 0.001
 
-    def __init__(self, probe: Probe, path: Path, synchronous: Literal["FULL", "NORMAL"]) -> None:
+    def __init__(
+        self,
+        probe: Probe,
+        store: RunStore,
+        name: str,
+        committed: Callable[[], dict[str, int]],
+        server_cpu: Callable[[], float] | None = None,
+    ) -> None:
         super().__init__(probe)
-        self.path = path
+        self.store = store
+        self.host = DurableHost(self.client, self.toolkit, self.store)
+        self.name = name
+        self.committed = committed
+        # CPU seconds of this process and of the database server (if it has one of its
+        # own), read once the store is open, once all are parked and once all are done.
+        self.server_cpu = server_cpu
+        self.cpu: list[tuple[float, float]] = []
+
+    @classmethod
+    def sqlite(cls, probe: Probe, path: Path, synchronous: Literal["FULL", "NORMAL"]) -> Durable:
+        """A ``SqliteRunStore`` in ``path`` (``synchronous=FULL`` is the store's default)."""
         # Every ended run is kept (not only the default 10,000), so that the check after
         # the burst can count every committed answer.
-        self.store = SqliteRunStore(path, keep_finished=probe.size, synchronous=synchronous)
-        self.host = DurableHost(self.client, self.toolkit, self.store)
-        self.name = f"toolnexus_async + SqliteRunStore (synchronous={synchronous})"
+        store = SqliteRunStore(path, keep_finished=probe.size, synchronous=synchronous)
+        name = f"toolnexus_async + SqliteRunStore (synchronous={synchronous})"
+        return cls(probe, store, name, lambda: committed(path))
+
+    @classmethod
+    def postgres(
+        cls,
+        probe: Probe,
+        dsn: str,
+        pool: int,
+        timeout: float,
+        server_cpu: Callable[[], float] | None = None,
+    ) -> Durable:
+        """A ``PostgresRunStore`` on ``dsn``, its pool of ``pool`` connections opened
+        before the clock starts (``min_size = max_size``); ``timeout`` is its
+        ``command_timeout``, which also bounds a write's wait for a free connection;
+        ``server_cpu()`` reads the database server's CPU seconds."""
+        # Imported here: it brings tests.pg and pytest, which the other modes do without.
+        from _pg import committed as pg_committed
+        from _pg import run_blocking
+
+        store = PostgresRunStore(
+            dsn, min_size=pool, max_size=pool, keep_finished=probe.size, command_timeout=timeout
+        )
+        name = f"toolnexus_async + PostgresRunStore (pool of {pool})"
+        return cls(
+            probe, store, name, lambda: run_blocking(pg_committed(dsn))["requests"], server_cpu
+        )
 
     async def __aenter__(self) -> Self:
         await self.store.__aenter__()
         await self.host.__aenter__()
+        self.read_cpu()
         return self
+
+    def read_cpu(self) -> None:
+        if self.server_cpu is not None:
+            self.cpu.append((time.process_time(), self.server_cpu()))
 
     async def __aexit__(self, *exc: object) -> None:
         await self.host.__aexit__(None, None, None)
         await self.store.aclose()
 
     async def run(self, n: int) -> None:
-        result = await self.host.run(PROMPT.format(n=n))
+        try:
+            result = await self.host.run(PROMPT.format(n=n))
+        except Exception as exc:  # a store error: counted, so that the harness stops
+            self.wrong.append(f"run {n} raised {exc!r}")
+            return
         if result.status != "done" or result.text != expected_text(n):
             self.wrong.append(f"run {n}: {result.status} {result.text!r}")
 
@@ -76,14 +139,29 @@ class Durable(Toolnexus):
                 tg.start_soon(answer, a)
 
     def verify_parked(self, runs: int) -> None:
-        found = committed(self.path)
+        self.read_cpu()
+        found = self.committed()
         if found.get("pending") != runs:
             raise SystemExit(f"{self.name}: {runs} runs parked, but committed: {found}")
 
     def verify_answered(self, runs: int) -> None:
-        found = committed(self.path)
+        self.read_cpu()
+        found = self.committed()
         if found.get("answered") != runs:
             raise SystemExit(f"{self.name}: {runs} runs answered, but committed: {found}")
+
+
+def print_cpu(kept: Durable, runs: int) -> None:
+    """CPU per run of this process and of the database server, in the two halves."""
+    if len(kept.cpu) != 3:
+        return
+    (p0, s0), (p1, s1), (p2, s2) = kept.cpu
+    print(
+        f"    CPU/run   parking: this process {(p1 - p0) / runs * 1e6:,.0f} us, database server"
+        f" {(s1 - s0) / runs * 1e6:,.0f} us; waking (one at a time, then the burst): this"
+        f" process {(p2 - p1) / runs * 1e6:,.0f} us, database server"
+        f" {(s2 - s1) / runs * 1e6:,.0f} us  (the parking half includes one gc.collect())"
+    )
 
 
 def committed(path: Path) -> dict[str, int]:

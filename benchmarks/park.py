@@ -1,10 +1,10 @@
 """Parking: many suspended runs on one event loop, and the durable halt -> resume path.
 
 Run it with ``nox -s bench`` or ``python benchmarks/park.py`` (``--help`` for the knobs,
-``--quick`` for a smoke run of a few seconds,
-``--store sqlite`` for durable parking too). As in ``overhead.py``, every headline figure
-is also given as a ratio against a floor measured in the same process, on the same event
-loop, in the same minute.
+``--quick`` for a smoke run of a few seconds, ``--store sqlite`` or ``--store postgres``
+for durable parking too). As in ``overhead.py``, every headline figure is also given as a
+ratio against a floor measured in the same process, on the same event loop, in the same
+minute.
 
 The scenario (issue 3, item 4): an in-process model (``LlmClient.in_process``) whose first
 reply calls one tool, ``pay_invoice(invoice)``; the tool asks for approval
@@ -47,6 +47,17 @@ busy poll would hold the GIL the store's thread needs). After the parking and af
 burst, another connection to the file counts the committed requests, untimed. Every figure
 is also given as a ratio to the in-memory toolnexus figures of the same process.
 
+With ``--store postgres`` the store is a ``PostgresRunStore`` instead, on a throwaway
+cluster the script starts itself (``tests/pg.py``'s: ``initdb`` into a temporary
+directory, a free port of 127.0.0.1) with ``fsync=on`` (``--fsync off`` for the tests'
+setting) and ``synchronous_commit=on``, its defaults, so that committed means on disk; its
+pool holds ``--pool`` connections (default 10, the store's ``max_size``), all opened before
+the clock starts, and its ``command_timeout`` is ``--command-timeout`` (default 600 s, not
+the store's 30 s: it also bounds a write's wait for a free connection, and with thousands
+of runs started at once the last ones wait longer than 30 s and fail). The checks count
+the committed requests over a connection of their own. The cluster is stopped and deleted
+at the end, also after an error or Ctrl-C.
+
 Part 2, *durable halt -> resume*: M runs (``--durable-runs``) on a client without
 ``wait_for``: each run halts (``status == "pending"``) and is saved to a ``SqliteRunStore``
 (a file in a temporary directory); then each is answered with
@@ -59,13 +70,19 @@ run, as the floor.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 from _common import print_footer, print_header, verdict
-from _park_durable import Durable, durable, print_durable
-from _park_hot import Floor, HotFigures, Toolnexus, ms, park_and_wake, print_hot
+from _park_durable import Durable, durable, print_cpu, print_durable
+from _park_hot import Floor, HotFigures, Probe, Toolnexus, ms, park_and_wake, print_hot
+
+if TYPE_CHECKING:
+    from _pg import PgServer
 
 # Targets of issue 3, item 4 (2-core machine).
 BYTES_TARGET = 5_000  # bytes of RSS per parked run, at most
@@ -100,9 +117,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--store",
-        choices=("memory", "sqlite"),
+        choices=("memory", "sqlite", "postgres"),
         default="memory",
-        help="sqlite: also park the runs durably, through a DurableHost (part 1b)",
+        help="sqlite, postgres: also park the runs durably, through a DurableHost (part 1b);"
+        " postgres starts a throwaway cluster of its own",
     )
     parser.add_argument(
         "--synchronous",
@@ -111,12 +129,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the SqliteRunStore's synchronous setting for --store sqlite (default FULL)",
     )
     parser.add_argument(
+        "--fsync",
+        choices=("on", "off"),
+        default="on",
+        help="the throwaway PostgreSQL server's fsync for --store postgres (default on)",
+    )
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=10,
+        help="connections of the PostgresRunStore's pool for --store postgres (default 10)",
+    )
+    parser.add_argument(
+        "--command-timeout",
+        type=float,
+        default=600.0,
+        help="the PostgresRunStore's command_timeout for --store postgres, which also bounds"
+        " a write's wait for a pool connection (default 600 s; the store's own 30 s fails"
+        " runs that queue longer when thousands start at once)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (small sizes)"
     )
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.sample, args.durable_runs = 2000, 200, 100
-    for name in ("runs", "sample", "durable_runs"):
+    for name in ("runs", "sample", "durable_runs", "pool"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     args.sample = min(args.sample, args.runs)
@@ -146,8 +184,29 @@ def print_durable_ratios(kept: HotFigures, tn: HotFigures) -> None:
     )
 
 
-async def main(args: argparse.Namespace) -> None:
-    print_header("anyio", "aiosqlite", "SQLite")
+@contextlib.contextmanager
+def database_server(args: argparse.Namespace) -> Iterator[PgServer | None]:
+    """The throwaway PostgreSQL cluster of ``--store postgres``, or None."""
+    if args.store != "postgres":
+        yield None
+        return
+    from _pg import throwaway_cluster
+
+    with throwaway_cluster(fsync=args.fsync == "on") as server:
+        yield server
+
+
+async def main(args: argparse.Namespace, server: PgServer | None = None) -> None:
+    dsn: str | None = None
+    server_cpu: Callable[[], float] | None = None
+    if server is not None:
+        from _pg import ServerCpu, create_database, describe
+
+        dsn = await create_database(server, "park")
+        server_cpu = ServerCpu(server).seconds
+        print_header("anyio", "aiosqlite", "SQLite", "asyncpg", database=await describe(dsn))
+    else:
+        print_header("anyio", "aiosqlite", "SQLite")
 
     print(
         f"hot parking: {args.runs:,} runs parked on one Inbox ({args.spawner} task group), "
@@ -197,12 +256,30 @@ async def main(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory(prefix="park-bench-") as tmp:
             path = Path(tmp) / "runs.sqlite"
             kept = await park_and_wake(
-                lambda probe: Durable(probe, path, args.synchronous),
+                lambda probe: Durable.sqlite(probe, path, args.synchronous),
                 args.runs,
                 args.sample,
                 args.spawner,
             )
         print_hot(kept)
+        print_durable_ratios(kept, tn)
+        print()
+
+    if dsn is not None:
+        print(
+            f"durable parking: the same {args.runs:,} runs through a DurableHost over a"
+            f" PostgresRunStore (pool of {args.pool}, command_timeout {args.command_timeout:g} s,"
+            f" fsync={args.fsync}), every suspension and answer committed"
+        )
+        made: list[Durable] = []
+
+        def on_postgres(probe: Probe, dsn: str = dsn) -> Durable:
+            made.append(Durable.postgres(probe, dsn, args.pool, args.command_timeout, server_cpu))
+            return made[-1]
+
+        kept = await park_and_wake(on_postgres, args.runs, args.sample, args.spawner)
+        print_hot(kept)
+        print_cpu(made[0], args.runs)
         print_durable_ratios(kept, tn)
         print()
 
@@ -216,4 +293,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, parse_args(), backend="asyncio")
+    arguments = parse_args()
+    # Started before the loop and stopped after it: the cluster outlives every run in it.
+    with database_server(arguments) as pg:
+        anyio.run(main, arguments, pg, backend="asyncio")

@@ -28,6 +28,9 @@ from aiohttp import web
 from toolnexus_async import HttpRequest, HttpResponse, LlmClient
 from toolnexus_async.testing import MockTransport, json_response
 
+# pg_server and pg_dsn: a throwaway PostgreSQL cluster, started only if a test asks for it.
+pytest_plugins = ["tests.pg"]
+
 # handler(body, seen) -> reply JSON (status 200), or (status, body) for another status,
 # where body may be a dict (sent as JSON) or str/bytes (sent as is). FakeProvider also
 # takes an HttpResponse (sse_response, json_response with headers) and async handlers.

@@ -74,8 +74,17 @@ def test_fences_are_known(page):
     assert set() == languages - {RUN, SHOW_ONLY} - OTHER_LANGUAGES
 
 
+@pytest.fixture
+def page_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page whose examples read ``TOOLNEXUS_STORE`` gets a real PostgreSQL database there
+    (tests/pg.py), as a reader would set it."""
+    page: Path = request.node.callspec.params["page"]
+    if "TOOLNEXUS_STORE" in "".join(b for lang, _, b in fenced_blocks(page) if lang == RUN):
+        monkeypatch.setenv("TOOLNEXUS_STORE", str(request.getfixturevalue("pg_dsn")))
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
-async def test_page_examples_run(page):
+async def test_page_examples_run(page, page_store):
     """The ```python blocks of a page run, in order, in one namespace, on this event loop."""
     blocks = fenced_blocks(page)
     runnable = [(line, body) for lang, line, body in blocks if lang == RUN]

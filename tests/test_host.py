@@ -78,7 +78,7 @@ async def until(condition: Callable[[], Any]) -> None:
 
 
 def host_for(client: LlmClient, pay: Pay, store: RunStore, **kw: Any) -> DurableHost:
-    return DurableHost(client, pay.toolkit, store, sweep=0.02, poll=0.02, **kw)
+    return DurableHost(client, pay.toolkit, store, **{"sweep": 0.02, "poll": 0.02, **kw})
 
 
 async def test_a_run_parked_too_long_halts_into_the_store_and_resumes_on_answer():
@@ -185,32 +185,38 @@ async def test_a_dead_hosts_runs_are_taken_over_once_its_lease_runs_out(tmp_path
     """A host holds a run parked in memory and stops being heard of (as if SIGKILLed): its
     answer, taken by another host, waits for the lease; then that host goes on with it,
     without asking again, and the tool runs once, with the same idempotency key."""
-    pay = Pay()
     path = tmp_path / "runs.db"
+    async with SqliteRunStore(path) as store_a, SqliteRunStore(path) as store_b:
+        await take_over_a_dead_host(store_a, store_b, lease=0.2)
+
+
+async def take_over_a_dead_host(store_a: RunStore, store_b: RunStore, lease: float) -> None:
+    """Host A on ``store_a`` parks a run and dies; host B on ``store_b`` (the same journal,
+    as another process) takes its answer, then its run once the lease ran out."""
+    pay = Pay()
     results: list[RunResult] = []
     with anyio.fail_after(LIMIT):
-        async with SqliteRunStore(path) as store_a, SqliteRunStore(path) as store_b:
-            dead_inbox = Inbox()
-            async with (
-                LlmClient.in_process(model, wait_for=dead_inbox) as dead_client,
-                LlmClient.in_process(model, wait_for=Inbox()) as client,
-                host_for(client, pay, store_b, on_result=results.append, lease=0.2) as other,
-                DurableHost(dead_client, pay.toolkit, store_a, lease=0.2) as dead,
-                anyio.create_task_group() as doomed,
-            ):
-                background = dead._background
-                assert background is not None
-                background.cancel()  # as if SIGKILLed: nothing renews its leases now
+        dead_inbox = Inbox()
+        async with (
+            LlmClient.in_process(model, wait_for=dead_inbox) as dead_client,
+            LlmClient.in_process(model, wait_for=Inbox()) as client,
+            host_for(client, pay, store_b, on_result=results.append, lease=lease) as other,
+            DurableHost(dead_client, pay.toolkit, store_a, lease=lease) as dead,
+            anyio.create_task_group() as doomed,
+        ):
+            background = dead._background
+            assert background is not None
+            background.cancel()  # as if SIGKILLed: nothing renews its leases now
 
-                async def doomed_run() -> None:
-                    await dead.run("pay")
+            async def doomed_run() -> None:
+                await dead.run("pay")
 
-                doomed.start_soon(doomed_run)
-                await until(lambda: len(dead_inbox) == 1)
-                (request,) = dead_inbox.pending()
-                await other.answer(Answer(request.id, True))  # taken: the dead host holds it
-                await until(lambda: bool(results))
-                doomed.cancel_scope.cancel()
+            doomed.start_soon(doomed_run)
+            await until(lambda: len(dead_inbox) == 1)
+            (request,) = dead_inbox.pending()
+            await other.answer(Answer(request.id, True))  # taken: the dead host holds it
+            await until(lambda: bool(results))
+            doomed.cancel_scope.cancel()
     assert results[0].text == "result: paid"
     assert pay.asked == 1 and len(pay.paid) == 1
 

@@ -1,6 +1,7 @@
 """The run store contract (the journal), run once per store, and SQLite's file rules.
 
-Every test here runs against MemoryRunStore and SqliteRunStore alike: the contract is one.
+Every contract test here runs against MemoryRunStore, SqliteRunStore and PostgresRunStore (a
+real server, started by tests/pg.py) alike: the contract is one.
 Times are passed in explicitly where a rule depends on them (leases, expiry), so nothing
 sleeps.
 """
@@ -40,7 +41,13 @@ from toolnexus_async import (
     UsageError,
 )
 from toolnexus_async._loop import RunLoop
-from toolnexus_async.durable import MemoryRunStore, RunStore, SqliteRunStore
+from toolnexus_async.durable import (
+    MemoryRunStore,
+    PostgresRunStore,
+    RunStore,
+    SqliteRunStore,
+    StoreEvent,
+)
 from toolnexus_async.durable._schema import APPLICATION_ID
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
@@ -79,15 +86,31 @@ async def case() -> Case:
     return Case(ledger, toolkit, await halt(toolkit))
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def make_store(request: Any, tmp_path: Path) -> AsyncIterator[StoreFactory]:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store_kind(request: Any) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def database(store_kind: str, request: Any) -> str | None:
+    """A fresh PostgreSQL database for the postgres case (a real server: tests/pg.py)."""
+    return str(request.getfixturevalue("pg_dsn")) if store_kind == "postgres" else None
+
+
+@pytest.fixture
+async def make_store(
+    store_kind: str, database: str | None, tmp_path: Path
+) -> AsyncIterator[StoreFactory]:
     """A factory of stores of one kind; every store it made is closed afterwards."""
     made: list[RunStore] = []
 
     def make(**options: Any) -> RunStore:
         store: RunStore
-        if request.param == "sqlite":
+        if store_kind == "sqlite":
             store = SqliteRunStore(tmp_path / "runs.db", **options)
+        elif store_kind == "postgres":
+            assert database is not None
+            store = PostgresRunStore(database, **options)
         else:
             store = MemoryRunStore(**options)
         made.append(store)
@@ -292,6 +315,37 @@ async def test_answers_another_worker_took_are_delivered_once(store):
     assert await store.deliveries("A") == []
 
 
+async def test_listeners_hear_requests_and_answers_named_never_their_data(store):
+    heard: list[StoreEvent] = []
+    told, events = anyio.create_memory_object_stream[StoreEvent](10)
+
+    def hear(event: StoreEvent) -> None:
+        heard.append(event)
+        told.send_nowait(event)
+
+    async def next_event() -> StoreEvent:
+        with anyio.fail_after(10):  # PostgreSQL tells through its server, not at once
+            return await events.receive()
+
+    async with told, events:
+        stop = await store.listen(hear)
+        await store.start(fresh_state(), "A", NOW + LEASE)
+        calls = [tool_call("pay", id="c1"), tool_call("notify", id="c2")]
+        await store.turn(turn_state("run_1", *calls), 1, "A")
+        secret = Request("req_1", "approval", "Pay?", data={"iban": "SECRET-IBAN"})
+        await store.suspend("run_1", "c1", secret, "A")
+        assert await next_event() == StoreEvent("requested", "req_1", "run_1", "A")
+        await store.suspend("run_1", "c2", Request("req_2", "input", "Who?"), "A")
+        assert await next_event() == StoreEvent("requested", "req_2", "run_1", "A")
+        await store.accept(Answer("req_1", True, data={"pin": "SECRET-PIN"}), NOW)  # by B
+        assert await next_event() == StoreEvent("answered", "req_1", "run_1", "A")
+        await store.accept(Answer("req_2", True), NOW, delivered=True)  # by A, in memory
+        assert await next_event() == StoreEvent("answered", "req_2", "run_1", "A", True)
+        stop()
+        await store.halt("run_1", "A")
+    assert "SECRET" not in repr(heard) and len(heard) == 4
+
+
 async def test_a_failed_run_is_listed_as_an_error_and_not_ready(store):
     await store.start(fresh_state(), "A", NOW + LEASE)
     await store.fail("run_1", "ProviderError: 400", "A")
@@ -300,8 +354,9 @@ async def test_a_failed_run_is_listed_as_an_error_and_not_ready(store):
     assert await store.ready(NOW + 2 * LEASE, 10) == []
 
 
-async def test_ended_runs_are_kept_within_a_bound(make_store):
-    store = make_store(keep_finished=2)
+async def test_ended_runs_are_kept_within_a_bound(make_store, store_kind):
+    # PostgreSQL prunes every prune_every seconds (10 by default), here at every end.
+    store = make_store(keep_finished=2, **({"prune_every": 0} if store_kind == "postgres" else {}))
     for n in range(4):
         run_id = f"run_{n}"
         await store.start(fresh_state(run_id), "A", NOW + LEASE)
@@ -324,33 +379,41 @@ async def test_a_closed_store_refuses_work(make_store, case):
 # -- SQLite's file ------------------------------------------------------------------------
 
 
+async def race_two_stores(one: RunStore, two: RunStore, case: Case) -> None:
+    """Two stores on one journal (as two processes) race to answer a request of the halted
+    run, approving and declining, and to claim the run: one answer and one claim win, and
+    the answer kept is the one taken."""
+    await one.save(case.halted)
+    taken: list[Answer] = []
+
+    async def answer(store: RunStore, ok: bool) -> None:
+        try:
+            await store.accept(Answer(case.ids[0], ok), NOW)
+        except AlreadyAnsweredError:
+            return
+        taken.append(Answer(case.ids[0], ok))
+
+    claims: list[object] = []
+
+    async def claim(store: RunStore, worker: str) -> None:
+        claims.append(await store.claim(case.halted.run_id, worker, NOW + LEASE, NOW))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(10):
+            tg.start_soon(answer, one, n % 2 == 0)
+            tg.start_soon(answer, two, n % 2 == 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(claim, one, "A")
+        tg.start_soon(claim, two, "B")
+    assert len(taken) == 1
+    assert (await two.find(case.ids[0])).answer == taken[0]
+    assert sorted(c is None for c in claims) == [False, True]
+
+
 async def test_two_stores_on_one_file_take_one_answer_and_one_claim(tmp_path: Path, case):
     path = tmp_path / "runs.db"
     async with SqliteRunStore(path) as one, SqliteRunStore(path) as two:
-        await one.save(case.halted)
-        taken: list[str] = []
-
-        async def answer(store: SqliteRunStore, name: str) -> None:
-            try:
-                await store.accept(Answer(case.ids[0], True), NOW)
-                taken.append(name)
-            except AlreadyAnsweredError:
-                pass
-
-        claims: list[object] = []
-
-        async def claim(store: SqliteRunStore, worker: str) -> None:
-            claims.append(await store.claim(case.halted.run_id, worker, NOW + LEASE, NOW))
-
-        async with anyio.create_task_group() as tg:
-            for _ in range(10):
-                tg.start_soon(answer, one, "one")
-                tg.start_soon(answer, two, "two")
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(claim, one, "A")
-            tg.start_soon(claim, two, "B")
-    assert len(taken) == 1
-    assert sorted(c is None for c in claims) == [False, True]
+        await race_two_stores(one, two, case)
     assert_no_leaks()
 
 

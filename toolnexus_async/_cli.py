@@ -28,6 +28,11 @@ from ._messages import AssistantMessage, Message
 from ._toolkit import Toolkit
 from ._types import Answer, Request, Tool, ToolContext, ToolResult, request_in
 
+# ``serve --store``: a SQLite file by default; the variable keeps a DSN's password off the
+# command line.
+STORE_ENV = "TOOLNEXUS_STORE"
+DEFAULT_STORE = "toolnexus-runs.sqlite"
+
 
 class _Narrated:
     """A tool that prints each call and its result, then defers to the real tool."""
@@ -171,7 +176,7 @@ async def run_demo(*, assume_yes: bool, prompt: str, out: TextIO | None = None) 
 
 def run_serve(args: argparse.Namespace) -> int:
     """``toolnexus-async serve``: the approval inbox on the demo model or a real endpoint."""
-    from .serve import TOKEN_ENV, ServeInbox, new_token, run_server, serve_demo_app
+    from .serve import TOKEN_ENV, ServeInbox, new_token, open_store, run_server, serve_demo_app
 
     url_env = "ANTHROPIC_BASE_URL" if args.style == "anthropic" else "OPENAI_BASE_URL"
     base_url = args.base_url or os.environ.get(url_env)
@@ -193,9 +198,11 @@ def run_serve(args: argparse.Namespace) -> int:
     allowed = list(args.allowed_host)
     if args.host and not _is_ip(args.host):
         allowed.append(args.host)  # the name it listens on is one it answers to
+    where = args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE
     try:
+        store = open_store(where)
         app = serve_demo_app(
-            args.store,
+            store,
             make_client=make_client,
             park_timeout=args.park_timeout,
             token=token,
@@ -207,7 +214,8 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
         return 2
     which = f"{args.style} model {model} at {base_url}" if base_url else "the demo model"
-    print(f"toolnexus-async serve: {which}; every run kept in {args.store}", flush=True)
+    kept = getattr(store, "where", where)  # a DSN's password is never printed
+    print(f"toolnexus-async serve: {which}; every run kept in {kept}", flush=True)
 
     def ready(url: str) -> None:
         if token is None:
@@ -267,8 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     serve.add_argument(
         "--store",
-        default="toolnexus-runs.sqlite",
-        help="the SQLite file every run is kept in as it goes (default ./toolnexus-runs.sqlite)",
+        help="where every run is kept as it goes: a SQLite file (default "
+        "./toolnexus-runs.sqlite), or a postgresql:// URL of a database that several "
+        f"servers share as one inbox (needs the postgres extra; default ${STORE_ENV}; prefer "
+        "the variable for a URL with a password, as other users can see command lines)",
     )
     serve.add_argument(
         "--park-timeout",

@@ -5,11 +5,13 @@ turn, each call's result, each request before anyone is told of it, each accepte
 so that the store, not memory, is the source of truth: after a crash, a deploy or on
 another worker, the run goes on from what was kept. :func:`resume_stored` answers a stored
 run without a host. :class:`SqliteRunStore` keeps the journal in one SQLite file;
-:class:`MemoryRunStore` is the same store in memory.
+:class:`MemoryRunStore` is the same store in memory; :class:`PostgresRunStore` keeps it in a
+PostgreSQL database that any number of workers share.
 """
 
 from ._begun import BegunRun
 from ._host import DurableHost
+from ._postgres import PostgresRunStore
 from ._sqlite import MemoryRunStore, SqliteRunStore
 from ._standalone import resume_stored
 from ._store import (
@@ -19,6 +21,7 @@ from ._store import (
     RunSummary,
     StoredRequest,
     StoredRun,
+    StoreEvent,
 )
 
 __all__ = (
@@ -27,10 +30,12 @@ __all__ = (
     "RunStore",
     "MemoryRunStore",
     "SqliteRunStore",
+    "PostgresRunStore",
     "resume_stored",
     "LeaseLostError",
     "StoredRun",
     "StoredRequest",
     "Accepted",
     "RunSummary",
+    "StoreEvent",
 )

@@ -9,8 +9,8 @@ Rules of this module:
   raised (before anyone is told of it), and when it ends or halts.
 - **An answer is durable before it is acknowledged.** :meth:`DurableHost.answer` returns
   only after the store took the answer as the one answer of its request. Then the run parked
-  here wakes; a run held by another live worker is woken by that worker (it polls the store
-  for answers to its runs); a run nobody holds is claimed and resumed here.
+  here wakes; a run held by another live worker is woken by that worker (told by the store,
+  or at its next look: ``_deliveries``); a run nobody holds is claimed and resumed here.
 - **Resuming is a lease.** The host holds each run it drives until a deadline it renews in
   the background; if the process dies the lease runs out and any host on the store (a
   restart, another worker) finds the run and goes on with what was kept, answers included.
@@ -42,6 +42,7 @@ from .._toolkit import Toolkit
 from .._types import Answer, Request
 from ..suspend import Inbox
 from ._begun import BegunRun
+from ._deliveries import Deliveries
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun
 
@@ -119,8 +120,13 @@ class DurableHost:
         self._tg: TaskGroup | None = None
         self._background: anyio.CancelScope | None = None
         self._driving: set[str] = set()  # ids of the runs this host drives now
+        self._claiming: set[str] = set()  # ids of the runs this host is claiming now
         self._idle = anyio.Event()  # set whenever no run is driven here
         self._idle.set()
+        self._deliveries = (
+            None if self.inbox is None else Deliveries(store, self.worker, self.inbox, self._poll)
+        )
+        self._unlisten: Callable[[], None] = lambda: None
         self._closing = False
 
     def __repr__(self) -> str:
@@ -136,6 +142,12 @@ class DurableHost:
         await self._tg.__aenter__()
         self._background = anyio.CancelScope()
         self._tg.start_soon(self._keep_up, name=f"durable host {self.worker}")
+        try:
+            if self._deliveries is not None:
+                self._unlisten = await self.store.listen(self._deliveries.told)
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(
@@ -148,6 +160,7 @@ class DurableHost:
         tg = self._tg
         assert tg is not None
         self._closing = True
+        self._unlisten()
         if self._background is not None:
             self._background.cancel()
         try:
@@ -168,8 +181,8 @@ class DurableHost:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._every, self._lease / 3, self._renew)
                 tg.start_soon(self._every, self._sweep, self._sweep_once)
-                if self.inbox is not None:
-                    tg.start_soon(self._every, self._poll, self._deliver)
+                if self._deliveries is not None:
+                    tg.start_soon(self._deliveries.run)
 
     async def _every(self, seconds: float, job: Callable[[], Any]) -> None:
         while True:
@@ -187,11 +200,25 @@ class DurableHost:
         for run_id in await self.store.ready(now, _SWEEP_BATCH):
             if self._closing:
                 return
-            if run_id in self._driving:
-                continue
-            stored = await self.store.claim(run_id, self.worker, now + self._lease, now)
+            stored = await self._claim(run_id, now)
             if stored is not None:
                 await self._adopt(stored)
+
+    async def _claim(self, run_id: str, now: float) -> StoredRun | None:
+        """Claim ``run_id`` for this host, unless it drives (or claims) it already.
+
+        The store lets a worker claim a run it holds itself, so the sweep and an answer
+        racing for the same run (a dead worker's, say) would otherwise both win here and
+        drive it twice, running its tools twice. Whoever gets a run back must start it
+        before it next awaits: until then it is in neither set.
+        """
+        if run_id in self._driving or run_id in self._claiming:
+            return None  # driven here: an answer for it is handed over, not resumed
+        self._claiming.add(run_id)
+        try:
+            return await self.store.claim(run_id, self.worker, now + self._lease, now)
+        finally:
+            self._claiming.discard(run_id)
 
     async def _adopt(self, stored: StoredRun) -> None:
         """Resume a run claimed here, unless the host began closing meanwhile: then let
@@ -201,24 +228,6 @@ class DurableHost:
                 await self.store.release(stored.run_id, self.worker)
         else:
             self._start(stored)
-
-    async def _deliver(self) -> None:
-        """Answers other workers accepted for runs parked here: wake them."""
-        inbox = self.inbox
-        assert inbox is not None
-        handed: list[str] = []
-        for _run_id, answer in await self.store.deliveries(self.worker):
-            if inbox.get(answer.id) is None:
-                continue  # not parked (yet): next time
-            try:
-                inbox.answer(answer)
-            except UsageError:
-                continue
-            except Exception:  # answered or expired here meanwhile: nothing to hand over
-                pass
-            handed.append(answer.id)
-        if handed:
-            await self.store.delivered(handed)
 
     # -- running -----------------------------------------------------------------------------
 
@@ -392,7 +401,7 @@ class DurableHost:
         if held:
             return  # its worker (this one, or another) hands it over
         try:
-            stored = await self.store.claim(accepted.run_id, self.worker, now + self._lease, now)
+            stored = await self._claim(accepted.run_id, now)
         except StoreError as exc:
             # The answer is kept (taken above); the sweep goes on with the run once the
             # store can read it back.

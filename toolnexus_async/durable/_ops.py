@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -43,7 +43,7 @@ from ._queries import load
 from ._schema import ENCODE, ENDED, OPEN, create, prompt_of, state_text
 from ._store import Accepted, LeaseLostError, StoredRun
 
-__all__ = ("Ops", "migrate")
+__all__ = ("Ops", "Saved", "accepted", "judge", "migrate", "saved")
 
 _HELD = "run_id = ? AND owner = ? AND status = 'running'"
 
@@ -235,62 +235,28 @@ class Ops:
             (time.time() - 86_400,),
         )
 
-    def save(self, run: RunResult, now: float) -> None:
-        """A run halted elsewhere: its transcript through the halted turn, the turn's
-        completed results and its pending requests, held by nobody."""
-        if run.status != "pending":
-            raise UsageError(
-                f"only a halted run can be stored; run {run.run_id!r} is {run.status!r}"
-            )
-        if not run.run_id:
-            raise UsageError("a run without a run_id cannot be stored")
-        pending = [(r, r.request) for r in run.suspended if r.request is not None]
-        if not pending:
-            raise UsageError(f"run {run.run_id!r} has no outstanding request to file it under")
-        halted = HaltedTurn.of(run.messages)
-        # The run through its halted turn, as a running run's state is kept.
-        state = attrs.evolve(
-            run,
-            status="incomplete",
-            messages=(*halted.before, halted.assistant),
-            tool_calls=tuple(r for r in run.tool_calls if r.turn < run.turns),
-            limit="running",
-        )
-        text = state_text(state)
-        results = [
-            (run.run_id, record.call.id, ENCODE(record_to_json(record)))
-            for record in run.tool_calls
-            if record.turn == run.turns and record.call.id in halted.completed
-        ]
-        requests = [
-            (
-                request.id,
-                run.run_id,
-                record.call.id,
-                run.turns,
-                ENCODE(request.to_dict()),
-                None if (left := request.seconds_left()) is None else _now_plus(left),
-            )
-            for record, request in pending
-        ]
-        for _, request in pending:
-            owner = self._one("SELECT run_id FROM requests WHERE request_id = ?", (request.id,))
-            if owner is not None and owner[0] != run.run_id:
-                raise UsageError(f"request {request.id!r} is already filed under run {owner[0]!r}")
+    def save(self, saved: Saved, now: float) -> None:
+        """A run halted elsewhere (see :func:`saved`), held by nobody."""
+        run_id = saved.run_id
+        for request_id, _, _, _ in saved.requests:
+            owner = self._one("SELECT run_id FROM requests WHERE request_id = ?", (request_id,))
+            if owner is not None and owner[0] != run_id:
+                raise UsageError(f"request {request_id!r} is already filed under run {owner[0]!r}")
         for table in ("requests", "results", "runs"):
-            self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run.run_id,))
+            self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         self.conn.execute(
             "INSERT INTO runs (run_id, status, owner, turn, state, prompt, created, updated)"
             " VALUES (?, 'halted', NULL, ?, ?, ?, ?, ?)",
-            (run.run_id, run.turns, text, prompt_of(state), now, now),
+            (run_id, saved.turn, saved.state, saved.prompt, now, now),
         )
         self.conn.executemany(
-            "INSERT INTO results (run_id, call_id, record) VALUES (?, ?, ?)", results
+            "INSERT INTO results (run_id, call_id, record) VALUES (?, ?, ?)",
+            [(run_id, call_id, record) for call_id, record in saved.results],
         )
         self.conn.executemany(
             "INSERT INTO requests (request_id, run_id, call_id, turn, body, status,"
             " expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-            requests,
+            [(rid, run_id, cid, saved.turn, body, exp) for rid, cid, body, exp in saved.requests],
         )
 
     # -- answers and leases ---------------------------------------------------------------
@@ -305,33 +271,21 @@ class Ops:
             " WHERE q.request_id = ?",
             (answer_id,),
         )
-        if row is None:
-            return UnknownRequestError(answer_id, f"no run waits for request {answer_id!r}")
-        body, run_id, call_id, status, expires, owner, lease, run_status, current = row
-        if status == "answered":
-            return AlreadyAnsweredError(answer_id, f"request {answer_id!r} was answered already")
-        past = expires is not None and expires <= now
-        if status == "expired" or (status in ("pending", "closed") and past):
-            # Marked, so that its run (if nobody holds it) goes on with the expiry.
+        refusal, expire = judge(answer_id, row, now)
+        if expire:  # marked, so that its run (if nobody holds it) goes on with the expiry
             self.conn.execute(
                 "UPDATE requests SET status = 'expired', delivered = 0"
                 " WHERE request_id = ? AND status = 'pending'",
                 (answer_id,),
             )
-            return RequestExpiredError(
-                answer_id, f"request {answer_id!r} expired before the answer"
-            )
-        if status != "pending" or run_status in ("done", "failed") or not current:
-            return AlreadyResumedError(
-                answer_id, f"request {answer_id!r} (run {run_id!r}) is closed: the run went on"
-            )
+        if refusal is not None:
+            return refusal
         self.conn.execute(
             "UPDATE requests SET status = 'answered', answer = ?, delivered = ?"
             " WHERE request_id = ? AND status = 'pending'",
             (answer, int(delivered), answer_id),
         )
-        request = Request.from_dict(json.loads(body))
-        return Accepted(request, run_id, call_id, owner, lease)
+        return accepted(row)
 
     def claim(self, run_id: str, owner: str, lease_until: float, now: float) -> StoredRun | None:
         changed = self.conn.execute(
@@ -364,6 +318,94 @@ class Ops:
         )
 
 
+@attrs.frozen
+class Saved:
+    """A halted run as a store keeps it, encoded: its state through the halted turn, the
+    turn's recorded results as (call id, record), its requests as (request id, call id,
+    body, expires_at)."""
+
+    run_id: str
+    turn: int
+    state: str
+    prompt: str
+    results: tuple[tuple[str, str], ...]
+    requests: tuple[tuple[str, str, str, float | None], ...]
+
+
+def saved(run: RunResult) -> Saved:
+    """``run`` (halted elsewhere) ready to keep, or the reason it cannot be kept.
+
+    Raises:
+        UsageError: the run did not halt, has no id, or no outstanding request.
+        PayloadError: it cannot be written as JSON.
+    """
+    if run.status != "pending":
+        raise UsageError(f"only a halted run can be stored; run {run.run_id!r} is {run.status!r}")
+    if not run.run_id:
+        raise UsageError("a run without a run_id cannot be stored")
+    pending = [(r, r.request) for r in run.suspended if r.request is not None]
+    if not pending:
+        raise UsageError(f"run {run.run_id!r} has no outstanding request to file it under")
+    halted = HaltedTurn.of(run.messages)
+    # The run through its halted turn, as a running run's state is kept.
+    state = attrs.evolve(
+        run,
+        status="incomplete",
+        messages=(*halted.before, halted.assistant),
+        tool_calls=tuple(r for r in run.tool_calls if r.turn < run.turns),
+        limit="running",
+    )
+    return Saved(
+        run.run_id,
+        run.turns,
+        state_text(state),
+        prompt_of(state),
+        tuple(
+            (record.call.id, ENCODE(record_to_json(record)))
+            for record in run.tool_calls
+            if record.turn == run.turns and record.call.id in halted.completed
+        ),
+        tuple(
+            (
+                request.id,
+                record.call.id,
+                ENCODE(request.to_dict()),
+                None if (left := request.seconds_left()) is None else _now_plus(left),
+            )
+            for record, request in pending
+        ),
+    )
+
+
+def judge(answer_id: str, row: Sequence[Any] | None, now: float) -> tuple[Exception | None, bool]:
+    """Whether an answer to ``answer_id`` is refused (and with what), and whether its
+    request is to be marked expired, from its ``requests`` row joined with its run (body,
+    run id, call id, status, expires_at, owner, lease, run status, current turn?)."""
+    if row is None:
+        return UnknownRequestError(answer_id, f"no run waits for request {answer_id!r}"), False
+    _, run_id, _, status, expires, _, _, run_status, current = row
+    if status == "answered":
+        refused = AlreadyAnsweredError(answer_id, f"request {answer_id!r} was answered already")
+        return refused, False
+    if status == "expired" or (
+        status in ("pending", "closed") and expires is not None and expires <= now
+    ):
+        expired = RequestExpiredError(answer_id, f"request {answer_id!r} expired before the answer")
+        return expired, status == "pending"
+    if status != "pending" or run_status in ("done", "failed") or not current:
+        closed = AlreadyResumedError(
+            answer_id, f"request {answer_id!r} (run {run_id!r}) is closed: the run went on"
+        )
+        return closed, False
+    return None, False
+
+
+def accepted(row: Sequence[Any]) -> Accepted:
+    """The :class:`Accepted` of an answer :func:`judge` let through, from the same row."""
+    body, run_id, call_id, _, _, owner, lease, _, _ = row
+    return Accepted(Request.from_dict(json.loads(body)), run_id, call_id, owner, lease)
+
+
 def migrate(conn: sqlite3.Connection, version: int, path: str) -> None:
     """Bring a file of an earlier schema to the current one, in the caller's transaction."""
     if version != 1:
@@ -375,7 +417,7 @@ def migrate(conn: sqlite3.Connection, version: int, path: str) -> None:
     ops = Ops(conn)
     for (body,) in old:
         try:
-            ops.save(RunResult.from_dict(body), now=0.0)
+            ops.save(saved(RunResult.from_dict(body)), now=0.0)
         except (PayloadError, UsageError) as exc:
             raise StoreError(
                 f"run store {path}: a version 1 run cannot be migrated: {exc}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._errors import PayloadError, StoreError, UnknownRequestError
@@ -19,7 +19,18 @@ from .._types import Answer, Request
 from ._schema import OPEN, answer_of
 from ._store import RunSummary, StoredRequest, StoredRun
 
-__all__ = ("deliveries", "find", "load", "outstanding", "ready", "requests", "runs")
+__all__ = (
+    "deliveries",
+    "find",
+    "load",
+    "outstanding",
+    "ready",
+    "request_of",
+    "requests",
+    "run_of",
+    "runs",
+    "summary_of",
+)
 
 
 def _one(conn: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> Any:
@@ -73,10 +84,7 @@ def outstanding(conn: sqlite3.Connection, now: float) -> list[StoredRequest]:
         " ORDER BY q.seq",
         (now,),
     ).fetchall()
-    return [
-        StoredRequest(Request.from_dict(json.loads(body)), run_id, call_id, "pending")
-        for body, run_id, call_id in rows
-    ]
+    return [request_of(body, run_id, call_id, "pending") for body, run_id, call_id in rows]
 
 
 def find(conn: sqlite3.Connection, request_id: str) -> StoredRequest:
@@ -87,10 +95,7 @@ def find(conn: sqlite3.Connection, request_id: str) -> StoredRequest:
     )
     if row is None:
         raise UnknownRequestError(request_id, f"no run waits for request {request_id!r}")
-    body, run_id, call_id, status, answer = row
-    return StoredRequest(
-        Request.from_dict(json.loads(body)), run_id, call_id, status, answer_of(answer)
-    )
+    return request_of(*row)
 
 
 def load(conn: sqlite3.Connection, run_id: str) -> StoredRun:
@@ -102,31 +107,14 @@ def load(conn: sqlite3.Connection, run_id: str) -> StoredRun:
     )
     if row is None:
         raise UnknownRequestError(run_id, f"no stored run {run_id!r}")
-    status, owner, lease, turn, text = row
-    where = f"stored run {run_id!r}"
-    try:
-        state = RunResult.from_dict(text)
-        results = {
-            call_id: record_from_json(json.loads(record), f"{where} result {call_id!r}")
-            for call_id, record in conn.execute(
-                "SELECT call_id, record FROM results WHERE run_id = ?", (run_id,)
-            )
-        }
-        requests = {
-            call_id: StoredRequest(
-                Request.from_dict(json.loads(body)), run_id, call_id, q_status, answer_of(a)
-            )
-            for call_id, body, q_status, a in conn.execute(
-                "SELECT call_id, body, status, answer FROM requests"
-                " WHERE run_id = ? AND turn = ? ORDER BY seq",
-                (run_id, turn),
-            )
-        }
-    except (PayloadError, ValueError) as exc:
-        raise StoreError(f"{where} cannot be read: {exc}") from None
-    if state.run_id != run_id:
-        raise StoreError(f"{where} holds another run: {state.run_id!r}")
-    return StoredRun(run_id, status, state, turn, results, requests, owner, lease)
+    turn = row[3]
+    results = conn.execute("SELECT call_id, record FROM results WHERE run_id = ?", (run_id,))
+    requests = conn.execute(
+        "SELECT call_id, body, status, answer FROM requests WHERE run_id = ? AND turn = ?"
+        " ORDER BY seq",
+        (run_id, turn),
+    )
+    return run_of(run_id, row, results, requests)
 
 
 def runs(conn: sqlite3.Connection, limit: int) -> list[RunSummary]:
@@ -134,18 +122,60 @@ def runs(conn: sqlite3.Connection, limit: int) -> list[RunSummary]:
         "SELECT run_id, status, prompt, final, error FROM runs ORDER BY seq DESC LIMIT ?",
         (limit,),
     ).fetchall()
-    out: list[RunSummary] = []
-    for run_id, status, prompt, final, error in rows:
-        text: str | None = None
-        if final is not None:
-            try:
-                ended = RunResult.from_dict(final)
-            except PayloadError:
-                pass
-            else:
-                text, status = ended.text, ended.status
-        out.append(RunSummary(run_id, _shown_status(status), prompt, text, error))
-    return out
+    return [summary_of(*row) for row in rows]
+
+
+# -- rows into values (shared with the PostgreSQL store, whose rows have the same columns) --
+
+
+def request_of(
+    body: str, run_id: str, call_id: str, status: Any, answer: str | None = None
+) -> StoredRequest:
+    return StoredRequest(
+        Request.from_dict(json.loads(body)), run_id, call_id, status, answer_of(answer)
+    )
+
+
+def run_of(
+    run_id: str,
+    row: Sequence[Any],
+    results: Iterable[Sequence[Any]],
+    requests: Iterable[Sequence[Any]],
+) -> StoredRun:
+    """A :class:`StoredRun` from its ``runs`` row (status, owner, lease, turn, state), its
+    ``results`` rows (call id, record) and its current turn's ``requests`` rows (call id,
+    body, status, answer)."""
+    status, owner, lease, turn, text = row
+    where = f"stored run {run_id!r}"
+    try:
+        state = RunResult.from_dict(text)
+        recorded = {
+            call_id: record_from_json(json.loads(record), f"{where} result {call_id!r}")
+            for call_id, record in results
+        }
+        asked = {
+            call_id: request_of(body, run_id, call_id, q_status, answer)
+            for call_id, body, q_status, answer in requests
+        }
+    except (PayloadError, ValueError) as exc:
+        raise StoreError(f"{where} cannot be read: {exc}") from None
+    if state.run_id != run_id:
+        raise StoreError(f"{where} holds another run: {state.run_id!r}")
+    return StoredRun(run_id, status, state, turn, recorded, asked, owner, lease)
+
+
+def summary_of(
+    run_id: str, status: str, prompt: str, final: str | None, error: str | None
+) -> RunSummary:
+    text: str | None = None
+    if final is not None:
+        try:
+            ended = RunResult.from_dict(final)
+        except PayloadError:
+            pass
+        else:
+            text, status = ended.text, ended.status
+    return RunSummary(run_id, _shown_status(status), prompt, text, error)
 
 
 def _shown_status(status: str) -> str:

@@ -108,5 +108,15 @@ def prompt_of(state: RunResult) -> str:
     return next((m.text for m in state.messages if isinstance(m, UserMessage)), "")
 
 
+def encode(value: object, what: str) -> str:
+    """``value`` as the JSON text a store keeps; ``what`` names it in the error."""
+    try:
+        return ENCODE(value)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, PayloadError):
+            raise
+        raise PayloadError(f"{what} cannot be stored as JSON: {exc}") from None
+
+
 def answer_of(text: object) -> Answer | None:
     return None if text is None else Answer.from_dict(json.loads(str(text)))

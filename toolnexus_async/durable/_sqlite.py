@@ -36,13 +36,13 @@ from typing import Any, Literal, Self, TypeVar
 import anyio
 import anyio.to_thread
 
-from .._errors import PayloadError, StoreError, ToolnexusError, UsageError
+from .._errors import StoreError, ToolnexusError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._types import Answer, Request
 from . import _queries as queries
-from ._ops import Ops, migrate
-from ._schema import APPLICATION_ID, ENCODE, SCHEMA_VERSION, create, prompt_of, state_text
-from ._store import Accepted, RunSummary, StoredRequest, StoredRun
+from ._ops import Ops, migrate, saved
+from ._schema import APPLICATION_ID, SCHEMA_VERSION, create, encode, prompt_of, state_text
+from ._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 
 __all__ = ("APPLICATION_ID", "MemoryRunStore", "SqliteRunStore")
 
@@ -144,6 +144,7 @@ class SqliteRunStore:
         self._closed = False
         self._thread = anyio.CapacityLimiter(1)
         self._queue: list[_Queued] = []
+        self._listeners: list[Callable[[StoreEvent], None]] = []
         self._writing = False
         self._flushed = anyio.Event()  # set whenever no write is in flight
         self._flushed.set()
@@ -311,14 +312,15 @@ class SqliteRunStore:
         await self._write(Ops.turn, (state.run_id, turn, owner, text, time.time()))
 
     async def record(self, run_id: str, record: ToolCallRecord, owner: str) -> None:
-        text = _encode(record_to_json(record), f"the result of call {record.call.id!r}")
+        text = encode(record_to_json(record), f"the result of call {record.call.id!r}")
         await self._write(Ops.record, (run_id, record.call.id, owner, text))
 
     async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
-        body = _encode(request.to_dict(), f"request {request.id!r}")
+        body = encode(request.to_dict(), f"request {request.id!r}")
         left = request.seconds_left()
         expires = None if left is None else time.time() + left
         await self._write(Ops.suspend, (run_id, call_id, owner, request.id, body, expires))
+        self._tell(StoreEvent("requested", request.id, run_id, owner))
 
     async def halt(self, run_id: str, owner: str) -> None:
         await self._write(Ops.halt, (run_id, owner, time.time()))
@@ -334,11 +336,13 @@ class SqliteRunStore:
         await self._write(Ops.release, (run_id, owner, time.time()))
 
     async def save(self, run: RunResult) -> None:
-        await self._write(Ops.save, (run, time.time()))
+        await self._write(Ops.save, (saved(run), time.time()))
 
     async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Accepted:
-        text = _encode(answer.to_dict(), f"the answer to {answer.id!r}")
-        return await self._write(Ops.accept, (answer.id, text, now, delivered))
+        text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
+        taken: Accepted = await self._write(Ops.accept, (answer.id, text, now, delivered))
+        self._tell(StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered))
+        return taken
 
     async def claim(
         self, run_id: str, owner: str, lease_until: float, now: float
@@ -374,12 +378,18 @@ class SqliteRunStore:
     async def runs(self, limit: int = 1000) -> list[RunSummary]:
         return await self._read(lambda conn: queries.runs(conn, limit))
 
+    async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
+        """Events of the writes made through this store object (another process's writes
+        to the same file are not seen: its hosts find them by looking)."""
+        self._listeners.append(callback)
+        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
 
-def _encode(value: object, what: str) -> str:
-    try:
-        return ENCODE(value)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"{what} cannot be stored as JSON: {exc}") from None
+    def _tell(self, event: StoreEvent) -> None:
+        for callback in tuple(self._listeners):
+            try:
+                callback(event)
+            except Exception:
+                log.exception("a run store listener raised on %r", event)
 
 
 class MemoryRunStore(SqliteRunStore):

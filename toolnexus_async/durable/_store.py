@@ -19,11 +19,18 @@ tests against each):
   executed again; a call that was running when its worker died runs again (the tool gets
   a stable ``ctx.idempotency_key``); an answered call whose retry was not recorded retries
   with the answer that was accepted: nobody is asked twice.
+- **Told, not asked.** :meth:`RunStore.listen` hands every new request and every answer
+  accepted for a run that someone holds to a callback, once committed, so that the worker
+  holding a run parked wakes it at once and an inbox shows requests of every worker. A
+  store tells what it can see: the SQLite store what went through the same store object,
+  the PostgreSQL store what any worker on the database committed. Nothing depends on being
+  told: hosts also look at the store every few seconds.
 - Times are seconds since the epoch (``time.time()``), shared by every worker.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, Protocol, Self, runtime_checkable
 
 import attrs
@@ -38,6 +45,7 @@ __all__ = (
     "RunStore",
     "RunSummary",
     "StoredRequest",
+    "StoreEvent",
     "StoredRun",
 )
 
@@ -111,6 +119,24 @@ class RunSummary:
     prompt: str
     text: str | None = None
     error: str | None = None
+
+
+@attrs.frozen
+class StoreEvent:
+    """Something a store committed, as :meth:`RunStore.listen` tells it.
+
+    ``kind`` is ``"requested"`` (a run raised ``request_id``) or ``"answered"`` (an answer to
+    it was accepted, for a run that ``owner`` held then, or that nobody held: ``None``).
+    ``delivered`` says the worker that accepted the answer handed it to the run in its own
+    memory, so no other worker need act on it. An event names the request and its run,
+    never the request's data.
+    """
+
+    kind: Literal["requested", "answered"]
+    request_id: str
+    run_id: str
+    owner: str | None
+    delivered: bool = False
 
 
 @runtime_checkable
@@ -232,6 +258,13 @@ class RunStore(Protocol):
 
     async def runs(self, limit: int = 1000) -> list[RunSummary]:
         """The runs the store knows, newest first."""
+        ...
+
+    # -- being told ----------------------------------------------------------------------
+
+    async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
+        """Call ``callback`` (on the event loop, quickly: it must not block) with each event
+        the store can see from now on; returns the function that stops it."""
         ...
 
     async def aclose(self) -> None:

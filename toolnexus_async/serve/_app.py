@@ -44,6 +44,7 @@ from ._bodies import MAX_BODY, ApiError, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
 from ._guard import GUARD, Guard, add_security_headers, guard_requests
 from ._runs import RunBook, ServeInbox, drive, load_stored
+from ._workers import follow_workers
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
 
@@ -165,10 +166,12 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
         )
         async with anyio.create_task_group() as tg, host:
             await load_stored(serve.book, serve.store)
+            unfollow = await follow_workers(serve.store, host, serve.book, tg)
             serve.client, serve.inbox, serve.host, serve.tg = client, inbox, host, tg
             try:
                 yield
             finally:
+                unfollow()
                 serve.closing = True
                 serve.bus.close()
                 host.shutdown()  # parked runs halt (the store has them); busy ones are let go

@@ -29,7 +29,7 @@ from .._demo import book_table
 from .._messages import AssistantMessage, Message, ToolCall, ToolReturn, UserMessage
 from .._toolkit import Toolkit
 from .._types import Tool, ToolContext, ToolResult
-from ..durable import SqliteRunStore
+from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
 from ._app import MakeClient, create_app
@@ -148,7 +148,7 @@ def demo_client(inbox: ServeInbox) -> LlmClient:
 
 
 def serve_demo_app(
-    store_path: str | os.PathLike[str],
+    store: str | os.PathLike[str] | RunStore,
     *,
     make_client: MakeClient | None = None,
     park_timeout: float = 300.0,
@@ -160,17 +160,19 @@ def serve_demo_app(
 ) -> web.Application:
     """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
 
+    ``store`` is a run store, a SQLite file's path, or a ``postgresql://`` DSN for a
+    :class:`~toolnexus_async.durable.PostgresRunStore` (see :func:`open_store`).
     ``make_client`` replaces the demo model (a real endpoint, say); the demo tools stay.
     ``token``, ``insecure_no_auth``, ``allowed_hosts`` and ``lease`` are as for
     :func:`create_app`.
-    The app owns the toolkit and the store it makes here and closes them on shutdown.
+    The app owns the toolkit and the store (given or made here) and closes them on shutdown.
     """
     toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools())
-    store = SqliteRunStore(store_path)
+    run_store = store if isinstance(store, RunStore) else open_store(store)
     app = create_app(
         make_client=make_client or demo_client,
         toolkit=toolkit,
-        store=store,
+        store=run_store,
         park_timeout=park_timeout,
         max_body=max_body,
         token=token,
@@ -181,8 +183,20 @@ def serve_demo_app(
 
     async def owned(app: web.Application) -> AsyncIterator[None]:
         # First in the list: opened before the app's own context, closed after it.
-        async with toolkit, store:
+        async with toolkit, run_store:
             yield
 
     app.cleanup_ctx.insert(0, owned)
     return app
+
+
+def open_store(where: str | os.PathLike[str]) -> RunStore:
+    """The run store ``where`` names: a ``postgresql://`` (or ``postgres://``) DSN is a
+    :class:`~toolnexus_async.durable.PostgresRunStore` (the ``postgres`` extra), anything
+    else the path of a :class:`~toolnexus_async.durable.SqliteRunStore` file.
+
+    Nothing is opened yet: the store connects on first use.
+    """
+    if isinstance(where, str) and where.startswith(("postgresql://", "postgres://")):
+        return PostgresRunStore(where)
+    return SqliteRunStore(where)

@@ -89,6 +89,9 @@ class RunBook:
         self._requests: dict[str, tuple[Request, str | None]] = {}
         self._finished: collections.deque[str] = collections.deque()
         self._keep = KEEP_FINISHED if keep_finished is None else keep_finished
+        # Ids of the latest answers announced, so each is announced once (bounded memory).
+        self._announced: set[str] = set()
+        self._announced_order: collections.deque[str] = collections.deque()
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -189,17 +192,27 @@ class RunBook:
             self.bus.publish("pending", {"run_id": entry[1], "request": request.to_dict()})
 
     def answered(self, answer: Answer) -> None:
-        """A request got its answer (or expired): announced with ``answered``, once."""
+        """A request got its answer (or expired): announced with ``answered``, once, whether
+        this server or another worker on the store took it."""
         entry = self._requests.pop(answer.id, None)
-        if entry is None:
+        if entry is not None and entry[1] is not None:
+            record = self._runs.get(entry[1])
+            if record is not None:
+                record.waiting.discard(answer.id)
+        if answer.id in self._announced:
             return
-        record = self._runs.get(entry[1]) if entry[1] is not None else None
-        if record is not None:
-            record.waiting.discard(answer.id)
+        self._announced.add(answer.id)
+        self._announced_order.append(answer.id)
+        while len(self._announced_order) > self._keep:
+            self._announced.discard(self._announced_order.popleft())
         event: dict[str, Any] = {"request_id": answer.id, "ok": answer.ok}
         if answer.reason is not None:
             event["reason"] = answer.reason
         self.bus.publish("answered", event)
+
+    def announced(self, request_id: str) -> bool:
+        """Whether the answer to ``request_id`` was announced here already."""
+        return request_id in self._announced
 
     def forget(self, request_id: str) -> None:
         """A parked request whose run was cancelled: it just leaves, no event."""

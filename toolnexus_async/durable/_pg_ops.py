@@ -1,0 +1,447 @@
+"""The run store's operations in PostgreSQL: the SQLite store's, in another dialect.
+
+Rules of this module:
+
+- One method per operation, each over a connection inside a transaction its caller
+  opened; the statements are those of ``_ops`` and ``_queries`` (the same tables, the same
+  guards), and the rows become values through the same functions (``_queries.run_of``,
+  ``_ops.judge``), so the two stores keep one contract.
+- Ownership is checked in the statement that writes (``... AND owner = $n``), and a row a
+  write depends on is locked by that statement, so two workers racing for one request or
+  one run are serialised by PostgreSQL: exactly one wins, the other sees its result.
+- The operations notify nobody: the store announces what committed (:func:`event_payload`)
+  after the commit, in a statement of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .._errors import UnknownRequestError, UsageError
+from .._types import Answer, Request
+from ._ops import Saved, accepted, judge
+from ._queries import request_of, run_of, summary_of
+from ._schema import answer_of
+from ._store import Accepted, LeaseLostError, RunSummary, StoredRequest, StoredRun, StoreEvent
+
+__all__ = ("CHANNEL", "PgOps", "event_payload")
+
+# The channel every store on a database announces on; one LISTEN serves all its hosts.
+CHANNEL = "toolnexus_run_store"
+
+
+def event_payload(event: StoreEvent) -> str:
+    """The NOTIFY payload of ``event``: the ids it names, never data."""
+    body: dict[str, str | bool | None] = {
+        "kind": event.kind,
+        "request": event.request_id,
+        "run": event.run_id,
+        "owner": event.owner,
+    }
+    if event.delivered:
+        body["delivered"] = True
+    return json.dumps(body)
+
+
+_HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
+
+
+def _count(status: str) -> int:
+    """The row count of an asyncpg command status such as ``UPDATE 1``."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class PgOps:
+    """The operations on the tables of one PostgreSQL schema."""
+
+    def __init__(self, schema: str) -> None:
+        self.s = schema
+
+    async def _lost(self, conn: Any, run_id: str, owner: str) -> Exception:
+        row = await conn.fetchrow(
+            f"SELECT owner, status FROM {self.s}.runs WHERE run_id = $1", run_id
+        )
+        if row is None:
+            return UnknownRequestError(run_id, f"no stored run {run_id!r}")
+        return LeaseLostError(
+            f"run {run_id!r} is not held by this worker any more (held by {row[0]!r}, "
+            f"{row[1]}); it must stop here"
+        )
+
+    async def _guarded(self, conn: Any, sql: str, run_id: str, owner: str, *args: Any) -> None:
+        if not _count(await conn.execute(sql, run_id, owner, *args)):
+            raise await self._lost(conn, run_id, owner)
+
+    async def _alive(self, conn: Any, owner: str, until: float) -> None:
+        """Extend ``owner``'s lease to ``until`` (renewal: always)."""
+        await conn.execute(
+            f"INSERT INTO {self.s}.workers (name, alive_until) VALUES ($1, $2)"
+            " ON CONFLICT (name) DO UPDATE SET alive_until ="
+            f" GREATEST({self.s}.workers.alive_until, excluded.alive_until)",
+            owner,
+            until,
+        )
+
+    async def _known(self, conn: Any, owner: str, until: float, now: float) -> None:
+        """Give ``owner`` a lease if it has none that still runs at ``now``.
+
+        A run started or claimed by a worker whose lease runs is covered by that lease,
+        which its host renews; writing the row for every run would make all of one
+        worker's transactions wait on that row's lock, one after the other.
+        """
+        await conn.execute(
+            f"INSERT INTO {self.s}.workers (name, alive_until) SELECT $1, $2 WHERE NOT EXISTS"
+            f" (SELECT 1 FROM {self.s}.workers WHERE name = $1 AND alive_until >= $3)"
+            " ON CONFLICT (name) DO UPDATE SET alive_until ="
+            f" GREATEST({self.s}.workers.alive_until, excluded.alive_until)",
+            owner,
+            until,
+            now,
+        )
+
+    async def _close_requests(self, conn: Any, run_id: str, before_turn: int | None = None) -> None:
+        turn = "" if before_turn is None else f" AND turn < {int(before_turn)}"
+        await conn.execute(
+            f"UPDATE {self.s}.requests SET status = CASE status WHEN 'pending' THEN 'closed'"
+            " ELSE status END, delivered = 1"
+            f" WHERE run_id = $1{turn} AND (status = 'pending' OR delivered = 0)",
+            run_id,
+        )
+
+    # -- a run's progress -----------------------------------------------------------------
+
+    async def start(
+        self,
+        conn: Any,
+        run_id: str,
+        owner: str,
+        lease_until: float,
+        turn: int,
+        state: str,
+        prompt: str,
+        now: float,
+    ) -> None:
+        inserted = await conn.execute(
+            f"INSERT INTO {self.s}.runs (run_id, status, owner, turn, state, prompt, created,"
+            " updated) VALUES ($1, 'running', $2, $3, $4, $5, $6, $6)"
+            " ON CONFLICT (run_id) DO NOTHING",
+            run_id,
+            owner,
+            turn,
+            state,
+            prompt,
+            now,
+        )
+        if not _count(inserted):
+            raise UsageError(f"a run {run_id!r} is stored already; run ids must be unique")
+        await self._known(conn, owner, lease_until, now)
+
+    async def turn(
+        self, conn: Any, run_id: str, turn: int, owner: str, state: str, now: float
+    ) -> None:
+        await self._guarded(
+            conn,
+            f"UPDATE {self.s}.runs SET turn = $3, state = $4, updated = $5 WHERE {_HELD}",
+            run_id,
+            owner,
+            turn,
+            state,
+            now,
+        )
+        if turn > 1:
+            await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
+            await self._close_requests(conn, run_id, before_turn=turn)
+
+    async def record(self, conn: Any, run_id: str, call_id: str, owner: str, record: str) -> None:
+        await self._guarded(
+            conn,
+            f"INSERT INTO {self.s}.results (run_id, call_id, record)"
+            f" SELECT $1, $3, $4 WHERE EXISTS (SELECT 1 FROM {self.s}.runs WHERE {_HELD})"
+            " ON CONFLICT (run_id, call_id) DO UPDATE SET record = excluded.record",
+            run_id,
+            owner,
+            call_id,
+            record,
+        )
+
+    async def suspend(
+        self,
+        conn: Any,
+        run_id: str,
+        call_id: str,
+        owner: str,
+        request_id: str,
+        body: str,
+        expires_at: float | None,
+    ) -> None:
+        inserted = await conn.execute(
+            f"INSERT INTO {self.s}.requests (request_id, run_id, call_id, turn, body, status,"
+            f" expires_at) SELECT $3, run_id, $4, turn, $5, 'pending', $6 FROM {self.s}.runs"
+            f" WHERE {_HELD} ON CONFLICT (request_id) DO NOTHING",
+            run_id,
+            owner,
+            request_id,
+            call_id,
+            body,
+            expires_at,
+        )
+        if not _count(inserted):
+            if await conn.fetchval(
+                f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1", request_id
+            ):
+                raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
+            raise await self._lost(conn, run_id, owner)
+
+    async def halt(self, conn: Any, run_id: str, owner: str, now: float) -> None:
+        await self._guarded(
+            conn,
+            f"UPDATE {self.s}.runs SET status = 'halted', owner = NULL, updated = $3 WHERE {_HELD}",
+            run_id,
+            owner,
+            now,
+        )
+
+    async def release(self, conn: Any, run_id: str, owner: str, now: float) -> None:
+        await conn.execute(
+            f"UPDATE {self.s}.runs SET owner = NULL, updated = $3 WHERE run_id = $1 AND owner = $2",
+            run_id,
+            owner,
+            now,
+        )
+
+    async def finish(self, conn: Any, run_id: str, owner: str, final: str, now: float) -> None:
+        await self._guarded(
+            conn,
+            f"UPDATE {self.s}.runs SET status = 'done', owner = NULL, final = $3, updated = $4"
+            f" WHERE {_HELD}",
+            run_id,
+            owner,
+            final,
+            now,
+        )
+        await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
+        await self._close_requests(conn, run_id)
+
+    async def fail(self, conn: Any, run_id: str, error: str, owner: str, now: float) -> None:
+        await self._guarded(
+            conn,
+            f"UPDATE {self.s}.runs SET status = 'failed', owner = NULL, error = $3, updated = $4"
+            f" WHERE {_HELD}",
+            run_id,
+            owner,
+            error,
+            now,
+        )
+        await self._close_requests(conn, run_id)
+
+    async def prune(self, conn: Any, keep: int, now: float) -> None:
+        old = await conn.fetch(
+            f"SELECT run_id FROM {self.s}.runs WHERE status IN ('done', 'failed')"
+            " ORDER BY updated DESC OFFSET $1",
+            keep,
+        )
+        if old:
+            ids = [row[0] for row in old]
+            for table in ("requests", "results", "runs"):
+                await conn.execute(f"DELETE FROM {self.s}.{table} WHERE run_id = ANY($1)", ids)
+        await conn.execute(
+            f"DELETE FROM {self.s}.workers w WHERE alive_until < $1 AND NOT EXISTS"
+            f" (SELECT 1 FROM {self.s}.runs r WHERE r.owner = w.name)",
+            now - 86_400,
+        )
+
+    async def save(self, conn: Any, saved: Saved, now: float) -> None:
+        """A run halted elsewhere (see ``_ops.saved``), held by nobody."""
+        run_id = saved.run_id
+        taken = await conn.fetchrow(
+            f"SELECT request_id, run_id FROM {self.s}.requests"
+            " WHERE request_id = ANY($1) AND run_id <> $2 LIMIT 1",
+            [r[0] for r in saved.requests],
+            run_id,
+        )
+        if taken is not None:
+            raise UsageError(f"request {taken[0]!r} is already filed under run {taken[1]!r}")
+        for table in ("requests", "results", "runs"):
+            await conn.execute(f"DELETE FROM {self.s}.{table} WHERE run_id = $1", run_id)
+        await conn.execute(
+            f"INSERT INTO {self.s}.runs (run_id, status, owner, turn, state, prompt, created,"
+            " updated) VALUES ($1, 'halted', NULL, $2, $3, $4, $5, $5)",
+            run_id,
+            saved.turn,
+            saved.state,
+            saved.prompt,
+            now,
+        )
+        await conn.executemany(
+            f"INSERT INTO {self.s}.results (run_id, call_id, record) VALUES ($1, $2, $3)",
+            [(run_id, call_id, record) for call_id, record in saved.results],
+        )
+        await conn.executemany(
+            f"INSERT INTO {self.s}.requests (request_id, run_id, call_id, turn, body, status,"
+            " expires_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
+            [(rid, run_id, cid, saved.turn, body, exp) for rid, cid, body, exp in saved.requests],
+        )
+
+    # -- answers and leases ---------------------------------------------------------------
+
+    async def accept(
+        self, conn: Any, answer_id: str, answer: str, now: float, delivered: bool
+    ) -> Accepted | Exception:
+        # FOR UPDATE OF q: a second answer to the same request waits here until the first
+        # committed, then reads its outcome.
+        row = await conn.fetchrow(
+            "SELECT q.body, q.run_id, q.call_id, q.status, q.expires_at, r.owner,"
+            " w.alive_until, r.status, q.turn = r.turn"
+            f" FROM {self.s}.requests q JOIN {self.s}.runs r USING (run_id)"
+            f" LEFT JOIN {self.s}.workers w ON w.name = r.owner"
+            " WHERE q.request_id = $1 FOR UPDATE OF q",
+            answer_id,
+        )
+        values = None if row is None else tuple(row)
+        refusal, expire = judge(answer_id, values, now)
+        if expire:
+            await conn.execute(
+                f"UPDATE {self.s}.requests SET status = 'expired', delivered = 0"
+                " WHERE request_id = $1 AND status = 'pending'",
+                answer_id,
+            )
+        if refusal is not None:
+            return refusal
+        assert values is not None
+        await conn.execute(
+            f"UPDATE {self.s}.requests SET status = 'answered', answer = $2, delivered = $3"
+            " WHERE request_id = $1 AND status = 'pending'",
+            answer_id,
+            answer,
+            int(delivered),
+        )
+        taken = accepted(values)
+        return taken
+
+    async def claim(
+        self, conn: Any, run_id: str, owner: str, lease_until: float, now: float
+    ) -> StoredRun | None:
+        changed = await conn.execute(
+            f"UPDATE {self.s}.runs SET status = 'running', owner = $2, updated = $3"
+            " WHERE run_id = $1 AND status IN ('running', 'halted') AND (owner IS NULL"
+            f" OR owner = $2 OR owner IN (SELECT name FROM {self.s}.workers"
+            " WHERE alive_until < $3))",
+            run_id,
+            owner,
+            now,
+        )
+        if not _count(changed):
+            return None
+        await self._known(conn, owner, lease_until, now)
+        await conn.execute(
+            f"UPDATE {self.s}.requests SET delivered = 1 WHERE run_id = $1 AND delivered = 0",
+            run_id,
+        )
+        await conn.execute(
+            f"UPDATE {self.s}.requests SET status = 'expired', delivered = 1"
+            " WHERE run_id = $1 AND status = 'pending' AND expires_at <= $2",
+            run_id,
+            now,
+        )
+        return await self.load(conn, run_id)
+
+    async def renew(self, conn: Any, owner: str, lease_until: float) -> None:
+        await self._alive(conn, owner, lease_until)
+
+    async def delivered(self, conn: Any, request_ids: list[str]) -> None:
+        await conn.execute(
+            f"UPDATE {self.s}.requests SET delivered = 1"
+            " WHERE request_id = ANY($1) AND delivered = 0",
+            request_ids,
+        )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def ready(self, conn: Any, now: float, limit: int) -> list[str]:
+        s = self.s
+        unsettled = (
+            f" AND q.turn = r.turn AND NOT EXISTS (SELECT 1 FROM {s}.results x"
+            "  WHERE x.run_id = q.run_id AND x.call_id = q.call_id)"
+        )
+        rows = await conn.fetch(
+            f"SELECT seq, run_id FROM {s}.runs WHERE status = 'running'"
+            f" AND owner IN (SELECT name FROM {s}.workers WHERE alive_until < $1)"
+            f" UNION SELECT seq, run_id FROM {s}.runs WHERE status = 'running' AND owner IS NULL"
+            f" UNION SELECT r.seq, r.run_id FROM {s}.requests q JOIN {s}.runs r USING (run_id)"
+            f" WHERE q.delivered = 0 AND r.status = 'halted'{unsettled}"
+            f" UNION SELECT r.seq, r.run_id FROM {s}.requests q JOIN {s}.runs r USING (run_id)"
+            " WHERE q.status = 'pending' AND q.expires_at IS NOT NULL"
+            f" AND q.expires_at <= $1 AND r.status = 'halted'{unsettled}"
+            " ORDER BY 1 LIMIT $2",
+            now,
+            limit,
+        )
+        return [row[1] for row in rows]
+
+    async def deliveries(self, conn: Any, owner: str) -> list[tuple[str, Answer]]:
+        rows = await conn.fetch(
+            f"SELECT q.run_id, q.answer FROM {self.s}.requests q JOIN {self.s}.runs r"
+            " USING (run_id) WHERE q.delivered = 0 AND q.status = 'answered' AND r.owner = $1"
+            " AND q.turn = r.turn ORDER BY q.seq",
+            owner,
+        )
+        return [(row[0], answer) for row in rows if (answer := answer_of(row[1]))]
+
+    async def outstanding(self, conn: Any, now: float) -> list[StoredRequest]:
+        rows = await conn.fetch(
+            f"SELECT q.body, q.run_id, q.call_id FROM {self.s}.requests q"
+            f" JOIN {self.s}.runs r USING (run_id)"
+            " WHERE q.status = 'pending' AND q.turn = r.turn"
+            " AND r.status IN ('running', 'halted')"
+            " AND (q.expires_at IS NULL OR q.expires_at > $1)"
+            f" AND NOT EXISTS (SELECT 1 FROM {self.s}.results x"
+            "  WHERE x.run_id = q.run_id AND x.call_id = q.call_id)"
+            " ORDER BY q.seq",
+            now,
+        )
+        return [request_of(row[0], row[1], row[2], "pending") for row in rows]
+
+    async def find(self, conn: Any, request_id: str) -> StoredRequest:
+        row = await conn.fetchrow(
+            f"SELECT body, run_id, call_id, status, answer FROM {self.s}.requests"
+            " WHERE request_id = $1",
+            request_id,
+        )
+        if row is None:
+            raise UnknownRequestError(request_id, f"no run waits for request {request_id!r}")
+        return request_of(*row)
+
+    async def load(self, conn: Any, run_id: str) -> StoredRun:
+        row = await conn.fetchrow(
+            f"SELECT r.status, r.owner, w.alive_until, r.turn, r.state FROM {self.s}.runs r"
+            f" LEFT JOIN {self.s}.workers w ON w.name = r.owner WHERE r.run_id = $1",
+            run_id,
+        )
+        if row is None:
+            raise UnknownRequestError(run_id, f"no stored run {run_id!r}")
+        results = await conn.fetch(
+            f"SELECT call_id, record FROM {self.s}.results WHERE run_id = $1", run_id
+        )
+        requests = await conn.fetch(
+            f"SELECT call_id, body, status, answer FROM {self.s}.requests"
+            " WHERE run_id = $1 AND turn = $2 ORDER BY seq",
+            run_id,
+            row[3],
+        )
+        return run_of(run_id, tuple(row), map(tuple, results), map(tuple, requests))
+
+    async def runs(self, conn: Any, limit: int) -> list[RunSummary]:
+        rows = await conn.fetch(
+            f"SELECT run_id, status, prompt, final, error FROM {self.s}.runs"
+            " ORDER BY seq DESC LIMIT $1",
+            limit,
+        )
+        return [summary_of(*row) for row in rows]
+
+    async def request(self, conn: Any, request_id: str) -> Request | None:
+        """The request with this id, if any (for an announcement from another worker)."""
+        try:
+            return (await self.find(conn, request_id)).request
+        except UnknownRequestError:
+            return None
