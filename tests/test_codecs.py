@@ -12,6 +12,7 @@ from toolnexus_async import (
     AssistantMessage,
     Message,
     ModelError,
+    PayloadError,
     ProtocolError,
     Reasoning,
     SystemMessage,
@@ -22,6 +23,8 @@ from toolnexus_async import (
     UsageError,
     UserMessage,
     define_tool,
+    messages_from_json,
+    messages_to_json,
 )
 from toolnexus_async._codecs import STYLES, codec_for
 from toolnexus_async._codecs.anthropic import AnthropicCodec
@@ -754,3 +757,14 @@ def test_anthropic_server_tool_blocks_go_back_verbatim_with_the_client_call():
     changed = attrs.evolve(reply.message, text="Other words.")
     again = ANTHROPIC.encode([UserMessage("q"), changed], EMPTY.tools(), model="m", max_tokens=None)
     assert [b["type"] for b in again["messages"][1]["content"]] == ["text", "tool_use"]
+    # Stored and read back (a run halted on the client call, resumed in another process):
+    # the blocks survive the transcript's JSON form.
+    stored = json.loads(json.dumps(messages_to_json(history)))
+    resumed = ANTHROPIC.encode(
+        messages_from_json(stored), EMPTY.tools(), model="m", max_tokens=None
+    )
+    assert resumed["messages"][1] == {"role": "assistant", "content": content}
+    with pytest.raises(PayloadError, match="provider_content"):
+        messages_from_json(
+            {"version": 2, "messages": [{"role": "assistant", "provider_content": {"style": 1}}]}
+        )

@@ -225,6 +225,11 @@ def message_to_json(message: Message) -> dict[str, Any]:
                 out["refusal"] = message.refusal
             if message.reasoning:
                 out["reasoning"] = [_reasoning_to_json(r) for r in message.reasoning]
+            if message._wire_content is not None:
+                style, blocks = message._wire_content
+                # Kept as the provider sent them: a run resumed from storage must send
+                # them back as they came (Anthropic's server tool blocks).
+                out["provider_content"] = {"style": style, "blocks": list(blocks)}
             return out
         case ToolReturn():
             return {
@@ -235,6 +240,18 @@ def message_to_json(message: Message) -> dict[str, Any]:
                 "is_error": message.is_error,
             }
     raise TypeError(f"not a transcript message: {message!r}")  # pragma: no cover
+
+
+def _provider_content(raw: object, where: str) -> tuple[str, tuple[dict[str, Any], ...]]:
+    """``{"style": str, "blocks": [object, ...]}``: a reply's content as its provider sent it."""
+    if not isinstance(raw, Mapping):
+        raise PayloadError(f"{where} must be a JSON object, got {type(raw).__name__}")
+    style, blocks = raw.get("style"), raw.get("blocks")
+    if not isinstance(style, str) or not style:
+        raise PayloadError(f"{where}: 'style' must be a non-empty string")
+    if not isinstance(blocks, list) or not all(isinstance(b, Mapping) for b in blocks):
+        raise PayloadError(f"{where}: 'blocks' must be a list of JSON objects")
+    return style, tuple(dict(b) for b in blocks)
 
 
 def _reasoning_to_json(reasoning: Reasoning) -> dict[str, Any]:
@@ -300,7 +317,7 @@ def message_from_json(item: object, where: str = "message") -> Message:
         raw_reasoning = item.get("reasoning", [])
         if not isinstance(raw_reasoning, list):
             raise PayloadError(f"{where}: 'reasoning' must be a list")
-        return AssistantMessage(
+        message = AssistantMessage(
             _str(item, "text", where, optional=True),
             calls,
             _str(item, "refusal", where, optional=True),
@@ -309,6 +326,10 @@ def message_from_json(item: object, where: str = "message") -> Message:
                 for j, raw in enumerate(raw_reasoning)
             ),
         )
+        if "provider_content" in item:
+            content = _provider_content(item["provider_content"], f"{where}.provider_content")
+            object.__setattr__(message, "_wire_content", content)
+        return message
     if role == "tool":
         is_error = item.get("is_error", False)
         if not isinstance(is_error, bool):
