@@ -184,6 +184,25 @@ async def test_a_run_is_started_answered_and_finished_over_http():
                     "prompt": "Dinner for my team",
                     "text": done["text"],
                     "error": None,
+                    "declined": False,
+                    "steps": [
+                        {
+                            "id": f"serve_demo_{n}",
+                            "name": name,
+                            "arguments": step["arguments"],
+                            "output": step["output"],
+                            "is_error": False,
+                            "declined": False,
+                        }
+                        for n, (name, step) in enumerate(
+                            zip(
+                                ("check_login", "question", "book_table"),
+                                (await reply.json())["steps"],
+                                strict=True,
+                            ),
+                            start=1,
+                        )
+                    ],
                 }
             names = [name for name, _ in stream.seen]
             assert names.count("tool_call") == names.count("tool_result") == 3
@@ -344,6 +363,16 @@ async def test_answers_404_409_422_and_200():
             assert (await post(http, path, {"ok": True}))[0] == 409  # answered already
             done = await stream.until("done", run_id=run_id)
             assert done["status"] == "done" and "not logged in" in done["text"]
+            # Declined, said so, and in words for people: the model's text stays inside.
+            assert done["declined"] is True
+            assert "declined/expired" not in done["text"]
+            async with http.get(f"/runs/{run_id}") as reply:
+                run = await reply.json()
+            assert run["declined"] is True
+            assert [(s["name"], s["is_error"], s["declined"]) for s in run["steps"]] == [
+                ("check_login", True, True)
+            ]
+            assert run["steps"][0]["output"].startswith("declined/expired: ")
 
 
 def expiring_tool(seconds: float) -> Any:
@@ -752,3 +781,27 @@ async def test_an_answer_to_an_unreadable_run_is_kept_and_the_run_goes_on_once_r
             assert (await post(http, f"/requests/{approval['id']}/answer", {"ok": True}))[0] == 200
             done = await stream.until("done", run_id=run_id)
             assert done["status"] == "done"
+
+
+async def test_the_demo_books_the_restaurant_the_prompt_names():
+    """A prompt naming a demo restaurant: only the party size is asked, and it is booked."""
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http, events(http) as stream:
+            run_id = (await post(http, "/runs", {"prompt": "Dinner at le petit zinc"}))[1]["id"]
+            login = (await stream.until("pending", run_id=run_id))["request"]
+            assert (await post(http, f"/requests/{login['id']}/answer", {"ok": True}))[0] == 200
+            question = (await stream.until("pending", run_id=run_id))["request"]
+            asked = [q["question"] for q in question["data"]["questions"]]
+            assert asked == ["For how many people?"]
+            body = {"ok": True, "data": {"answers": ["6"]}}
+            assert (await post(http, f"/requests/{question['id']}/answer", body))[0] == 200
+            approval = (await stream.until("pending", run_id=run_id))["request"]
+            assert approval["data"] == {"amount_eur": 60, "to": "Le Petit Zinc", "party_size": 6}
+            body = {"ok": False, "reason": "declined"}
+            assert (await post(http, f"/requests/{approval['id']}/answer", body))[0] == 200
+            done = await stream.until("done", run_id=run_id)
+            assert done["declined"] is True
+            assert done["text"] == (
+                "You asked: 'Dinner at le petit zinc'. You chose Le Petit Zinc for 6, "
+                "but I did not book it: you declined the deposit."
+            )

@@ -3,8 +3,10 @@
 The real command, ``toolnexus-async serve --port 0``, runs in a child process; the tests
 read the URL it prints, with its token, and open it as a person would. One test logs in
 through that URL, starts a run from the page and answers, on the page, all the demo asks
-(a login link, a question, an approval), then sees the run's final answer appear. The
-other plays the hostile pages: a page of another site that frames the inbox (the frame
+(a login link, a question, an approval), then sees the run's final answer appear. Another
+starts the example with one click, declines the deposit, and sees the run *declined*, with
+its steps, also after a reload and on a restarted server. The
+last plays the hostile pages: a page of another site that frames the inbox (the frame
 stays blocked), a DNS-rebinding name (403), and a link from another site to the token URL
 (the SameSite=Strict cookie is held back on that visit; the login page's own link opens
 the inbox). The framing site is a second server on 127.0.0.1; a route that Playwright
@@ -281,5 +283,79 @@ def test_other_sites_can_neither_frame_the_page_nor_rebind_nor_log_in_for_you(
             expect(fresh.get_by_role("heading")).to_have_text("This inbox needs its token")
             fresh.get_by_role("link", name="open the inbox").click()
             expect(fresh.locator("#connection")).to_have_text("Live")
+        finally:
+            browser.close()
+
+
+def test_reload_restart_and_a_declined_run_keep_telling_the_truth(tmp_path: Path) -> None:
+    """The first click starts the example; the approval says which run asks and shows its
+    data in words; a declined deposit is *declined*, not *done*, in words for people; a
+    reload and a restarted server still show the run's steps. With ``SERVE_SCREENSHOTS``
+    set to a folder, the main states are saved there (docs/serve.md shows them)."""
+    if MISSING is not None:
+        pytest.fail(f"CI must install the browser test's tools: {MISSING}", pytrace=False)
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = os.environ.get("SERVE_SCREENSHOTS")
+
+    def shoot(page: Any, name: str) -> None:
+        if shots:
+            page.screenshot(path=str(Path(shots) / f"serve-{name}.png"), full_page=True)
+
+    store = tmp_path / "runs.sqlite"
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = browser.new_page(viewport={"width": 900, "height": 900})
+            with ServeProcess(store) as server:
+                page.goto(server.url)
+                expect(page.locator("#connection")).to_have_text("Live")
+                box = page.get_by_label("What should the agent do?")
+                example = box.get_attribute("placeholder")
+                assert example and "Luigi's" in example
+                page.get_by_role("button", name="Start run").click()  # the box left empty
+                run = page.locator("#runs > li").first
+                expect(run.locator(".prompt")).to_have_text(example)
+
+                login = page.locator('#requests > li[data-kind="authorization"]')
+                expect(login.locator(".meta")).to_contain_text(f"for “{example}”")
+                login.get_by_role("button", name="Done, I logged in").click()
+                # The prompt named Luigi's: only the party size is asked, and once.
+                question = page.locator('#requests > li[data-kind="question"]')
+                expect(question.get_by_text("For how many people?")).to_have_count(1)
+                expect(question.get_by_text("Which restaurant?")).to_have_count(0)
+                shoot(page, "question")
+                question.get_by_role("radio", name="4", exact=True).check()
+                question.get_by_role("button", name="Send answers").click()
+
+                approval = page.locator('#requests > li[data-kind="approval"]')
+                details = approval.locator(".details")
+                expect(details.locator("dt")).to_have_text(["Amount (EUR)", "To", "Party size"])
+                expect(details.locator("dd")).to_have_text(["40", "Luigi's", "4"])
+                expect(approval.locator(".meta")).to_contain_text(f"for “{example}”")
+                shoot(page, "approval")
+                approval.get_by_role("button", name="Decline").click()
+
+                def declined_run() -> None:
+                    expect(run.locator(".status")).to_have_text("declined")
+                    expect(run).to_have_attribute("data-status", "declined")
+                    steps = run.locator(".steps > li")
+                    expect(steps.locator(".tool")).to_have_text(
+                        ["check_login", "question", "book_table"]
+                    )
+                    expect(steps.nth(2)).to_have_attribute("data-declined", "true")
+                    expect(steps.nth(2).locator(".output")).to_have_text(" → declined")
+                    expect(run.locator(".result")).to_contain_text("you declined the deposit")
+                    expect(run).not_to_contain_text("declined/expired")
+
+                declined_run()
+                shoot(page, "declined")
+                page.reload()  # the steps come back from GET /runs/{id}
+                expect(page.locator("#connection")).to_have_text("Live")
+                declined_run()
+            with ServeProcess(store) as server:  # a new server (and token) on the same store
+                page.goto(server.url)
+                expect(page.locator("#connection")).to_have_text("Live")
+                declined_run()
         finally:
             browser.close()

@@ -53,10 +53,7 @@ DEMO_ANSWERS: dict[str, dict[str, Any]] = {
     "question": {"ok": True, "data": {"answers": ["Sakura", "4"]}},
     "approval": {"ok": True},
 }
-LOGIN_DECLINED = (
-    "I stopped: you are not logged in "
-    "(declined/expired: Log in to the booking service, then confirm here.)."
-)
+LOGIN_DECLINED = "I stopped: you are not logged in (the login was cancelled)."
 
 SCRIPT = '''
 import os, sys

@@ -77,6 +77,18 @@ async def test_a_spilled_run_finishes_on_a_restarted_server(tmp_path: Path):
                     "prompt": "Dinner, but slowly",
                     "text": None,
                     "error": None,
+                    "declined": False,
+                    # Rebuilt from the store: the step that waits, with no output yet.
+                    "steps": [
+                        {
+                            "id": "serve_demo_1",
+                            "name": "check_login",
+                            "arguments": {},
+                            "output": None,
+                            "is_error": False,
+                            "declined": False,
+                        }
+                    ],
                 },
             )
             assert await get(http, "/requests") == (
@@ -87,6 +99,8 @@ async def test_a_spilled_run_finishes_on_a_restarted_server(tmp_path: Path):
             assert done["status"] == "done" and "Sakura for 4" in done["text"]
             status, run = await get(http, f"/runs/{run_id}")
             assert (status, run["status"], run["text"]) == (200, "done", done["text"])
+            steps = [(s["name"], s["output"] is not None) for s in run["steps"]]
+            assert steps == [("check_login", True), ("question", True), ("book_table", True)]
             assert await get(http, "/requests") == (200, {"requests": []})
         assert await stored_requests(path) == []
 
@@ -97,6 +111,9 @@ async def test_a_spilled_run_finishes_on_a_restarted_server(tmp_path: Path):
             # Finished runs are kept in the store (within a bound): a restart still shows it.
             status, run = await get(http, f"/runs/{run_id}")
             assert (status, run["status"], run["text"]) == (200, "done", done["text"])
+            # Its steps too: the earlier turns' in full, the last turn's call without output.
+            steps = [(s["name"], s["output"] is not None) for s in run["steps"]]
+            assert steps == [("check_login", True), ("question", True), ("book_table", False)]
 
 
 async def test_runs_parked_in_memory_are_saved_at_shutdown_and_resume_after(tmp_path: Path):

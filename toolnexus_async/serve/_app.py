@@ -43,7 +43,7 @@ from ..durable import DurableHost, RunStore
 from ._bodies import MAX_BODY, ApiError, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
 from ._guard import GUARD, Guard, add_security_headers, guard_requests
-from ._runs import RunBook, ServeInbox, drive, load_stored
+from ._runs import RunBook, ServeInbox, drive, load_stored, run_steps
 from ._workers import follow_workers
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
@@ -219,12 +219,15 @@ async def list_runs(request: web.Request) -> web.Response:
 
 
 async def get_run(request: web.Request) -> web.Response:
-    """``GET /runs/{id}``: one run's status and result."""
+    """``GET /runs/{id}``: one run's status and result, with its steps from the store."""
+    serve = request.app[SERVE]
     run_id = request.match_info["id"]
-    record = request.app[SERVE].book.get(run_id)
+    record = serve.book.get(run_id)
     if record is None:
         raise ApiError(404, f"no run {run_id!r}")
-    return web.json_response(record.to_dict())
+    steps = record.steps if record.steps is not None else await run_steps(serve.store, run_id)
+    declined = record.declined or any(step["declined"] for step in steps)
+    return web.json_response({**record.to_dict(), "declined": declined, "steps": steps})
 
 
 # -- requests -----------------------------------------------------------------------------------

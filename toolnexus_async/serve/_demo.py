@@ -4,14 +4,14 @@ Rule of this module: no I/O and no state between runs; whatever the prompt, a ru
 
 1. ``check_login``: a login link (``kind="authorization"``) on the first call, fine once
    answered;
-2. ``question``: the built-in tool, asking which restaurant and for how many people, with
-   options;
+2. ``question``: the built-in tool, asking which restaurant (unless the prompt names one
+   of :data:`RESTAURANTS`) and for how many people, with options;
 3. ``book_table`` (from the terminal demo): a deposit that needs approval;
 4. a final text that sums up the answers.
 
-A refusal at any step ends the run with a text that says so. :func:`serve_demo_app` wires
-them into :func:`create_app` with a :class:`SqliteRunStore`; ``toolnexus-async serve``
-uses it.
+A refusal at any step ends the run with a text that says so, in words for people.
+:func:`serve_demo_app` wires them into :func:`create_app` with a :class:`SqliteRunStore`;
+``toolnexus-async serve`` uses it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
 from ._app import MakeClient, create_app
-from ._runs import ServeInbox
+from ._runs import DECLINED, ServeInbox
 
 __all__ = (
     "LOGIN_URL",
@@ -84,17 +84,32 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def _choices(output: str) -> tuple[str, int]:
-    """The restaurant and party size the human chose (defaults for anything unclear)."""
+def _named(prompt: str) -> str | None:
+    """The demo restaurant the prompt names, if any (the first in :data:`RESTAURANTS`)."""
+    folded = prompt.casefold()
+    return next((r for r in RESTAURANTS if r.casefold() in folded), None)
+
+
+def _choices(output: str, named: str | None = None) -> tuple[str, int]:
+    """The restaurant and party size the human chose (defaults for anything unclear); with
+    a restaurant ``named`` in the prompt only the party size was asked."""
     try:
         answers = _strings(json.loads(output))
     except ValueError:
         answers = []
+    if named is not None:
+        answers = [named, *answers]
     restaurant = answers[0] if answers and answers[0].strip() else RESTAURANTS[0]
     size = 2
     if len(answers) > 1 and (digits := re.search(r"\d+", answers[1])):
         size = max(1, min(20, int(digits.group())))
     return restaurant.strip()[:100], size
+
+
+def _refusal(output: str, what: str) -> str:
+    """A refused step in words for people: the model-facing ``declined/expired: ...`` is
+    not something to show a person."""
+    return what if output.startswith(DECLINED) else output
 
 
 def _call(name: str, arguments: dict[str, Any], turn: int) -> ToolCall:
@@ -111,20 +126,34 @@ def serve_demo_model(messages: list[Message], tools: list[Tool]) -> AssistantMes
             "First, let me make sure you are logged in.", (_call("check_login", {}, 1),)
         )
     if login.is_error:
-        return AssistantMessage(f"I stopped: you are not logged in ({login.output}).")
+        why = _refusal(login.output, "the login was cancelled")
+        return AssistantMessage(f"I stopped: you are not logged in ({why}).")
+    named = _named(prompt)
     asked = done.get("question")
     if asked is None:
-        questions = [
-            {"question": "Which restaurant?", "header": "Restaurant", "options": list(RESTAURANTS)},
-            {"question": "For how many people?", "header": "Party", "options": list(PARTY_SIZES)},
-        ]
+        party = {
+            "question": "For how many people?",
+            "header": "Party",
+            "options": list(PARTY_SIZES),
+        }
+        if named is not None:
+            return AssistantMessage(
+                f"You are logged in. How many people at {named}?",
+                (_call("question", {"questions": [party]}, 2),),
+            )
+        where = {
+            "question": "Which restaurant?",
+            "header": "Restaurant",
+            "options": list(RESTAURANTS),
+        }
         return AssistantMessage(
             "You are logged in. A couple of questions.",
-            (_call("question", {"questions": questions}, 2),),
+            (_call("question", {"questions": [where, party]}, 2),),
         )
     if asked.is_error:
-        return AssistantMessage(f"I stopped: I need your choices ({asked.output}).")
-    restaurant, size = _choices(asked.output)
+        why = _refusal(asked.output, "you declined to answer")
+        return AssistantMessage(f"I stopped: I need your choices ({why}).")
+    restaurant, size = _choices(asked.output, named)
     booking = done.get("book_table")
     if booking is None:
         arguments = {"restaurant": restaurant, "time": TIME, "party_size": size}
@@ -135,7 +164,7 @@ def serve_demo_model(messages: list[Message], tools: list[Tool]) -> AssistantMes
     if booking.is_error:
         return AssistantMessage(
             f"You asked: {prompt!r}. You chose {restaurant} for {size}, "
-            f"but I did not book it: {booking.output}"
+            f"but I did not book it: {_refusal(booking.output, 'you declined the deposit')}."
         )
     return AssistantMessage(
         f"You asked: {prompt!r}. You chose {restaurant} for {size} at {TIME}. {booking.output}"

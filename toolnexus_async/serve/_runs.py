@@ -27,8 +27,8 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._messages import UserMessage
-from .._results import RunResult
+from .._messages import AssistantMessage, ToolReturn, UserMessage
+from .._results import RunResult, ToolCallRecord
 from .._streaming import StreamDone, StreamPending, StreamToolCall, StreamToolResult
 from .._types import Answer, Request
 from ..durable._store import RunSummary, StoredRequest
@@ -39,9 +39,12 @@ if TYPE_CHECKING:
     from ..durable import DurableHost, RunStore
     from ..durable._begun import BegunRun
 
-__all__ = ("KEEP_FINISHED", "RunBook", "RunRecord", "ServeInbox", "drive")
+__all__ = ("KEEP_FINISHED", "RunBook", "RunRecord", "ServeInbox", "drive", "run_steps")
 
 log = logging.getLogger("toolnexus_async.serve")
+
+# What the model sees for a refused or expired request starts so (see _suspension.declined).
+DECLINED = "declined/expired: "
 
 # Finished runs remembered for GET /runs; older ones are forgotten (bounded memory).
 KEEP_FINISHED = 10_000
@@ -49,10 +52,79 @@ KEEP_FINISHED = 10_000
 Outcome = Literal["done", "incomplete", "error"]
 
 
+def _step(record: ToolCallRecord, returns: dict[str, ToolReturn]) -> dict[str, Any]:
+    """One executed call as ``GET /runs/{id}`` shows it, with what the model was given;
+    ``declined``: its request was refused or expired (the model saw ``declined/expired``)."""
+    given = returns.get(record.call.id)
+    output = given.output if given is not None else record.result.output
+    is_error = given.is_error if given is not None else record.result.is_error
+    declined = record.answered_ok is False or (is_error and output.startswith(DECLINED))
+    return {
+        "id": record.call.id,
+        "name": record.call.name,
+        "arguments": record.call.arguments,
+        "output": output,
+        "is_error": is_error,
+        "declined": declined,
+    }
+
+
+def steps_of(result: RunResult) -> list[dict[str, Any]]:
+    """The steps of a run's result (its whole transcript), oldest first."""
+    returns = {m.call_id: m for m in result.messages if isinstance(m, ToolReturn)}
+    return [_step(record, returns) for record in result.tool_calls]
+
+
+async def run_steps(store: RunStore, run_id: str) -> list[dict[str, Any]]:
+    """A run's steps from the store, oldest first: every executed call of the turns before
+    its current one, then the current turn's calls; ``output`` is ``None`` for a call that
+    waits, or whose result the store no longer holds (a run that ended before a restart
+    keeps its last turn's requests and answers, not their outputs); ``[]`` if unknown."""
+    try:
+        stored = await store.load(run_id)
+    except Exception:  # unknown to the store, or unreadable: no steps to show
+        return []
+    messages = stored.state.messages
+    returns = {m.call_id: m for m in messages if isinstance(m, ToolReturn)}
+    steps = [_step(record, returns) for record in stored.state.tool_calls]
+    seen = {step["id"] for step in steps}
+    for call_id, record in stored.results.items():
+        if call_id not in seen:
+            steps.append(_step(record, returns))
+            seen.add(call_id)
+    calls = {c.id: c for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    for call_id, waiting in stored.requests.items():
+        call = calls.get(call_id)
+        if call_id in seen or call is None:
+            continue
+        answer = waiting.answer
+        steps.append(
+            {
+                "id": call_id,
+                "name": call.name,
+                "arguments": call.arguments,
+                "output": None,
+                "is_error": False,
+                "declined": answer is not None and not answer.ok,
+            }
+        )
+    return steps
+
+
 class RunRecord:
     """One run as the API shows it."""
 
-    __slots__ = ("error", "id", "outcome", "prompt", "streamed", "text", "waiting")
+    __slots__ = (
+        "declined",
+        "error",
+        "id",
+        "outcome",
+        "prompt",
+        "steps",
+        "streamed",
+        "text",
+        "waiting",
+    )
 
     def __init__(self, run_id: str, prompt: str) -> None:
         self.id = run_id
@@ -62,6 +134,8 @@ class RunRecord:
         self.error: str | None = None
         self.waiting: set[str] = set()  # ids of its outstanding requests
         self.streamed = False  # driven by a stream, which announces its requests itself
+        self.declined = False  # a request of it was refused or expired (known to this server)
+        self.steps: list[dict[str, Any]] | None = None  # from its result, once it ended here
 
     @property
     def status(self) -> str:
@@ -146,8 +220,16 @@ class RunBook:
         if record is None or result.status == "pending":
             return  # halted: its requests are booked already, and now wait in the store
         self._end(record, result.status, text=result.text)
+        record.steps = steps_of(result)
+        record.declined = record.declined or any(step["declined"] for step in record.steps)
         self.bus.publish(
-            "done", {"run_id": record.id, "status": result.status, "text": result.text}
+            "done",
+            {
+                "run_id": record.id,
+                "status": result.status,
+                "text": result.text,
+                "declined": record.declined,
+            },
         )
 
     def failed(self, run_id: str, error: BaseException) -> None:
@@ -199,6 +281,7 @@ class RunBook:
             record = self._runs.get(entry[1])
             if record is not None:
                 record.waiting.discard(answer.id)
+                record.declined = record.declined or not answer.ok
         if answer.id in self._announced:
             return
         self._announced.add(answer.id)
@@ -294,6 +377,7 @@ async def drive(begun: BegunRun, book: RunBook, record: RunRecord) -> None:
                             "name": event.name,
                             "output": event.output,
                             "is_error": event.is_error,
+                            "declined": event.is_error and event.output.startswith(DECLINED),
                         },
                     )
                 elif isinstance(event, StreamPending):

@@ -16,6 +16,8 @@ const answeredIds = new Set(); // so a re-sync that raced an answer cannot bring
 const runs = new Map(); // run id -> {li, data, steps: Map(call id -> <li>)}
 const FINAL = new Set(["done", "incomplete", "error"]);
 const STATUS_LABELS = { pending: "waiting for an answer" };
+// Runs whose steps are fetched (GET /runs/{id}) after a reload: the newest ones.
+const STEPS_ON_LOAD = 50;
 // The server restarted with a new token, say: only the printed address logs in again.
 const LOGGED_OUT =
   "Not logged in: open the address that toolnexus-async serve printed (…/?token=…).";
@@ -151,16 +153,32 @@ function buildRequestCard(request) {
   });
   card.append(
     el("h3", { id: headingId, text: KIND_TITLES[request.kind] || `Request: ${request.kind}` }),
-    el("p", { id: promptId, class: "prompt", text: request.prompt }),
   );
-  const meta = [request.run_id ? `run ${request.run_id}` : "", expiryText(request.expiresAt)];
-  card.append(el("p", { class: "meta", text: meta.filter(Boolean).join(" · ") }));
+  // A question's form shows each question itself: its prompt (the same questions in one
+  // line) would say everything twice.
+  const questions = request.kind === "question" && Array.isArray(request.data?.questions);
+  if (!questions || request.data.questions.length === 0) {
+    card.append(el("p", { id: promptId, class: "prompt", text: request.prompt }));
+  }
+  // Which run asks: its prompt, in words (the run id only until the prompt is known).
+  const runPrompt = el("span", { class: "run-prompt" });
+  const expiry = expiryText(request.expiresAt);
+  card.append(el("p", { class: "meta" }, runPrompt, expiry && request.run_id ? " · " : "", expiry));
+  card.runPrompt = runPrompt;
+  showRunPrompt(card, runs.get(request.run_id)?.data.prompt);
 
   const errorBox = el("p", { class: "error", role: "alert", hidden: true });
   const send = (body) => answer(request, card, errorBox, body);
   const build = BUILDERS[request.kind] || approvalControls;
-  card.append(...build(request, send, promptId), errorBox);
+  const describedBy = card.querySelector(`#${promptId}`) ? promptId : headingId;
+  card.append(...build(request, send, describedBy), errorBox);
   return card;
+}
+
+function showRunPrompt(card, prompt) {
+  const runId = card.dataset.run;
+  if (!runId || !card.runPrompt) return;
+  card.runPrompt.textContent = prompt ? `for “${shorten(prompt, 120)}”` : `run ${runId}`;
 }
 
 function expiryText(expiresAt) {
@@ -188,6 +206,7 @@ async function answer(request, card, errorBox, body) {
   }
   if (result.ok) {
     removeRequest(request.id);
+    if (body.ok === false && request.run_id) updateRun({ id: request.run_id, declined: true });
     return;
   }
   if (result.status === 404 || result.status === 409) {
@@ -213,8 +232,7 @@ function approvalControls(request, send, promptId) {
   if (request.data && typeof request.data === "object" && !Array.isArray(request.data)) {
     const details = el("dl", { class: "details" });
     for (const [key, value] of Object.entries(request.data)) {
-      const shown = typeof value === "object" ? JSON.stringify(value) : String(value);
-      details.append(el("dt", { text: key }), el("dd", { text: shown }));
+      details.append(el("dt", { text: labelOf(key) }), el("dd", { text: valueText(value) }));
     }
     if (details.childElementCount) parts.push(details);
   }
@@ -227,6 +245,36 @@ function approvalControls(request, send, promptId) {
     ),
   );
   return parts;
+}
+
+// Currency codes and other short words that a key ends with and a label shows in capitals.
+const UNIT_WORDS = new Set(["eur", "usd", "gbp", "chf", "jpy", "id", "url"]);
+
+/** A data key as a label: "amount_eur" -> "Amount (EUR)", "partySize" -> "Party size". */
+function labelOf(key) {
+  const words = String(key)
+    .replace(/([a-z0-9])([A-Z])/g, "$1 $2")
+    .split(/[_\s-]+/)
+    .filter(Boolean)
+    .map((w) => w.toLowerCase());
+  if (words.length === 0) return String(key);
+  let unit = "";
+  if (words.length > 1 && UNIT_WORDS.has(words[words.length - 1])) {
+    unit = ` (${words.pop().toUpperCase()})`;
+  }
+  const text = words.map((w) => (UNIT_WORDS.has(w) ? w.toUpperCase() : w)).join(" ");
+  return `${text.charAt(0).toUpperCase()}${text.slice(1)}${unit}`;
+}
+
+/** A data value for people: numbers with separators, yes/no, lists joined, else JSON. */
+function valueText(value) {
+  if (value === null || value === undefined) return "—";
+  if (typeof value === "number") return value.toLocaleString();
+  if (typeof value === "boolean") return value ? "yes" : "no";
+  if (Array.isArray(value) && value.every((v) => typeof v !== "object" || v === null)) {
+    return value.map(valueText).join(", ");
+  }
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
 
 function authorizationControls(request, send, promptId) {
@@ -437,15 +485,22 @@ function updateRun(run, ifNew = {}) {
   const entry = runEntry(run.id);
   const data = entry.data;
   for (const [key, value] of Object.entries(run)) {
-    if (value === undefined || value === null) continue;
+    if (value === undefined || value === null || key === "steps") continue;
     // A stale snapshot (a re-sync racing "done") must not un-finish a run.
     if (key === "status" && FINAL.has(data.status) && !FINAL.has(value)) continue;
-    data[key] = value;
+    // Once a request of the run was declined, it stays so.
+    if (key === "declined") data.declined = data.declined === true || value === true;
+    else data[key] = value;
   }
   if (fresh) for (const [key, value] of Object.entries(ifNew)) data[key] ??= value;
-  const status = data.status || "running";
+  // A run that ended "done" after a refusal did not do all it was asked: not a success.
+  const status =
+    data.status === "done" && data.declined ? "declined" : data.status || "running";
   entry.li.dataset.status = status;
   entry.status.textContent = STATUS_LABELS[status] || status;
+  for (const card of requestCards.values()) {
+    if (card.dataset.run === run.id) showRunPrompt(card, data.prompt);
+  }
   entry.prompt.textContent = data.prompt || "";
   entry.text.textContent = data.text || "";
   entry.text.hidden = !data.text;
@@ -463,6 +518,31 @@ function toolStep(runId, callId, name) {
     entry.stepList.append(step);
   }
   return step;
+}
+
+/** A step's outcome in words: a refusal is "declined", never the model's own text of it. */
+function showStep(step, { output, is_error: isError, declined }, ended) {
+  step.dataset.error = isError ? "true" : "false";
+  step.dataset.declined = declined ? "true" : "false";
+  let text;
+  if (declined) text = " → declined";
+  else if (typeof output === "string") text = ` → ${shorten(output)}`;
+  else text = ended ? " → answered" : " …"; // the store keeps no output (or none yet)
+  step.querySelector(".output").textContent = text;
+}
+
+/** Rebuild a run's steps from GET /runs/{id}, in their order (after a reload or restart). */
+async function loadSteps(runId) {
+  const run = await getJSON(`/runs/${encodeURIComponent(runId)}`);
+  const entry = updateRun(run);
+  if (!entry || !Array.isArray(run.steps)) return;
+  for (const s of run.steps) {
+    if (!s || typeof s.id !== "string") continue;
+    const step = toolStep(runId, s.id, String(s.name ?? ""));
+    const live = step.dataset.error !== undefined; // an event said more already
+    if (!live || typeof s.output === "string") showStep(step, s, FINAL.has(run.status));
+    entry.stepList.append(step); // moves it: the list ends in the server's order
+  }
 }
 
 function shorten(text, limit = 160) {
@@ -486,6 +566,10 @@ async function syncRuns() {
     const entry = updateRun(run);
     if (entry) runsList.append(entry.li);
   }
+  // Steps are not in the list: fetch them for the newest runs (each on its own).
+  for (const run of list.slice(0, STEPS_ON_LOAD)) {
+    if (typeof run?.id === "string") loadSteps(run.id).catch(() => {});
+  }
 }
 
 async function resync() {
@@ -503,14 +587,14 @@ const HANDLERS = {
     const step = toolStep(e.run_id, e.id, e.name);
     step.querySelector(".output").textContent = " …";
   },
-  tool_result: (e) => {
-    const step = toolStep(e.run_id, e.id, e.name);
-    step.dataset.error = e.is_error ? "true" : "false";
-    step.querySelector(".output").textContent = ` → ${shorten(e.output)}`;
+  tool_result: (e) => showStep(toolStep(e.run_id, e.id, e.name), e, false),
+  answered: (e) => {
+    const runId = requestCards.get(e.request_id)?.dataset.run;
+    removeRequest(e.request_id);
+    if (runId && e.ok === false) updateRun({ id: runId, declined: true });
   },
-  answered: (e) => removeRequest(e.request_id),
   done: (e) => {
-    updateRun({ id: e.run_id, status: e.status, text: e.text });
+    updateRun({ id: e.run_id, status: e.status, text: e.text, declined: e.declined });
     // Should an event ever come without the text, the run itself has it.
     if (typeof e.text !== "string") {
       getJSON(`/runs/${encodeURIComponent(e.run_id)}`).then(updateRun, () => {});
@@ -560,7 +644,8 @@ startForm.addEventListener("submit", async (event) => {
   event.preventDefault();
   const errorBox = startForm.querySelector(".error");
   const button = startForm.querySelector("button[type=submit]");
-  const prompt = promptBox.value.trim();
+  // An empty box starts the example it shows: a newcomer's first click just works.
+  const prompt = promptBox.value.trim() || promptBox.placeholder.trim();
   if (!prompt) {
     showError(errorBox, "Please write a prompt first.");
     return;
