@@ -32,7 +32,7 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Literal
 
 import anyio
@@ -253,7 +253,7 @@ class Inbox:
         loop.call_soon_threadsafe(apply)
         done.result(timeout)
 
-    async def requests(self) -> AsyncIterator[Request]:
+    async def requests(self) -> AsyncGenerator[Request, None]:
         """Each request parked from now on, once, as it arrives (for forwarding to humans).
 
         Several iterators may run at once; each sees every new request. Requests parked
