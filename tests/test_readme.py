@@ -38,6 +38,7 @@ def test_readme_python_blocks_run_as_scripts(tmp_path):
         )
         assert 0 == done.returncode, done.stderr
         assert "done - The payment: sent 120 EUR" in done.stdout
+        assert "declined" not in done.stdout
 
 
 def test_readme_declined_payment_is_reported(tmp_path):
@@ -55,6 +56,7 @@ def test_readme_declined_payment_is_reported(tmp_path):
     )
     assert 0 == done.returncode, done.stderr
     assert "sent" not in done.stdout.split("approve?")[-1]
+    assert "declined: Pay 120 EUR?" in done.stdout  # told apart from an approved run
 
 
 def test_readme_shown_blocks_compile():
