@@ -26,6 +26,7 @@ from ._errors import (
     ProviderError,
     ReplyTooLargeError,
     RequestExpiredError,
+    RunCancelledError,
     RunTimeoutError,
     StoreError,
     ToolnexusError,
@@ -33,6 +34,7 @@ from ._errors import (
     UnknownRequestError,
     UsageError,
 )
+from ._handle import RunHandle
 from ._hooks import Hooks, LlmCall, require_approval
 from ._http import HttpRequest, HttpResponse, Transport
 from ._messages import (
@@ -103,6 +105,7 @@ __all__ = (
     "AiohttpTransport",
     "HttpRequest",
     "HttpResponse",
+    "RunHandle",
     "Inbox",
     "DurableHost",
     "PostgresRunStore",
@@ -159,6 +162,7 @@ __all__ = (
     "AlreadyAnsweredError",
     "RequestExpiredError",
     "RunTimeoutError",
+    "RunCancelledError",
     "AnswerMismatchError",
     "AlreadyResumedError",
     "StoreError",

@@ -24,6 +24,7 @@ from ._codecs import codec_for
 from ._config import IN_PROCESS_LIMITS, Limits, ModelSettings
 from ._conversations import ConversationRuns, ConversationStore, MemoryConversationStore
 from ._errors import UsageError
+from ._handle import RunHandle
 from ._hooks import Hooks
 from ._http import Transport
 from ._ids import new_run_id
@@ -312,6 +313,27 @@ class LlmClient(Resuming, Closing):
             return await self._execute(loop, toolkit, sink=sink)
 
         return RunStream(start)
+
+    def start(
+        self,
+        prompt: str | None,
+        toolkit: Toolkit,
+        history: Sequence[Message] | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> RunHandle:
+        """:meth:`run`, held while it goes: ``async with client.start(...) as run:``.
+
+        The :class:`RunHandle` has the run's ``id`` at once, ``status``, ``pending``,
+        ``await run.result()`` and ``cancel()``; the run is a task of its own task group,
+        started and ended by the block (see ``_handle``). ``run_id`` and errors: as :meth:`run`.
+        """
+        loop = self._new_loop("start", prompt, history, run_id)
+
+        def begin(observe: Sink) -> Awaitable[RunResult]:
+            return self._runner.execute(loop, toolkit, observe=observe)
+
+        return RunHandle(loop.run_id, begin)
 
     def _new_loop(
         self,

@@ -19,6 +19,7 @@
     ├── StoreError                  a run store row is corrupt or foreign; other rows are
     │                               unaffected
     ├── RunTimeoutError(TimeoutError)    a run exceeded the client's whole-run ``timeout``
+    ├── RunCancelledError           a held run (``RunHandle``) was cancelled: no result
     └── ModelError                  anything between us and the model
         ├── ProviderError           the provider answered with a non-2xx status;
         │                           carries ``status`` and a bounded ``body`` excerpt
@@ -61,6 +62,7 @@ __all__ = (
     "ConfinementError",
     "RequestExpiredError",
     "RunTimeoutError",
+    "RunCancelledError",
     "StoreError",
     "UnknownRequestError",
     "ModelError",
@@ -147,6 +149,10 @@ class StoreError(ToolnexusError):
 
 class RunTimeoutError(ToolnexusError, TimeoutError):
     """A run took longer than the client's ``timeout``; the run was cancelled."""
+
+
+class RunCancelledError(ToolnexusError):
+    """A run held by a ``RunHandle`` was cancelled before it ended: it has no result."""
 
 
 class ModelError(ToolnexusError):

@@ -95,6 +95,20 @@ class RunResult:
     style: str | None = None
     refusal: str | None = None
 
+    @property
+    def declined(self) -> tuple[Request, ...]:
+        """The requests answered with ``ok=False`` (declined, cancelled or expired), in call
+        order. A run can be ``"done"`` with some: the model was told, and went on without.
+        Empty when every request was approved (or none was asked)."""
+        return tuple(
+            c.request for c in self.tool_calls if c.request is not None and c.answered_ok is False
+        )
+
+    @property
+    def approved(self) -> tuple[Request, ...]:
+        """The requests answered with ``ok=True``, in call order."""
+        return tuple(c.request for c in self.tool_calls if c.request is not None and c.answered_ok)
+
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON form: status, style, model, transcript, turns, usage, every
         tool call, and every outstanding suspended call of a halted turn (call id, tool,

@@ -109,18 +109,21 @@ class Runner:
         sink: Sink | None = None,
         on_tools_done: Callable[[RunResult], Any] | None = None,
         journal: Journal | None = None,
+        observe: Sink | None = None,
     ) -> Awaitable[RunResult]:
         """Run ``loop`` to its end (continuing a halted turn first when ``resume`` is given).
 
         With ``sink``, the model's replies are streamed and every step is reported to it.
+        With ``observe`` (and no ``sink``), only the tool steps are reported (a suspended
+        call, each result); the model's replies are not streamed.
         With ``journal`` (a durable run), each step is kept before the run goes on (see
         ``_journal``). Not a coroutine itself: it hands back the driving coroutine, one
         frame fewer for each of the many runs that may be parked at once.
         """
         if self.timeout is None:
-            return self._drive(loop, toolkit, None, resume, sink, on_tools_done, journal)
+            return self._drive(loop, toolkit, None, resume, sink, on_tools_done, journal, observe)
         return self._drive_limited(
-            loop, toolkit, resume, sink, on_tools_done, self.timeout, journal
+            loop, toolkit, resume, sink, on_tools_done, self.timeout, journal, observe
         )
 
     async def _drive_limited(
@@ -132,10 +135,13 @@ class Runner:
         on_tools_done: Callable[[RunResult], Any] | None,
         limit: float,
         journal: Journal | None,
+        observe: Sink | None,
     ) -> RunResult:
         with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
             budget = None if self.count_wait_in_timeout else _Budget(scope)
-            return await self._drive(loop, toolkit, budget, resume, sink, on_tools_done, journal)
+            return await self._drive(
+                loop, toolkit, budget, resume, sink, on_tools_done, journal, observe
+            )
         # Only reached when the scope cancelled the run.
         raise RunTimeoutError(f"the run took longer than its timeout of {limit} s")
 
@@ -148,8 +154,10 @@ class Runner:
         sink: Sink | None,
         on_tools_done: Callable[[RunResult], Any] | None = None,
         journal: Journal | None = None,
+        observe: Sink | None = None,
     ) -> RunResult:
         # One frame for the whole run: it is what a parked run holds while it waits.
+        steps = sink if sink is not None else observe  # what the tool steps are told to
         started = time.perf_counter()
         status: Literal["done", "pending", "incomplete", "error"] = "error"
         run_id = loop.run_id
@@ -158,7 +166,7 @@ class Runner:
         try:
             if resume is not None:
                 log.debug("%s: resuming with %d answer(s)", run_id, len(resume.answers))
-                executor = self._executor(toolkit, run_id, budget, sink, journal, loop.turns)
+                executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
                 outcomes = await executor.resume(
                     resume.turn, resume.answers, resume.kept, resume.waiting
                 )
@@ -223,7 +231,7 @@ class Runner:
                         log.debug("%s: running %d tool call(s)", run_id, len(calls))
                     # One executor per turn of tool calls: it is not held while the model
                     # is asked, so a run in flight holds one object fewer.
-                    executor = self._executor(toolkit, run_id, budget, sink, journal, turn)
+                    executor = self._executor(toolkit, run_id, budget, steps, journal, turn)
                     if len(calls) == 1:
                         # The common turn, awaited here: one coroutine fewer while parked.
                         loop.tools_finished([await executor.run_one(calls[0])])

@@ -32,7 +32,7 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Literal
 
 import anyio
@@ -129,9 +129,12 @@ class Inbox:
         """Seconds a request may stay parked before its run halts (None: no limit)."""
         return self._park_timeout
 
-    def pending(self) -> list[Request]:
-        """The outstanding requests, in the order they arrived."""
-        return [slot.request for slot in self._slots.values()]
+    def pending(self, run_id: str | None = None) -> list[Request]:
+        """The outstanding requests, in the order they arrived; with ``run_id``, only that
+        run's (the id of :class:`RunHandle` and ``RunResult.run_id``)."""
+        if run_id is None:
+            return [slot.request for slot in self._slots.values()]
+        return [slot.request for slot in self._slots.values() if slot.run_id == run_id]
 
     def get(self, request_id: str) -> Request | None:
         """The outstanding request with this id, or None."""
@@ -253,7 +256,7 @@ class Inbox:
         loop.call_soon_threadsafe(apply)
         done.result(timeout)
 
-    async def requests(self) -> AsyncIterator[Request]:
+    async def requests(self) -> AsyncGenerator[Request, None]:
         """Each request parked from now on, once, as it arrives (for forwarding to humans).
 
         Several iterators may run at once; each sees every new request. Requests parked
