@@ -143,7 +143,7 @@ async def test_resume_sends_one_result_per_call_and_no_new_user_turn():
 
     wait_for_calls: list[Request] = []
 
-    def wait_for(r: Request) -> Answer:
+    async def wait_for(r: Request) -> Answer:
         wait_for_calls.append(r)
         return Answer(r.id, True, data={"who": "Bo"})
 
@@ -240,7 +240,7 @@ async def test_run_with_answer_needs_only_the_transcript_and_the_pending_request
     assert halted.pending is not None
     history = list(halted.messages)
 
-    def wait_for(r: Request) -> Answer:
+    async def wait_for(r: Request) -> Answer:
         return Answer(r.id, True, data={"who": "Ed"})
 
     async with LlmClient.in_process(ScriptedModel(final_from_results), wait_for=wait_for) as client:

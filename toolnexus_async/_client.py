@@ -73,7 +73,8 @@ class LlmClient(Resuming, Closing):
         style: ``"openai"`` or ``"anthropic"``.
         model: the model name, sent verbatim every turn.
         api_key: the key; defaults to ``OPENAI_API_KEY`` or ``ANTHROPIC_API_KEY``.
-        wait_for: ``async def wait_for(request) -> Answer`` (a plain function works too).
+        wait_for: ``async def wait_for(request) -> Answer``, or an ``Inbox()``; a class, a
+            plain (sync) function or anything not callable is a :class:`UsageError`.
             Set: suspensions are resolved in-process. Unset: a suspension halts the run
             with ``status == "pending"``.
         system_prompt: instructions sent first in every request.
