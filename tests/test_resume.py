@@ -394,3 +394,34 @@ async def test_resume_needs_at_least_one_answer():
         with pytest.raises(UsageError, match="at least one answer"):
             await client.resume(halted, toolkit, [])
     assert ledger.looked_up == 1
+
+
+@pytest.mark.parametrize(
+    ("answers", "message"),
+    [
+        (True, r"takes an Answer or a list of Answers as answers, got bool True: build one"),
+        ({"id": "r", "ok": True}, r"got dict \{'id': 'r', 'ok': True\}.*Answer.from_dict"),
+        ([True], r"got a bool among them"),
+    ],
+)
+async def test_answers_that_are_not_answers_say_what_was_expected(answers: Any, message: str):
+    ledger = Ledger()
+    toolkit = ledger.toolkit()
+    halted = await halt(ledger, toolkit)
+    async with LlmClient.in_process(ScriptedModel()) as client:
+        with pytest.raises(UsageError, match=message):
+            await client.resume(halted, toolkit, answers)
+    assert ledger.looked_up == 1
+
+
+async def test_swapped_arguments_say_which_comes_where():
+    """The issue's ``resume(halted, True, toolkit)``: the toolkit comes second."""
+    ledger = Ledger()
+    toolkit = ledger.toolkit()
+    halted = await halt(ledger, toolkit)
+    async with LlmClient.in_process(ScriptedModel()) as client:
+        with pytest.raises(UsageError, match=r"takes a Toolkit second, got bool \(the argu"):
+            await client.resume(halted, True, toolkit)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match=r"takes a Toolkit second, got list: the answers"):
+            await client.resume(halted, [], [])  # type: ignore[arg-type]
+    assert ledger.looked_up == 1
