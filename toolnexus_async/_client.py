@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self
 
@@ -46,6 +47,9 @@ from ._transport import AiohttpTransport
 __all__ = ("LlmClient",)
 
 log = logging.getLogger("toolnexus_async")
+
+# Every provider's keys are dozens of characters; a shorter one is a placeholder or a slip.
+SHORT_KEY = 8
 
 
 def _given(value: Any, default: Any, kind: type, name: str) -> Any:
@@ -122,6 +126,15 @@ class LlmClient(Resuming, Closing):
         limits = _given(limits, Limits(), Limits, "limits")
         settings = _given(settings, ModelSettings(), ModelSettings, "settings")
         self.__api_key = api_key if api_key is not None else os.environ.get(codec.key_env)
+        if self.__api_key and len(self.__api_key) < SHORT_KEY:
+            where = "api_key" if api_key is not None else codec.key_env
+            warnings.warn(
+                f"{where} is {len(self.__api_key)} characters long, too short to be a real "
+                f"provider key (a placeholder, or the wrong value?); leave it out for a "
+                f"server that needs no key",
+                UserWarning,
+                stacklevel=2,
+            )
         request_headers = {**codec.headers(self.__api_key), **(headers or {})}
         if transport is None:
             transport = AiohttpTransport()
