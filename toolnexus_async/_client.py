@@ -33,7 +33,7 @@ from ._loop import RunLoop
 from ._messages import Message
 from ._metric_events import Reporter
 from ._metrics import MetricsRegistry
-from ._model import FunctionModel, Generate, HttpModel, Model
+from ._model import FunctionModel, Generate, HttpModel, Model, hints_for
 from ._resolver import Resolver, WaitFor
 from ._results import RunResult
 from ._resume import ResumePlan, Resuming
@@ -156,6 +156,7 @@ class LlmClient(Resuming, Closing):
             timeout=limits.request_timeout,
             max_reply_bytes=limits.max_reply_bytes,
             secrets=(self.__api_key or "", *(headers or {}).values(), *url_secrets(base)),
+            hints=hints_for(codec, base, self.__api_key),
         )
         self._setup(
             model_impl,
