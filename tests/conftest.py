@@ -162,7 +162,7 @@ class FakeProvider:
         style: str = "openai",
         model: str = "m",
         *,
-        api_key: str = "k",
+        api_key: str = "sk-test-key",
         base_url: str | None = None,
         **options: Any,
     ) -> LlmClient:

@@ -53,7 +53,7 @@ async def test_a_run_whose_wait_for_declines_changes_nothing(root: Path):
     """The model learns it was declined; the file and the shell are untouched."""
     seen: list[Request] = []
 
-    def decline(request: Request) -> Answer:
+    async def decline(request: Request) -> Answer:
         seen.append(request)
         return Answer(request.id, False, reason="declined")
 
@@ -160,7 +160,7 @@ async def test_behind_require_approval_the_tool_still_asks_unless_allowed(root: 
     for approve, expected in (("ask", ["gate", "bash"]), ("allow-all", ["gate"])):
         seen: list[str] = []
 
-        def yes(request: Request, seen: list[str] = seen) -> Answer:
+        async def yes(request: Request, seen: list[str] = seen) -> Answer:
             data = request.data or {}
             seen.append("gate" if "gate" in data else data["tool"])
             return Answer(request.id, True)

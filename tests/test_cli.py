@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import socket
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -163,6 +164,51 @@ def test_serve_runs_the_demo_app_with_the_given_flags(monkeypatch, tmp_path, cap
     assert guard.token is not None and len(guard.token) >= 40
     out = capsys.readouterr().out
     assert f"Open the inbox: http://inbox.lan:9999/?token={guard.token}\n" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--style", "anthropic"], "--style anthropic needs --base-url (or ANTHROPIC_BASE_URL)"),
+        (["--model", "gpt-4o"], "--model gpt-4o needs --base-url (or OPENAI_BASE_URL)"),
+    ],
+)
+def test_serve_with_a_provider_but_no_endpoint_is_refused_not_the_demo(
+    capsys, monkeypatch, tmp_path, argv, message
+):
+    """Asking for a provider without saying where must not silently run the demo model."""
+    import toolnexus_async.serve as serve
+
+    def must_not_serve(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("served the demo model")
+
+    monkeypatch.setattr(serve, "run_server", must_not_serve)
+    for name in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["serve", "--store", str(tmp_path / "runs.sqlite"), *argv]) == 2
+    out, err = capsys.readouterr()
+    assert message in err and "demo" in err
+    assert "demo model" not in out and not (tmp_path / "runs.sqlite").exists()
+
+
+async def test_serve_on_a_taken_port_says_so_in_one_line(tmp_path):
+    """The real command on a port another socket holds: one line, how to pick another, a
+    non-zero exit and no traceback."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        command = [sys.executable, "-m", "toolnexus_async", "serve", "--port", str(port)]
+        command += ["--store", str(tmp_path / "runs.sqlite")]
+        with anyio.fail_after(60):
+            done = await anyio.run_process(command, check=False)
+    err = done.stderr.decode()
+    assert done.returncode == 1
+    assert err.splitlines() == [
+        f"toolnexus-async serve: port {port} on 127.0.0.1 is already taken (another server "
+        f"is listening there); pick another with --port, e.g. --port {port + 1}, or --port 0 "
+        "for any free one"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ below are real objects, as most users write them.
 import enum
 import json
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -22,6 +23,9 @@ from toolnexus_async import (
     define_tool,
     pending_of,
 )
+
+# Most functions here are about schemas, not descriptions; the warning has its own tests.
+pytestmark = pytest.mark.filterwarnings("ignore:tool .* has no description:UserWarning")
 
 
 class Color(enum.Enum):
@@ -605,3 +609,56 @@ async def test_defined_tool_runs_through_a_toolkit():
 
     toolkit = Toolkit.create(builtins=False, extra_tools=[add])
     assert await toolkit.execute("add", {"a": 2, "b": 3}) == ToolResult.ok("5")
+
+
+def test_a_tool_without_a_description_warns_where_it_is_defined():
+    with pytest.warns(UserWarning, match=r"tool 'quiet' has no description: .* docstring") as seen:
+
+        @define_tool
+        async def quiet(x: int) -> str:
+            return str(x)
+
+    assert seen[0].filename == __file__  # pointed at the decorator line, not the package
+    assert quiet.description == ""
+
+
+def test_a_docstring_or_a_description_is_enough():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        @define_tool
+        async def told(x: int) -> str:
+            """Says x."""
+            return str(x)
+
+        @define_tool(description="Says x.")
+        async def given(x: int) -> str:
+            return str(x)
+
+    assert told.description == given.description == "Says x."
+
+
+async def test_a_method_in_a_class_body_is_refused_and_the_bound_method_works():
+    with pytest.raises(UsageError, match=r"tool 'refund': its first parameter is 'self'"):
+
+        class Shop:
+            @define_tool
+            async def refund(self, order: str) -> str:
+                """Refund an order."""
+                return order
+
+    class Till:
+        def __init__(self) -> None:
+            self.refunded: list[str] = []
+
+        async def refund(self, order: str) -> str:
+            """Refund an order."""
+            self.refunded.append(order)
+            return f"refunded {order}"
+
+    till = Till()
+    tool = define_tool(till.refund)
+    assert tool.input_schema["required"] == ["order"]
+    assert "self" not in tool.input_schema["properties"]
+    assert (await tool.execute({"order": "o1"})).output == "refunded o1"
+    assert till.refunded == ["o1"]

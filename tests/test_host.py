@@ -390,7 +390,7 @@ def test_the_host_checks_its_settings():
 
 
 async def test_a_wait_for_may_raise_haltrun_to_halt_the_run():
-    def give_up(request: Request) -> Answer:
+    async def give_up(request: Request) -> Answer:
         raise HaltRun("not now")
 
     pay = Pay()

@@ -309,3 +309,9 @@ async def test_remember_bounds_the_memory_of_finished_ids():
         inbox.answer(Answer("a", True))
     with pytest.raises(RequestExpiredError):
         inbox.answer(Answer("c", True))
+
+
+def test_a_dict_instead_of_an_answer_says_how_to_build_one():
+    inbox = Inbox()
+    with pytest.raises(UsageError, match=r"takes an Answer, got dict: .*Answer.from_dict"):
+        inbox.answer({"id": "r1", "ok": True})  # type: ignore[arg-type]

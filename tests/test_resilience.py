@@ -251,7 +251,7 @@ async def test_connection_refused_is_retried_then_a_transport_error() -> None:
         f"http://127.0.0.1:{closed_port()}",
         "openai",
         "m",
-        api_key="k",
+        api_key="sk-test-key",
         retry=FAST,
         hooks=Hooks(on_metric=events.append),
     )
@@ -408,7 +408,7 @@ async def test_request_timeout_without_retries_raises_transport_error(
         fake_llm.url,
         "openai",
         "m",
-        api_key="k",
+        api_key="sk-test-key",
         limits=Limits(request_timeout=0.05),
         retry=RetryPolicy(retries=0),
     )
@@ -548,7 +548,7 @@ async def test_cancelling_the_run_task_aborts_the_http_request(hanging: HangingS
     with anyio.fail_after(LIMIT):
         async with (
             Toolkit.create(builtins=False) as tk,
-            LlmClient(hanging.url, "openai", "m", api_key="k") as client,
+            LlmClient(hanging.url, "openai", "m", api_key="sk-test-key") as client,
         ):
             task = asyncio.create_task(client.run("go", tk))
             await until(hanging.entered.is_set)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from tests.shared import final_from_results
@@ -55,15 +56,76 @@ async def run_with(wait_for: Any) -> Any:
 def test_the_inbox_is_a_parking_resolver_and_a_function_is_not():
     inbox = Resolver.of(Inbox())
     assert inbox is not None and inbox.park is not None and inbox.enforces_expiry
-    plain = Resolver.of(lambda request: Answer(request.id, True))
+
+    async def yes(request: Request) -> Answer:
+        return Answer(request.id, True)
+
+    plain = Resolver.of(yes)
     assert plain is not None and plain.park is None and not plain.enforces_expiry
     assert Resolver.of(None) is None
 
 
 @pytest.mark.parametrize("thing", [42, "inbox", Answer("r", True)])
 def test_what_cannot_answer_is_refused_when_the_client_is_built(thing: object):
-    with pytest.raises(UsageError, match="wait_for must be callable"):
+    with pytest.raises(UsageError, match=r"wait_for must be callable.*async def"):
         LlmClient.in_process(lambda m, t: "x", wait_for=thing)  # type: ignore[arg-type]
+
+
+def test_a_class_is_refused_with_the_instance_it_meant():
+    with pytest.raises(UsageError, match=r"wait_for=Inbox is a class; pass an instance"):
+        LlmClient.in_process(lambda m, t: "x", wait_for=Inbox)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"wait_for=Inbox is a class"):
+        LlmClient("http://127.0.0.1:9", model="m", api_key="sk-test-key", wait_for=Inbox)  # type: ignore[arg-type]
+
+
+def test_a_sync_function_is_refused_naming_it():
+    def approve(request: Request) -> Answer:
+        return Answer(request.id, True)
+
+    class SyncCall:
+        def __call__(self, request: Request) -> Answer:
+            return Answer(request.id, True)
+
+    with pytest.raises(UsageError, match=r"wait_for .*approve is not an async function"):
+        LlmClient.in_process(lambda m, t: "x", wait_for=approve)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"wait_for a .*SyncCall object is not an async"):
+        LlmClient.in_process(lambda m, t: "x", wait_for=SyncCall())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("returned", [True, {"id": "x", "ok": True}, None])
+async def test_a_resolver_that_returns_no_answer_raises_naming_it(returned: object):
+    """Not fed to the model as error text: the run raises, once, with the resolver's name."""
+
+    async def sloppy(request: Request) -> Any:
+        return returned
+
+    with pytest.raises(UsageError, match=r"wait_for .*sloppy returned \w+, not an Answer"):
+        await run_with(sloppy)
+
+
+async def test_two_sloppy_answers_in_one_turn_raise_one_plain_usage_error():
+    async def sloppy(request: Request) -> Any:
+        await anyio.lowlevel.checkpoint()  # both calls outstanding: a task group runs them
+        return True
+
+    model = ScriptedModel(
+        reply(tool_call("pay", id="c1"), tool_call("pay", id="c2")), final_from_results
+    )
+    async with (
+        Toolkit.create(builtins=False, extra_tools=[pay]) as toolkit,
+        LlmClient.in_process(model, wait_for=sloppy) as client,
+    ):
+        with pytest.raises(UsageError, match="sloppy returned bool"):
+            await client.run("pay", toolkit)
+
+
+async def test_a_resolver_that_raises_while_working_is_still_told_to_the_model():
+    async def down(request: Request) -> Answer:
+        raise ConnectionError("approval service down")
+
+    result = await run_with(down)
+    assert result.status == "done"
+    assert "wait_for raised ConnectionError: approval service down" in result.text
 
 
 async def test_a_lookalike_is_asked_as_a_function_and_timed_out_by_the_loop():

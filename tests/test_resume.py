@@ -143,7 +143,7 @@ async def test_resume_sends_one_result_per_call_and_no_new_user_turn():
 
     wait_for_calls: list[Request] = []
 
-    def wait_for(r: Request) -> Answer:
+    async def wait_for(r: Request) -> Answer:
         wait_for_calls.append(r)
         return Answer(r.id, True, data={"who": "Bo"})
 
@@ -240,7 +240,7 @@ async def test_run_with_answer_needs_only_the_transcript_and_the_pending_request
     assert halted.pending is not None
     history = list(halted.messages)
 
-    def wait_for(r: Request) -> Answer:
+    async def wait_for(r: Request) -> Answer:
         return Answer(r.id, True, data={"who": "Ed"})
 
     async with LlmClient.in_process(ScriptedModel(final_from_results), wait_for=wait_for) as client:
@@ -393,4 +393,35 @@ async def test_resume_needs_at_least_one_answer():
     async with LlmClient.in_process(ScriptedModel()) as client:
         with pytest.raises(UsageError, match="at least one answer"):
             await client.resume(halted, toolkit, [])
+    assert ledger.looked_up == 1
+
+
+@pytest.mark.parametrize(
+    ("answers", "message"),
+    [
+        (True, r"takes an Answer or a list of Answers as answers, got bool True: build one"),
+        ({"id": "r", "ok": True}, r"got dict \{'id': 'r', 'ok': True\}.*Answer.from_dict"),
+        ([True], r"got a bool among them"),
+    ],
+)
+async def test_answers_that_are_not_answers_say_what_was_expected(answers: Any, message: str):
+    ledger = Ledger()
+    toolkit = ledger.toolkit()
+    halted = await halt(ledger, toolkit)
+    async with LlmClient.in_process(ScriptedModel()) as client:
+        with pytest.raises(UsageError, match=message):
+            await client.resume(halted, toolkit, answers)
+    assert ledger.looked_up == 1
+
+
+async def test_swapped_arguments_say_which_comes_where():
+    """The issue's ``resume(halted, True, toolkit)``: the toolkit comes second."""
+    ledger = Ledger()
+    toolkit = ledger.toolkit()
+    halted = await halt(ledger, toolkit)
+    async with LlmClient.in_process(ScriptedModel()) as client:
+        with pytest.raises(UsageError, match=r"takes a Toolkit second, got bool \(the argu"):
+            await client.resume(halted, True, toolkit)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match=r"takes a Toolkit second, got list: the answers"):
+            await client.resume(halted, [], [])  # type: ignore[arg-type]
     assert ledger.looked_up == 1

@@ -240,7 +240,7 @@ async def test_wait_for_full_surface_both_postures(provider: FakeProvider) -> No
     # (A) wait_for provided: the engine resolves and retries transparently.
     approved_a = [False]
 
-    def approve_a(request: Request) -> Answer:
+    async def approve_a(request: Request) -> Answer:
         approved_a[0] = True
         return Answer(request.id, True)
 

@@ -96,7 +96,7 @@ async def halt():
 
 
 async def resume(request_id):
-    def approve(request):
+    async def approve(request):
         effect(f"wait_for {request.kind}")
         return Answer(request.id, True, data={"who": "ops"})
 

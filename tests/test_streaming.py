@@ -322,7 +322,7 @@ def holding_llm() -> Iterator[HoldingLLM]:
 async def test_leaving_early_aborts_the_http_request(holding_llm: HoldingLLM):
     """Breaking out of `async with client.stream(...)` closes the connection mid-stream."""
     with anyio.fail_after(5):
-        async with LlmClient(holding_llm.url, model="m", api_key="k") as client:
+        async with LlmClient(holding_llm.url, model="m", api_key="sk-test-key") as client:
             async with client.stream("hi", Toolkit.create(builtins=False)) as stream:
                 async for event in stream:
                     assert event == StreamText("thinking")

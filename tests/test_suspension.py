@@ -301,7 +301,7 @@ async def test_pending_of_reads_a_halted_run_and_nothing_else(provider: FakeProv
             assert len(provider.requests) == 1
             provider.requests.clear()
 
-            def approve(request: Request) -> Answer:
+            async def approve(request: Request) -> Answer:
                 return Answer(request.id, True)
 
             async with provider.client("anthropic", wait_for=approve) as client:
@@ -516,25 +516,6 @@ async def test_a_failing_wait_for_is_an_error_result_and_siblings_go_on(
     assert not fine.is_error and fine.output.startswith("fine done")
     assert len(tools[0].calls) == 1 and len(tools[1].calls) == 2
     assert result.status == "done"
-    assert_no_leaks()
-
-
-async def test_a_plain_function_is_accepted_as_wait_for() -> None:
-    """A non-async wait_for returning an Answer works like an async one."""
-    tool = approval_tool("pay", "Pay?")
-    asked: list[str] = []
-
-    def plain(request: Request) -> Answer:
-        asked.append(request.id)
-        return Answer(request.id, True)
-
-    model = ScriptedModel(reply(None, tool_call("pay", id="c1")), "paid")
-    result = await run_in_process(model, [tool], plain)
-
-    assert len(asked) == 1
-    (fed,) = tool_returns(model.requests[1])
-    assert not fed.is_error and fed.output == f"pay done with {{}} after answer {asked[0]}"
-    assert result.status == "done" and result.text == "paid"
     assert_no_leaks()
 
 

@@ -195,17 +195,6 @@ def test_an_answer_for_another_request_is_refused_and_the_call_not_run_again():
     assert "request id 'r1'" in done.outcome.result.output
 
 
-@pytest.mark.parametrize("answer", [True, {"id": "r1", "ok": True}, None, "yes"])
-def test_something_that_is_not_an_answer_is_refused(answer: object):
-    machine = rule()
-    asked(machine)
-    done = machine.answered(answer)
-    assert isinstance(done, Settle)
-    assert f"wait_for returned {type(answer).__name__}, not an Answer" in (
-        done.outcome.result.output
-    )
-
-
 def test_a_resolver_that_fails_is_reported_to_the_model():
     machine = rule()
     asked(machine)

@@ -10,6 +10,7 @@ URL to open) and hands everything else to ``toolnexus_async.serve``.
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import ipaddress
 import os
@@ -178,9 +179,19 @@ def run_serve(args: argparse.Namespace) -> int:
     """``toolnexus-async serve``: the approval inbox on the demo model or a real endpoint."""
     from .serve import TOKEN_ENV, ServeInbox, new_token, open_store, run_server, serve_demo_app
 
-    url_env = "ANTHROPIC_BASE_URL" if args.style == "anthropic" else "OPENAI_BASE_URL"
+    style = args.style or "openai"
+    url_env = "ANTHROPIC_BASE_URL" if style == "anthropic" else "OPENAI_BASE_URL"
     base_url = args.base_url or os.environ.get(url_env)
     model = args.model or os.environ.get("TOOLNEXUS_MODEL")
+    if not base_url and (args.style or args.model):
+        # Asked for a provider but not told where: the demo would look like it answered.
+        asked = f"--style {args.style}" if args.style else f"--model {args.model}"
+        print(
+            f"toolnexus-async serve: {asked} needs --base-url (or {url_env}), the endpoint "
+            f"to talk to; leave out --style and --model to run the demo model",
+            file=sys.stderr,
+        )
+        return 2
     make_client = None
     if base_url:
         if not model:
@@ -188,7 +199,7 @@ def run_serve(args: argparse.Namespace) -> int:
             return 2
 
         def make_client(inbox: ServeInbox) -> LlmClient:
-            return LlmClient(base_url, style=args.style, model=model, wait_for=inbox)
+            return LlmClient(base_url, style=style, model=model, wait_for=inbox)
 
     if args.insecure_no_auth and args.token:
         print("--token and --insecure-no-auth do not go together", file=sys.stderr)
@@ -213,7 +224,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
         return 2
-    which = f"{args.style} model {model} at {base_url}" if base_url else "the demo model"
+    which = f"{style} model {model} at {base_url}" if base_url else "the demo model"
     kept = getattr(store, "where", where)  # a DSN's password is never printed
     print(f"toolnexus-async serve: {which}; every run kept in {kept}", flush=True)
 
@@ -239,9 +250,21 @@ def run_serve(args: argparse.Namespace) -> int:
             functools.partial(run_server, app, host=args.host, port=args.port, on_ready=ready)
         )
     except OSError as exc:
-        print(f"toolnexus-async serve: {exc}", file=sys.stderr)  # the port is taken, say
+        print(f"toolnexus-async serve: {_bind_failure(exc, args.host, args.port)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _bind_failure(exc: OSError, host: str, port: int) -> str:
+    """One line for a server that could not listen: a taken port says how to pick another."""
+    taken = exc.errno == errno.EADDRINUSE or "address already in use" in str(exc).lower()
+    if not taken:
+        return str(exc)
+    return (
+        f"port {port} on {host} is already taken (another server is listening there); "
+        f"pick another with --port, e.g. --port {port + 1 if port < 65535 else 8081}, "
+        f"or --port 0 for any free one"
+    )
 
 
 def _is_ip(host: str) -> bool:
@@ -297,7 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument(
         "--base-url", help="an OpenAI- or Anthropic-style endpoint instead of the demo model"
     )
-    serve.add_argument("--style", choices=("openai", "anthropic"), default="openai")
+    serve.add_argument(
+        "--style",
+        choices=("openai", "anthropic"),
+        help="the API style of --base-url (default openai); needs --base-url",
+    )
     serve.add_argument("--model", help="the model name at --base-url")
     serve.add_argument(
         "--token",

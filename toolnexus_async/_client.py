@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self
 
@@ -33,7 +34,7 @@ from ._loop import RunLoop
 from ._messages import Message
 from ._metric_events import Reporter
 from ._metrics import MetricsRegistry
-from ._model import FunctionModel, Generate, HttpModel, Model
+from ._model import FunctionModel, Generate, HttpModel, Model, hints_for
 from ._resolver import Resolver, WaitFor
 from ._results import RunResult
 from ._resume import ResumePlan, Resuming
@@ -47,6 +48,9 @@ from ._transport import AiohttpTransport
 __all__ = ("LlmClient",)
 
 log = logging.getLogger("toolnexus_async")
+
+# Every provider's keys are dozens of characters; a shorter one is a placeholder or a slip.
+SHORT_KEY = 8
 
 
 def _given(value: Any, default: Any, kind: type, name: str) -> Any:
@@ -74,7 +78,8 @@ class LlmClient(Resuming, Closing):
         style: ``"openai"`` or ``"anthropic"``.
         model: the model name, sent verbatim every turn.
         api_key: the key; defaults to ``OPENAI_API_KEY`` or ``ANTHROPIC_API_KEY``.
-        wait_for: ``async def wait_for(request) -> Answer`` (a plain function works too).
+        wait_for: ``async def wait_for(request) -> Answer``, or an ``Inbox()``; a class, a
+            plain (sync) function or anything not callable is a :class:`UsageError`.
             Set: suspensions are resolved in-process. Unset: a suspension halts the run
             with ``status == "pending"``.
         system_prompt: instructions sent first in every request.
@@ -122,6 +127,15 @@ class LlmClient(Resuming, Closing):
         limits = _given(limits, Limits(), Limits, "limits")
         settings = _given(settings, ModelSettings(), ModelSettings, "settings")
         self.__api_key = api_key if api_key is not None else os.environ.get(codec.key_env)
+        if self.__api_key and len(self.__api_key) < SHORT_KEY:
+            where = "api_key" if api_key is not None else codec.key_env
+            warnings.warn(
+                f"{where} is {len(self.__api_key)} characters long, too short to be a real "
+                f"provider key (a placeholder, or the wrong value?); leave it out for a "
+                f"server that needs no key",
+                UserWarning,
+                stacklevel=2,
+            )
         request_headers = {**codec.headers(self.__api_key), **(headers or {})}
         if transport is None:
             transport = AiohttpTransport()
@@ -143,6 +157,7 @@ class LlmClient(Resuming, Closing):
             timeout=limits.request_timeout,
             max_reply_bytes=limits.max_reply_bytes,
             secrets=(self.__api_key or "", *(headers or {}).values(), *url_secrets(base)),
+            hints=hints_for(codec, base, self.__api_key),
         )
         self._setup(
             model_impl,

@@ -182,6 +182,9 @@ class ProviderError(ModelError):
         url: the endpoint that was called.
         headers: the reply's headers, names lower-cased (``retry-after`` is the one a
             retry policy reads). Reply headers carry no secret of ours.
+        hint: the likely fix, when the client can tell (a 404 from an OpenAI-style
+            ``base_url`` without ``/v1``, a 401 when no key was given), else ``None``; it
+            ends the message.
     """
 
     def __init__(
@@ -192,26 +195,34 @@ class ProviderError(ModelError):
         *,
         truncated: bool = False,
         headers: Mapping[str, str] | None = None,
+        hint: str | None = None,
     ) -> None:
         self.status = status
         self.body = body[:BODY_EXCERPT_LIMIT]
         self.url = url
         self.headers = {k.lower(): v for k, v in (headers or {}).items()}
         self.truncated = truncated or len(body) > BODY_EXCERPT_LIMIT
+        self.hint = hint
         cut = "..." if self.truncated else ""
-        super().__init__(f"provider replied HTTP {status} from {url}: {self.body}{cut}")
+        told = f"\nhint: {hint}" if hint else ""
+        super().__init__(f"provider replied HTTP {status} from {url}: {self.body}{cut}{told}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             _rebuild_provider_error,
-            (self.status, self.body, self.url, self.truncated, self.headers),
+            (self.status, self.body, self.url, self.truncated, self.headers, self.hint),
         )
 
 
 def _rebuild_provider_error(
-    status: int, body: str, url: str, truncated: bool, headers: dict[str, str]
+    status: int,
+    body: str,
+    url: str,
+    truncated: bool,
+    headers: dict[str, str],
+    hint: str | None = None,
 ) -> ProviderError:
-    return ProviderError(status, body, url, truncated=truncated, headers=headers)
+    return ProviderError(status, body, url, truncated=truncated, headers=headers, hint=hint)
 
 
 class ProtocolError(ModelError):

@@ -35,6 +35,7 @@ from typing import Any, Literal, Protocol
 import anyio
 
 from ._concurrency import run_concurrently
+from ._errors import UsageError
 from ._hooks import Hooks, call_hook
 from ._journal import Journal
 from ._loop import CallOutcome, HaltedTurn
@@ -118,7 +119,7 @@ class Executor:
         if len(calls) == 1:
             # The common turn: no partials, one frame fewer while parked.
             return [await self.run_one(calls[0])]
-        return await run_concurrently(self.run_one, calls)
+        return await _loud(run_concurrently(self.run_one, calls))
 
     async def resume(
         self,
@@ -146,7 +147,7 @@ class Executor:
                 jobs.append(functools.partial(self.run_one, call, (waiting[call.id], None)))
             else:
                 jobs.append(functools.partial(self.run_one, call))
-        return await run_concurrently(_start, jobs)
+        return await _loud(run_concurrently(_start, jobs))
 
     def _rule(self, call: ToolCall) -> CallRule:
         resolver = self._resolver
@@ -215,6 +216,8 @@ class Executor:
                     answer = await park(request, self._run_id)
                 except HaltRun:
                     action = rule.halted()
+                except UsageError:
+                    raise  # a misconfigured resolver: the host's bug, not the model's
                 except Exception as exc:
                     log.exception("wait_for raised while resolving request %s", request.id)
                     action = rule.failed(exc)
@@ -250,6 +253,8 @@ class Executor:
                 answer = await resolver.ask(ask.request, self._run_id)
         except HaltRun:
             return rule.halted()
+        except UsageError:
+            raise  # a misconfigured resolver (it returned no Answer): loud, not fed to the model
         except Exception as exc:
             # The host's resolver failed: tell the model, keep the sibling calls running.
             log.exception("wait_for raised while resolving request %s", ask.request.id)
@@ -346,6 +351,22 @@ class Executor:
             result = outcome.result
             self._on_event(StreamToolResult(call.id, call.name, result.output, result.is_error))
         return outcome
+
+
+async def _loud(turn: Coroutine[Any, Any, list[CallOutcome]]) -> list[CallOutcome]:
+    """The turn's outcomes; a misconfigured resolver's :class:`UsageError` comes out as
+    itself, not inside the task group's exception group, so the host sees the plain
+    error it can act on."""
+    try:
+        return await turn
+    except ExceptionGroup as group:
+        usage, _ = group.split(UsageError)
+        if usage is None:
+            raise
+        first: BaseException = usage
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
 
 
 async def _ready(outcome: CallOutcome) -> CallOutcome:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from ._codecs import Codec, SSEParser, TextDelta
 from ._errors import ModelError, ProtocolError, ProviderError, ReplyTooLargeError, TransportError
@@ -21,7 +23,9 @@ from ._secrets import Scrubber, redact_url
 from ._toolkit import Toolkit
 from ._types import Tool
 
-__all__ = ("FunctionModel", "Generate", "HttpModel", "Model")
+__all__ = ("FunctionModel", "Generate", "HttpModel", "Model", "hints_for")
+
+_VERSION = re.compile(r"v\d")  # a path segment naming an API version: v1, v1beta, v2
 
 # One encoder for every request: json.dumps with any non-default option builds a new
 # JSONEncoder per call.
@@ -59,6 +63,26 @@ class Model(Protocol):
     async def aclose(self) -> None: ...
 
 
+def hints_for(codec: Codec, base_url: str, api_key: str | None) -> dict[int, str]:
+    """The likely fix for a status this configuration makes likely, told with the error.
+
+    A 404 from an OpenAI-style ``base_url`` with no version in its path (``/v1``, or
+    ``/v1beta`` as Gemini's has) most often means the ``/v1`` was left out; a 401 with no
+    key means the key was never given.
+    """
+    hints: dict[int, str] = {}
+    segments = urlsplit(base_url).path.split("/")
+    if codec.style == "openai" and not any(_VERSION.match(s) for s in segments):
+        fixed = redact_url(base_url.rstrip("/") + "/v1")
+        hints[404] = (
+            f"an OpenAI-style base_url usually ends in /v1 (requests go to "
+            f"{{base_url}}/chat/completions): try base_url={fixed!r}"
+        )
+    if not api_key:
+        hints[401] = f"no API key was given: pass api_key=... to LlmClient, or set {codec.key_env}"
+    return hints
+
+
 class HttpModel:
     """A provider reached over HTTP in one wire style, through a :class:`Transport`.
 
@@ -77,6 +101,7 @@ class HttpModel:
         "_codec",
         "_extra",
         "_headers",
+        "_hints",
         "_max_bytes",
         "_max_tokens",
         "_max_tokens_field",
@@ -104,8 +129,10 @@ class HttpModel:
         timeout: float | None,
         max_reply_bytes: int,
         secrets: Iterable[str],
+        hints: Mapping[int, str] | None = None,
     ) -> None:
         self._codec = codec
+        self._hints = dict(hints or {})  # status -> the likely fix, told with the error
         self._transport = transport
         self._url = codec.endpoint(base_url)
         self._headers = {**headers, "Content-Type": "application/json"}
@@ -219,7 +246,11 @@ class HttpModel:
             raise ReplyTooLargeError(str(failure), limit=failure.limit)  # built scrubbed
         if isinstance(failure, ProviderError):
             raise ProviderError(
-                failure.status, scrub(failure.body), failure.url, headers=failure.headers
+                failure.status,
+                scrub(failure.body),
+                failure.url,
+                headers=failure.headers,
+                hint=failure.hint or self._hints.get(failure.status),
             )
         if isinstance(failure, TransportError):
             raise TransportError(scrub(str(failure)))
@@ -228,7 +259,8 @@ class HttpModel:
     def _provider_error(self, response: HttpResponse) -> ProviderError:
         body = self._scrub((response.content or b"").decode("utf-8", "replace"))
         headers = self._scrub.headers(response.headers)
-        return ProviderError(response.status, body, self._shown, headers=headers)
+        hint = self._hints.get(response.status)
+        return ProviderError(response.status, body, self._shown, headers=headers, hint=hint)
 
     def _too_large(self) -> ReplyTooLargeError:
         return ReplyTooLargeError(

@@ -6,13 +6,20 @@ can do; the executor only reads that answer.
 
 There are two kinds of resolver:
 
-- **A function** ``(request) -> Answer``, async or plain: the public protocol. The loop
-  asks it and, when the request has an ``expires_at``, gives it until then (its passing is
-  an expired answer). It may raise :class:`HaltRun` to stop waiting: the run halts.
+- **An async function** ``async (request) -> Answer`` (or an object whose ``__call__`` is
+  one): the public protocol. The loop asks it and, when the request has an ``expires_at``,
+  gives it until then (its passing is an expired answer). It may raise :class:`HaltRun` to
+  stop waiting: the run halts.
 - **A parking resolver** (the :class:`~toolnexus_async.Inbox`): it implements the private
   :class:`Parking` protocol, handing back the awaitable a run waits on, so that a parked
   run holds no frame of the resolver, and it enforces ``expires_at`` itself (one timer for
   all its requests, not a cancel scope per run). It is called like a function too.
+
+A misconfigured resolver is a programming error, loud where it can be seen: a class
+(``wait_for=Inbox``), something not callable or a plain (sync) function is refused when the
+client is built, and an answer that is not an :class:`Answer` raises :class:`UsageError`
+naming the resolver instead of reaching the model. A resolver that raises while working (a
+network error) is not a misconfiguration: the model is told, as the design says.
 """
 
 from __future__ import annotations
@@ -24,9 +31,9 @@ from typing import Protocol, runtime_checkable
 from ._errors import UsageError
 from ._types import Answer, Request
 
-__all__ = ("Parking", "Resolver", "WaitFor")
+__all__ = ("Parking", "Resolver", "WaitFor", "name_of")
 
-WaitFor = Callable[[Request], Awaitable[Answer] | Answer]
+WaitFor = Callable[[Request], Awaitable[Answer]]
 
 
 @runtime_checkable
@@ -39,10 +46,30 @@ class Parking(Protocol):
         ...
 
 
+def name_of(wait_for: object) -> str:
+    """How an error names a resolver: its qualified name, or its class for an object."""
+    name = getattr(wait_for, "__qualname__", None)
+    if isinstance(name, str):
+        return name
+    return f"a {type(wait_for).__qualname__} object"
+
+
+def _is_async(wait_for: Callable[..., object]) -> bool:
+    """An ``async def``, or an object whose ``__call__`` is one (a partial of one counts)."""
+    return inspect.iscoroutinefunction(wait_for) or inspect.iscoroutinefunction(
+        type(wait_for).__call__
+    )
+
+
 async def _answer_of(wait_for: WaitFor, request: Request) -> Answer:
-    answer = wait_for(request)
+    answer: object = wait_for(request)
     if inspect.isawaitable(answer):
         answer = await answer
+    if not isinstance(answer, Answer):
+        raise UsageError(
+            f"wait_for {name_of(wait_for)} returned {type(answer).__name__}, not an Answer: "
+            f"return Answer(request.id, ok=True) or Answer(request.id, ok=False)"
+        )
     return answer
 
 
@@ -72,10 +99,24 @@ class Resolver:
         """The resolver for ``wait_for`` (``None``: no resolver, suspensions halt).
 
         Raises:
-            UsageError: ``wait_for`` cannot be a resolver (it is not callable).
+            UsageError: ``wait_for`` cannot be a resolver: a class, not callable, or a plain
+                (sync) function.
         """
         if wait_for is None:
             return None
+        if inspect.isclass(wait_for):
+            raise UsageError(
+                f"wait_for={wait_for.__qualname__} is a class; pass an instance "
+                f"(wait_for={wait_for.__qualname__}()) or an async def function"
+            )
         if not callable(wait_for):
-            raise UsageError(f"wait_for must be callable, got {type(wait_for).__name__}")
+            raise UsageError(
+                f"wait_for must be callable, got {type(wait_for).__name__}: "
+                f"expected an async def function (request) -> Answer, or an Inbox()"
+            )
+        if not isinstance(wait_for, Parking) and not _is_async(wait_for):
+            raise UsageError(
+                f"wait_for {name_of(wait_for)} is not an async function: expected "
+                f"async def (request) -> Answer, or an Inbox()"
+            )
         return cls(wait_for)

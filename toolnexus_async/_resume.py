@@ -42,11 +42,31 @@ class ResumePlan:
     waiting: dict[str, Request] = attrs.field(factory=dict)
 
 
+def _answers_in(answers: object) -> list[Answer]:
+    """``answers`` as a list, or a :class:`UsageError` saying what was expected."""
+    expected = "resume(halted, toolkit, answers) takes an Answer or a list of Answers as answers"
+    if isinstance(answers, Answer):
+        return [answers]
+    if isinstance(answers, Iterable) and not isinstance(answers, str | bytes | dict):
+        given = list(answers)
+        for answer in given:
+            if not isinstance(answer, Answer):
+                raise UsageError(
+                    f"{expected}, got a {type(answer).__name__} among them: build each "
+                    f"with Answer(request.id, ok=True), or Answer.from_dict(payload)"
+                )
+        return given
+    raise UsageError(
+        f"{expected}, got {type(answers).__name__} {answers!r:.40}: build one with "
+        f"Answer(halted.pending.id, ok=True), or Answer.from_dict(payload)"
+    )
+
+
 def plan_resume(halted: RunResult, answers: Answer | Iterable[Answer]) -> ResumePlan:
     """The plan for :meth:`LlmClient.resume`; raises before anything is executed."""
     if halted.status != "pending" or not halted.suspended:
         raise UsageError(f"only a halted run can be resumed; this one is {halted.status!r}")
-    given = [answers] if isinstance(answers, Answer) else list(answers)
+    given = _answers_in(answers)
     if not given:
         raise UsageError("resume needs at least one answer")
     outstanding = {r.request.id: r for r in halted.suspended if r.request is not None}
@@ -128,6 +148,13 @@ class Resuming:
                 share an id.
         """
         self._check_open()
+        given: object = toolkit  # typed as a Toolkit, but callers swap arguments
+        if not isinstance(given, Toolkit):
+            swapped = " (the arguments look swapped)" if isinstance(answers, Toolkit) else ""
+            raise UsageError(
+                f"resume(halted, toolkit, answers) takes a Toolkit second, got "
+                f"{type(given).__name__}{swapped}: the answers come third"
+            )
         plan = plan_resume(halted, answers)
         loop = RunLoop.resume(
             plan.turn,

@@ -6,6 +6,12 @@ Rules of this module:
   the headers a user configures, and the credentials in a URL (``https://user:pass@host``).
   :class:`Scrubber` replaces each of them by ``[redacted]`` in any text we are about to
   show, longest first, so that a secret containing a shorter one is not half replaced.
+- A short secret (under 16 characters) is replaced as a whole token, never inside a word:
+  an edge of it that is a letter, digit, ``-`` or ``_`` must not touch another such
+  character. A key ``k`` leaves ``known`` alone (it used to become ``[redacted]nown``),
+  while ``key=k&`` and ``"k"`` lose it. A longer secret is replaced wherever it appears,
+  even run into other characters (``sk-...xyz`` echoed with a suffix): no prose holds one,
+  so nothing is mangled, and a real key is never left half visible.
 - A URL is shown without its credentials (:func:`redact_url`): the structure of the URL is
   known, so its userinfo is removed by position, whatever it holds, rather than hoping the
   scrubber recognises it.
@@ -15,12 +21,31 @@ Rules of this module:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 __all__ = ("REDACTED", "Scrubber", "redact_url", "url_secrets")
 
 REDACTED = "[redacted]"
+
+
+_TOKEN_CHAR = "A-Za-z0-9_-"
+
+
+# From this length on a secret cannot be a word of a message: it is replaced anywhere.
+ANYWHERE = 16
+
+
+def _as_token(secret: str) -> str:
+    """A pattern for ``secret`` as a whole token: no token character right before its first
+    character or right after its last, where those are token characters themselves (a
+    secret of ``ANYWHERE`` characters or more: anywhere)."""
+    if len(secret) >= ANYWHERE:
+        return re.escape(secret)
+    before = f"(?<![{_TOKEN_CHAR}])" if re.match(f"[{_TOKEN_CHAR}]", secret[0]) else ""
+    after = f"(?![{_TOKEN_CHAR}])" if re.match(f"[{_TOKEN_CHAR}]", secret[-1]) else ""
+    return f"{before}{re.escape(secret)}{after}"
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
@@ -61,20 +86,25 @@ def redact_url(url: str) -> str:
 class Scrubber:
     """Replaces each known secret in a text by ``[redacted]``."""
 
-    __slots__ = ("_secrets",)
+    __slots__ = ("_pattern", "_secrets")
 
     def __init__(self, secrets: Iterable[str]) -> None:
         # Longest first: a key that contains a shorter secret is replaced whole.
         self._secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+        self._pattern = (
+            re.compile("|".join(_as_token(secret) for secret in self._secrets))
+            if self._secrets
+            else None
+        )
 
     def __bool__(self) -> bool:
         return bool(self._secrets)
 
     def __call__(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+        pattern = self._pattern
+        if pattern is None or not any(secret in text for secret in self._secrets):
+            return text  # the common case: nothing to look for, no regex pass
+        return pattern.sub(REDACTED, text)
 
     def headers(self, headers: Mapping[str, str]) -> dict[str, str]:
         """``headers`` with every value scrubbed (a server may echo a key in a header)."""

@@ -258,17 +258,12 @@ class CallRule:
         timeout = None if self._enforces else request.seconds_left(now)
         return Ask(request, timeout)
 
-    def answered(self, answer: object) -> Action:
-        """What the resolver returned."""
+    def answered(self, answer: Answer) -> Action:
+        """What the resolver returned (an :class:`Answer`: anything else is refused by the
+        resolver, as a :class:`UsageError`, before it gets here)."""
         self._expect(_State.ASKING)
         request = self._request
         assert request is not None
-        if not isinstance(answer, Answer):
-            failed = ToolResult.error(
-                f"could not resolve {request.prompt!r}: wait_for returned "
-                f"{type(answer).__name__}, not an Answer"
-            )
-            return self._settle(CallOutcome(failed, request))
         if answer.id != request.id:
             refused = ToolResult.error(
                 f"refused an answer with id {answer.id!r}: it does not match request id "

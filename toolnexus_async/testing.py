@@ -21,7 +21,7 @@ decoding, the error mapping and the retries are all exercised::
     def handler(request: HttpRequest) -> HttpResponse:
         return json_response({"choices": [{"message": {"content": "hi"}}]})
 
-    client = LlmClient("https://api.example.com/v1", model="m", api_key="k",
+    client = LlmClient("https://api.example.com/v1", model="m", api_key="sk-test-key",
                        transport=MockTransport(handler))
 """
 

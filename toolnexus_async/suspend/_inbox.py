@@ -197,7 +197,10 @@ class Inbox:
             RequestExpiredError: that request expired before this answer came.
         """
         if not isinstance(answer, Answer):
-            raise UsageError(f"answer() takes an Answer, got {type(answer).__name__}")
+            raise UsageError(
+                f"Inbox.answer() takes an Answer, got {type(answer).__name__}: build one with "
+                f"Answer(request.id, ok=True), or Answer.from_dict(payload) from a wire dict"
+            )
         slot = self._slots.get(answer.id)
         if slot is None or slot.future.done():
             raise self._refusal(answer.id)

@@ -13,6 +13,13 @@ Rules of this module:
   runs.
 - A plain (non-async) function runs inline on the event loop: keep it quick, or pass
   ``blocking=True`` to run it in a worker thread.
+- A function whose first parameter is ``self`` or ``cls`` (``@define_tool`` on a method in
+  a class body) is refused: the model would be asked for ``self`` as a JSON argument.
+  Binding it would need a tool per instance behind the user's back; instead the error says
+  to pass the bound method (``define_tool(obj.method)``), which works as is.
+- A tool the model cannot read about is a silent mistake: no docstring and no
+  ``description=`` warns (``UserWarning``) when the tool is built, rather than sending an
+  empty description. A warning, not an error, so quick scripts and tests still run.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import json
 import re
 import types
 import typing
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, overload
 
@@ -168,6 +176,13 @@ class FunctionTool:
         self.name: str = check_tool_name(name if name is not None else getattr(fn, "__name__", ""))
         summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
         self.description = description if description is not None else summary
+        if not self.description:
+            warnings.warn(
+                f"tool {self.name!r} has no description: the model only sees its name. "
+                f"Give the function a docstring, or pass define_tool(description=...)",
+                UserWarning,
+                stacklevel=3,
+            )
         self._is_async = inspect.iscoroutinefunction(fn)
         if blocking and self._is_async:
             raise UsageError(f"tool {self.name!r}: blocking=True is for plain functions only")
@@ -182,7 +197,14 @@ class FunctionTool:
         self._enums: dict[str, type[enum.Enum]] = {}
         self._params: set[str] = set()
         self._accepts_extra = False
-        for param in inspect.signature(fn).parameters.values():
+        parameters = list(inspect.signature(fn).parameters.values())
+        if parameters and parameters[0].name in ("self", "cls"):
+            raise UsageError(
+                f"tool {self.name!r}: its first parameter is {parameters[0].name!r}, so the "
+                f"model would be asked for it as an argument. @define_tool does not bind "
+                f"methods: build the tool from the bound method, define_tool(obj.{self.name})"
+            )
+        for param in parameters:
             hint = hints.get(param.name, param.annotation)
             if _is_context(hint) or (param.name == "ctx" and hint is param.empty):
                 self._context_param = param.name
