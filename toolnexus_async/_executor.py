@@ -270,14 +270,7 @@ class Executor:
         Returns the result and whether the hook (not the tool) gave it.
         """
         started = time.perf_counter()
-        ctx = ToolContext(
-            answer=action.answer,
-            call_id=call.id,
-            run_id=self._run_id,
-            tool_name=call.name,
-            request=action.request,
-            turn=self._turn,
-        )
+        ctx = self._context(call, action)
         result: ToolResult | None = None
         by_gate = False
         args = call.arguments
@@ -322,18 +315,22 @@ class Executor:
         source = tool.source if tool is not None else "unknown"
         self._on_tool(name, source, outcome, time.perf_counter() - started)
 
+    def _context(self, call: ToolCall, action: Execute) -> ToolContext:
+        """What the hooks and the tool are told of the call ``action`` executes."""
+        return ToolContext(
+            answer=action.answer,
+            call_id=call.id,
+            run_id=self._run_id,
+            tool_name=call.name,
+            request=action.request,
+            turn=self._turn,
+        )
+
     async def _final(self, call: ToolCall, last: Execute, outcome: CallOutcome) -> CallOutcome:
         """Apply ``after_tool`` to a result the model will see (never to a suspension)."""
         hooks = self._hooks
         if hooks is not None and hooks.after_tool is not None:
-            ctx = ToolContext(
-                answer=last.answer,
-                call_id=call.id,
-                run_id=self._run_id,
-                tool_name=call.name,
-                request=last.request,
-                turn=self._turn,
-            )
+            ctx = self._context(call, last)
             try:
                 changed = await call_hook(
                     hooks.after_tool, call.name, call.arguments, outcome.result, ctx
