@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from contextlib import AbstractAsyncContextManager
 
 import aiohttp
 
@@ -110,6 +111,16 @@ class AiohttpTransport:
             )
         return self._session
 
+    def _request(self, request: HttpRequest) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
+        """``request`` sent on the session (opened on first use), with its deadline."""
+        return self._open().request(
+            request.method,
+            request.url,
+            data=request.content,
+            headers=request.headers,
+            timeout=self._timeout(request.timeout),
+        )
+
     def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
         timeout = self._timeouts.get(seconds)
         if timeout is None:
@@ -117,18 +128,11 @@ class AiohttpTransport:
         return timeout
 
     async def send(self, request: HttpRequest) -> HttpResponse:
-        session = self._open()
         # Errors are raised after the except blocks, not inside them: the originals must not
         # even become __context__, since aiohttp errors can hold the request headers.
         failure: str | None = None
         try:
-            async with session.request(
-                request.method,
-                request.url,
-                data=request.content,
-                headers=request.headers,
-                timeout=self._timeout(request.timeout),
-            ) as response:
+            async with self._request(request) as response:
                 status = response.status
                 headers = response.headers
                 if 200 <= status < 300:
@@ -142,16 +146,9 @@ class AiohttpTransport:
         return HttpResponse(status, headers, content)
 
     async def stream(self, request: HttpRequest) -> AsyncGenerator[HttpResponse | bytes, None]:
-        session = self._open()
         failure: str | None = None
         try:
-            async with session.request(
-                request.method,
-                request.url,
-                data=request.content,
-                headers=request.headers,
-                timeout=self._timeout(request.timeout),
-            ) as response:
+            async with self._request(request) as response:
                 status = response.status
                 if not 200 <= status < 300:
                     head = await _read_head(response, _ERROR_BODY_READ)
