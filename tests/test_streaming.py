@@ -21,6 +21,7 @@ from aiohttp import web
 from tests.conftest import FakeLLM, FakeProvider, assert_no_leaks
 from toolnexus_async import (
     Answer,
+    AssistantMessage,
     HttpResponse,
     LlmClient,
     ProtocolError,
@@ -34,6 +35,7 @@ from toolnexus_async import (
     StreamToolCall,
     StreamToolResult,
     StreamUsage,
+    ToolCall,
     ToolContext,
     Toolkit,
     ToolResult,
@@ -357,4 +359,38 @@ async def test_leaving_early_cancels_the_tool_tasks():
                         await started.wait()
                         break
     assert sorted(cancelled) == ["slow 1", "slow 2"]
+    assert_no_leaks()
+
+
+async def test_a_tool_result_says_whether_its_request_was_declined():
+    """``StreamToolResult.declined``: from how the request was answered, not from the text."""
+
+    @define_tool
+    async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
+        """Pay, once approved."""
+        if ctx is None or ctx.answer is None:
+            return ToolResult.pending(Request("", "approval", f"Pay {amount}?"))
+        return ToolResult.ok("declined/expired: looks refused, but was paid")
+
+    def model(messages: list[Any], tools: list[Any]) -> Any:
+        if any(getattr(m, "role", None) == "tool" for m in messages):
+            return "ok"
+        return AssistantMessage(None, (ToolCall("c1", "pay", {"amount": 5}),))
+
+    seen: dict[bool, StreamToolResult] = {}
+    for ok in (True, False):
+
+        async def answer(request: Request, ok: bool = ok) -> Answer:
+            return Answer(request.id, ok)
+
+        async with (
+            Toolkit.create(builtins=False, extra_tools=[pay]) as toolkit,
+            LlmClient.in_process(model, wait_for=answer) as client,
+            client.stream("pay", toolkit) as events,
+        ):
+            async for event in events:
+                if isinstance(event, StreamToolResult):
+                    seen[ok] = event
+    assert seen[True].declined is False  # paid, whatever its text says
+    assert seen[False].declined is True and seen[False].is_error
     assert_no_leaks()

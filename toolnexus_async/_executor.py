@@ -346,7 +346,10 @@ class Executor:
             await self._journal.settled(call, outcome)
         if self._on_event is not None:
             result = outcome.result
-            self._on_event(StreamToolResult(call.id, call.name, result.output, result.is_error))
+            declined = outcome.answered_ok is False
+            self._on_event(
+                StreamToolResult(call.id, call.name, result.output, result.is_error, declined)
+            )
         return outcome
 
 

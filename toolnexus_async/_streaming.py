@@ -73,12 +73,14 @@ class StreamToolCall:
 
 @attrs.frozen
 class StreamToolResult:
-    """What a call's result is, as the model will see it (never a suspension)."""
+    """What a call's result is, as the model will see it (never a suspension);
+    ``declined``: the call asked and its request was refused, cancelled or expired."""
 
     id: str
     name: str
     output: str
     is_error: bool
+    declined: bool = False
     kind: Literal["tool_result"] = attrs.field(default="tool_result", init=False)
 
 

@@ -33,7 +33,7 @@ from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
 from ._app import MakeClient, create_app
-from ._runs import DECLINED, ServeInbox
+from ._runs import ServeInbox
 
 __all__ = (
     "LOGIN_URL",
@@ -104,6 +104,11 @@ def _choices(output: str, named: str | None = None) -> tuple[str, int]:
     if len(answers) > 1 and (digits := re.search(r"\d+", answers[1])):
         size = max(1, min(20, int(digits.group())))
     return restaurant.strip()[:100], size
+
+
+# What the model is told of a refused or expired request starts so (_suspension.declined);
+# the demo model, like any model, knows only what it is told.
+DECLINED = "declined/expired: "
 
 
 def _refusal(output: str, what: str) -> str:

@@ -43,9 +43,6 @@ __all__ = ("KEEP_FINISHED", "RunBook", "RunRecord", "ServeInbox", "drive", "run_
 
 log = logging.getLogger("toolnexus_async.serve")
 
-# What the model sees for a refused or expired request starts so (see _suspension.declined).
-DECLINED = "declined/expired: "
-
 # Finished runs remembered for GET /runs; older ones are forgotten (bounded memory).
 KEEP_FINISHED = 10_000
 
@@ -58,7 +55,7 @@ def _step(record: ToolCallRecord, returns: dict[str, ToolReturn]) -> dict[str, A
     given = returns.get(record.call.id)
     output = given.output if given is not None else record.result.output
     is_error = given.is_error if given is not None else record.result.is_error
-    declined = record.answered_ok is False or (is_error and output.startswith(DECLINED))
+    declined = record.answered_ok is False
     return {
         "id": record.call.id,
         "name": record.call.name,
@@ -377,7 +374,7 @@ async def drive(begun: BegunRun, book: RunBook, record: RunRecord) -> None:
                             "name": event.name,
                             "output": event.output,
                             "is_error": event.is_error,
-                            "declined": event.is_error and event.output.startswith(DECLINED),
+                            "declined": event.declined,
                         },
                     )
                 elif isinstance(event, StreamPending):
