@@ -9,6 +9,7 @@ alike.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import ctypes
 import ctypes.util
@@ -37,6 +38,27 @@ if TYPE_CHECKING:
 
 # --------------------------------------------------------------------------------------
 # Statistics and verdicts.
+
+
+def add_postgres_options(parser: argparse.ArgumentParser, store: str) -> None:
+    """``--fsync``, ``--pool`` and ``--command-timeout``: the throwaway PostgreSQL server's
+    and ``store``'s (which PostgresRunStore the figures are of) settings."""
+    parser.add_argument(
+        "--fsync",
+        choices=("on", "off"),
+        default="on",
+        help="the throwaway PostgreSQL server's fsync (default on: committed means on disk)",
+    )
+    parser.add_argument(
+        "--pool", type=int, default=10, help=f"connections of {store}'s pool (default 10)"
+    )
+    parser.add_argument(
+        "--command-timeout",
+        type=float,
+        default=30.0,
+        help=f"{store}'s command_timeout: how long one statement may take (default 30 s, the"
+        " store's own; a write waits for a free connection as long as it takes)",
+    )
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

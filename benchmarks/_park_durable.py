@@ -84,7 +84,7 @@ class Durable(Toolnexus):
     ) -> Durable:
         """A ``PostgresRunStore`` on ``dsn``, its pool of ``pool`` connections opened
         before the clock starts (``min_size = max_size``); ``timeout`` is its
-        ``command_timeout``, which also bounds a write's wait for a free connection;
+        ``command_timeout``;
         ``server_cpu()`` reads the database server's CPU seconds."""
         # Imported here: it brings tests.pg and pytest, which the other modes do without.
         from _pg import committed as pg_committed

@@ -52,9 +52,9 @@ cluster the script starts itself (``tests/pg.py``'s: ``initdb`` into a temporary
 directory, a free port of 127.0.0.1) with ``fsync=on`` (``--fsync off`` for the tests'
 setting) and ``synchronous_commit=on``, its defaults, so that committed means on disk; its
 pool holds ``--pool`` connections (default 10, the store's ``max_size``), all opened before
-the clock starts, and its ``command_timeout`` is ``--command-timeout`` (default 600 s, not
-the store's 30 s: it also bounds a write's wait for a free connection, and with thousands
-of runs started at once the last ones wait longer than 30 s and fail). The checks count
+the clock starts, and its ``command_timeout`` is ``--command-timeout`` (default 30 s, the
+store's own; it bounds each statement, and a write waits for a free connection as long as
+it takes). The checks count
 the committed requests over a connection of their own. The cluster is stopped and deleted
 at the end, also after an error or Ctrl-C.
 
@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
-from _common import print_footer, print_header, verdict
+from _common import add_postgres_options, print_footer, print_header, verdict
 from _park_durable import Durable, durable, print_cpu, print_durable
 from _park_hot import Floor, HotFigures, Probe, Toolnexus, ms, park_and_wake, print_hot
 
@@ -128,26 +128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="FULL",
         help="the SqliteRunStore's synchronous setting for --store sqlite (default FULL)",
     )
-    parser.add_argument(
-        "--fsync",
-        choices=("on", "off"),
-        default="on",
-        help="the throwaway PostgreSQL server's fsync for --store postgres (default on)",
-    )
-    parser.add_argument(
-        "--pool",
-        type=int,
-        default=10,
-        help="connections of the PostgresRunStore's pool for --store postgres (default 10)",
-    )
-    parser.add_argument(
-        "--command-timeout",
-        type=float,
-        default=600.0,
-        help="the PostgresRunStore's command_timeout for --store postgres, which also bounds"
-        " a write's wait for a pool connection (default 600 s; the store's own 30 s fails"
-        " runs that queue longer when thousands start at once)",
-    )
+    add_postgres_options(parser, "the PostgresRunStore of --store postgres")
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (small sizes)"
     )

@@ -72,7 +72,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from _common import PROMPT, approval_model, expected_text, print_footer, print_header, verdict
+from _common import (
+    PROMPT,
+    add_postgres_options,
+    approval_model,
+    expected_text,
+    print_footer,
+    print_header,
+    verdict,
+)
 from _park_hot import Latency, Probe, make_tool, ms, request_id
 
 from toolnexus_async import Answer, DurableHost, Inbox, LlmClient, Toolkit
@@ -98,7 +106,7 @@ class StoreSettings:
 
     dsn: str
     pool: int  # min_size = max_size: the pool is opened before any clock starts
-    timeout: float  # command_timeout, which also bounds the wait for a free connection
+    timeout: float  # command_timeout: how long one statement may take
     keep: int  # keep_finished: every ended run, so that the parent can count them
 
 
@@ -582,22 +590,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="host.answer calls in flight per worker in the burst (default 100)",
     )
     parser.add_argument("--warmup", type=int, default=200, help="untimed runs first (default 200)")
-    parser.add_argument(
-        "--pool", type=int, default=10, help="connections of each worker's store (default 10)"
-    )
-    parser.add_argument(
-        "--command-timeout",
-        type=float,
-        default=600.0,
-        help="each store's command_timeout, which also bounds a write's wait for a pool"
-        " connection (default 600 s; the store's own 30 s fails runs that queue longer)",
-    )
-    parser.add_argument(
-        "--fsync",
-        choices=("on", "off"),
-        default="on",
-        help="the throwaway server's fsync (default on: committed means on disk)",
-    )
+    add_postgres_options(parser, "each worker's store")
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (small sizes)"
     )
