@@ -14,6 +14,10 @@ Rules of this module:
   the tools that stays the same until the tools change, so the codecs render it once.
 - :meth:`Toolkit.create` is safe by default: the built-ins are confined to ``workdir`` and
   the acting ones ask before they act (``approve="ask"``); loosening either is explicit.
+- MCP servers (``create(mcp=...)``) connect when the toolkit is entered (``async with``, or
+  :meth:`start`) and their tools are registered then; a server that fails is reported in
+  :attr:`mcp_status` and the toolkit loads without it. Leaving closes every session and
+  server process. An MCP tool never replaces a tool of the same name: it is left out.
 """
 
 from __future__ import annotations
@@ -23,15 +27,20 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from ._closing import FlagClosing
 from ._codecs._tools import render_anthropic, render_gemini, render_openai
 from ._errors import UsageError
+from ._resolver import Resolver, WaitFor
 from ._types import Tool, ToolContext, ToolResult, check_tool_name
 from ._validation import Validator, validator_for
 from .tools._session import SharedSession
 from .tools.builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_tools, check_policy
+
+if TYPE_CHECKING:
+    from .mcp import McpStatus
+    from .mcp._connect import McpServers
 
 __all__ = ("Toolkit",)
 
@@ -77,6 +86,7 @@ class Toolkit(FlagClosing):
         self._validators: dict[str, Validator] = {}
         # Resources the toolkit created for its tools (the shared HTTP session), closed last.
         self._resources: list[SharedSession] = []
+        self._mcp: McpServers | None = None
         self._closed = False
         for tool in tools:
             self.register(tool)
@@ -92,6 +102,8 @@ class Toolkit(FlagClosing):
         approve: ApprovalPolicy = "ask",
         allow_hosts: Iterable[str] = (),
         validate: bool = True,
+        mcp: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        wait_for: WaitFor | None = None,
     ) -> Toolkit:
         """Assemble a toolkit from the built-ins and ``extra_tools``.
 
@@ -116,8 +128,25 @@ class Toolkit(FlagClosing):
                 public addresses only (no loopback, private, link-local, ...).
             validate: check each call's arguments against the tool's input schema before
                 the tool runs; a violation is an error result for the model.
+            mcp: MCP servers to load (docs/mcp.md): the ``mcpServers`` config as a mapping
+                or the path of its JSON file. They connect when the toolkit is entered
+                (``async with``) or :meth:`start` ed. Needs ``toolnexus-async[mcp]``.
+            wait_for: answers the questions an MCP server of protocol 2025-11-25 or older
+                asks inline during a call (``async (request) -> Answer``, or an Inbox).
+                Without it such servers are not offered elicitation. Questions of
+                2026-07-28 servers need no ``wait_for`` here: they suspend the call.
         """
         approve = check_policy(approve)
+        servers = None
+        if mcp is not None:
+            from .mcp import load_config, require_sdk
+
+            require_sdk()
+            from .mcp._connect import McpServers
+
+            servers = McpServers(load_config(mcp), Resolver.of(wait_for))
+        elif wait_for is not None:
+            raise UsageError("wait_for is for the questions of MCP servers; pass mcp= too")
         extras: dict[str, Tool] = {}
         for tool in extra_tools:
             tool = _check_tool(tool)
@@ -137,7 +166,55 @@ class Toolkit(FlagClosing):
                     toolkit.register(tool)
         for tool in extras.values():
             toolkit.register(tool)
+        toolkit._mcp = servers
         return toolkit
+
+    async def start(self) -> None:
+        """Connect the MCP servers and register their tools (``async with`` does this).
+
+        Returns when every enabled server is connected or has failed; see
+        :attr:`mcp_status`. Call :meth:`aclose` from the same task. Idempotent.
+        """
+        self._check_open()
+        servers = self._mcp
+        if servers is None or servers.started:
+            return
+        await servers.start()
+        from .mcp._tool import tools_of
+
+        taken: set[str] = set()
+        others = dict(self._tools)
+        for connection in servers.connections:
+            if connection.session is None:
+                continue
+            for tool in tools_of(connection, taken, others):
+                self.register(tool)
+
+    @property
+    def mcp_status(self) -> dict[str, McpStatus]:
+        """Each configured MCP server's :class:`~toolnexus_async.mcp.McpStatus`, by name
+        (empty without ``mcp=``). Before :meth:`start` an enabled server reads ``failed``
+        with the error ``"not started"``."""
+        if self._mcp is None:
+            return {}
+        from .mcp import McpStatus
+
+        status = {}
+        for connection in self._mcp.connections:
+            mine = tuple(
+                name
+                for name, tool in self._tools.items()
+                if getattr(tool, "_connection", None) is connection
+            )
+            status[connection.config.name] = McpStatus(
+                connection.state, connection.error, connection.protocol, mine
+            )
+        return status
+
+    async def __aenter__(self) -> Self:
+        self._check_open()
+        await self.start()
+        return self
 
     def register(self, tool: Tool, *, replace: bool = False) -> None:
         """Add ``tool``; a taken name is refused unless ``replace=True``."""
@@ -235,7 +312,8 @@ class Toolkit(FlagClosing):
         if self._closed:
             return
         self._closed = True
-        closers = [getattr(tool, "aclose", None) for tool in self._tools.values()]
+        closers: list[Any] = [] if self._mcp is None else [self._mcp.aclose]
+        closers += [getattr(tool, "aclose", None) for tool in self._tools.values()]
         closers += [resource.aclose for resource in self._resources]
         first: Exception | None = None
         for closer in closers:

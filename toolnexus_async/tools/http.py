@@ -160,22 +160,7 @@ class HttpTool:
     def _expand_headers(self) -> tuple[dict[str, str], list[str], list[str]] | str:
         """(headers to send, secrets to scrub, names of the secret headers), or the error
         naming a missing variable."""
-        sent: dict[str, str] = {}
-        secrets: list[str] = []
-        secret_names: list[str] = []
-        for key, value in self._headers.items():
-            missing = [n for n in _ENV.findall(value) if n not in os.environ]
-            if missing:
-                return f"environment variable {missing[0]} is not set (the {key!r} header needs it)"
-            expanded = _ENV.sub(lambda m: os.environ[m.group(1)], value)
-            secrets.extend(os.environ[n] for n in _ENV.findall(value))
-            if expanded != value or key.lower() not in _PLAIN_HEADERS:
-                secrets.append(expanded)
-                secret_names.append(key)
-            sent[key] = expanded
-        # Longest first, so a key is not half-replaced by a shorter value it contains.
-        secrets = sorted({s for s in secrets if s.strip()}, key=len, reverse=True)
-        return sent, secrets, secret_names
+        return expand_headers(self._headers)
 
     def _route(self, args: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]], Any] | str:
         """(url, query pairs, body or None), or the problem with the arguments."""
@@ -283,6 +268,33 @@ class HttpTool:
         if self._result == "status+text":
             return ToolResult.ok(f"{status}\n{text}{note}", meta)
         return ToolResult.ok(text + note, meta)
+
+
+def expand_headers(
+    headers: Mapping[str, str], what: str = "header"
+) -> tuple[dict[str, str], list[str], list[str]] | str:
+    """``headers`` with each ``${NAME}`` read from the environment: (the values to send,
+    the secrets to scrub from any text shown, the names whose values are secrets), or the
+    error naming a missing variable (and the ``what`` that needs it, never its value).
+
+    Shared by the HTTP tools and the MCP servers' ``headers`` and ``environment``.
+    """
+    sent: dict[str, str] = {}
+    secrets: list[str] = []
+    secret_names: list[str] = []
+    for key, value in headers.items():
+        missing = [n for n in _ENV.findall(value) if n not in os.environ]
+        if missing:
+            return f"environment variable {missing[0]} is not set (the {key!r} {what} needs it)"
+        expanded = _ENV.sub(lambda m: os.environ[m.group(1)], value)
+        secrets.extend(os.environ[n] for n in _ENV.findall(value))
+        if expanded != value or key.lower() not in _PLAIN_HEADERS:
+            secrets.append(expanded)
+            secret_names.append(key)
+        sent[key] = expanded
+    # Longest first, so a key is not half-replaced by a shorter value it contains.
+    secrets = sorted({s for s in secrets if s.strip()}, key=len, reverse=True)
+    return sent, secrets, secret_names
 
 
 def _decode(body: bytes, charset: str | None) -> str:
