@@ -24,6 +24,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import attrs
@@ -102,8 +103,9 @@ def request_for(server: str, tool: str, result: InputRequiredResult) -> Request 
 
 
 def inline_request(params: ElicitRequestParams) -> Request:
-    """The request for an older server's inline question (nothing to retry: no ``mcp``)."""
-    return _request(params, None)
+    """The request for an older server's inline question (nothing to retry: no ``mcp``),
+    with an id of its own (a suspension's is given by ``ToolResult.pending``)."""
+    return attrs.evolve(_request(params, None), id="req_" + uuid.uuid4().hex)
 
 
 def question_of(request: Request | None, server: str, tool: str) -> Question | None:
