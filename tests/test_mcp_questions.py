@@ -195,3 +195,44 @@ async def test_an_older_server_is_not_offered_elicitation_without_a_wait_for():
         with anyio.fail_after(LIMIT):
             refused = await tk.execute("old_book", {"city": "Bern"})
     assert refused.is_error and "elicitation" in refused.output.lower()
+
+
+class Refusing:
+    """A ``wait_for`` that refuses every request with ``reason``."""
+
+    def __init__(self, reason: str | None) -> None:
+        self.reason = reason
+
+    async def __call__(self, request: Request) -> Answer:
+        return Answer(request.id, False, reason=self.reason)
+
+
+async def test_decline_and_cancel_reach_the_server(tmp_path: Path):
+    """A refused question is told to the server (Toolkit.refused): ``decline`` for an
+    answer declined, ``cancel`` for anything else; the model hears the rule's
+    ``declined/expired``. A stored run answered ``declined`` later does the same."""
+    log, db = tmp_path / "outcomes.jsonl", tmp_path / "runs.db"
+    servers = config(demo=stdio_server(DEMO_OUTCOMES=str(log)))
+    async with (
+        SqliteRunStore(db) as store,
+        Toolkit.create(builtins=False, mcp=servers) as tk,
+        LlmClient.in_process(model, wait_for=Refusing("declined")) as declining,
+        LlmClient.in_process(model, wait_for=Refusing("cancelled")) as cancelling,
+        LlmClient.in_process(model) as halting,
+    ):
+        declined = await declining.run('demo_book {"city": "Rome"}', tk)
+        cancelled = await cancelling.run("demo_login", tk)
+        halted = await halting.run('demo_book {"city": "Oslo"}', tk)
+        await store.save(halted)
+        assert halted.pending is not None
+        later = Answer(halted.pending.id, False, reason="declined")
+        stored = await resume_stored(halting, tk, store, later)
+    assert declined.text == "error: declined/expired: Which seat for the trip to Rome?"
+    assert cancelled.text.startswith("error: declined/expired: Sign in to the demo service")
+    assert stored.text == "error: declined/expired: Which seat for the trip to Oslo?"
+    assert outcomes(log) == [
+        {"tool": "book", "action": "decline", "content": None},
+        {"tool": "login", "action": "cancel", "content": None},
+        {"tool": "book", "action": "decline", "content": None},
+    ]
+    assert_no_leaks()
