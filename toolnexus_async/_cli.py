@@ -220,6 +220,7 @@ def run_serve(args: argparse.Namespace) -> int:
             insecure_no_auth=args.insecure_no_auth,
             allowed_hosts=allowed,
             lease=args.lease,
+            mcp=args.mcp,
         )
     except UsageError as exc:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
@@ -326,6 +327,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the API style of --base-url (default openai); needs --base-url",
     )
     serve.add_argument("--model", help="the model name at --base-url")
+    serve.add_argument(
+        "--mcp",
+        metavar="FILE",
+        help="an mcpServers JSON config: the tools of those MCP servers join every run, and "
+        "their questions are requests on the page (needs the mcp extra; docs/mcp.md)",
+    )
     serve.add_argument(
         "--token",
         help="the token every request must carry (default: $TOOLNEXUS_TOKEN, else a new "

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -191,6 +191,7 @@ def serve_demo_app(
     insecure_no_auth: bool = False,
     allowed_hosts: Iterable[str] = (),
     lease: float = 30.0,
+    mcp: str | os.PathLike[str] | Mapping[str, Any] | None = None,
 ) -> web.Application:
     """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
 
@@ -198,10 +199,12 @@ def serve_demo_app(
     :class:`~toolnexus_async.durable.PostgresRunStore` (see :func:`open_store`).
     ``make_client`` replaces the demo model (a real endpoint, say); the demo tools stay.
     ``token``, ``insecure_no_auth``, ``allowed_hosts`` and ``lease`` are as for
-    :func:`create_app`.
+    :func:`create_app`. ``mcp`` adds the tools of MCP servers (an ``mcpServers`` config or
+    its file, see docs/mcp.md), connected at startup: the questions of 2026-07-28 servers
+    are requests on the page like any tool's.
     The app owns the toolkit and the store (given or made here) and closes them on shutdown.
     """
-    toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools())
+    toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools(), mcp=mcp)
     run_store = store if isinstance(store, RunStore) else open_store(store)
     app = create_app(
         make_client=make_client or demo_client,
