@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.conftest import assert_no_leaks
@@ -187,6 +188,12 @@ async def test_a_failing_server_is_reported_and_the_rest_of_the_toolkit_works(tm
             status["missing"].error or ""
         )
         await check_demo(tk)
+        # A server that dies mid-call: an error result, then its status says so.
+        crashed = await tk.execute("demo_crash", {})
+        assert crashed.is_error and "Connection closed" in crashed.output
+        assert tk.mcp_status["demo"].state == "failed"
+        after = await tk.execute("demo_echo", {"text": "hi"})
+        assert after.is_error and "not available: its session ended" in after.output
     assert child_pids() == before
     assert_no_leaks()
 
@@ -227,3 +234,15 @@ def test_importing_the_package_does_not_import_the_sdk():
         [sys.executable, "-c", check], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+async def test_cancelled_while_connecting_leaves_no_process_or_task_behind():
+    before = child_pids()
+    slow = {"command": [sys.executable, "-c", "import time; time.sleep(60)"]}
+    tk = Toolkit.create(builtins=False, mcp=config(slow=slow))
+    with anyio.move_on_after(1) as scope:
+        await tk.start()
+    assert scope.cancelled_caught
+    await tk.aclose()
+    assert child_pids() == before
+    assert_no_leaks()

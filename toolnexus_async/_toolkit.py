@@ -205,7 +205,7 @@ class Toolkit(FlagClosing):
             mine = tuple(
                 name
                 for name, tool in self._tools.items()
-                if getattr(tool, "_connection", None) is connection
+                if getattr(tool, "connection", None) is connection
             )
             status[connection.config.name] = McpStatus(
                 connection.state, connection.error, connection.protocol, mine

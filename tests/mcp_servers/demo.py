@@ -15,7 +15,8 @@ Environment:
 
 Tools: ``echo``, ``add`` (plain text), ``stats`` (structured content), ``fail`` (isError),
 ``book`` (a form question), ``login`` (a URL question), ``nag`` (asks again on its retry),
-``pair`` (two questions at once), ``whoami`` (the headers it was sent, over HTTP).
+``pair`` (two questions at once), ``whoami`` (the headers it was sent, over HTTP),
+``crash`` (the process ends mid-call).
 """
 
 from __future__ import annotations
@@ -169,6 +170,12 @@ async def pair(ctx: Context[Any, Any]) -> str | InputRequiredResult:
         input_requests={"one": ElicitRequest(params=one), "two": ElicitRequest(params=two)},
         request_state="pair",
     )
+
+
+@server.tool(structured_output=False)
+def crash() -> str:
+    """Ends the server process in the middle of the call."""
+    os._exit(3)
 
 
 @server.tool(structured_output=False)

@@ -122,6 +122,8 @@ class McpServers:
             for connection in self._connections:
                 await connection.ready.wait()
         except BaseException:
+            # Cancelled (or worse) while servers connect: they are not waited for.
+            group.cancel_scope.cancel()
             await self.aclose()
             raise
 

@@ -22,6 +22,8 @@ Rules of this module:
   the text the model sees, results included.
 - Every failure (the server gone, a protocol error, a refused ``requestState``) is an error
   result naming the server and the tool, secrets scrubbed; only cancellation propagates.
+  A closed connection (the process ended, say) also marks the server ``failed``: later
+  calls say it is not available, without trying.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from typing import Any
 import anyio
 import attrs
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from .._types import Answer, ToolContext, ToolResult
 from ._connect import Connection
@@ -87,6 +91,12 @@ def _text_of(content: list[types.ContentBlock]) -> str:
     return "\n".join(parts)
 
 
+def _closed(exc: Exception) -> bool:
+    if isinstance(exc, MCPError):
+        return exc.code == CONNECTION_CLOSED
+    return isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError)
+
+
 def result_of(result: types.CallToolResult) -> ToolResult:
     """Our result for the server's ``CallToolResult``."""
     text = _text_of(result.content)
@@ -109,6 +119,11 @@ class McpTool:
         self.server = connection.config.name
         self.remote = listed.name
         self._connection = connection
+
+    @property
+    def connection(self) -> Connection:
+        """The server connection this tool calls through."""
+        return self._connection
 
     def __repr__(self) -> str:
         return f"McpTool(name={self.name!r}, server={self.server!r}, tool={self.remote!r})"
@@ -169,7 +184,10 @@ class McpTool:
                 delay = min(delay * 2, 0.25)
         except Exception as exc:
             log.debug("MCP tool %r failed", self.name, exc_info=True)
-            return self._fail(f"{type(exc).__name__}: {exc}")
+            problem = f"{type(exc).__name__}: {exc}"
+            if _closed(exc):  # the server is gone: say so in the status, and to later calls
+                self._connection.fail(f"its session ended ({problem})")
+            return self._fail(problem)
         return self._fail(f"the server asked to be called again more than {_ROUNDS} times")
 
     def _scrubbed(self, result: ToolResult) -> ToolResult:
