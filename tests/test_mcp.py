@@ -130,9 +130,13 @@ async def check_demo(tk: Toolkit, prefix: str = "demo") -> None:
     assert invalid.is_error and "did not run" in invalid.output  # checked before the call
 
 
-async def test_a_stdio_server_lists_and_calls_its_tools_and_leaves_nothing_behind():
+async def test_a_stdio_server_lists_and_calls_its_tools_and_leaves_nothing_behind(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setenv("TNX_MCP_SECRET", "s3cr3t-value")
     before = child_pids()
-    tk = Toolkit.create(builtins=False, mcp=config(demo=stdio_server()))
+    server = stdio_server(DEMO_SECRET="${TNX_MCP_SECRET}", DEMO_NAME="demo")
+    tk = Toolkit.create(builtins=False, mcp=config(demo=server))
     assert tk.mcp_status["demo"].error == "not started" and "demo_echo" not in tk
     async with tk:
         assert len(child_pids() - before) == 1  # the server process
@@ -140,6 +144,9 @@ async def test_a_stdio_server_lists_and_calls_its_tools_and_leaves_nothing_behin
         assert (status.state, status.protocol, status.error) == ("connected", "2026-07-28", None)
         assert "demo_echo" in status.tools
         await check_demo(tk)
+        # A value the server got from a ${NAME} is a secret; a literal one ("demo") is not.
+        echoed = await tk.execute("demo_echo", {"text": "demo key=s3cr3t-value"})
+        assert echoed.output == "demo key=[redacted]"
         tool = tk.get("demo_echo")
     assert child_pids() == before
     assert_no_leaks()
@@ -163,7 +170,7 @@ async def test_a_streamable_http_server_with_expanded_headers(monkeypatch: pytes
 
 async def test_a_failing_server_is_reported_and_the_rest_of_the_toolkit_works(tmp_path: Path):
     servers = config(
-        demo=stdio_server(),
+        demo=stdio_server(DEMO_PAGE_SIZE="3"),  # its tools come in pages of three
         broken={"command": [sys.executable, "-c", "import sys; sys.exit(3)"], "timeout": 5000},
         missing={"command": [str(tmp_path / "no-such-program")]},
         secret={"url": "http://127.0.0.1:9/mcp", "headers": {"A": "${TNX_UNSET_VARIABLE}"}},
@@ -188,6 +195,7 @@ async def test_a_failing_server_is_reported_and_the_rest_of_the_toolkit_works(tm
             status["missing"].error or ""
         )
         await check_demo(tk)
+        assert len(status["demo"].tools) == 10  # every page of three was read
         # A server that dies mid-call: an error result, then its status says so.
         crashed = await tk.execute("demo_crash", {})
         assert crashed.is_error and "Connection closed" in crashed.output

@@ -12,6 +12,7 @@ Environment:
     DEMO_OUTCOMES      a file each answered question appends one JSON line to
                        (``{"tool", "action", "content"}``), for the tests to read.
     DEMO_NAME          the server's name (default ``demo``).
+    DEMO_PAGE_SIZE     list the tools this many a page (``nextCursor``), not all at once.
 
 Tools: ``echo``, ``add`` (plain text), ``stats`` (structured content), ``fail`` (isError),
 ``book`` (a form question), ``login`` (a URL question), ``nag`` (asks again on its retry),
@@ -41,6 +42,8 @@ from mcp_types import (
     ElicitRequestURLParams,
     ElicitResult,
     InputRequiredResult,
+    ListToolsResult,
+    PaginatedRequestParams,
     RequestParams,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -185,6 +188,16 @@ def whoami(ctx: Context[Any, Any]) -> str:
     return headers.get("authorization", "anonymous")
 
 
+async def _paged_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+    size = int(os.environ["DEMO_PAGE_SIZE"])
+    tools = await server.list_tools()
+    start = int(params.cursor) if params is not None and params.cursor else 0
+    end = start + size
+    return ListToolsResult(
+        tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
+    )
+
+
 async def _legacy_discover(ctx: Any, params: RequestParams | None) -> DiscoverResult:
     # As a server written before 2026-07-28: it knows no server/discover, so the client
     # falls back to the initialize handshake.
@@ -205,6 +218,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on PORT")
     args = parser.parse_args()
+    if os.environ.get("DEMO_PAGE_SIZE"):
+        server._lowlevel_server.add_request_handler(
+            "tools/list", PaginatedRequestParams, _paged_tools
+        )
     if os.environ.get("DEMO_LEGACY") == "1":
         anyio.run(_serve_legacy_stdio)
     elif args.http is None:

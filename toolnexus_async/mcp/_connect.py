@@ -19,7 +19,9 @@ Rules of this module:
 - Leaving closes every session; a local server's process group is ended by the SDK
   (stdin closed, then SIGTERM, then SIGKILL).
 - Secrets: header and environment values are expanded here, at connect time, and scrubbed
-  from every error text this module keeps.
+  from every error text this module keeps and every result the tools return. Every header
+  value but the descriptive ones (as for HTTP tools) is a secret; of the environment, the
+  values that came from a ``${NAME}``.
 """
 
 from __future__ import annotations
@@ -166,7 +168,11 @@ class McpServers:
         config = connection.config
         phase = _Phase(connection, config.timeout)
         if config.type == "local":
-            expanded = expand_headers(config.environment, "environment variable")
+            # A literal value (PYTHONPATH, a page size) is configuration, not a secret:
+            # scrubbing "3" from every result would garble them. A ${NAME} value is one.
+            expanded = expand_headers(
+                config.environment, "environment variable", literal_secrets=False
+            )
             if isinstance(expanded, str):
                 raise _Refused(expanded)
             env, secrets, _ = expanded

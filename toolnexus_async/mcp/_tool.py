@@ -18,8 +18,8 @@ Rules of this module:
 - Refusal: :meth:`McpTool.refused` tells the server a question was declined (``decline``)
   or expired, cancelled or late (``cancel``) by retrying the call with that response; what
   the server answers is not shown to anyone.
-- Secrets: every header and environment value configured for the server is scrubbed from
-  the text the model sees, results included.
+- Secrets: the server's secret values (:mod:`._connect` says which) are scrubbed from the
+  text the model sees, results included.
 - Every failure (the server gone, a protocol error, a refused ``requestState``) is an error
   result naming the server and the tool, secrets scrubbed; only cancellation propagates.
   A closed connection (the process ended, say) also marks the server ``failed``: later

@@ -271,13 +271,16 @@ class HttpTool:
 
 
 def expand_headers(
-    headers: Mapping[str, str], what: str = "header"
+    headers: Mapping[str, str], what: str = "header", *, literal_secrets: bool = True
 ) -> tuple[dict[str, str], list[str], list[str]] | str:
     """``headers`` with each ``${NAME}`` read from the environment: (the values to send,
     the secrets to scrub from any text shown, the names whose values are secrets), or the
     error naming a missing variable (and the ``what`` that needs it, never its value).
 
-    Shared by the HTTP tools and the MCP servers' ``headers`` and ``environment``.
+    A value that used a variable is a secret; so is any other value of a header that is not
+    merely descriptive, unless ``literal_secrets`` is false (then only the values that used
+    a variable are). Shared by the HTTP tools and the MCP servers' ``headers`` and
+    ``environment``.
     """
     sent: dict[str, str] = {}
     secrets: list[str] = []
@@ -288,7 +291,7 @@ def expand_headers(
             return f"environment variable {missing[0]} is not set (the {key!r} {what} needs it)"
         expanded = _ENV.sub(lambda m: os.environ[m.group(1)], value)
         secrets.extend(os.environ[n] for n in _ENV.findall(value))
-        if expanded != value or key.lower() not in _PLAIN_HEADERS:
+        if expanded != value or (literal_secrets and key.lower() not in _PLAIN_HEADERS):
             secrets.append(expanded)
             secret_names.append(key)
         sent[key] = expanded
