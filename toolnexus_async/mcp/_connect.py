@@ -83,6 +83,7 @@ class Connection:
         self.listed: list[types.Tool] = []
         self.state: State = "disabled" if not config.enabled else "failed"
         self.error: str | None = None if not config.enabled else "not started"
+        self.doing = ""  # the phase of connecting under way, for a timeout's message
         self.stop = anyio.Event()
         self.ready = anyio.Event()
 
@@ -155,7 +156,7 @@ class McpServers:
                 connection.session = None
         except Exception as exc:
             if isinstance(_innermost(exc), TimeoutError):
-                connection.fail(f"timed out after {config.timeout:g} s {connection.error}")
+                connection.fail(f"timed out after {config.timeout:g} s {connection.doing}")
             else:
                 connection.fail(_problem(exc))
         finally:
@@ -255,7 +256,7 @@ class _Phase:
         self._timeout = timeout
 
     def __call__(self, what: str) -> AbstractContextManager[anyio.CancelScope]:
-        self._connection.error = what
+        self._connection.doing = what
         return anyio.fail_after(self._timeout)
 
 
