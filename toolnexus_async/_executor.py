@@ -22,6 +22,9 @@ Rules of this module:
 - A request becomes visible to a stream (``StreamPending``) when it is outstanding: before
   the resolver is asked, or when the run halts on it. With a journal (a durable run) it is
   kept there first, and every result the model will see is kept before it is fed back.
+- A call settled as declined/expired on its own request tells its tool first
+  (``Toolkit.refused``, rule 8 of ``_suspension``), before the result is kept or fed back:
+  a crash in between tells it again on recovery (at least once, like an execution).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class _Executes(Protocol):
     ) -> ToolResult: ...
 
     def get(self, name: str) -> Tool | None: ...
+
+    async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None: ...
 
 
 class Pausable(Protocol):
@@ -234,6 +239,8 @@ class Executor:
                         self._on_event(StreamPending(pending, call.id, call.name))
                 return action.outcome
             else:
+                if action.refusal is not None:
+                    await self._tell_refused(call, action.outcome.request, action.refusal)
                 return await self._final(call, last, action.outcome)
 
     async def _ask(self, rule: CallRule, ask: Ask) -> Settle | Halt | Execute | Ask:
@@ -325,6 +332,18 @@ class Executor:
             request=action.request,
             turn=self._turn,
         )
+
+    async def _tell_refused(self, call: ToolCall, request: Request | None, refusal: Answer) -> None:
+        """Tell the tool its request was refused; ctx is the one its executions had."""
+        ctx = ToolContext(
+            answer=refusal,
+            call_id=call.id,
+            run_id=self._run_id,
+            tool_name=call.name,
+            request=request,
+            turn=self._turn,
+        )
+        await self._toolkit.refused(call.name, call.arguments, ctx)
 
     async def _final(self, call: ToolCall, last: Execute, outcome: CallOutcome) -> CallOutcome:
         """Apply ``after_tool`` to a result the model will see (never to a suspension)."""

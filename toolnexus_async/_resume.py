@@ -130,7 +130,8 @@ class Resuming:
         Each answer must echo the id of one of the halted turn's outstanding requests
         (``halted.suspended``). The calls of that turn that completed are never executed
         again; each answered call runs again with ``ctx.answer`` (or gets
-        ``"declined/expired: <prompt>"``); the other suspended calls run again and may
+        ``"declined/expired: <prompt>"``, its tool told through ``refused`` if it has
+        one); the other suspended calls run again and may
         suspend again, halting the run once more on the first in call order. The model then
         sees exactly one result per call of the turn and no new user message. An answer to
         a request whose ``expires_at`` has passed counts as ``Answer(ok=False,

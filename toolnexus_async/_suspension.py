@@ -41,6 +41,12 @@ The rules, each pinned by a test:
    never asked); the tool's own suspensions then follow rules 2-6 as a fresh call's would,
    and the hook asking again is unresolved. A gate carried over a halt is recognised by
    the mark ``data["gate"]`` of its request.
+8. Telling the tool: a call settled as declined/expired on its *own* suspension (never a
+   gate's) carries ``Settle.refusal``, the refusing :class:`Answer`: the one given with
+   ``ok=False``, or ``Answer(id, False, reason="expired")`` for a request that expired
+   unasked, whose time limit passed, or whose ok answer came late. The executor tells the
+   tool (``Toolkit.refused``) before the result is kept or fed back; the tool never runs
+   again either way.
 """
 
 from __future__ import annotations
@@ -100,12 +106,17 @@ class Ask:
 
 
 class Settle:
-    """The call is over: ``outcome.result`` is what the model sees."""
+    """The call is over: ``outcome.result`` is what the model sees.
 
-    __slots__ = ("outcome",)
+    ``refusal``: the call's own request (``outcome.request``) was refused or expired, and
+    this is the refusing answer, for the tool to be told (rule 8); None otherwise.
+    """
 
-    def __init__(self, outcome: CallOutcome) -> None:
+    __slots__ = ("outcome", "refusal")
+
+    def __init__(self, outcome: CallOutcome, refusal: Answer | None = None) -> None:
         self.outcome = outcome
+        self.refusal = refusal
 
 
 class Halt:
@@ -144,6 +155,10 @@ def is_gate(request: Request) -> bool:
 def declined(request: Request) -> ToolResult:
     """What the model sees for a refused or expired request."""
     return ToolResult.error(f"declined/expired: {request.prompt}")
+
+
+def _expired(request: Request) -> Answer:
+    return Answer(request.id, False, reason="expired")
 
 
 def _unresolved(request: Request) -> ToolResult:
@@ -218,7 +233,7 @@ class CallRule:
         self._by_gate = is_gate(request)
         now = self._clock()
         if request.expired(now):
-            return self._settle(CallOutcome(declined(request), request, False))
+            return self._declined(request, _expired(request))
         if not self._can_ask:
             self._state = _State.OVER
             # Announced when it was first raised: the run halts on it again, quietly.
@@ -250,7 +265,7 @@ class CallRule:
         now = self._clock()
         if request.expired(now):
             # Nobody can answer it any more: asking or halting on it would wait for nothing.
-            return self._settle(CallOutcome(declined(request), request, False))
+            return self._declined(request, _expired(request))
         if not self._can_ask:
             self._state = _State.OVER
             return Halt(CallOutcome(result, request), announce=True)
@@ -270,8 +285,10 @@ class CallRule:
                 f"{request.id!r} ({request.prompt})"
             )
             return self._settle(CallOutcome(refused, request))
-        if not answer.ok or request.expired(self._clock()):
-            return self._settle(CallOutcome(declined(request), request, False))
+        if not answer.ok:
+            return self._declined(request, answer)
+        if request.expired(self._clock()):
+            return self._declined(request, _expired(request))
         if self._by_gate:
             self._state = _State.GATED
             return Execute(hook_answer=answer)
@@ -282,7 +299,7 @@ class CallRule:
         """The :class:`Ask`'s time limit passed: the request expired unanswered."""
         request = self._request
         assert request is not None
-        return self.answered(Answer(request.id, False, reason="expired"))
+        return self.answered(_expired(request))
 
     def halted(self) -> Halt:
         """The resolver gave up waiting (it raised ``HaltRun``): the run halts on this call."""
@@ -301,6 +318,12 @@ class CallRule:
             f"could not resolve {request.prompt!r}: wait_for raised {type(error).__name__}: {error}"
         )
         return self._settle(CallOutcome(failure, request))
+
+    def _declined(self, request: Request, refusal: Answer) -> Settle:
+        """Declined/expired; the tool is told only of its own request, not a gate's."""
+        self._state = _State.OVER
+        outcome = CallOutcome(declined(request), request, False)
+        return Settle(outcome, None if self._by_gate else refusal)
 
     def _settle(self, outcome: CallOutcome) -> Settle:
         self._state = _State.OVER

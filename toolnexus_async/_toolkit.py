@@ -6,7 +6,8 @@ Rules of this module:
   schema); a violation is an error result naming the field and the rule.
 - A tool never raises across the toolkit: :meth:`Toolkit.execute` turns an exception into
   an error result naming the tool and the exception, and an unknown name into an error
-  result naming the tools that do exist. Only cancellation passes through.
+  result naming the tools that do exist. Only cancellation passes through. The same holds
+  for :meth:`Toolkit.refused`, which tells a tool that its request was refused.
 - Names are unique. In :meth:`Toolkit.create` an extra tool with a built-in's name replaces
   that built-in, and among the extra tools the first of a name wins; :meth:`register`
   refuses a taken name unless told to replace it.
@@ -197,6 +198,30 @@ class Toolkit(FlagClosing):
                 f"tool {name!r} returned {type(result).__name__}, not a ToolResult"
             )
         return result
+
+    async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
+        """Tell the tool ``name`` that its request ``ctx.request`` was refused
+        (``ctx.answer``: ``ok=False``) and that it will not run again for this call.
+
+        Calls the tool's optional ``async refused(args, ctx)``; nothing for an unknown tool
+        or one without it. Never raises for the tool's sake: an exception from it is logged
+        (a warning naming the tool and the exception's type) and ignored. Only cancellation
+        passes through.
+
+        Raises:
+            UsageError: the toolkit is closed.
+        """
+        if self._closed:
+            self._check_open()
+        tell = getattr(self._tools.get(name), "refused", None)
+        if tell is None:
+            return
+        try:
+            await tell(args, ctx)
+        except Exception as exc:
+            # The type only: an exception's text may carry what the tool was sent.
+            log.warning("tool %r raised %s in refused(); ignored", name, type(exc).__name__)
+            log.debug("tool %r raised in refused()", name, exc_info=True)
 
     def _check_arguments(self, tool: Tool, args: dict[str, Any]) -> str | None:
         check = self._validators.get(tool.name)

@@ -423,6 +423,12 @@ class Tool(Protocol):
 
     ``input_schema`` is a JSON Schema object describing ``args``. ``source`` says where the
     tool comes from: ``"custom"``, ``"native"``, ``"http"``, ``"builtin"``, ``"mcp"``, ...
+
+    Optional, not part of the protocol's check: ``async def refused(self, args, ctx) ->
+    None``, called once (at least once, in a durable run) when the call's own suspension
+    ends without an ok answer (declined, cancelled, expired) and the tool will not run
+    again for it; ``ctx.answer`` is the refusing answer, ``ctx.request`` its request.
+    What it raises is logged and ignored (``Toolkit.refused``).
     """
 
     @property

@@ -20,6 +20,9 @@ Rules of this module:
 - A tool the model cannot read about is a silent mistake: no docstring and no
   ``description=`` warns (``UserWarning``) when the tool is built, rather than sending an
   empty description. A warning, not an error, so quick scripts and tests still run.
+- ``on_refused=`` is the tool's optional ``refused(args, ctx)`` (``Toolkit.refused``): an
+  ``async`` callable, checked when the tool is built; without it ``refused`` is None, which
+  the toolkit treats as absent.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import re
 import types
 import typing
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, overload
 
 import anyio.to_thread
@@ -157,6 +160,9 @@ def _as_result(value: object) -> ToolResult:
     return ToolResult.ok(json.dumps(value, default=str))
 
 
+OnRefused = Callable[[dict[str, Any], ToolContext], Awaitable[None]]
+
+
 class FunctionTool:
     """A tool backed by a Python function; build it with :func:`define_tool`."""
 
@@ -169,6 +175,7 @@ class FunctionTool:
         name: str | None = None,
         description: str | None = None,
         blocking: bool = False,
+        on_refused: OnRefused | None = None,
     ) -> None:
         if not callable(fn):
             raise UsageError(f"define_tool needs a function, got {fn!r}")
@@ -237,6 +244,13 @@ class FunctionTool:
         if not self._accepts_extra:
             self.input_schema["additionalProperties"] = False
         functools.update_wrapper(self, fn, updated=())
+        if on_refused is not None and not inspect.iscoroutinefunction(on_refused):
+            raise UsageError(
+                f"tool {self.name!r}: on_refused must be an async function "
+                f"(async def ...(args, ctx)), got {on_refused!r}"
+            )
+        # Set after update_wrapper, which copies fn's attributes onto the tool.
+        self.refused: OnRefused | None = on_refused
 
     def __repr__(self) -> str:
         return f"<FunctionTool {self.name!r} source='native'>"
@@ -306,7 +320,11 @@ def define_tool(fn: Callable[..., Any], /) -> FunctionTool: ...
 
 @overload
 def define_tool(
-    *, name: str | None = None, description: str | None = None, blocking: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    blocking: bool = False,
+    on_refused: OnRefused | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -317,6 +335,7 @@ def define_tool(
     name: str | None = None,
     description: str | None = None,
     blocking: bool = False,
+    on_refused: OnRefused | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool; usable bare or with options.
 
@@ -328,9 +347,13 @@ def define_tool(
     ('add', 'Add two integers.', ['a', 'b'])
     """
     if fn is not None:
-        return FunctionTool(fn, name=name, description=description, blocking=blocking)
+        return FunctionTool(
+            fn, name=name, description=description, blocking=blocking, on_refused=on_refused
+        )
 
     def decorate(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, blocking=blocking)
+        return FunctionTool(
+            f, name=name, description=description, blocking=blocking, on_refused=on_refused
+        )
 
     return decorate
