@@ -206,8 +206,11 @@ async def test_a_failing_server_is_reported_and_the_rest_of_the_toolkit_works(tm
     assert_no_leaks()
 
 
-async def test_tools_are_chosen_per_server_never_replace_a_tool_and_a_model_calls_them():
-    servers = config(demo={**stdio_server(), "tools": {"add": True, "echo": True}})
+async def test_tools_are_chosen_per_server_never_replace_a_tool_and_a_model_calls_them(
+    caplog: pytest.LogCaptureFixture,
+):
+    chosen = {"add": True, "echo": True, "nosuch": True}
+    servers = config(demo={**stdio_server(), "tools": chosen})
 
     @define_tool(name="demo_echo")
     async def mine(text: str) -> str:
@@ -228,6 +231,7 @@ async def test_tools_are_chosen_per_server_never_replace_a_tool_and_a_model_call
         assert tk.mcp_status["demo"].tools == ("demo_add",)
         done = await client.run("add", tk)
     assert done.text == "the sum is 42"
+    assert "MCP server 'demo' has no tool 'nosuch'" in caplog.text
 
 
 def test_without_the_sdk_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch):

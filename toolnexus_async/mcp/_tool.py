@@ -209,6 +209,10 @@ def tools_of(
     repeats (``taken`` grows by the names given); one whose name a tool in ``others`` (not
     from MCP) has is left out, with a warning."""
     tools = []
+    offered = {listed.name for listed in connection.listed}
+    for unknown in sorted(set(connection.config.tools or ()) - offered):
+        server = connection.config.name
+        log.warning("MCP server %r has no tool %r (named in its tools list)", server, unknown)
     for listed in connection.listed:
         if not connection.config.exposes(listed.name):
             continue
