@@ -42,6 +42,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from .. import __version__
 from .._resolver import Resolver
 from .._secrets import Scrubber
 from .._types import HaltRun
@@ -54,7 +55,7 @@ __all__ = ("Connection", "McpServers")
 log = logging.getLogger("toolnexus_async.mcp")
 
 State = Literal["connected", "disabled", "failed"]
-_CLIENT = types.Implementation(name="toolnexus-async", version="0.1.0")
+_CLIENT = types.Implementation(name="toolnexus-async", version=__version__)
 _PAGES = 100  # a server whose tool list never ends is cut here
 
 
