@@ -28,6 +28,7 @@ from toolnexus_async import (
     TransportError,
     UsageError,
 )
+from toolnexus_async._transport import _Slots
 
 KEY = "sk-pool-test-key-0123456789"
 REPLY = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hi"}}]}).encode()
@@ -274,3 +275,30 @@ async def test_a_run_with_retries_queues_like_any_request(server: CountingServer
             for _ in range(5):
                 tg.start_soon(client.run, "hi", toolkit)
     assert server.connections == 1
+
+
+async def test_a_slot_handed_to_a_waiter_cancelled_before_it_resumed_goes_to_the_next():
+    """The pool's own queue: a freed slot goes to the first waiter; if that one is
+    cancelled before it runs, the slot passes on to the next instead of being lost, and a
+    waiter that gave up is skipped."""
+    slots = _Slots(1)
+    assert slots.try_take() and not slots.try_take()
+    got: list[str] = []
+
+    async def take(name: str) -> None:
+        await slots.take()
+        got.append(name)
+
+    loop = asyncio.get_running_loop()
+    gave_up, first, second = (loop.create_task(take(n)) for n in ("gave up", "first", "second"))
+    await anyio.wait_all_tasks_blocked()
+    gave_up.cancel()
+    await anyio.wait_all_tasks_blocked()
+    slots.give()  # to "first" (the cancelled one is skipped)...
+    first.cancel()  # ...which is cancelled before it resumes
+    await anyio.wait_all_tasks_blocked()
+    assert got == ["second"] and first.cancelled() and gave_up.cancelled()
+    assert not slots.try_take()  # "second" holds the one slot
+    slots.give()
+    assert slots.try_take()
+    await second
