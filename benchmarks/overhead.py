@@ -26,17 +26,19 @@ Target: p50 ratio <= 1.2.
 
 Part 2, *throughput*: rounds of C concurrent runs (anyio task group) against the mock with
 20 ms of simulated latency, alternating toolnexus / floor round by round; runs per second
-and the ratio. Both use a connection pool without a cap (``AiohttpTransport(max_connections=None)``
-and ``aiohttp.TCPConnector(limit=0)``). Target: ratio >= 0.8.
+and the ratio. toolnexus uses its default pool (``AiohttpTransport()``: at most 1000
+connections; ``--max-connections`` sets another cap, ``none`` for no cap), the floor a pool
+without a cap (``aiohttp.TCPConnector(limit=0)``). Target: ratio >= 0.8.
+``--compare-uncapped`` adds a third contender, alternated with the two: toolnexus with
+``AiohttpTransport(max_connections=None)`` (the default before the pool had a cap), with its
+own ratio to the floor.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
-import multiprocessing.connection
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -45,13 +47,11 @@ from typing import Any
 
 import aiohttp
 import anyio
-from _common import ChildServer, percentile, print_footer, print_header, serve_over_pipe, verdict
-from aiohttp import web
+from _common import percentile, print_footer, print_header, verdict
+from _mock import API_KEY, MODEL, MockServer
 
 from toolnexus_async import AiohttpTransport, LlmClient, Toolkit, define_tool
 
-MODEL = "bench-model"
-API_KEY = "sk-bench-not-a-secret"
 PROMPT = "What is the weather in Paris, and what is 2 + 3?"
 EXPECTED_TEXT = "Paris: 21 C, clear | 5"
 P50_TARGET = 1.2
@@ -132,117 +132,6 @@ def check_same_schema(toolkit: Toolkit) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# The mock provider.
-#
-# It runs in its own *process* (``_common.ChildServer``), not in a thread, so that the
-# requests it parses and answers do not steal the measured event loop's GIL in proportion
-# to the request rate and blur the very overhead this file measures. Its own cost still
-# shows up in every run's wall time, alike for both contenders; it is kept small (no access
-# log, canned replies) and its CPU use is printed for the throughput part, so a saturated
-# mock would be visible.
-
-LATENCY_KEY = web.AppKey("latency_s", float)
-
-_TOOL_CALLS_REPLY = json.dumps(
-    {
-        "id": "chatcmpl-bench-1",
-        "object": "chat.completion",
-        "created": 1700000000,
-        "model": MODEL,
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "tool_calls",
-                "message": {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": "call_weather",
-                            "type": "function",
-                            "function": {
-                                "name": "get_weather",
-                                "arguments": json.dumps({"city": "Paris"}),
-                            },
-                        },
-                        {
-                            "id": "call_add",
-                            "type": "function",
-                            "function": {"name": "add", "arguments": json.dumps({"a": 2, "b": 3})},
-                        },
-                    ],
-                },
-            }
-        ],
-        "usage": {"prompt_tokens": 60, "completion_tokens": 30, "total_tokens": 90},
-    },
-    separators=(",", ":"),
-).encode()
-
-
-def _final_reply(text: str) -> bytes:
-    return json.dumps(
-        {
-            "id": "chatcmpl-bench-2",
-            "object": "chat.completion",
-            "created": 1700000000,
-            "model": MODEL,
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": text},
-                }
-            ],
-            "usage": {"prompt_tokens": 110, "completion_tokens": 12, "total_tokens": 122},
-        },
-        separators=(",", ":"),
-    ).encode()
-
-
-async def _chat_completions(request: web.Request) -> web.Response:
-    body = json.loads(await request.read())
-    outputs = [m["content"] for m in body["messages"] if m.get("role") == "tool"]
-    latency = request.app[LATENCY_KEY]
-    if latency > 0:
-        await asyncio.sleep(latency)  # the model "thinking": simulated provider latency
-    reply = _final_reply(" | ".join(outputs)) if outputs else _TOOL_CALLS_REPLY
-    return web.Response(body=reply, content_type="application/json")
-
-
-async def _serve(conn: multiprocessing.connection.Connection, latency_s: float) -> None:
-    app = web.Application()
-    app[LATENCY_KEY] = latency_s
-    app.router.add_post("/v1/chat/completions", _chat_completions)
-
-    def reply(message: str) -> float:
-        return time.process_time()  # the one question asked: "cpu"
-
-    await serve_over_pipe(conn, app, reply)
-
-
-def _server_main(conn: multiprocessing.connection.Connection, latency_s: float) -> None:
-    asyncio.run(_serve(conn, latency_s))
-
-
-class MockServer(ChildServer):
-    """The mock provider in a child process; a context manager that starts and stops it."""
-
-    def __init__(self, latency_ms: float) -> None:
-        super().__init__("mock server", _server_main, latency_ms / 1000)
-        self.latency_ms = latency_ms
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def cpu_seconds(self) -> float:
-        """CPU time the mock process has used so far (asked between measurements only)."""
-        seconds: float = self.ask("cpu")
-        return seconds
-
-
-# --------------------------------------------------------------------------------------
 # The two contenders. Each is a zero-argument coroutine function returning the final text.
 
 RunOnce = Callable[[], Awaitable[str]]
@@ -259,8 +148,8 @@ def toolnexus_runner(client: LlmClient, toolkit: Toolkit) -> RunOnce:
 
 
 def floor_session() -> aiohttp.ClientSession:
-    # The same pool and timeout settings the client's own session gets: no connection cap
-    # (AiohttpTransport(max_connections=None)) and a 600 s total timeout.
+    # No connection cap (what a hand-written client has unless it sets one) and the 600 s
+    # total timeout the client's own session gets.
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600))
 
@@ -404,24 +293,35 @@ class Throughput:
         )
 
 
+def http_client(base_url: str, transport: AiohttpTransport | None = None) -> LlmClient:
+    return LlmClient(base_url, style="openai", model=MODEL, api_key=API_KEY, transport=transport)
+
+
 async def measure_throughput(
-    server: MockServer, concurrency: int, runs_per_task: int, rounds: int
-) -> tuple[Throughput, Throughput, float, float]:
-    """Runs/s of each contender, plus the mock's CPU seconds and wall seconds while timed."""
+    server: MockServer,
+    concurrency: int,
+    runs_per_task: int,
+    rounds: int,
+    cap: int | str | None,
+    compare_uncapped: bool,
+) -> tuple[list[Throughput], float, float]:
+    """Runs/s of each contender (the floor last), plus the mock's CPU seconds and wall
+    seconds while timed. ``cap``: the toolnexus transport's max_connections, or "default"."""
     base_url = server.base_url
     toolkit = make_toolkit()
+    transport = None if isinstance(cap, str) else AiohttpTransport(max_connections=cap)
     async with (
-        LlmClient(
-            base_url,
-            style="openai",
-            model=MODEL,
-            api_key=API_KEY,
-            transport=AiohttpTransport(max_connections=None),
-        ) as client,
+        http_client(base_url, transport) as client,
+        http_client(base_url, AiohttpTransport(max_connections=None)) as uncapped,
         floor_session() as session,
     ):
-        contenders = [Throughput("toolnexus_async", []), Throughput("floor", [])]
-        runners = [toolnexus_runner(client, toolkit), floor_runner(session, base_url)]
+        contenders = [Throughput("toolnexus_async", [])]
+        runners = [toolnexus_runner(client, toolkit)]
+        if compare_uncapped:
+            contenders.append(Throughput("tn no pool cap", []))
+            runners.append(toolnexus_runner(uncapped, toolkit))
+        contenders.append(Throughput("floor", []))
+        runners.append(floor_runner(session, base_url))
         # Warm-up round each: opens the pools' connections and warms every code path.
         for run_once in runners:
             await one_round(run_once, concurrency, 1)
@@ -434,7 +334,7 @@ async def measure_throughput(
                 server_cpu += server.cpu_seconds() - cpu_before
                 wall += measured.seconds
                 contender.rounds.append(measured)
-    return contenders[0], contenders[1], server_cpu, wall
+    return contenders, server_cpu, wall
 
 
 # --------------------------------------------------------------------------------------
@@ -465,9 +365,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="mock latency for the throughput part",
     )
     parser.add_argument(
+        "--max-connections",
+        default="default",
+        help="the toolnexus transport's max_connections in the throughput part: a number,"
+        " none (no cap), or default (AiohttpTransport's own)",
+    )
+    parser.add_argument(
+        "--compare-uncapped",
+        action="store_true",
+        help="throughput part: also run toolnexus with max_connections=None, alternated",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (small sizes)"
     )
     args = parser.parse_args(argv)
+    if args.max_connections == "none":
+        args.max_connections = None
+    elif args.max_connections != "default":
+        try:
+            args.max_connections = int(args.max_connections)
+        except ValueError:
+            parser.error("--max-connections must be a number, none or default")
     if args.quick:
         args.runs, args.warmup = 200, 20
         args.concurrency, args.runs_per_task, args.rounds = 50, 1, 2
@@ -499,21 +417,31 @@ async def main(args: argparse.Namespace) -> None:
         f"throughput: {args.concurrency} concurrent tasks x {args.runs_per_task} runs per round, "
         f"{args.rounds} rounds each (alternating), mock latency {args.throughput_latency_ms:g} ms"
     )
-    with MockServer(args.throughput_latency_ms) as server:
-        tn_rate, floor_rate, server_cpu, wall = await measure_throughput(
-            server, args.concurrency, args.runs_per_task, args.rounds
-        )
-    rate_ratio = tn_rate.median / floor_rate.median
-    paired = statistics.median(a / b for a, b in zip(tn_rate.rates, floor_rate.rates, strict=True))
-    print(tn_rate.line())
-    print(floor_rate.line())
-    print(f"  mock server CPU while timed: {server_cpu / wall:.0%} of one core")
+    cap = args.max_connections
     print(
-        f"  ratio toolnexus/floor: median runs/s {rate_ratio:.3f}   "
-        f"(target >= {THROUGHPUT_TARGET}: {verdict(rate_ratio >= THROUGHPUT_TARGET)});"
-        f"   median of round pairs {paired:.3f};"
-        f"   CPU per run {tn_rate.cpu_per_run / floor_rate.cpu_per_run:.3f}"
+        "  toolnexus_async pool: "
+        + ("AiohttpTransport() defaults" if cap == "default" else f"max_connections={cap}")
     )
+    with MockServer(args.throughput_latency_ms) as server:
+        contenders, server_cpu, wall = await measure_throughput(
+            server, args.concurrency, args.runs_per_task, args.rounds, cap, args.compare_uncapped
+        )
+    *tns, floor_rate = contenders
+    for rate in (*tns, floor_rate):
+        print(rate.line())
+    print(f"  mock server CPU while timed: {server_cpu / wall:.0%} of one core")
+    for tn_rate in tns:
+        rate_ratio = tn_rate.median / floor_rate.median
+        paired = statistics.median(
+            a / b for a, b in zip(tn_rate.rates, floor_rate.rates, strict=True)
+        )
+        label = "toolnexus" if tn_rate is tns[0] else "no pool cap"
+        print(
+            f"  ratio {label}/floor: median runs/s {rate_ratio:.3f}   "
+            f"(target >= {THROUGHPUT_TARGET}: {verdict(rate_ratio >= THROUGHPUT_TARGET)});"
+            f"   median of round pairs {paired:.3f};"
+            f"   CPU per run {tn_rate.cpu_per_run / floor_rate.cpu_per_run:.3f}"
+        )
     print_footer()
 
 

@@ -58,6 +58,14 @@ it takes). The checks count
 the committed requests over a connection of their own. The cluster is stopped and deleted
 at the end, also after an error or Ctrl-C.
 
+Part 1c, *the model over HTTP* (``--model http``, ``_park_http.py``): the same N runs, the
+same harness and ``Inbox``, but ``LlmClient(base_url, style="openai")`` on the loopback mock
+of ``overhead.py`` (its own process): two POSTs per run, the tool parking between them.
+Besides part 1's figures: the sockets open while parked and their peak, the mock's CPU, a
+bare-aiohttp floor for the HTTP part, and the ratios to part 1's toolnexus figures. The
+client's pool is the transport's default (``--max-connections`` for another cap, ``none``
+for none).
+
 Part 2, *durable halt -> resume*: M runs (``--durable-runs``) on a client without
 ``wait_for``: each run halts (``status == "pending"``) and is saved to a ``SqliteRunStore``
 (a file in a temporary directory); then each is answered with
@@ -80,6 +88,8 @@ import anyio
 from _common import add_postgres_options, print_footer, print_header, verdict
 from _park_durable import Durable, durable, print_cpu, print_durable
 from _park_hot import Floor, HotFigures, Probe, Toolnexus, ms, park_and_wake, print_hot
+
+from toolnexus_async._transport import DEFAULT_MAX_CONNECTIONS
 
 if TYPE_CHECKING:
     from _pg import PgServer
@@ -130,6 +140,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     add_postgres_options(parser, "the PostgresRunStore of --store postgres")
     parser.add_argument(
+        "--model",
+        choices=("in-process", "http"),
+        default="in-process",
+        help="http: also park the runs with the model behind HTTP, on a loopback mock"
+        " (part 1c, _park_http.py)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        default=str(DEFAULT_MAX_CONNECTIONS),
+        help="--model http: the client's AiohttpTransport max_connections (a number, or none;"
+        f" default {DEFAULT_MAX_CONNECTIONS}, the transport's own)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (small sizes)"
     )
     args = parser.parse_args(argv)
@@ -139,6 +162,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     args.sample = min(args.sample, args.runs)
+    if args.max_connections == "none":
+        args.max_connections = None
+    elif not args.max_connections.isdigit() or int(args.max_connections) < 1:
+        parser.error("--max-connections must be a number >= 1, or none")
+    else:
+        args.max_connections = int(args.max_connections)
     return args
 
 
@@ -227,6 +256,13 @@ async def main(args: argparse.Namespace, server: PgServer | None = None) -> None
         f"   {verdict(p99 < P99_TARGET)}"
     )
     print()
+
+    if args.model == "http":
+        from _park_http import park_http
+
+        targets = (BYTES_TARGET, PARK_RATE_TARGET, ANSWER_RATE_TARGET, P99_TARGET)
+        await park_http(args.runs, args.sample, args.spawner, args.max_connections, tn, targets)
+        print()
 
     if args.store == "sqlite":
         print(

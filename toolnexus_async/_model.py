@@ -172,12 +172,14 @@ class HttpModel:
         # visits every live container of every run in flight, does not visit them over and
         # over.
         failure: str | None = None
+        cause: OSError | None = None
         try:
             response = await self._transport.send(self._request(messages, toolkit, False))
         except TransportError as exc:
             failure = self._scrub(str(exc))  # raised below, outside the except block
+            cause = self._os_cause(exc)
         if failure is not None:
-            raise TransportError(failure)
+            raise TransportError(failure) from cause
         content = response.content
         if content is None or len(content) > self._max_bytes:
             raise self._too_large()
@@ -253,8 +255,16 @@ class HttpModel:
                 hint=failure.hint or self._hints.get(failure.status),
             )
         if isinstance(failure, TransportError):
-            raise TransportError(scrub(str(failure)))
+            raise TransportError(scrub(str(failure))) from self._os_cause(failure)
         raise ProtocolError(scrub(str(failure)))
+
+    def _os_cause(self, error: TransportError) -> OSError | None:
+        """The bare ``OSError`` a transport chains to a resource error (EMFILE...), rebuilt
+        from its errno and scrubbed text alone; anything else chained is dropped."""
+        cause = error.__cause__
+        if type(cause) is not OSError or cause.errno is None:
+            return None
+        return OSError(cause.errno, self._scrub(cause.strerror or ""))
 
     def _provider_error(self, response: HttpResponse) -> ProviderError:
         body = self._scrub((response.content or b"").decode("utf-8", "replace"))
