@@ -1,20 +1,26 @@
-"""The queries a durable host makes every second cost what they find, not what is parked.
+"""What many parked runs cost a SqliteRunStore's host: work that grows with what it finds,
+not with what is parked, and a loop that is never filled by one commit's callers.
 
 A host asks its store twice a second for answers to hand over (``deliveries``) and once a
 second for runs that can go on (``ready``). With every run of the worker parked, both must
 be driven by the few undelivered requests, not by a walk over the worker's runs: the
 plans are read from SQLite itself (``EXPLAIN QUERY PLAN`` of the statements the queries
-actually ran, caught by a trace callback), so no timing is involved.
+actually ran, caught by a trace callback). The callers of one group commit are resumed a
+slice per loop iteration (counted by a task that ticks once per iteration). No timing is
+involved.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from toolnexus_async import Answer, AssistantMessage, Request, ToolCall
 from toolnexus_async._loop import RunLoop
@@ -77,3 +83,33 @@ async def test_the_sweep_is_driven_by_small_indexes_only(tmp_path):
     assert found == []
     assert any("requests_undelivered" in s for s in steps), steps
     assert walks_the_runs(steps) == [], steps
+
+
+async def test_a_large_batch_tells_its_writers_a_slice_per_loop_turn(tmp_path):
+    """Group commit puts many writes in one transaction; their callers are then resumed a
+    slice at a time, each loop turn, so the steps they take next never fill one turn."""
+    turns = 0
+    resumed_at: dict[int, int] = {}
+
+    async def ticker() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    async def write(store: SqliteRunStore, n: int) -> None:
+        loop = RunLoop(f"go {n}", run_id=f"run_{n}", style="in-process")
+        await store.start(loop.snapshot(), WORKER, time.time() + 60)
+        resumed_at[n] = turns
+
+    async with SqliteRunStore(tmp_path / "runs.db") as store:
+        tick = asyncio.get_running_loop().create_task(ticker())
+        async with anyio.create_task_group() as tg:
+            for n in range(300):
+                tg.start_soon(write, store, n)
+        tick.cancel()
+        assert await store.runs(limit=1000) and len(await store.runs(limit=1000)) == 300
+    # The first writer commits alone; the 299 queued behind it share the next commit.
+    later = sorted(resumed_at[n] for n in range(1, 300))
+    assert len(set(later)) >= 299 // 64, later
+    assert later[-1] - later[0] >= 299 // 64
