@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from _park_hot import Contender, Probe, request_id
 from _stall import LoopWatch, PhaseStalls
@@ -60,6 +61,20 @@ async def stalls(
     contender = make(Probe(runs))
     freezer = GcFreezer() if lever == "freeze" else None
     clock = time.perf_counter
+    # Counted as each ends (not by asyncio.wait over all of them, whose bookkeeping for
+    # 2 * runs tasks would be a stall of the harness's own).
+    left = 2 * runs  # every run, and every answer
+    all_done = asyncio.Event()
+
+    async def counted(job: Coroutine[Any, Any, None]) -> None:
+        nonlocal left
+        try:
+            await job
+        finally:
+            left -= 1
+            if left == 0:
+                all_done.set()
+
     async with contender, LoopWatch() as watch:
         gc.collect()
         if freezer is not None:
@@ -68,12 +83,9 @@ async def stalls(
             async with asyncio.TaskGroup() as tg:
                 with watch.phase("parking"):
                     start = clock()
-                    tasks: list[asyncio.Task[None]] = []
                     for first in range(0, runs, chunk):
-                        tasks.extend(
-                            tg.create_task(contender.run(n))
-                            for n in range(first, min(runs, first + chunk))
-                        )
+                        for n in range(first, min(runs, first + chunk)):
+                            tg.create_task(counted(contender.run(n)))
                         await asyncio.sleep(0)
                     while contender.parked() + len(contender.failures()) < runs:  # noqa: ASYNC110
                         await asyncio.sleep(0.001)
@@ -88,9 +100,9 @@ async def stalls(
                     for first in range(0, runs, chunk):
                         for n in range(first, min(runs, first + chunk)):
                             answer = Answer(request_id(n), True)
-                            tasks.append(tg.create_task(contender.answer_one(answer)))
+                            tg.create_task(counted(contender.answer_one(answer)))
                         await asyncio.sleep(0)
-                    await asyncio.wait(tasks)  # every run done, every answer returned
+                    await all_done.wait()  # every run done, every answer returned
                     done_seconds = clock() - start
         finally:
             if freezer is not None:

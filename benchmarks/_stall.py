@@ -75,6 +75,8 @@ class PhaseStalls:
     # on the loop (the rest: the store's thread holding the GIL, or other processes
     # holding the CPU, which a loaded machine adds).
     longest_cpu: float = 0.0
+    longest_at: float = 0.0  # when that beat ended, seconds into the phase
+    started: float = 0.0  # perf_counter at the phase's start
     over: int = 0  # beats later than ``LoopWatch.late`` seconds
     gc: GcPauses = field(default_factory=GcPauses)
 
@@ -82,7 +84,8 @@ class PhaseStalls:
         g = self.gc
         return (
             f"{self.name:<10} longest stall {self.longest * 1000:8.1f} ms"
-            f" ({self.longest_cpu * 1000:.1f} ms of it on the loop's CPU;"
+            f" (at {self.longest_at:.2f} s, {self.longest_cpu * 1000:.1f} ms of it on the"
+            " loop's CPU;"
             f" {self.over} beats over {LoopWatch.late * 1000:g} ms, of {self.beats:,} in"
             f" {self.seconds:.2f} s); gc {g.seconds:.3f} s, longest pause"
             f" {g.longest * 1000:.1f} ms, {g.full} full collections {g.full_seconds:.3f} s"
@@ -135,21 +138,21 @@ class LoopWatch:
                 if lateness > current.longest:
                     current.longest = lateness
                     current.longest_cpu = cpu() - start_cpu
+                    current.longest_at = clock() - current.started
                 if lateness > self.late:
                     current.over += 1
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[PhaseStalls]:
         """Count the beats and the collections of the block as the phase ``name``."""
-        stalls = PhaseStalls(name)
+        stalls = PhaseStalls(name, started=time.perf_counter())
         self.phases.append(stalls)
         self._current = stalls
         stalls.gc.install()
-        start = time.perf_counter()
         try:
             yield stalls
         finally:
-            stalls.seconds = time.perf_counter() - start
+            stalls.seconds = time.perf_counter() - stalls.started
             stalls.gc.remove()
             if self._current is stalls:
                 self._current = None

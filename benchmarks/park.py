@@ -271,10 +271,11 @@ async def print_stalls(args: argparse.Namespace, levers: tuple[str, ...]) -> Non
             found[-1].print()
     print(f"  target (issue 17): longest stall < {STALL_TARGET * 1000:g} ms in every phase:")
     for f in found:
-        longest = max(p.longest for p in f.phases)
+        worst = max(f.phases, key=lambda p: p.longest)
         print(
-            f"    {f.name}, gc lever {f.lever}: {longest * 1000:,.1f} ms"
-            f"   {verdict(longest < STALL_TARGET)}"
+            f"    {f.name}, gc lever {f.lever}: {worst.longest * 1000:,.1f} ms ({worst.name};"
+            f" {worst.longest_cpu * 1000:,.1f} ms of it on the loop's CPU)"
+            f"   {verdict(worst.longest < STALL_TARGET)}"
         )
 
 
