@@ -92,7 +92,8 @@ async def stalls(
                     park_seconds = clock() - start
                 if contender.failures():
                     raise SystemExit(f"{contender.name}: runs did not park: {contender.failures()}")
-                contender.verify_parked(runs)
+                # In a thread: the durable check reads the whole file, a stall of its own.
+                await asyncio.to_thread(contender.verify_parked, runs)
                 with watch.phase("idle"):
                     await asyncio.sleep(idle)
                 with watch.phase("answering"):
