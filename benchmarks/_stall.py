@@ -15,9 +15,12 @@ told apart from (or put down to) a collection::
     for p in watch.phases:
         print(p.line())  # parking  longest stall 12.3 ms (...); gc 0.120 s, longest pause 9.1 ms
 
-A phase sees every beat that *ends* inside it. The heartbeat costs about a thousand
-wake-ups per second, so do not run it while measuring a throughput that must stay
-comparable with figures measured without it.
+Each :class:`PhaseStalls` has ``longest`` (seconds), ``longest_at`` (seconds into the
+phase), ``longest_cpu`` (the loop thread's CPU during that beat), ``over`` (beats later
+than 50 ms), ``beats``, ``seconds`` and ``gc`` (:class:`GcPauses`: ``seconds``,
+``longest``, ``full``, ``full_seconds``). A phase sees every beat that *ends* inside it.
+The heartbeat costs about a thousand wake-ups per second, so do not run it while
+measuring a throughput that must stay comparable with figures measured without it.
 """
 
 from __future__ import annotations
