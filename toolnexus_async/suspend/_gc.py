@@ -42,10 +42,11 @@ class GcFreezer:
 
     Args:
         reclaim_when: a cheap ``() -> bool``, asked at each collection of the middle
-            generation; when true, everything frozen is handed back to the collector
-            (``gc.unfreeze()``), whose next full collection then frees the cycles among
-            it, and nothing is frozen that time. ``None``: only :meth:`reclaim` and
-            :meth:`stop` hand it back.
+            generation (in whichever thread triggered it; it must not raise: Python
+            reports that as unraisable and nothing is frozen that time); when true,
+            everything frozen is handed back to the collector (``gc.unfreeze()``), whose
+            next full collection then frees the cycles among it, and nothing is frozen
+            that time. ``None``: only :meth:`reclaim` and :meth:`stop` hand it back.
     """
 
     def __init__(self, *, reclaim_when: Callable[[], bool] | None = None) -> None:
