@@ -277,6 +277,7 @@ async def print_stalls(args: argparse.Namespace, levers: tuple[str, ...]) -> Non
             f" {worst.longest_cpu * 1000:,.1f} ms of it on the loop's CPU)"
             f"   {verdict(worst.longest < STALL_TARGET)}"
         )
+    print()
 
 
 @contextlib.contextmanager
