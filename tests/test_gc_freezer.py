@@ -181,3 +181,20 @@ async def test_frozen_parked_runs_wake_and_finish(freezer):
         gc.collect(1)  # the inbox is empty: everything is given back
         assert gc.get_freeze_count() == 0 and f.reclaims >= 1
     assert texts == {n: f"{n} approved" for n in range(20)}
+
+
+async def test_the_library_leaves_the_collector_alone_unless_asked():
+    """Parking and waking runs freezes nothing and adds no collector callback."""
+    callbacks = list(gc.callbacks)
+    inbox = Inbox()
+    toolkit = Toolkit.create(builtins=False, extra_tools=[approve])
+    async with LlmClient.in_process(model, wait_for=inbox) as client:
+        async with aclosing(inbox.requests()) as arrivals, anyio.create_task_group() as tg:
+            tg.start_soon(client.run, "approve 1", toolkit)
+            async for _ in arrivals:
+                break
+            gc.collect(1)
+            assert gc.get_freeze_count() == 0
+            inbox.answer(Answer("req-1", True))
+    assert gc.callbacks == callbacks
+    assert gc.get_freeze_count() == 0
