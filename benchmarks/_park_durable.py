@@ -74,6 +74,13 @@ class Durable(Toolnexus):
         return cls(probe, store, name, lambda: committed(path))
 
     @classmethod
+    def maker(
+        cls, path: Path, synchronous: Literal["FULL", "NORMAL"]
+    ) -> Callable[[Probe], Durable]:
+        """What makes a :meth:`sqlite` contender from its probe, for the harnesses."""
+        return lambda probe: cls.sqlite(probe, path, synchronous)
+
+    @classmethod
     def postgres(
         cls,
         probe: Probe,

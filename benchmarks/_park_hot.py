@@ -39,6 +39,7 @@ from toolnexus_async import (
     ToolResult,
     define_tool,
 )
+from toolnexus_async.suspend import GcFreezer
 
 # --------------------------------------------------------------------------------------
 # The probe: where the tool (or the floor's stand-in) notes when it woke up.
@@ -331,10 +332,25 @@ class Spawner:
 
 
 async def park_and_wake(
-    make: Callable[[Probe], Contender], runs: int, sample_size: int, spawner: str
+    make: Callable[[Probe], Contender],
+    runs: int,
+    sample_size: int,
+    spawner: str,
+    lever: str = "off",
 ) -> HotFigures:
+    """``lever == "freeze"``: a :class:`GcFreezer` is active from the first run started
+    to the last one done (``"off"``: the collector as CPython sets it)."""
+    freezer = GcFreezer() if lever == "freeze" else None
     async with make(Probe(runs)) as contender:
-        figures = await _park_and_wake(contender, runs, sample_size, spawner)
+        if freezer is not None:
+            freezer.start()
+        try:
+            figures = await _park_and_wake(contender, runs, sample_size, spawner)
+        finally:
+            if freezer is not None:
+                freezer.stop()
+    if freezer is not None:
+        figures.name += ", gc lever freeze"
     # Everything the runs used is garbage now: does the memory come back?
     figures.after = settle()
     return figures

@@ -66,6 +66,22 @@ bare-aiohttp floor for the HTTP part, and the ratios to part 1's toolnexus figur
 client's pool is the transport's default (``--max-connections`` for another cap, ``none``
 for none).
 
+``--gc freeze`` runs toolnexus's contenders (not the floor) under a
+``toolnexus_async.suspend.GcFreezer``, from the first run started to the last one done;
+``--gc both`` runs each of them twice, without it and then with it, and gives each
+durable figure's ratio against the in-memory figure of the same lever.
+
+Part 3, *loop stalls* (on unless ``--no-stalls``; ``_park_stalls``): the same N runs
+again (in memory, and durably with ``--store sqlite``), for each lever, but arriving as a
+server's would: ``--chunk`` runs (default 10) are started, then the harness yields one
+loop iteration, and so on; after ``--idle`` seconds (default 2) with all of them parked,
+they are answered ``--chunk`` per iteration until every run is done. A heartbeat task
+(``_stall.LoopWatch``) sleeps 1 ms over and over: its longest lateness in each phase
+(parking, idle, answering) is the longest time the loop stopped, printed with the loop
+thread's CPU time during that beat and with the collector's time and longest pause in
+the phase (``gc.callbacks``). The target of issue 17 is a longest stall under 50 ms with
+100,000 runs parked.
+
 Part 2, *durable halt -> resume*: M runs (``--durable-runs``) on a client without
 ``wait_for``: each run halts (``status == "pending"``) and is saved to a ``SqliteRunStore``
 (a file in a temporary directory); then each is answered with
@@ -87,7 +103,16 @@ from typing import TYPE_CHECKING
 import anyio
 from _common import add_postgres_options, print_footer, print_header, verdict
 from _park_durable import Durable, durable, print_cpu, print_durable
-from _park_hot import Floor, HotFigures, Probe, Toolnexus, ms, park_and_wake, print_hot
+from _park_hot import (
+    Floor,
+    HotFigures,
+    Probe,
+    Toolnexus,
+    ms,
+    park_and_wake,
+    print_hot,
+)
+from _park_stalls import StallFigures, stalls
 
 from toolnexus_async._transport import DEFAULT_MAX_CONNECTIONS
 
@@ -102,6 +127,8 @@ P99_TARGET = 0.050  # seconds from answer() to the tool running again, at most
 # Targets of issue 12 (durable parking, 2-core machine).
 DURABLE_PARK_TARGET = 5_000.0  # committed parks per second, at least
 DURABLE_PARK_RATIO = 0.25  # of the in-memory parks per second, at least
+# Target of issue 17.
+STALL_TARGET = 0.050  # seconds the event loop may stop, at most, with the runs parked
 
 
 # --------------------------------------------------------------------------------------
@@ -138,6 +165,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="FULL",
         help="the SqliteRunStore's synchronous setting for --store sqlite (default FULL)",
     )
+    parser.add_argument(
+        "--gc",
+        choices=("off", "freeze", "both"),
+        default="off",
+        help="the GC lever: freeze runs toolnexus's contenders under a GcFreezer; both runs"
+        " each of them twice, without it and then with it (the floor never has it)",
+    )
+    parser.add_argument(
+        "--stalls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="part 3, loop stalls: park, idle and answer the runs again, paced, under a"
+        " heartbeat (default on)",
+    )
+    parser.add_argument(
+        "--chunk", type=int, default=10, help="part 3: runs started (and answered) per loop turn"
+    )
+    parser.add_argument(
+        "--idle", type=float, default=2.0, help="part 3: seconds everything stays parked"
+    )
     add_postgres_options(parser, "the PostgresRunStore of --store postgres")
     parser.add_argument(
         "--model",
@@ -157,8 +204,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.sample, args.durable_runs = 2000, 200, 100
-    for name in ("runs", "sample", "durable_runs", "pool"):
+        args.runs, args.sample, args.durable_runs, args.idle = 2000, 200, 100, 0.2
+    for name in ("runs", "sample", "durable_runs", "pool", "chunk"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     args.sample = min(args.sample, args.runs)
@@ -194,6 +241,74 @@ def print_durable_ratios(kept: HotFigures, tn: HotFigures) -> None:
     )
 
 
+def print_hot_targets(tn: HotFigures, floor: HotFigures, runs: int) -> None:
+    p99 = tn.sample.p99
+    print("  toolnexus / floor:")
+    print(ratio_line("bytes per parked run", tn.bytes_per_run, floor.bytes_per_run, "bytes"))
+    print(ratio_line("pymalloc blocks/run", tn.blocks_per_run, floor.blocks_per_run, "blocks"))
+    print(ratio_line("parks per second", tn.park_rate, floor.park_rate, "/s"))
+    print(ratio_line("answer() calls/s", tn.answer_rate, floor.answer_rate, "/s"))
+    print(ratio_line("wake all, runs done/s", tn.wake_all_rate, floor.wake_all_rate, "/s"))
+    print(ratio_line("wake p99 (one at a time)", p99 * 1e6, floor.sample.p99 * 1e6, "us"))
+    print("  targets (toolnexus_async):")
+    print(
+        f"    <= {BYTES_TARGET:,} bytes per parked run: {tn.bytes_per_run:,.0f}"
+        f"   {verdict(tn.bytes_per_run <= BYTES_TARGET)}"
+    )
+    print(
+        f"    >= {PARK_RATE_TARGET:,.0f} parks/s: {tn.park_rate:,.0f}"
+        f"   {verdict(tn.park_rate >= PARK_RATE_TARGET)}"
+    )
+    print(
+        f"    >= {ANSWER_RATE_TARGET:,.0f} answers/s: answer() calls {tn.answer_rate:,.0f}"
+        f"   {verdict(tn.answer_rate >= ANSWER_RATE_TARGET)};"
+        f" until all runs done {tn.wake_all_rate:,.0f}"
+        f"   {verdict(tn.wake_all_rate >= ANSWER_RATE_TARGET)}"
+    )
+    print(
+        f"    p99 wake < {P99_TARGET * 1000:g} ms while {runs:,} parked: {ms(p99)}"
+        f"   {verdict(p99 < P99_TARGET)}"
+    )
+
+
+async def print_stalls(args: argparse.Namespace, levers: tuple[str, ...]) -> None:
+    """Part 3: the longest loop stalls, paced parking, idle and answering, per lever."""
+    print(
+        f"loop stalls: {args.runs:,} runs started {args.chunk} per loop turn, {args.idle:g} s"
+        f" idle, answered {args.chunk} per loop turn; a heartbeat task sleeps 1 ms and records"
+        " its lateness"
+    )
+    found: list[StallFigures] = []
+    for lever in levers:
+        found.append(
+            await stalls(Toolnexus, args.runs, lever=lever, chunk=args.chunk, idle=args.idle)
+        )
+        found[-1].print()
+    if args.store == "sqlite":
+        for lever in levers:
+            with tempfile.TemporaryDirectory(prefix="park-bench-") as tmp:
+                path = Path(tmp) / "runs.sqlite"
+                found.append(
+                    await stalls(
+                        Durable.maker(path, args.synchronous),
+                        args.runs,
+                        lever=lever,
+                        chunk=args.chunk,
+                        idle=args.idle,
+                    )
+                )
+            found[-1].print()
+    print(f"  target (issue 17): longest stall < {STALL_TARGET * 1000:g} ms in every phase:")
+    for f in found:
+        worst = max(f.phases, key=lambda p: p.longest)
+        print(
+            f"    {f.name}, gc lever {f.lever}: {worst.longest * 1000:,.1f} ms ({worst.name};"
+            f" {worst.longest_cpu * 1000:,.1f} ms of it on the loop's CPU)"
+            f"   {verdict(worst.longest < STALL_TARGET)}"
+        )
+    print()
+
+
 @contextlib.contextmanager
 def database_server(args: argparse.Namespace) -> Iterator[PgServer | None]:
     """The throwaway PostgreSQL cluster of ``--store postgres``, or None."""
@@ -224,37 +339,15 @@ async def main(args: argparse.Namespace, server: PgServer | None = None) -> None
     )
     # The floor first: it leaves little behind, so toolnexus starts from a heap that is
     # nearly fresh (the RSS after each teardown is printed, to check that).
+    levers = ("off", "freeze") if args.gc == "both" else (args.gc,)
     floor = await park_and_wake(Floor, args.runs, args.sample, args.spawner)
     print_hot(floor)
-    tn = await park_and_wake(Toolnexus, args.runs, args.sample, args.spawner)
-    print_hot(tn)
-    p99 = tn.sample.p99
-    print("  toolnexus / floor:")
-    print(ratio_line("bytes per parked run", tn.bytes_per_run, floor.bytes_per_run, "bytes"))
-    print(ratio_line("pymalloc blocks/run", tn.blocks_per_run, floor.blocks_per_run, "blocks"))
-    print(ratio_line("parks per second", tn.park_rate, floor.park_rate, "/s"))
-    print(ratio_line("answer() calls/s", tn.answer_rate, floor.answer_rate, "/s"))
-    print(ratio_line("wake all, runs done/s", tn.wake_all_rate, floor.wake_all_rate, "/s"))
-    print(ratio_line("wake p99 (one at a time)", p99 * 1e6, floor.sample.p99 * 1e6, "us"))
-    print("  targets (toolnexus_async):")
-    print(
-        f"    <= {BYTES_TARGET:,} bytes per parked run: {tn.bytes_per_run:,.0f}"
-        f"   {verdict(tn.bytes_per_run <= BYTES_TARGET)}"
-    )
-    print(
-        f"    >= {PARK_RATE_TARGET:,.0f} parks/s: {tn.park_rate:,.0f}"
-        f"   {verdict(tn.park_rate >= PARK_RATE_TARGET)}"
-    )
-    print(
-        f"    >= {ANSWER_RATE_TARGET:,.0f} answers/s: answer() calls {tn.answer_rate:,.0f}"
-        f"   {verdict(tn.answer_rate >= ANSWER_RATE_TARGET)};"
-        f" until all runs done {tn.wake_all_rate:,.0f}"
-        f"   {verdict(tn.wake_all_rate >= ANSWER_RATE_TARGET)}"
-    )
-    print(
-        f"    p99 wake < {P99_TARGET * 1000:g} ms while {args.runs:,} parked: {ms(p99)}"
-        f"   {verdict(p99 < P99_TARGET)}"
-    )
+    in_memory: dict[str, HotFigures] = {}
+    for lever in levers:
+        tn = await park_and_wake(Toolnexus, args.runs, args.sample, args.spawner, lever)
+        in_memory[lever] = tn
+        print_hot(tn)
+        print_hot_targets(tn, floor, args.runs)
     print()
 
     if args.model == "http":
@@ -270,16 +363,18 @@ async def main(args: argparse.Namespace, server: PgServer | None = None) -> None
             f" SqliteRunStore (synchronous={args.synchronous}), every suspension and answer"
             " committed"
         )
-        with tempfile.TemporaryDirectory(prefix="park-bench-") as tmp:
-            path = Path(tmp) / "runs.sqlite"
-            kept = await park_and_wake(
-                lambda probe: Durable.sqlite(probe, path, args.synchronous),
-                args.runs,
-                args.sample,
-                args.spawner,
-            )
-        print_hot(kept)
-        print_durable_ratios(kept, tn)
+        for lever in levers:
+            with tempfile.TemporaryDirectory(prefix="park-bench-") as tmp:
+                path = Path(tmp) / "runs.sqlite"
+                kept = await park_and_wake(
+                    Durable.maker(path, args.synchronous),
+                    args.runs,
+                    args.sample,
+                    args.spawner,
+                    lever,
+                )
+            print_hot(kept)
+            print_durable_ratios(kept, in_memory[lever])
         print()
 
     if dsn is not None:
@@ -288,17 +383,23 @@ async def main(args: argparse.Namespace, server: PgServer | None = None) -> None
             f" PostgresRunStore (pool of {args.pool}, command_timeout {args.command_timeout:g} s,"
             f" fsync={args.fsync}), every suspension and answer committed"
         )
-        made: list[Durable] = []
+        for lever in levers:
+            made: list[Durable] = []
 
-        def on_postgres(probe: Probe, dsn: str = dsn) -> Durable:
-            made.append(Durable.postgres(probe, dsn, args.pool, args.command_timeout, server_cpu))
-            return made[-1]
+            def on_postgres(probe: Probe, dsn: str = dsn, made: list[Durable] = made) -> Durable:
+                made.append(
+                    Durable.postgres(probe, dsn, args.pool, args.command_timeout, server_cpu)
+                )
+                return made[-1]
 
-        kept = await park_and_wake(on_postgres, args.runs, args.sample, args.spawner)
-        print_hot(kept)
-        print_cpu(made[0], args.runs)
-        print_durable_ratios(kept, tn)
+            kept = await park_and_wake(on_postgres, args.runs, args.sample, args.spawner, lever)
+            print_hot(kept)
+            print_cpu(made[0], args.runs)
+            print_durable_ratios(kept, in_memory[lever])
         print()
+
+    if args.stalls:
+        await print_stalls(args, levers)
 
     print(
         f"durable: {args.durable_runs:,} runs, one at a time, halt -> save -> claim -> resume,"

@@ -41,6 +41,9 @@ def ready(conn: sqlite3.Connection, now: float, limit: int) -> list[str]:
     # Four ways a run can go on now, each found through its own (small) index: its
     # worker's lease ran out; it was let go mid-way; it is halted and an answer or an
     # expiry waits for it; or it is halted and a request's time ran out unanswered.
+    # The undelivered requests are named as the outer loop (INDEXED BY, CROSS JOIN):
+    # left to itself, SQLite scans every run in ``seq`` order for the union's ORDER BY
+    # (about 20 to 40 ms each second with 100,000 runs parked, in the store's one thread).
     unsettled = (
         " AND q.turn = r.turn AND NOT EXISTS (SELECT 1 FROM results x"
         "  WHERE x.run_id = q.run_id AND x.call_id = q.call_id)"
@@ -49,7 +52,8 @@ def ready(conn: sqlite3.Connection, now: float, limit: int) -> list[str]:
         "SELECT seq, run_id FROM runs WHERE status = 'running'"
         " AND owner IN (SELECT name FROM workers WHERE alive_until < :now)"
         " UNION SELECT seq, run_id FROM runs WHERE status = 'running' AND owner IS NULL"
-        " UNION SELECT r.seq, r.run_id FROM requests q JOIN runs r USING (run_id)"
+        " UNION SELECT r.seq, r.run_id FROM requests q INDEXED BY requests_undelivered"
+        " CROSS JOIN runs r ON r.run_id = q.run_id"
         f" WHERE q.delivered = 0 AND r.status = 'halted'{unsettled}"
         " UNION SELECT r.seq, r.run_id FROM requests q JOIN runs r USING (run_id)"
         " WHERE q.status = 'pending' AND q.expires_at IS NOT NULL"
@@ -61,8 +65,11 @@ def ready(conn: sqlite3.Connection, now: float, limit: int) -> list[str]:
 
 
 def deliveries(conn: sqlite3.Connection, owner: str) -> list[tuple[str, Answer]]:
+    # Driven by the undelivered requests (few), never by the runs the worker holds
+    # (every run parked here: 0.3 s twice a second with 100,000 parked); see ``ready``.
     rows = conn.execute(
-        "SELECT q.run_id, q.answer FROM requests q JOIN runs r USING (run_id)"
+        "SELECT q.run_id, q.answer FROM requests q INDEXED BY requests_undelivered"
+        " CROSS JOIN runs r ON r.run_id = q.run_id"
         " WHERE q.delivered = 0 AND q.status = 'answered' AND r.owner = ?"
         " AND q.turn = r.turn ORDER BY q.seq",
         (owner,),

@@ -107,6 +107,23 @@ def _apply_alone(
     return outcome
 
 
+# Callers told per loop iteration once their batch committed. Each caller goes on at
+# once (a run starts its tool, or parks, or wakes), so telling a batch of thousands at
+# one go would stop the loop for all of their steps; a slice at a time, the steps of
+# other tasks (a web request, a heartbeat) come in between, and the next batch's commit
+# has started already.
+_TELL_SLICE = 64
+
+
+def _tell_outcomes(batch: list[_Queued], outcomes: list[Any], start: int) -> None:
+    end = start + _TELL_SLICE
+    for (_, _, future), outcome in zip(batch[start:end], outcomes[start:end], strict=True):
+        if not future.done():  # its caller was cancelled meanwhile
+            future.set_result(outcome)
+    if end < len(batch):
+        asyncio.get_running_loop().call_soon(_tell_outcomes, batch, outcomes, end)
+
+
 class SqliteRunStore:
     """A :class:`RunStore` in one SQLite file; the embedded default for durable hosts.
 
@@ -278,9 +295,7 @@ class SqliteRunStore:
             if not isinstance(exc, Exception):
                 raise
             return
-        for (_, _, future), outcome in zip(batch, outcomes, strict=True):
-            if not future.done():  # its caller was cancelled meanwhile
-                future.set_result(outcome)
+        _tell_outcomes(batch, outcomes, 0)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def job(conn: sqlite3.Connection) -> T:

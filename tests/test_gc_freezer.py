@@ -1,0 +1,200 @@
+"""GcFreezer: what survives the young generations is frozen, and given back when asked.
+
+Each test leaves the collector as it found it (nothing frozen, no callback of ours), also
+when it fails: the ``freezer`` fixture stops every freezer it made.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from toolnexus_async import (
+    Answer,
+    AssistantMessage,
+    Inbox,
+    LlmClient,
+    Message,
+    Request,
+    Tool,
+    ToolContext,
+    Toolkit,
+    ToolResult,
+    ToolReturn,
+    UsageError,
+    define_tool,
+)
+from toolnexus_async.suspend import GcFreezer
+from toolnexus_async.testing import tool_call
+
+Make = Callable[..., GcFreezer]
+
+
+@pytest.fixture
+def freezer() -> Iterator[Make]:
+    made: list[GcFreezer] = []
+
+    def make(**options: Any) -> GcFreezer:
+        made.append(GcFreezer(**options))
+        return made[-1]
+
+    assert gc.get_freeze_count() == 0
+    yield make
+    for f in made:
+        f.stop()
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+
+
+class Node:
+    """A tracked object that can be part of a cycle."""
+
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def in_oldest(obj: object) -> bool:
+    return any(o is obj for o in gc.get_objects(generation=2))
+
+
+def test_what_survives_a_middle_collection_is_frozen_and_stop_gives_it_back(freezer):
+    f = freezer()
+    kept = Node()
+    with f:
+        assert f.active
+        gc.collect(1)  # kept survives it: long-lived
+        assert f.freezes >= 1 and gc.get_freeze_count() > 0
+        assert not in_oldest(kept)  # frozen: no full collection walks it
+        gc.collect()
+        assert not in_oldest(kept)
+    assert not f.active
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert in_oldest(kept)
+
+
+def test_a_stopped_or_never_started_freezer_freezes_nothing(freezer):
+    f = freezer()
+    gc.collect(1)
+    assert f.freezes == 0 and gc.get_freeze_count() == 0
+    f.start()
+    f.start()  # idempotent: one callback
+    gc.collect(1)
+    assert f.freezes == 1
+    f.stop()
+    f.stop()
+    gc.collect(1)
+    assert f.freezes == 1 and gc.get_freeze_count() == 0
+
+
+def test_a_frozen_cycle_is_freed_only_once_given_back(freezer):
+    f = freezer()
+    f.start()
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    gc.collect(1)  # the cycle is frozen while still in use
+    del a, b
+    gc.collect()
+    assert gone() is not None  # garbage, but frozen: the price the docs name
+    assert f.reclaim() >= 2
+    assert gone() is None
+    assert f.active and f.reclaims == 1
+
+
+def test_reclaim_when_true_gives_everything_back_instead_of_freezing(freezer):
+    parked: list[int] = [1]
+    f = freezer(reclaim_when=lambda: not parked)
+    f.start()
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    gc.collect(1)
+    assert f.freezes == 1
+    del a, b
+    parked.clear()  # "the inbox is empty"
+    gc.collect(1)  # given back, not frozen again
+    assert gc.get_freeze_count() == 0 and f.reclaims == 1 and f.freezes == 1
+    gc.collect()
+    assert gone() is None
+    gc.collect(1)  # nothing frozen since: nothing to give back, not counted
+    assert f.reclaims == 1
+
+
+def test_reclaim_when_must_be_a_function():
+    with pytest.raises(UsageError, match="reclaim_when must be a function"):
+        GcFreezer(reclaim_when=True)  # type: ignore[arg-type]
+
+
+@define_tool
+async def approve(n: int, ctx: ToolContext | None = None) -> ToolResult:
+    """Ask for approval of ``n``, then say it was approved.
+
+    Args:
+        n: what to approve.
+    """
+    if ctx is None or ctx.answer is None:
+        return ToolResult.pending(Request(f"req-{n}", "approval", f"approve {n}?"))
+    return ToolResult.ok(f"{n} approved")
+
+
+def model(messages: list[Message], tools: list[Tool]) -> AssistantMessage:
+    last = messages[-1]
+    if isinstance(last, ToolReturn):
+        return AssistantMessage(last.output)
+    n = int(str(getattr(last, "text", "")).split()[-1])
+    return AssistantMessage(None, (tool_call("approve", {"n": n}, id="c1"),))
+
+
+async def test_frozen_parked_runs_wake_and_finish(freezer):
+    inbox = Inbox()
+    toolkit = Toolkit.create(builtins=False, extra_tools=[approve])
+    texts: dict[int, str] = {}
+    with freezer(reclaim_when=lambda: len(inbox) == 0) as f:
+        async with LlmClient.in_process(model, wait_for=inbox) as client:
+
+            async def run(n: int) -> None:
+                result = await client.run(f"approve {n}", toolkit)
+                texts[n] = result.text
+
+            async with aclosing(inbox.requests()) as arrivals, anyio.create_task_group() as tg:
+                for n in range(20):
+                    tg.start_soon(run, n)
+                parked = 0
+                async for _ in arrivals:
+                    parked += 1
+                    if parked == 20:
+                        break
+                gc.collect(1)  # the parked runs are long-lived now: frozen
+                assert f.freezes >= 1 and gc.get_freeze_count() > 0
+                slots = [inbox.get(f"req-{n}") for n in range(20)]
+                assert all(s is not None and not in_oldest(s) for s in slots)
+                for n in range(20):
+                    inbox.answer(Answer(f"req-{n}", True))
+        gc.collect(1)  # the inbox is empty: everything is given back
+        assert gc.get_freeze_count() == 0 and f.reclaims >= 1
+    assert texts == {n: f"{n} approved" for n in range(20)}
+
+
+async def test_the_library_leaves_the_collector_alone_unless_asked():
+    """Parking and waking runs freezes nothing and adds no collector callback."""
+    callbacks = list(gc.callbacks)
+    inbox = Inbox()
+    toolkit = Toolkit.create(builtins=False, extra_tools=[approve])
+    async with LlmClient.in_process(model, wait_for=inbox) as client:
+        async with aclosing(inbox.requests()) as arrivals, anyio.create_task_group() as tg:
+            tg.start_soon(client.run, "approve 1", toolkit)
+            async for _ in arrivals:
+                break
+            gc.collect(1)
+            assert gc.get_freeze_count() == 0
+            inbox.answer(Answer("req-1", True))
+    assert gc.callbacks == callbacks
+    assert gc.get_freeze_count() == 0
