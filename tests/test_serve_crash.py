@@ -40,7 +40,7 @@ from toolnexus_async.serve import TOKEN_ENV
 
 T = TypeVar("T")
 
-LIMIT = 30  # seconds any one test may take
+LIMIT = 60  # seconds any one test may take (a hang guard; a loaded machine starts servers slowly)
 WAIT = 20  # seconds any one wait may take
 POLL = 0.05  # seconds between two looks at the API
 TOKEN = "crash-tests-token-0123456789"
@@ -530,9 +530,11 @@ async def finish_on(answering: Server, parking: Server, run_id: str) -> None:
     await eventually(f"run {run_id} done", done)
 
 
+# before_expiry: a kill and a restart of a serve process must both fit before the expiry,
+# also on a loaded machine (4 s was too short there).
 @pytest.mark.parametrize(
     ("restart", "seconds"),
-    [("none", 1.5), ("after_expiry", 1.5), ("before_expiry", 4.0)],
+    [("none", 1.5), ("after_expiry", 1.5), ("before_expiry", 10.0)],
     ids=["no-crash", "killed-restarted-after-expiry", "killed-restarted-before-expiry"],
 )
 async def test_an_expired_request_is_not_listed_refused_and_the_run_goes_on(
