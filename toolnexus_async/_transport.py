@@ -285,15 +285,18 @@ class AiohttpTransport:
             timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
         return timeout
 
+    async def _slot(self, slots: _Slots, request: HttpRequest) -> aiohttp.ClientTimeout:
+        """Wait for a free connection; the timeout left for the request once one is free."""
+        acquired = await self._acquire(slots, request)
+        if isinstance(acquired, str):
+            raise TransportError(acquired)
+        return acquired
+
     async def send(self, request: HttpRequest) -> HttpResponse:
         slots = self._slots
-        if slots is None:
-            timeout = self._timeout(request.timeout)
-        else:
-            acquired = await self._acquire(slots, request)
-            if isinstance(acquired, str):
-                raise TransportError(acquired)
-            timeout = acquired
+        timeout = (
+            self._timeout(request.timeout) if slots is None else await self._slot(slots, request)
+        )
         # Errors are raised after the except blocks, not inside them: the originals must not
         # even become __context__, since aiohttp errors can hold the request headers.
         failure: tuple[str, OSError | None] | None = None
@@ -316,13 +319,9 @@ class AiohttpTransport:
 
     async def stream(self, request: HttpRequest) -> AsyncGenerator[HttpResponse | bytes, None]:
         slots = self._slots
-        if slots is None:
-            timeout = self._timeout(request.timeout)
-        else:
-            acquired = await self._acquire(slots, request)
-            if isinstance(acquired, str):
-                raise TransportError(acquired)
-            timeout = acquired
+        timeout = (
+            self._timeout(request.timeout) if slots is None else await self._slot(slots, request)
+        )
         failure: tuple[str, OSError | None] | None = None
         try:
             async with self._request(request, timeout) as response:
