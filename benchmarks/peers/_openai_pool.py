@@ -1,0 +1,18 @@
+"""The HTTP client the OpenAI-SDK-based peers get: the SDK's own, without a pool cap.
+
+The ``openai`` SDK (under pydantic-ai, the Agents SDK and langchain-openai) keeps at most
+100 idle connections by default, so at 500 concurrent runs most requests would open a new
+TCP connection; toolnexus_async and the floor run with no cap in this benchmark
+(``AiohttpTransport(max_connections=None)``, ``aiohttp.TCPConnector(limit=0)``), and each
+peer gets the same here, through the hook its documentation gives for it.
+"""
+
+from __future__ import annotations
+
+import httpx2
+import openai
+
+
+def unbounded_http_client() -> openai.DefaultAsyncHttpxClient:
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+    return openai.DefaultAsyncHttpxClient(limits=limits)
