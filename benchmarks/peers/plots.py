@@ -93,6 +93,8 @@ def throughput(results: dict[str, Any], ax: Any) -> None:
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    levels = sorted({r["concurrency"] for r in results["throughput"]})
+    ax.set_xticks(levels, [f"{c:,}" for c in levels])
     ax.set_xlabel("concurrent runs (log scale)")
     ax.set_ylabel("runs per second (log scale)")
     ax.set_title("Throughput, 20 ms model latency (higher is better)")
@@ -113,6 +115,8 @@ def park_memory(results: dict[str, Any], ax: Any) -> None:
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    sizes = sorted({r["parked"] for r in results["park"]})
+    ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
     ax.set_xlabel("runs parked (log scale)")
     ax.set_ylabel("resident memory per parked run, KiB (log scale)")
     ax.set_title("Memory per run waiting for an approval (lower is better)")
@@ -142,6 +146,52 @@ def wake(results: dict[str, Any], ax: Any) -> None:
     ax.legend()
 
 
+def table(results: dict[str, Any]) -> str:
+    """The figures as a Markdown table (printed, for docs/performance.md)."""
+    seq = results["sequential"]
+    floors = {r["round"]: r["p50_s"] for r in seq if r["peer"] == "floor"}
+    tput = results["throughput"]
+    tfloors = {
+        (r["concurrency"], r["round"]): r["runs_per_s"] for r in tput if r["peer"] == "floor"
+    }
+    cs = sorted({r["concurrency"] for r in tput})
+    park = by_peer(results["park"])
+    head = ["framework", "p50 / floor", "p50 ms", "p95 ms"]
+    head += [f"runs/s C={c} (/ floor)" for c in cs]
+    head += ["CPU ms/run C=500", "KiB per parked run (N)", "wake p50 / p99 ms"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for peer, mine in by_peer(seq).items():
+        cells = [f"`{peer}`"]
+        cells.append(f"{statistics.median(r['p50_s'] / floors[r['round']] for r in mine):.2f}")
+        cells.append(f"{statistics.median(r['p50_s'] for r in mine) * 1e3:.1f}")
+        cells.append(f"{statistics.median(r['p95_s'] for r in mine) * 1e3:.1f}")
+        cpu = "-"
+        for c in cs:
+            rows = [r for r in tput if r["peer"] == peer and r["concurrency"] == c]
+            if not rows:
+                cells.append("skipped")
+                continue
+            rate = statistics.median(r["runs_per_s"] for r in rows)
+            ratio = statistics.median(r["runs_per_s"] / tfloors[(c, r["round"])] for r in rows)
+            cells.append(f"{rate:.0f} ({ratio:.2f})")
+            if c == 500:
+                cpu = f"{statistics.median(r['cpu_per_run_s'] for r in rows) * 1e3:.2f}"
+        cells.append(cpu)
+        if peer in park:
+            sizes = sorted(park[peer], key=lambda r: r["parked"])
+            cells.append(
+                ", ".join(
+                    f"{r['bytes_per_parked_run'] / 1024:.1f} ({r['parked']:,})" for r in sizes
+                )
+            )
+            last = sizes[-1]
+            cells.append(f"{last['continue_p50_s'] * 1e3:.2f} / {last['continue_p99_s'] * 1e3:.2f}")
+        else:
+            cells += ["-", "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
     path = Path(argv[0]) if argv else newest()
     results = json.loads(path.read_text())
@@ -159,6 +209,8 @@ def main(argv: list[str]) -> None:
         fig.savefig(IMG / name, dpi=110)
         plt.close(fig)
         print(f"wrote {IMG / name}")
+    print()
+    print(table(results))
 
 
 if __name__ == "__main__":

@@ -116,6 +116,10 @@ def measure(runner: Runner, venvs: Path, base_url: str, *args: str) -> dict[str,
     return figures
 
 
+class RunnerFailed(Exception):
+    """A runner's process died in a measurement (its traceback went to stderr)."""
+
+
 class Served:
     """A runner process kept for many short measurements (``run_<peer>.py serve``), so that
     the measurements of all runners can alternate finely without an interpreter start (and
@@ -136,7 +140,7 @@ class Served:
         line = self.process.stdout.readline()
         if not line:
             code = self.process.wait()
-            raise SystemExit(f"{self.runner.name} failed ({code}): {shlex.join(self.argv)}")
+            raise RunnerFailed(f"exit status {code}")
         figures: dict[str, Any] = json.loads(line)
         figures["seconds"] = time.perf_counter() - started
         figures["load"] = load()
@@ -184,6 +188,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=150.0, help="seconds per measurement")
     parser.add_argument("--skip", default="", help="parts to skip: sequential,throughput,park")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        help="a results file of an interrupted run: keep its sequential figures and its"
+        " complete throughput levels, measure the rest into it",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run (small sizes)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -216,6 +227,32 @@ def main(args: argparse.Namespace) -> None:
         "skipped": [],
     }
     rate: dict[str, float] = {}  # the last runs/s seen of each runner, for predictions
+    done_levels: set[int] = set()
+    if args.resume is not None:
+        out = args.resume
+        earlier = json.loads(out.read_text())
+        results["meta"]["resumed"] = {k: earlier["meta"][k] for k in ("date", "uptime_start")}
+        results["versions"] = earlier["versions"]
+        results["sequential"] = earlier["sequential"]
+        if results["sequential"]:
+            skip.add("sequential")
+        for row in results["sequential"]:
+            rate[row["peer"]] = 1 / row["p50_s"]
+        # A level is complete when its last round has a row (or a skip) for every runner.
+        last = args.throughput_rounds - 1
+        for c in {r["concurrency"] for r in earlier["throughput"]}:
+            seen = {
+                r["peer"]
+                for r in earlier["throughput"]
+                if (r["concurrency"], r["round"]) == (c, last)
+            }
+            seen |= {r["peer"] for r in earlier["skipped"] if r.get("concurrency") == c}
+            if seen >= {r.name for r in runners}:
+                done_levels.add(c)
+        results["throughput"] = [
+            r for r in earlier["throughput"] if r["concurrency"] in done_levels
+        ]
+        results["skipped"] = [r for r in earlier["skipped"] if r.get("concurrency") in done_levels]
 
     def record(part: str, figures: dict[str, Any], **where: Any) -> None:
         results["versions"][figures["peer"]] = figures["versions"]
@@ -245,6 +282,8 @@ def main(args: argparse.Namespace) -> None:
         if "throughput" not in skip:
             with served(runners, args.venvs, slow.base_url) as processes:
                 for c in (int(x) for x in args.concurrency.split(",")):
+                    if c in done_levels:
+                        continue
                     per_task = math.ceil(100 / c)
                     for k in range(args.throughput_rounds):
                         for runner in rotated(runners, k):
@@ -254,9 +293,16 @@ def main(args: argparse.Namespace) -> None:
                                 why = f"predicted {predicted:.0f} s > budget {args.budget:g} s"
                                 skipped("throughput", runner, why, concurrency=c, round=k)
                                 continue
-                            figures = processes[runner.name].measure(
-                                mode="throughput", concurrency=c, runs_per_task=per_task
-                            )
+                            try:
+                                figures = processes[runner.name].measure(
+                                    mode="throughput", concurrency=c, runs_per_task=per_task
+                                )
+                            except RunnerFailed as error:
+                                why = f"failed ({error}; its traceback is on stderr)"
+                                skipped("throughput", runner, why, concurrency=c, round=k)
+                                processes[runner.name] = Served(runner, args.venvs, slow.base_url)
+                                rate.pop(runner.name, None)
+                                continue
                             rate[runner.name] = runs / figures["seconds"]
                             record("throughput", figures, round=k)
         if "park" not in skip:
