@@ -26,6 +26,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results"
@@ -58,8 +59,13 @@ def by_peer(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def subtitle(results: dict[str, Any]) -> str:
     meta = results["meta"]
-    load = meta["uptime_start"].split("load average:")[-1].strip()
-    return f"{meta['date']}, Python {meta['python']}, {meta['machine']}; load at start {load}"
+    first = meta.get("resumed", meta)  # a resumed run: when and how it began
+    load = first["uptime_start"].split("load average:")[-1].strip()
+    end = meta.get("uptime_end", "").split("load average:")[-1].strip()
+    return (
+        f"{first['date']}, Python {meta['python']}, {meta['machine']}\n"
+        f"load average at start {load}, at end {end}"
+    )
 
 
 def overhead(results: dict[str, Any], ax: Any) -> None:
@@ -103,8 +109,17 @@ def throughput(results: dict[str, Any], ax: Any) -> None:
 
 
 def park_memory(results: dict[str, Any], ax: Any) -> None:
-    for peer, mine in by_peer(results["park"]).items():
+    for i, (peer, mine) in enumerate(by_peer(results["park"]).items()):
         mine = sorted(mine, key=lambda r: r["parked"])
+        for r in mine:  # labelled: single points of two peers may lie on each other
+            ax.annotate(
+                f"{peer} {r['bytes_per_parked_run'] / 1024:.1f}",
+                (r["parked"], r["bytes_per_parked_run"] / 1024),
+                xytext=(8, 10 - 7 * i),
+                textcoords="offset points",
+                fontsize=7,
+                color=COLORS[peer],
+            )
         ax.plot(
             [r["parked"] for r in mine],
             [r["bytes_per_parked_run"] / 1024 for r in mine],
@@ -205,6 +220,11 @@ def main(argv: list[str]) -> None:
     for name, draw in charts.items():
         fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
         draw(results, ax)
+        plain = FuncFormatter(lambda v, _: f"{v:g}")  # 20, not 2 x 10^1
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(
+            plain if ax.get_yscale() == "log" else ax.yaxis.get_minor_formatter()
+        )
         fig.suptitle(f"{path.name}: {subtitle(results)}", fontsize=8)
         fig.savefig(IMG / name, dpi=110)
         plt.close(fig)

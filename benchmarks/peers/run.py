@@ -192,8 +192,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--resume",
         type=Path,
         default=None,
-        help="a results file of an interrupted run: keep its sequential figures and its"
-        " complete throughput levels, measure the rest into it",
+        help="a results file of an interrupted run: keep its sequential figures, its"
+        " complete throughput levels and its parking sizes, measure the rest into it",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run (small sizes)")
     args = parser.parse_args(argv)
@@ -231,7 +231,13 @@ def main(args: argparse.Namespace) -> None:
     if args.resume is not None:
         out = args.resume
         earlier = json.loads(out.read_text())
-        results["meta"]["resumed"] = {k: earlier["meta"][k] for k in ("date", "uptime_start")}
+        # "resumed": how the first run began; "resumes": each later start, this one last.
+        first = earlier["meta"].get("resumed") or earlier["meta"]
+        results["meta"]["resumed"] = {k: first[k] for k in ("date", "uptime_start")}
+        results["meta"]["resumes"] = [
+            *earlier["meta"].get("resumes", []),
+            {k: results["meta"][k] for k in ("date", "command", "uptime_start")},
+        ]
         results["versions"] = earlier["versions"]
         results["sequential"] = earlier["sequential"]
         if results["sequential"]:
@@ -253,6 +259,8 @@ def main(args: argparse.Namespace) -> None:
             r for r in earlier["throughput"] if r["concurrency"] in done_levels
         ]
         results["skipped"] = [r for r in earlier["skipped"] if r.get("concurrency") in done_levels]
+        results["park"] = earlier["park"]  # a size measured is kept; a size skipped is retried
+        results["skipped"] += [r for r in earlier["skipped"] if r["part"] == "park"]
 
     def record(part: str, figures: dict[str, Any], **where: Any) -> None:
         results["versions"][figures["peer"]] = figures["versions"]
@@ -309,8 +317,15 @@ def main(args: argparse.Namespace) -> None:
             rate.clear()  # the first size is always measured; its rate predicts the next
             for n in (int(x) for x in args.parked.split(",")):
                 for runner in rotated(runners, 0):
-                    if runner.name not in PARKS:
+                    if runner.name not in PARKS or any(
+                        (r["peer"], r["parked"]) == (runner.name, n) for r in results["park"]
+                    ):
                         continue
+                    results["skipped"] = [
+                        r
+                        for r in results["skipped"]
+                        if (r["part"], r["peer"], r.get("parked")) != ("park", runner.name, n)
+                    ]
                     predicted = (n + 2 * args.sample) / rate.get(runner.name, math.inf)
                     if runner.name in rate and predicted > args.budget:
                         why = f"predicted {predicted:.0f} s > budget {args.budget:g} s"
@@ -326,6 +341,9 @@ def main(args: argparse.Namespace) -> None:
                     )
                     rate[runner.name] = (n + 2 * args.sample) / figures["seconds"]
                     record("park", figures)
+                for row in results["park"]:  # the next size's prediction, on a resumed run too
+                    if row["parked"] == n and "seconds" in row:
+                        rate.setdefault(row["peer"], (n + 2 * args.sample) / row["seconds"])
     results["meta"]["uptime_end"] = uptime()
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nresults: {out}\nuptime at the end: {results['meta']['uptime_end']}")
