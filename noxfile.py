@@ -1,11 +1,16 @@
-"""Developer sessions: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``.
+"""Developer sessions: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``bench-all``,
+``bench-peers`` and ``plots``.
 
 The supported Pythons come from the pyproject classifiers, so there is one list to keep.
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import nox
@@ -16,6 +21,30 @@ nox.options.error_on_external_run = True
 
 PYPROJECT = Path(__file__).with_name("pyproject.toml").read_text()
 PYTHONS = re.findall(r"Programming Language :: Python :: (3\.\d+)", PYPROJECT)
+
+
+def _find_pyenv_pythons() -> None:
+    """Put pyenv's interpreters of PYTHONS on PATH when ``python3.X`` does not run as is.
+
+    pyenv's shims answer ``python3.12`` only for the versions selected with ``pyenv global``
+    or ``pyenv local``; nox would then skip (or fail) the other versions of ``tests-all``
+    and ``bench-all`` although they are installed under ``$PYENV_ROOT/versions``.
+    """
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    for python in PYTHONS:
+        name = f"python{python}"
+        found = shutil.which(name)
+        if found is not None:
+            check = subprocess.run([found, "-c", ""], capture_output=True, check=False)
+            if check.returncode == 0:
+                continue
+        for bin_dir in sorted(glob.glob(os.path.join(root, "versions", f"{python}.*", "bin"))):
+            if os.access(os.path.join(bin_dir, name), os.X_OK):
+                os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+                break
+
+
+_find_pyenv_pythons()
 
 
 @nox.session
@@ -72,3 +101,46 @@ def bench(session: nox.Session) -> None:
         return
     for script in BENCHMARKS.values():
         session.run("python", script, *args)
+
+
+@nox.session(python=PYTHONS, name="bench-all")
+def bench_all(session: nox.Session) -> None:
+    """``bench`` on every supported Python that is installed (posargs as for ``bench``).
+
+    ``nox -s bench-all -- overhead --quick`` runs only the overhead benchmark on each.
+    """
+    bench(session)
+
+
+PEERS = ("pydantic_ai", "openai_agents", "langgraph", "toolnexus")
+
+
+@nox.session(name="bench-peers")
+def bench_peers(session: nox.Session) -> None:
+    """toolnexus_async beside pydantic-ai, the OpenAI Agents SDK, LangGraph and upstream
+    toolnexus, each in a virtual environment of its own with the versions pinned in
+    ``benchmarks/peers/requirements-<peer>.txt`` (created under ``.nox/peers/``).
+
+    The posargs go to ``benchmarks/peers/run.py`` (``--quick``, ``--only``, ``--help``); its
+    results land in ``benchmarks/results/``, and ``nox -s plots`` draws them.
+    """
+    session.install("-e", ".[dev]")
+    venvs = Path(".nox", "peers")
+    for peer in PEERS:
+        venv = venvs / peer
+        python = venv / "bin" / "python"
+        if not python.exists():
+            session.run("python", "-m", "venv", str(venv))
+        requirements = Path("benchmarks", "peers", f"requirements-{peer}.txt")
+        session.run(
+            str(python), "-m", "pip", "install", "-q", "-r", str(requirements), external=True
+        )
+    session.run("python", "benchmarks/peers/run.py", "--venvs", str(venvs), *session.posargs)
+
+
+@nox.session
+def plots(session: nox.Session) -> None:
+    """Draw docs/img/peers-*.png from the newest ``benchmarks/results/peers-*.json``
+    (``nox -s plots -- FILE`` draws another)."""
+    session.install("matplotlib==3.11.2")
+    session.run("python", "benchmarks/peers/plots.py", *session.posargs)
