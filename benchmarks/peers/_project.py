@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# The runners are scripts in benchmarks/peers/; overhead.py and _common.py are one up.
+# The runners are scripts in benchmarks/peers/; overhead.py, _mock.py and _common.py are one up.
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+import _mock
 import overhead
 
-__all__ = ["overhead"]
+__all__ = ["_mock", "overhead"]

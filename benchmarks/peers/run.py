@@ -61,7 +61,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results"
 sys.path.insert(1, str(HERE.parent))
 
-from overhead import MockServer  # noqa: E402
+from _mock import MockServer  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import _harness
 from _harness import clock
-from _project import overhead
+from _project import _mock, overhead
 
 
 class Floor:
@@ -47,9 +47,9 @@ class Floor:
         await self.session.close()
 
     async def post(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        body = {"model": overhead.MODEL, "messages": messages, "tools": overhead.FLOOR_TOOLS}
+        body = {"model": _mock.MODEL, "messages": messages, "tools": overhead.FLOOR_TOOLS}
         headers = {
-            "Authorization": f"Bearer {overhead.API_KEY}",
+            "Authorization": f"Bearer {_mock.API_KEY}",
             "Content-Type": "application/json",
         }
         data = json.dumps(body, separators=(",", ":")).encode()

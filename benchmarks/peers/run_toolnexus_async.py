@@ -15,7 +15,7 @@ from typing import Any
 
 import _harness
 from _harness import clock
-from _project import overhead
+from _project import _mock, overhead
 
 from toolnexus_async import (
     AiohttpTransport,
@@ -39,8 +39,8 @@ class ToolnexusAsync:
         self.client = LlmClient(
             base_url,
             style="openai",
-            model=overhead.MODEL,
-            api_key=overhead.API_KEY,
+            model=_mock.MODEL,
+            api_key=_mock.API_KEY,
             transport=AiohttpTransport(max_connections=None),
         )
         self.run = overhead.toolnexus_runner(self.client, overhead.make_toolkit())
@@ -63,8 +63,8 @@ class ToolnexusAsync:
         self.gated = LlmClient(
             base_url,
             style="openai",
-            model=overhead.MODEL,
-            api_key=overhead.API_KEY,
+            model=_mock.MODEL,
+            api_key=_mock.API_KEY,
             wait_for=self.inbox,
             hooks=Hooks(before_tool=require_approval(["add"])),
             transport=AiohttpTransport(max_connections=None),
