@@ -83,6 +83,17 @@ def overhead(results: dict[str, Any], ax: Any) -> None:
     ax.axhline(1, color="black", linewidth=0.8)
 
 
+def log_log(ax: Any, ticks: list[int], xlabel: str, ylabel: str) -> None:
+    """Both axes logarithmic, the x ticks at the measured levels, a grid and the legend."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(ticks, [f"{n:,}" for n in ticks])
+    ax.set_xlabel(f"{xlabel} (log scale)")
+    ax.set_ylabel(f"{ylabel} (log scale)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+
+
 def throughput(results: dict[str, Any], ax: Any) -> None:
     for peer, mine in by_peer(results["throughput"]).items():
         per_c: dict[int, list[float]] = defaultdict(list)
@@ -97,15 +108,9 @@ def throughput(results: dict[str, Any], ax: Any) -> None:
             color=COLORS[peer],
             linestyle="--" if peer == "floor" else "-",
         )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
     levels = sorted({r["concurrency"] for r in results["throughput"]})
-    ax.set_xticks(levels, [f"{c:,}" for c in levels])
-    ax.set_xlabel("concurrent runs (log scale)")
-    ax.set_ylabel("runs per second (log scale)")
+    log_log(ax, levels, "concurrent runs", "runs per second")
     ax.set_title("Throughput, 20 ms model latency (higher is better)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
 
 
 def park_memory(results: dict[str, Any], ax: Any) -> None:
@@ -128,15 +133,9 @@ def park_memory(results: dict[str, Any], ax: Any) -> None:
             color=COLORS[peer],
             linestyle="--" if peer == "floor" else "-",
         )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
     sizes = sorted({r["parked"] for r in results["park"]})
-    ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
-    ax.set_xlabel("runs parked (log scale)")
-    ax.set_ylabel("resident memory per parked run, KiB (log scale)")
+    log_log(ax, sizes, "runs parked", "resident memory per parked run, KiB")
     ax.set_title("Memory per run waiting for an approval (lower is better)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
 
 
 def wake(results: dict[str, Any], ax: Any) -> None:
