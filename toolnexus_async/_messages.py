@@ -161,7 +161,16 @@ class Usage:
 
     def to_dict(self) -> dict[str, int]:
         """Every count under its field name, as plain ints."""
-        return attrs.asdict(self)
+        # Spelled out: attrs.asdict is generic, and a durable run writes its usage with
+        # every state it keeps.
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+        }
 
 
 def _counted(usage: Usage) -> bool:
