@@ -83,6 +83,16 @@ def overhead(results: dict[str, Any], ax: Any) -> None:
     ax.axhline(1, color="black", linewidth=0.8)
 
 
+def line_of(peer: str) -> dict[str, Any]:
+    """How a peer's line looks on every chart: its colour, and the floor dashed."""
+    return {
+        "marker": "o",
+        "label": peer,
+        "color": COLORS[peer],
+        "linestyle": "--" if peer == "floor" else "-",
+    }
+
+
 def log_log(ax: Any, ticks: list[int], xlabel: str, ylabel: str) -> None:
     """Both axes logarithmic, the x ticks at the measured levels, a grid and the legend."""
     ax.set_xscale("log")
@@ -103,10 +113,7 @@ def throughput(results: dict[str, Any], ax: Any) -> None:
         ax.plot(
             cs,
             [statistics.median(per_c[c]) for c in cs],
-            marker="o",
-            label=peer,
-            color=COLORS[peer],
-            linestyle="--" if peer == "floor" else "-",
+            **line_of(peer),
         )
     levels = sorted({r["concurrency"] for r in results["throughput"]})
     log_log(ax, levels, "concurrent runs", "runs per second")
@@ -128,10 +135,7 @@ def park_memory(results: dict[str, Any], ax: Any) -> None:
         ax.plot(
             [r["parked"] for r in mine],
             [r["bytes_per_parked_run"] / 1024 for r in mine],
-            marker="o",
-            label=peer,
-            color=COLORS[peer],
-            linestyle="--" if peer == "floor" else "-",
+            **line_of(peer),
         )
     sizes = sorted({r["parked"] for r in results["park"]})
     log_log(ax, sizes, "runs parked", "resident memory per parked run, KiB")
