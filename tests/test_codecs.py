@@ -446,6 +446,59 @@ def test_openai_decode_usage_without_total_adds_the_parts():
     assert OPENAI.decode(body).usage == Usage(2, 3, 5)
 
 
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        ({"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 0}, Usage(2, 3, 5)),
+        ({"prompt_tokens": True, "completion_tokens": 3, "total_tokens": 9}, Usage(0, 3, 9)),
+        ({"prompt_tokens": None, "completion_tokens": 3.5, "total_tokens": "9"}, Usage(0, 0, 0)),
+        (
+            {
+                "prompt_tokens": 10,
+                "completion_tokens": 6,
+                "total_tokens": 16,
+                "prompt_tokens_details": {"cached_tokens": 4},
+                "completion_tokens_details": {"reasoning_tokens": 2},
+            },
+            Usage(10, 6, 16, cache_read_tokens=4, reasoning_tokens=2),
+        ),
+        (
+            {"prompt_tokens": 1, "completion_tokens": 1, "prompt_tokens_details": None},
+            Usage(1, 1, 2),
+        ),
+    ],
+)
+def test_openai_decode_usage_odd_shapes(usage: dict[str, Any], expected: Usage):
+    """Whatever shape the counters come in, the usual one (read in one check) or any
+    other: a counter that is not an int (a bool, null, a float, a string) is 0, a total of
+    0 is the sum of the parts, and the details are read when present."""
+    assert OPENAI.decode(openai_body({"content": "x"}, usage=usage)).usage == expected
+
+
+def test_openai_decode_arguments_nested_too_deeply_are_kept_as_invalid():
+    """An object's text nested past what the JSON parser can read is kept raw, not raised."""
+    raw = '{"a": ' * 100_000 + "1" + "}" * 100_000
+    reply = OPENAI.decode(openai_body({"tool_calls": [raw_call("c1", "t", raw)]}))
+    assert reply.message.tool_calls == (ToolCall("c1", "t", {}, invalid_arguments=raw),)
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ({"reasoning": "r1", "reasoning_content": "r2"}, "r1"),
+        ({"reasoning": "", "reasoning_content": "r2"}, "r2"),
+        ({"reasoning": {"x": 1}, "reasoning_content": "r2"}, "r2"),
+        ({"reasoning_content": ""}, None),
+        ({"reasoning": 5}, None),
+    ],
+)
+def test_openai_decode_reasoning_from_either_key(message: dict[str, Any], expected: str | None):
+    """``reasoning`` first, else ``reasoning_content``; an empty or non-text one is none."""
+    reply = OPENAI.decode(openai_body({"content": "x", **message}))
+    texts = [r.text for r in reply.message.reasoning]
+    assert texts == ([] if expected is None else [expected])
+
+
 def test_openai_decode_missing_usage_is_zero():
     """No usage in the reply counts as zeros, not an error."""
     reply = OPENAI.decode(openai_body({"content": "x"}))

@@ -330,7 +330,8 @@ class RunLoop:
         for index, call in enumerate(calls):
             outcome = outcomes[index]
             result = outcome.result
-            still = request_in(result)
+            # No metadata, no suspension: the usual result needs no call to tell.
+            still = None if result.metadata is None else request_in(result)
             kept: ToolResult | ToolReturn = result
             if still is None:
                 message = ToolReturn(call.id, call.name, result.output, result.is_error)

@@ -146,6 +146,8 @@ class Usage:
 
     def __add__(self, other: Usage) -> Usage:
         # Frozen values: a sum with nothing on one side is the other side, no new object.
+        if self is ZERO_USAGE:
+            return other  # a run's first reply: nothing to count on this side, for sure
         if not _counted(other):
             return self
         if not _counted(self):

@@ -96,6 +96,9 @@ class Runner:
         self.on_error = retry.on_error
         self.timeout = limits.timeout
         self.request_timeout = limits.request_timeout
+        # A request that is not streamed and needs no cancel scope of ours (the model
+        # applies its own limit, or there is none): the model's coroutine as it is.
+        self._plain = self.request_timeout is None or model.enforces_timeout
         self.count_wait_in_timeout = limits.count_wait_in_timeout
         self._report = report
         # Bound once: every run's executor shares it instead of binding its own.
@@ -197,7 +200,11 @@ class Runner:
                         # chained to the first.
                         failure: ModelError | None = None
                         try:
-                            reply = await self._attempt(messages, toolkit, sink, streamed)
+                            reply = await (
+                                self.model.request(messages, toolkit)
+                                if sink is None and self._plain
+                                else self._attempt(messages, toolkit, sink, streamed)
+                            )
                         except ModelError as exc:
                             failure = exc
                         if failure is None:

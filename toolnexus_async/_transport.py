@@ -249,13 +249,11 @@ class AiohttpTransport:
         )
 
     async def _acquire(self, slots: _Slots, request: HttpRequest) -> aiohttp.ClientTimeout | str:
-        """A slot taken, and the time left of the request's timeout; or why there was none.
+        """For a request that found no free slot: one taken once it is handed over, and the
+        time left of the request's timeout; or why there was none.
 
-        A free slot costs a decrement; a request that has to queue is timed, and its
-        deadline passed to aiohttp is what is left of it.
+        The wait is timed, and the deadline passed to aiohttp is what is left of it.
         """
-        if slots.try_take():
-            return self._timeout(request.timeout)
         seconds = request.timeout
         if seconds is None:
             await slots.take()
@@ -286,7 +284,7 @@ class AiohttpTransport:
         return timeout
 
     async def _slot(self, slots: _Slots, request: HttpRequest) -> aiohttp.ClientTimeout:
-        """Wait for a free connection; the timeout left for the request once one is free."""
+        """Wait for a slot to come free; the timeout left for the request once one has."""
         acquired = await self._acquire(slots, request)
         if isinstance(acquired, str):
             raise TransportError(acquired)
@@ -294,9 +292,11 @@ class AiohttpTransport:
 
     async def send(self, request: HttpRequest) -> HttpResponse:
         slots = self._slots
-        timeout = (
-            self._timeout(request.timeout) if slots is None else await self._slot(slots, request)
-        )
+        # A free slot (the usual case) is taken right here: no coroutine of its own.
+        if slots is None or slots.try_take():
+            timeout = self._timeout(request.timeout)
+        else:
+            timeout = await self._slot(slots, request)
         # Errors are raised after the except blocks, not inside them: the originals must not
         # even become __context__, since aiohttp errors can hold the request headers.
         failure: tuple[str, OSError | None] | None = None
@@ -319,9 +319,11 @@ class AiohttpTransport:
 
     async def stream(self, request: HttpRequest) -> AsyncGenerator[HttpResponse | bytes, None]:
         slots = self._slots
-        timeout = (
-            self._timeout(request.timeout) if slots is None else await self._slot(slots, request)
-        )
+        # A free slot (the usual case) is taken right here: no coroutine of its own.
+        if slots is None or slots.try_take():
+            timeout = self._timeout(request.timeout)
+        else:
+            timeout = await self._slot(slots, request)
         failure: tuple[str, OSError | None] | None = None
         try:
             async with self._request(request, timeout) as response:

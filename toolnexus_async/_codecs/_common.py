@@ -35,6 +35,17 @@ def count(usage: dict[str, Any], key: str) -> int:
 
 def openai_usage(usage: dict[str, Any]) -> Usage:
     """A Chat Completions ``usage`` object (whole reply or last stream chunk) as Usage."""
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    total = usage.get("total_tokens")
+    if (
+        type(prompt) is int
+        and type(completion) is int
+        and type(total) is int
+        and "prompt_tokens_details" not in usage
+        and "completion_tokens_details" not in usage
+    ):
+        # The usual reply, checked in one expression: what count() would make of it.
+        return Usage(prompt, completion, total or prompt + completion)
     prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
     prompt_details = usage.get("prompt_tokens_details")
     completion_details = usage.get("completion_tokens_details")
@@ -64,15 +75,22 @@ def anthropic_usage(usage: dict[str, Any]) -> Usage:
 def reasoning_of(message: dict[str, Any]) -> str:
     """The reasoning text an OpenAI-compatible server put beside the content (Groq,
     OpenRouter, Cerebras: ``reasoning``; vLLM, DeepSeek: ``reasoning_content``), or ""."""
-    for key in ("reasoning", "reasoning_content"):
-        value = message.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return ""
+    value = message.get("reasoning")
+    if type(value) is str and value:
+        return value
+    value = message.get("reasoning_content")
+    return value if type(value) is str else ""
 
 
 def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
     """Decoded tool arguments, or ``({}, raw_text)`` when they are not a JSON object."""
+    if type(raw) is str and raw[:1] == "{":
+        # The usual arguments: a JSON object's text (tested first, being the common case).
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError):
+            return {}, raw
+        return (value, None) if type(value) is dict else ({}, raw)
     if isinstance(raw, dict):
         return raw, None
     if not isinstance(raw, str):
