@@ -343,6 +343,25 @@ async def test_concurrent_writers_are_each_told_their_own_outcome(store, store_k
     assert {statuses[r] for r in runs[1:150]} == {"running"}
 
 
+async def test_a_write_started_while_a_commit_is_in_flight_is_a_coroutine(store):
+    """The writes are coroutine functions, as the RunStore protocol says, whether or not
+    a commit is in flight: ``start_soon`` and ``create_task`` take them at any time."""
+    runs = [f"run_{n}" for n in range(20)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.start, fresh_state(runs[0]), "A", NOW + LEASE)
+            await anyio.lowlevel.checkpoint()  # its commit is in flight now
+            for run_id in runs[1:]:
+                tg.start_soon(store.start, fresh_state(run_id), "A", NOW + LEASE)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.halt, runs[0], "A")
+            await anyio.lowlevel.checkpoint()
+            for run_id in runs[1:]:
+                tg.start_soon(store.halt, run_id, "A")
+    statuses = {summary.run_id: summary.status for summary in await store.runs()}
+    assert {statuses[r] for r in runs} == {"pending"}
+
+
 async def test_answers_another_worker_took_are_delivered_once(store):
     await store.start(fresh_state(), "A", NOW + LEASE)
     call = tool_call("pay", id="c1")

@@ -309,6 +309,12 @@ class SqliteRunStore:
                 while self._queue:
                     batch, self._queue = self._queue, []
                     await self._commit(batch)
+        except BaseException:
+            # The commit itself raised (its batch's futures have the failure): this
+            # caller raises it from here, and its own future was seen to.
+            if future.done() and not future.cancelled():
+                future.exception()
+            raise
         finally:
             self._writing = False
             self._flushed.set()
@@ -347,25 +353,22 @@ class SqliteRunStore:
     # Values are encoded here, on the caller's side: a queued write then holds strings
     # and numbers only (not the run's objects), which the garbage collector need not walk
     # while the write waits for its commit; and a value that is not JSON is refused
-    # before anything is queued. The writes of a run's steps are plain functions that
-    # return ``_write``'s awaitable: while one waits for its commit, the run holds the
-    # future alone, not a frame of the store's (nor the value that was encoded).
+    # before anything is queued. (``_write`` is a plain function: while a write waits for
+    # its commit, its caller's frame holds the future alone, no frame of ``_write``'s.)
 
-    def start(
-        self, state: RunResult, owner: str, lease_until: float, turn: int = 0
-    ) -> Awaitable[None]:
+    async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
         text, prompt = state_text(state), prompt_of(state)
-        return self._write(
+        await self._write(
             Ops.start, (state.run_id, owner, lease_until, turn, text, prompt, time.time())
         )
 
-    def turn(self, state: RunResult, turn: int, owner: str) -> Awaitable[None]:
+    async def turn(self, state: RunResult, turn: int, owner: str) -> None:
         text = state_text(state)
-        return self._write(Ops.turn, (state.run_id, turn, owner, text, time.time()))
+        await self._write(Ops.turn, (state.run_id, turn, owner, text, time.time()))
 
-    def record(self, run_id: str, record: ToolCallRecord, owner: str) -> Awaitable[None]:
+    async def record(self, run_id: str, record: ToolCallRecord, owner: str) -> None:
         text = encode(record_to_json(record), f"the result of call {record.call.id!r}")
-        return self._write(Ops.record, (run_id, record.call.id, owner, text))
+        await self._write(Ops.record, (run_id, record.call.id, owner, text))
 
     async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
         body = encode(request.to_dict(), f"request {request.id!r}")
@@ -374,12 +377,12 @@ class SqliteRunStore:
         await self._write(Ops.suspend, (run_id, call_id, owner, request.id, body, expires))
         self._tell(StoreEvent("requested", request.id, run_id, owner))
 
-    def halt(self, run_id: str, owner: str) -> Awaitable[None]:
-        return self._write(Ops.halt, (run_id, owner, time.time()))
+    async def halt(self, run_id: str, owner: str) -> None:
+        await self._write(Ops.halt, (run_id, owner, time.time()))
 
-    def finish(self, result: RunResult, owner: str) -> Awaitable[None]:
+    async def finish(self, result: RunResult, owner: str) -> None:
         final = state_text(result)
-        return self._write(Ops.finish, (result.run_id, owner, final, time.time()))
+        await self._write(Ops.finish, (result.run_id, owner, final, time.time()))
 
     async def fail(self, run_id: str, error: str, owner: str) -> None:
         await self._write(Ops.fail, (run_id, error, owner, time.time()))

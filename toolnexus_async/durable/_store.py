@@ -30,7 +30,7 @@ tests against each):
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Literal, Protocol, Self, runtime_checkable
 
 import attrs
@@ -147,13 +147,8 @@ class RunStore(Protocol):
     """
 
     # -- a run's progress (written by the worker that holds it) -------------------------
-    # The writes a run makes at every step return an awaitable rather than being
-    # coroutine functions: a store may hand back the very future the write's commit
-    # resolves, so that a run waiting for it holds no frame of the store's.
 
-    def start(
-        self, state: RunResult, owner: str, lease_until: float, turn: int = 0
-    ) -> Awaitable[None]:
+    async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
         """A new run, held by ``owner``; ``state`` holds its transcript so far, through
         turn ``turn`` (0: the model was not asked yet).
 
@@ -162,12 +157,12 @@ class RunStore(Protocol):
         """
         ...
 
-    def turn(self, state: RunResult, turn: int, owner: str) -> Awaitable[None]:
+    async def turn(self, state: RunResult, turn: int, owner: str) -> None:
         """The model asked for the calls of turn ``turn``; ``state`` ends with that ask.
         The earlier turn's results and requests are folded into it."""
         ...
 
-    def record(self, run_id: str, record: ToolCallRecord, owner: str) -> Awaitable[None]:
+    async def record(self, run_id: str, record: ToolCallRecord, owner: str) -> None:
         """A call of the current turn has the result the model will see."""
         ...
 
@@ -175,11 +170,11 @@ class RunStore(Protocol):
         """A call of the current turn raised ``request``, which is pending from now on."""
         ...
 
-    def halt(self, run_id: str, owner: str) -> Awaitable[None]:
+    async def halt(self, run_id: str, owner: str) -> None:
         """The run waits for answers and ``owner`` lets it go (anyone may resume it)."""
         ...
 
-    def finish(self, result: RunResult, owner: str) -> Awaitable[None]:
+    async def finish(self, result: RunResult, owner: str) -> None:
         """The run ended with ``result`` (done or incomplete): kept for listings a while."""
         ...
 
