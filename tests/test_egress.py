@@ -75,6 +75,15 @@ HOW = "add it to allow_hosts to let tools reach it"
         ("::ffff:169.254.169.254", "a link-local address (IPv4-mapped 169.254.169.254)"),
         ("::127.0.0.1", "a reserved address"),  # IPv4-compatible, deprecated
         ("2001:db8::1", "a private address"),  # documentation
+        ("5f00::1", "a reserved address"),  # outside 2000::/3
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "a Teredo address"),
+        ("2002:c0a8:101::1", "a private address (6to4 192.168.1.1)"),
+        # Python's own is_private/is_global judge these differently from one release to
+        # the next (3.11.7 and 3.12.1 call the first two global); the guard does not.
+        ("192.0.0.100", "a private address"),  # IETF protocol assignments
+        ("64:ff9b:1::a00:1", "a private address"),  # local-use NAT64
+        ("3fff::1", "a private address"),  # documentation (2024)
+        ("2001:2::1", "a private address"),  # benchmarking
     ],
 )
 def test_non_public_addresses_are_refused(address: str, reason: str) -> None:
@@ -94,14 +103,26 @@ def test_non_public_addresses_are_refused(address: str, reason: str) -> None:
         "8.8.8.8",
         "2606:4700::1111",
         "::ffff:93.184.216.34",
-        "2002:5db8:d822::1",
+        "2002:5db8:d822::1",  # 6to4: Python 3.13's ipaddress calls all of 2002::/16 private
         "64:ff9b::5db8:d822",
+        "192.0.0.9",  # anycast services the registry calls globally reachable...
+        "2001:4:112::1",  # ...which Python 3.11.7 and 3.12.1 call private
+        "2001:20::1",
     ],
 )
 def test_public_addresses_pass(address: str) -> None:
-    """A public address, plain or embedded in IPv6, is not refused."""
+    """A public address, plain or embedded in IPv6, is not refused, on every Python."""
     assert non_public_reason(ipaddress.ip_address(address)) is None
     EgressPolicy().check_address(address)
+
+
+@pytest.mark.parametrize("written", ["::ffff:127.0.0.1", "::ffff:7f00:1", "::FFFF:7F00:0001"])
+def test_an_ipv4_mapped_address_is_named_alike_on_every_python(written: str) -> None:
+    """Python 3.13 writes ``::ffff:7f00:1`` as ``::ffff:127.0.0.1``; the guard always does."""
+    with pytest.raises(EgressRefused) as info:
+        EgressPolicy().check_address(written)
+    assert info.value.address == "::ffff:127.0.0.1"
+    assert str(info.value).startswith("refused to connect to [::ffff:127.0.0.1]: a loopback")
 
 
 @pytest.mark.parametrize(
@@ -319,7 +340,7 @@ async def guarded(
         ("127.0.0.1", "127.0.0.1: a loopback address"),
         ("localhost", "127.0.0.1 (localhost): a loopback address"),
         ("LocalHost", "127.0.0.1 (localhost): a loopback address"),
-        ("[::ffff:127.0.0.1]", "[::ffff:7f00:1]: a loopback address (IPv4-mapped 127.0.0.1)"),
+        ("[::ffff:127.0.0.1]", "[::ffff:127.0.0.1]: a loopback address (IPv4-mapped 127.0.0.1)"),
         ("[::1]", "[::1]: a loopback address"),
         ("0.0.0.0", "0.0.0.0: an unspecified address"),
         ("[::]", "[::]: an unspecified address"),

@@ -204,13 +204,20 @@ class SqliteRunStore:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection; idempotent. Writes queued before are committed first."""
+        """Close the connection; idempotent. Writes queued before are committed first,
+        and a call already in the worker thread (opening the connection, say) ends first."""
         self._closed = True
-        with anyio.CancelScope(shield=True):
-            await self._flushed.wait()
+
+        def close() -> None:
+            # In the worker thread, after the job in it: a first use that is opening the
+            # connection right now has set it by then, and it is closed here, not leaked.
             conn, self._conn = self._conn, None
             if conn is not None:
-                await anyio.to_thread.run_sync(conn.close, limiter=self._thread)
+                conn.close()
+
+        with anyio.CancelScope(shield=True):
+            await self._flushed.wait()
+            await anyio.to_thread.run_sync(close, limiter=self._thread)
 
     def _connect(self) -> sqlite3.Connection:
         """Open the file, check it is ours and current (creating or migrating it), WAL."""

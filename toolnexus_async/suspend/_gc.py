@@ -16,12 +16,22 @@ Rules of this module:
   middle-generation collection, so it must be cheap) unfreezes when it returns true, say
   when the inbox is empty; :meth:`GcFreezer.reclaim` does it now, with one full
   collection of everything (the pause the freezer otherwise avoids).
-- ``young`` (opt-in): a young collection every ``young`` seconds, on the event loop that
-  started the freezer. CPython counts a freed object against the young generation's
-  allocation count, so while frozen runs end (an answer burst) as fast as new objects
-  are made, the count stays near zero, no collection starts, and the young generation
-  grows to the whole of what the runs in flight hold (a 100 ms+ pause when one finally
-  starts). Paced, each young collection walks only what came since the last one.
+- Handing back is ``gc.unfreeze()``, all or nothing: :mod:`gc` cannot unfreeze only what
+  this freezer froze (a freeze moves every generation, so what it froze is mixed with
+  what others froze). That is kept on purpose and said where it is offered. It also
+  hands back another library's ``gc.freeze()``, and on CPython 3.12 the interpreter's
+  own: 3.12 keeps the immortal objects its collector tracks (375 tuples of the built-in
+  types at startup on 3.12.1) in the frozen generation, since their reference counts
+  mean nothing. That is harmless: the next full collection finds them immortal before
+  it reads any count and puts them back (``gc.get_freeze_count()`` is 0 right after a
+  hand-back, then that figure again); a few hundred objects, walked once.
+- ``young`` (opt-in): a collection of both young generations (so a freeze) every
+  ``young`` seconds, on the event loop that started the freezer. CPython counts a freed
+  object against the young generation's allocation count, so while frozen runs end (an
+  answer burst) as fast as new objects are made, the count stays near zero, no
+  collection starts, and the young generation grows to the whole of what the runs in
+  flight hold (a 100 ms+ pause when one finally starts). Paced, each young collection
+  walks only what came since the last one.
 """
 
 from __future__ import annotations
@@ -113,7 +123,10 @@ class GcFreezer:
         """Stop freezing, and hand back to the collector what was frozen; idempotent.
 
         ``gc.unfreeze()`` hands back everything frozen in the process, also what other
-        code froze with ``gc.freeze()`` (before a ``fork``, say).
+        code froze with ``gc.freeze()`` (before a ``fork``, say), and on CPython 3.12 the
+        immortal objects the interpreter keeps frozen itself (its next full collection
+        freezes those again). Nothing is handed back if nothing was frozen since the
+        last hand-back.
         """
         if self._active:
             gc.callbacks.remove(self._collected)
@@ -124,9 +137,11 @@ class GcFreezer:
             self._thaw()
 
     def reclaim(self) -> int:
-        """Hand back what was frozen and collect everything now (one full collection:
-        the loop stops for as long as it takes); the number of unreachable objects
-        found. Freezing goes on afterwards if started."""
+        """Hand back everything frozen (``gc.unfreeze()``, as :meth:`stop` does) and
+        collect everything now (one full collection: the loop stops for as long as it
+        takes); the number of unreachable objects found. Afterwards only what the
+        interpreter keeps frozen by itself is frozen (CPython 3.12's immortal objects,
+        none on 3.11 and 3.13). Freezing goes on afterwards if started."""
         gc.unfreeze()
         self._frozen = False
         self.reclaims += 1

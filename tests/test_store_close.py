@@ -1,0 +1,69 @@
+"""SqliteRunStore.aclose() racing the store's first use: the connection opened meanwhile is
+closed too, not left open (Python 3.13 reports such a connection when it is collected).
+
+The store's worker thread is held inside ``_connect`` by a subclass, so that ``aclose()``
+runs while the connection is being opened; ``wait_all_tasks_blocked`` tells when
+``aclose()`` has gone as far as it can before the thread goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from toolnexus_async import UsageError
+from toolnexus_async.durable import RunSummary, SqliteRunStore
+
+
+class HeldOpen(SqliteRunStore):
+    """A SQLite store whose first open waits, in its worker thread, until told to go on."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.opening = threading.Event()
+        self.go_on = threading.Event()
+
+    def _connect(self) -> sqlite3.Connection:
+        self.opening.set()
+        self.go_on.wait(30)
+        return super()._connect()
+
+
+def open_files(path: Path) -> list[str]:
+    """The descriptors of this process open on ``path`` (the database file itself)."""
+    fds = Path("/proc/self/fd")
+    found = []
+    for fd in fds.iterdir():
+        try:
+            if os.readlink(fd) == str(path):
+                found.append(fd.name)
+        except OSError:
+            continue  # closed meanwhile (the iteration's own descriptor, say)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
+async def test_aclose_during_the_first_open_closes_the_connection(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = HeldOpen(path)
+    listed: list[list[RunSummary]] = []
+
+    async def first_use() -> None:
+        listed.append(await store.runs())
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first_use)
+            await anyio.to_thread.run_sync(store.opening.wait)  # the thread is in _connect
+            tg.start_soon(store.aclose)
+            await anyio.wait_all_tasks_blocked()  # aclose() went as far as it goes meanwhile
+            store.go_on.set()
+    assert listed == [[]]  # the read that came first was served
+    assert open_files(path) == []  # and the connection it opened is closed
+    with pytest.raises(UsageError, match="closed"):
+        await store.runs()
