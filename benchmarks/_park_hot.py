@@ -331,6 +331,15 @@ class Spawner:
             self._asyncio.create_task(run(n))
 
 
+# ``park.py --young``: the seconds of ``GcFreezer(young=...)`` for the freeze lever.
+YOUNG: list[float | None] = [0.005]
+
+
+def freezer_of(lever: str) -> GcFreezer | None:
+    """The lever's :class:`GcFreezer` (``"freeze"``), or None (``"off"``)."""
+    return GcFreezer(young=YOUNG[0]) if lever == "freeze" else None
+
+
 async def park_and_wake(
     make: Callable[[Probe], Contender],
     runs: int,
@@ -340,7 +349,7 @@ async def park_and_wake(
 ) -> HotFigures:
     """``lever == "freeze"``: a :class:`GcFreezer` is active from the first run started
     to the last one done (``"off"``: the collector as CPython sets it)."""
-    freezer = GcFreezer() if lever == "freeze" else None
+    freezer = freezer_of(lever)
     async with make(Probe(runs)) as contender:
         if freezer is not None:
             freezer.start()

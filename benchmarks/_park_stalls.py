@@ -21,11 +21,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from _park_hot import Contender, Probe, request_id
+from _park_hot import Contender, Probe, freezer_of, request_id
 from _stall import LoopWatch, PhaseStalls
 
 from toolnexus_async import Answer
-from toolnexus_async.suspend import GcFreezer
 
 
 @dataclass
@@ -57,9 +56,10 @@ async def stalls(
 ) -> StallFigures:
     """Park ``runs`` runs ``chunk`` at a time, stay idle ``idle`` seconds, answer them all
     ``chunk`` at a time, under a heartbeat; with ``lever == "freeze"`` a
-    :class:`GcFreezer` is active from the first run to the last."""
+    :class:`~toolnexus_async.suspend.GcFreezer` is active from the first run to the
+    last."""
     contender = make(Probe(runs))
-    freezer = GcFreezer() if lever == "freeze" else None
+    freezer = freezer_of(lever)
     clock = time.perf_counter
     # Counted as each ends (not by asyncio.wait over all of them, whose bookkeeping for
     # 2 * runs tasks would be a stall of the harness's own).

@@ -67,7 +67,8 @@ client's pool is the transport's default (``--max-connections`` for another cap,
 for none).
 
 ``--gc freeze`` runs toolnexus's contenders (not the floor) under a
-``toolnexus_async.suspend.GcFreezer``, from the first run started to the last one done;
+``toolnexus_async.suspend.GcFreezer(young=0.005)`` (``--young`` for another pace, ``none``
+for none), from the first run started to the last one done;
 ``--gc both`` runs each of them twice, without it and then with it, and gives each
 durable figure's ratio against the in-memory figure of the same lever.
 
@@ -104,6 +105,7 @@ import anyio
 from _common import add_postgres_options, print_footer, print_header, verdict
 from _park_durable import Durable, durable, print_cpu, print_durable
 from _park_hot import (
+    YOUNG,
     Floor,
     HotFigures,
     Probe,
@@ -173,6 +175,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " each of them twice, without it and then with it (the floor never has it)",
     )
     parser.add_argument(
+        "--young",
+        default="0.005",
+        help="the freeze lever's GcFreezer(young=...): seconds between paced young"
+        " collections, or none (default 0.005)",
+    )
+    parser.add_argument(
         "--stalls",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -209,6 +217,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     args.sample = min(args.sample, args.runs)
+    if args.young == "none":
+        args.young = None
+    else:
+        try:
+            args.young = float(args.young)
+        except ValueError:
+            parser.error("--young must be a number of seconds > 0, or none")
+        if not args.young > 0:
+            parser.error("--young must be a number of seconds > 0, or none")
     if args.max_connections == "none":
         args.max_connections = None
     elif not args.max_connections.isdigit() or int(args.max_connections) < 1:
@@ -412,6 +429,7 @@ async def main(args: argparse.Namespace, server: PgServer | None = None) -> None
 
 if __name__ == "__main__":
     arguments = parse_args()
+    YOUNG[0] = arguments.young
     # Started before the loop and stopped after it: the cluster outlives every run in it.
     with database_server(arguments) as pg:
         anyio.run(main, arguments, pg, backend="asyncio")

@@ -155,6 +155,44 @@ def test_reclaim_when_must_be_a_function():
         GcFreezer(reclaim_when=True)  # type: ignore[arg-type]
 
 
+def test_young_must_be_positive_seconds_and_needs_a_running_loop(freezer):
+    for bad in (0, -1.0, True, "1"):
+        with pytest.raises(UsageError, match="young must be > 0 seconds"):
+            GcFreezer(young=bad)  # type: ignore[arg-type]
+    f = freezer(young=0.01)
+    with pytest.raises(UsageError, match="event loop"):
+        f.start()
+    assert not f.active and f.freezes == 0
+
+
+async def test_young_collects_and_freezes_on_time_without_any_allocation_count(freezer):
+    """With the collector's automatic collections off (as when frozen runs ending hold
+    its allocation count down), the paced collections still free young cycles and
+    freeze what lives; stop() ends them."""
+    f = freezer(young=0.005)
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    del a, b
+    kept = Node()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        f.start()
+        with anyio.fail_after(5):
+            while gone() is not None or f.freezes < 2:
+                await anyio.lowlevel.checkpoint()
+        assert gc.get_freeze_count() > 0 and not in_oldest(kept)
+        f.stop()
+        assert gc.get_freeze_count() == 0  # right after the hand-back, on every Python
+        count = f.freezes
+        gc.collect(1)
+        assert f.freezes == count  # stopped: neither the callback nor the timer freezes
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @define_tool
 async def approve(n: int, ctx: ToolContext | None = None) -> ToolResult:
     """Ask for approval of ``n``, then say it was approved.

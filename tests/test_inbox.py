@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -173,6 +174,23 @@ async def test_cancelling_a_parked_run_removes_its_entry():
     with pytest.raises(UnknownRequestError):
         inbox.answer(Answer(request.id, True))
     assert_no_leaks()
+
+
+async def test_a_cancelled_wait_leaves_the_inbox_in_the_same_step():
+    """Cancelling a parked wait removes its entry at once, not an iteration later (the
+    slot is the future the run awaits, and its cancel() does the cleanup)."""
+    inbox = Inbox()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(inbox, Request("r-1", "approval", "?", expires_at=in_seconds(60)))
+            await wait_until(lambda: len(inbox) == 1)
+            tg.cancel_scope.cancel()
+            assert len(inbox) == 0 and inbox.get("r-1") is None
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(inbox(Request("r-2", "approval", "?")), 0.01)
+    assert len(inbox) == 0
+    with pytest.raises(UnknownRequestError):
+        inbox.answer(Answer("r-2", True))
 
 
 async def test_cancelled_and_answered_parks_leave_no_timer_entry_behind():

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 import pytest
 
@@ -301,6 +302,64 @@ async def test_a_run_goes_from_start_through_turns_to_its_end(store):
         await store.accept(Answer("req_1", True), NOW)  # late answers are told what happened
     with pytest.raises(LeaseLostError):
         await store.record("run_1", record, "A")
+
+
+async def test_concurrent_writers_are_each_told_their_own_outcome(store, store_kind):
+    """Writers of many batches at once: each is told its own outcome (a refusal raises in
+    its caller alone); with group commit (SQLite), a writer cancelled while it waits is
+    committed all the same."""
+    runs = [f"run_{n}" for n in range(300)]
+    refused: list[str] = []
+    started: list[str] = []
+
+    async def start(run_id: str) -> None:
+        await store.start(fresh_state(run_id), "A", NOW + LEASE)
+        started.append(run_id)
+
+    async def restart(run_id: str) -> None:
+        try:
+            await store.start(fresh_state(run_id), "A", NOW + LEASE)
+        except UsageError:
+            refused.append(run_id)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for run_id in runs:
+                tg.start_soon(start, run_id)
+        async with anyio.create_task_group() as tg:
+            for run_id in runs[:150]:
+                tg.start_soon(restart, run_id)  # stored already: refused, changes nothing
+            for run_id in runs[150:]:
+                tg.start_soon(store.halt, run_id, "A")
+            async with anyio.create_task_group() as doomed:
+                doomed.start_soon(store.fail, "run_0", "gave up", "A")
+                await anyio.lowlevel.checkpoint()  # queued; its caller is cancelled while it waits
+                doomed.cancel_scope.cancel()
+    assert sorted(started) == sorted(runs) and sorted(refused) == sorted(runs[:150])
+    statuses = {summary.run_id: summary.status for summary in await store.runs()}
+    if store_kind != "postgres":
+        assert statuses["run_0"] == "error"  # the cancelled caller's write was committed
+    assert {statuses[r] for r in runs[150:]} == {"pending"}
+    assert {statuses[r] for r in runs[1:150]} == {"running"}
+
+
+async def test_a_write_started_while_a_commit_is_in_flight_is_a_coroutine(store):
+    """The writes are coroutine functions, as the RunStore protocol says, whether or not
+    a commit is in flight: ``start_soon`` and ``create_task`` take them at any time."""
+    runs = [f"run_{n}" for n in range(20)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.start, fresh_state(runs[0]), "A", NOW + LEASE)
+            await anyio.lowlevel.checkpoint()  # its commit is in flight now
+            for run_id in runs[1:]:
+                tg.start_soon(store.start, fresh_state(run_id), "A", NOW + LEASE)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.halt, runs[0], "A")
+            await anyio.lowlevel.checkpoint()
+            for run_id in runs[1:]:
+                tg.start_soon(store.halt, run_id, "A")
+    statuses = {summary.run_id: summary.status for summary in await store.runs()}
+    assert {statuses[r] for r in runs} == {"pending"}
 
 
 async def test_answers_another_worker_took_are_delivered_once(store):

@@ -16,6 +16,7 @@ A run without a journal (a plain ``client.run``) pays nothing for any of this.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Protocol
 
 from ._loop import CallOutcome, RunLoop
@@ -31,8 +32,10 @@ class Journal(Protocol):
 
     async def turn(self, loop: RunLoop) -> None: ...
 
-    async def suspended(self, call: ToolCall, request: Request) -> None: ...
+    # Awaitables, not coroutine functions: a journal may hand back its store's own
+    # awaitable, so that a run waiting for the write holds no frame of the journal's.
+    def suspended(self, call: ToolCall, request: Request) -> Awaitable[None]: ...
 
-    async def settled(self, call: ToolCall, outcome: CallOutcome) -> None: ...
+    def settled(self, call: ToolCall, outcome: CallOutcome) -> Awaitable[None]: ...
 
     async def finished(self, result: RunResult) -> None: ...

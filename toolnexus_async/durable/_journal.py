@@ -18,6 +18,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 
 from .._loop import CallOutcome, HaltedTurn, RunLoop
@@ -75,14 +76,16 @@ class RunJournal:
         else:
             await self._store.turn(loop.snapshot(), loop.turns, self._owner)
 
-    async def suspended(self, call: ToolCall, request: Request) -> None:
-        await self._store.suspend(self._run_id, call.id, request, self._owner)
+    # Not coroutines: the store's awaitable is handed back as it is, so a run waiting for
+    # the write holds no frame of the journal's (nor the record, once it is encoded).
+    def suspended(self, call: ToolCall, request: Request) -> Awaitable[None]:
+        return self._store.suspend(self._run_id, call.id, request, self._owner)
 
-    async def settled(self, call: ToolCall, outcome: CallOutcome) -> None:
+    def settled(self, call: ToolCall, outcome: CallOutcome) -> Awaitable[None]:
         record = ToolCallRecord(
             call, outcome.result, self._turn, outcome.request, outcome.answered_ok
         )
-        await self._store.record(self._run_id, record, self._owner)
+        return self._store.record(self._run_id, record, self._owner)
 
     async def finished(self, result: RunResult) -> None:
         if self._lease is not None:  # it never asked for a tool: kept for the listings

@@ -30,7 +30,8 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Self, TypeVar
 
 import anyio
@@ -107,21 +108,44 @@ def _apply_alone(
     return outcome
 
 
-# Callers told per loop iteration once their batch committed. Each caller goes on at
-# once (a run starts its tool, or parks, or wakes), so telling a batch of thousands at
-# one go would stop the loop for all of their steps; a slice at a time, the steps of
-# other tasks (a web request, a heartbeat) come in between, and the next batch's commit
-# has started already.
+# Callers told per loop iteration once their batch committed, across all batches. Each
+# caller goes on at once (a run starts its tool, or parks, or wakes), so telling a batch
+# of thousands at one go would stop the loop for all of their steps; a slice at a time,
+# the steps of other tasks (a web request, a heartbeat) come in between, and the next
+# batch's commit has started already. The bound is the store's, not each batch's: when
+# iterations are slow, commits end faster than their callers are told, and a slice per
+# batch would let the callers of many batches go on in one iteration.
 _TELL_SLICE = 64
 
 
-def _tell_outcomes(batch: list[_Queued], outcomes: list[Any], start: int) -> None:
-    end = start + _TELL_SLICE
-    for (_, _, future), outcome in zip(batch[start:end], outcomes[start:end], strict=True):
-        if not future.done():  # its caller was cancelled meanwhile
-            future.set_result(outcome)
-    if end < len(batch):
-        asyncio.get_running_loop().call_soon(_tell_outcomes, batch, outcomes, end)
+class _Teller:
+    """The callers of committed batches, told ``_TELL_SLICE`` per loop iteration in the
+    order their transactions committed."""
+
+    __slots__ = ("_pending", "_scheduled")
+
+    def __init__(self) -> None:
+        self._pending: deque[tuple[asyncio.Future[Any], Any]] = deque()
+        self._scheduled = False
+
+    def add(self, batch: list[_Queued], outcomes: list[Any]) -> None:
+        self._pending.extend(zip((q[2] for q in batch), outcomes, strict=True))
+        if not self._scheduled:
+            self._tell()
+
+    def _tell(self) -> None:
+        pending = self._pending
+        for _ in range(min(_TELL_SLICE, len(pending))):
+            future, outcome = pending.popleft()
+            if future.done():  # its caller was cancelled meanwhile
+                continue
+            if isinstance(outcome, BaseException):  # a refusal: its caller raises it
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+        self._scheduled = bool(pending)
+        if pending:
+            asyncio.get_running_loop().call_soon(self._tell)
 
 
 class SqliteRunStore:
@@ -161,6 +185,7 @@ class SqliteRunStore:
         self._closed = False
         self._thread = anyio.CapacityLimiter(1)
         self._queue: list[_Queued] = []
+        self._teller = _Teller()
         self._listeners: list[Callable[[StoreEvent], None]] = []
         self._writing = False
         self._flushed = anyio.Event()  # set whenever no write is in flight
@@ -259,34 +284,48 @@ class SqliteRunStore:
 
     # -- writes: group commit ----------------------------------------------------------------
 
-    async def _write(self, op: Callable[..., T | Exception], args: tuple[Any, ...]) -> T:
-        """Queue ``op(ops, *args)`` and return once the transaction it went into committed.
+    def _write(self, op: Callable[..., T | Exception], args: tuple[Any, ...]) -> Awaitable[T]:
+        """Queue ``op(ops, *args)``; the awaitable is done once the transaction it went
+        into committed.
 
         The caller that finds no commit in flight commits (shielded: the others wait on
-        it), in a loop until the queue is empty; every other caller only awaits its
-        future. A caller cancelled while it waits is told nothing more, and its write
-        commits with its batch all the same.
+        it), in a loop until the queue is empty; every other caller gets the future its
+        outcome arrives on, to await directly (no frame of the store's while it waits). A
+        caller cancelled while it waits is told nothing more, and its write commits with
+        its batch all the same.
         """
         if self._closed:
             raise UsageError(f"this {self._label} is closed")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((op, args, future))
-        if not self._writing:
-            self._writing = True
-            self._flushed = anyio.Event()
-            try:
-                with anyio.CancelScope(shield=True):
-                    while self._queue:
-                        batch, self._queue = self._queue, []
-                        await self._commit(batch)
-            finally:
-                self._writing = False
-                self._flushed.set()
-        outcome = await future
-        if isinstance(outcome, BaseException):
-            raise outcome
-        result: T = outcome
-        return result
+        if self._writing:
+            return future
+        return self._lead(future)
+
+    async def _lead(self, future: asyncio.Future[T]) -> T:
+        """Commit the queue, batch after batch, until it is empty; then ``future``'s outcome.
+
+        (Unless another caller took the lead since this one was handed it: then it only
+        waits, as any other.)"""
+        if self._writing:
+            return await future
+        self._writing = True
+        self._flushed = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):
+                while self._queue:
+                    batch, self._queue = self._queue, []
+                    await self._commit(batch)
+        except BaseException:
+            # The commit itself raised (its batch's futures have the failure): this
+            # caller raises it from here, and its own future was seen to.
+            if future.done() and not future.cancelled():
+                future.exception()
+            raise
+        finally:
+            self._writing = False
+            self._flushed.set()
+        return await future
 
     async def _commit(self, batch: list[_Queued]) -> None:
         keep = self._keep
@@ -298,11 +337,11 @@ class SqliteRunStore:
                 failure = StoreError(f"{self._label} {self.path}: {exc}")
             for _, _, future in batch:
                 if not future.done():
-                    future.set_result(failure)
+                    future.set_exception(failure)
             if not isinstance(exc, Exception):
                 raise
             return
-        _tell_outcomes(batch, outcomes, 0)
+        self._teller.add(batch, outcomes)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def job(conn: sqlite3.Connection) -> T:
@@ -321,7 +360,8 @@ class SqliteRunStore:
     # Values are encoded here, on the caller's side: a queued write then holds strings
     # and numbers only (not the run's objects), which the garbage collector need not walk
     # while the write waits for its commit; and a value that is not JSON is refused
-    # before anything is queued.
+    # before anything is queued. (``_write`` is a plain function: while a write waits for
+    # its commit, its caller's frame holds the future alone, no frame of ``_write``'s.)
 
     async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
         text, prompt = state_text(state), prompt_of(state)

@@ -4,8 +4,8 @@ Rules of this module:
 
 - It parks, and only parks: it holds no store, client or toolkit. Keeping runs that wait
   too long, and resuming them, is a durable host's job (:class:`~toolnexus_async.DurableHost`).
-- A parked run costs one future and one small slot, keyed by the request id; nothing
-  polls. ``answer()`` resolves exactly that future, so exactly that run wakes.
+- A parked run costs one object, its slot (the future it awaits, keyed by the request
+  id); nothing polls. ``answer()`` resolves exactly that future, so exactly that run wakes.
 - Expiry costs one timer for the whole inbox, not a sleeping task per request: deadlines
   sit in a heap and a single ``loop.call_at`` handle fires for the earliest one. An
   answered or cancelled request's entries are removed lazily but boundedly: once stale
@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import heapq
 import itertools
 import math
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -49,20 +48,29 @@ from .._types import Answer, HaltRun, Request
 __all__ = ("Inbox",)
 
 _Outcome = Literal["answered", "expired", "halted"]
-_NO_CONTEXT = contextvars.Context()
 
 
-class _Slot:
-    """One parked request. Slots keep memory per parked run small."""
+class _Slot(asyncio.Future[Answer]):
+    """One parked request: the future its run awaits, with what the inbox keeps of it.
 
-    __slots__ = ("deadline", "future", "inbox", "request", "run_id", "spill")
+    One object per parked run, not a future and a slot: a parked run holds fewer objects
+    for the collector to walk. Its cleanup on cancellation is :meth:`cancel` itself, not
+    a done callback, so the future's only callback is its task's wake-up (no callback
+    list, no tuple per run).
+    """
+
+    __slots__ = ("deadline", "inbox", "request", "run_id", "spill")
 
     def __init__(
-        self, inbox: Inbox, request: Request, future: asyncio.Future[Answer], run_id: str | None
+        self,
+        inbox: Inbox,
+        request: Request,
+        run_id: str | None,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
+        super().__init__(loop=loop)
         self.inbox = inbox
         self.request = request
-        self.future = future
         self.run_id = run_id
         self.deadline = -1  # the number of its expiry entry in the heap, if it has one
         self.spill = -1  # the number of its park_timeout entry, if it has one
@@ -72,15 +80,17 @@ class _Slot:
         """How many entries of the timer heap are this slot's."""
         return (self.deadline >= 0) + (self.spill >= 0)
 
-    def __call__(self, future: asyncio.Future[Answer]) -> None:
-        """The future's done-callback: a cancelled wait leaves the inbox.
-
-        (answer() and the timer remove the slot before resolving the future.)
-        """
+    def cancel(self, msg: Any | None = None) -> bool:
+        """A cancelled wait (its task was cancelled, or its time limit fired) leaves the
+        inbox in the same step. (answer() and the timer remove the slot before they
+        resolve it, so a slot cancelled once done changes nothing.)"""
+        if not super().cancel(msg):
+            return False
         inbox = self.inbox
-        if future.cancelled() and inbox._slots.get(self.request.id) is self:
+        if inbox._slots.get(self.request.id) is self:
             del inbox._slots[self.request.id]
             inbox._drop_timers(self)
+        return True
 
 
 class Inbox:
@@ -163,29 +173,26 @@ class Inbox:
             raise UsageError("this Inbox belongs to another event loop")
         if request.id in self._slots:
             raise UsageError(f"request id {request.id!r} is already parked; ids must be unique")
-        future: asyncio.Future[Answer] = loop.create_future()
+        slot = _Slot(self, request, run_id, loop)
         left = request.seconds_left()
         if left is not None and left <= 0:
             self._record(request.id, "expired")
-            future.set_result(Answer(request.id, False, reason="expired"))
-            return future
-        slot = _Slot(self, request, future, run_id)
+            slot.set_result(Answer(request.id, False, reason="expired"))
+            return slot
         if self._halting_all:
             self._halt(slot, "the inbox is halting every run")
-            return future
+            return slot
         self._slots[request.id] = slot
         if left is not None:
             slot.deadline = self._add_deadline(loop, loop.time() + left, request.id)
         if self._park_timeout is not None:
             slot.spill = self._add_deadline(loop, loop.time() + self._park_timeout, request.id)
-        # No context copy per parked request: the slot's callback reads no context vars.
-        future.add_done_callback(slot, context=_NO_CONTEXT)
         for listener in tuple(self._listeners):
             try:
                 listener.send_nowait(request)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._listeners.discard(listener)
-        return future
+        return slot
 
     def answer(self, answer: Answer) -> None:
         """Wake the run parked on ``answer.id`` with this answer.
@@ -202,12 +209,12 @@ class Inbox:
                 f"Answer(request.id, ok=True), or Answer.from_dict(payload) from a wire dict"
             )
         slot = self._slots.get(answer.id)
-        if slot is None or slot.future.done():
+        if slot is None or slot.done():
             raise self._refusal(answer.id)
         del self._slots[answer.id]
         self._drop_timers(slot)
         self._record(answer.id, "answered")
-        slot.future.set_result(answer)
+        slot.set_result(answer)
 
     def _refusal(
         self, request_id: str
@@ -293,8 +300,8 @@ class Inbox:
         """Halt the run of ``slot``, which has left the slots and the timer heap already."""
         request_id = slot.request.id
         self._record(request_id, "halted")
-        if not slot.future.done():
-            slot.future.set_exception(HaltRun(why))
+        if not slot.done():
+            slot.set_exception(HaltRun(why))
 
     def _record(self, request_id: str, outcome: _Outcome) -> None:
         if self._remember == 0:
@@ -349,7 +356,7 @@ class Inbox:
             slot = self._slots.get(request_id)
             # Entries of answered, cancelled or re-parked requests are skipped: the heap is
             # cleaned lazily rather than searched on every answer.
-            if slot is None or slot.future.done() or number not in (slot.deadline, slot.spill):
+            if slot is None or slot.done() or number not in (slot.deadline, slot.spill):
                 self._stale = max(0, self._stale - 1)
                 continue
             del self._slots[request_id]
@@ -360,7 +367,7 @@ class Inbox:
             slot.deadline = slot.spill = -1
             if expired:
                 self._record(request_id, "expired")
-                slot.future.set_result(Answer(request_id, False, reason="expired"))
+                slot.set_result(Answer(request_id, False, reason="expired"))
             else:
                 self._halt(slot, f"parked longer than {self._park_timeout} s")
         if deadlines and self._timer is None:
