@@ -30,17 +30,17 @@ import logging
 import os
 import sqlite3
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Self, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from .._errors import StoreError, ToolnexusError, UsageError
+from .._errors import StoreError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._types import Answer, Request
 from . import _queries as queries
+from ._batch import Queued, Teller, apply
 from ._ops import Ops, migrate, saved
 from ._schema import APPLICATION_ID, SCHEMA_VERSION, create, encode, prompt_of, state_text
 from ._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
@@ -53,99 +53,6 @@ T = TypeVar("T")
 
 # Ended runs kept for listings and late answers; older ones are forgotten.
 DEFAULT_KEEP_FINISHED = 10_000
-
-
-_Queued = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
-
-
-def _apply(conn: sqlite3.Connection, batch: list[_Queued], keep: int) -> list[Any]:
-    """The outcomes of the batch's writes, all committed in one transaction.
-
-    The operations check before they write (``_ops``), so a refused one has changed
-    nothing and needs no savepoint. Should one break that rule, the batch is undone and
-    each write goes again in a transaction of its own, so that its refusal undoes only
-    itself.
-    """
-    ops = Ops(conn)
-    outcomes: list[Any] = []
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for op, args, _ in batch:
-            changes = conn.total_changes
-            try:
-                outcomes.append(op(ops, *args))
-            except ToolnexusError as refused:
-                if conn.total_changes != changes:
-                    conn.execute("ROLLBACK")
-                    log.error("a run store write changed rows before refusing: %r", refused)
-                    return [_apply_alone(conn, op, args, keep) for op, args, _ in batch]
-                outcomes.append(refused)
-        ops.finish_batch(keep)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return outcomes
-
-
-def _apply_alone(
-    conn: sqlite3.Connection, op: Callable[..., Any], args: tuple[Any, ...], keep: int
-) -> Any:
-    ops = Ops(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        outcome = op(ops, *args)
-        ops.finish_batch(keep)
-    except ToolnexusError as refused:
-        conn.execute("ROLLBACK")
-        return refused
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return outcome
-
-
-# Callers told per loop iteration once their batch committed, across all batches. Each
-# caller goes on at once (a run starts its tool, or parks, or wakes), so telling a batch
-# of thousands at one go would stop the loop for all of their steps; a slice at a time,
-# the steps of other tasks (a web request, a heartbeat) come in between, and the next
-# batch's commit has started already. The bound is the store's, not each batch's: when
-# iterations are slow, commits end faster than their callers are told, and a slice per
-# batch would let the callers of many batches go on in one iteration.
-_TELL_SLICE = 64
-
-
-class _Teller:
-    """The callers of committed batches, told ``_TELL_SLICE`` per loop iteration in the
-    order their transactions committed."""
-
-    __slots__ = ("_pending", "_scheduled")
-
-    def __init__(self) -> None:
-        self._pending: deque[tuple[asyncio.Future[Any], Any]] = deque()
-        self._scheduled = False
-
-    def add(self, batch: list[_Queued], outcomes: list[Any]) -> None:
-        self._pending.extend(zip((q[2] for q in batch), outcomes, strict=True))
-        if not self._scheduled:
-            self._tell()
-
-    def _tell(self) -> None:
-        pending = self._pending
-        for _ in range(min(_TELL_SLICE, len(pending))):
-            future, outcome = pending.popleft()
-            if future.done():  # its caller was cancelled meanwhile
-                continue
-            if isinstance(outcome, BaseException):  # a refusal: its caller raises it
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
-        self._scheduled = bool(pending)
-        if pending:
-            asyncio.get_running_loop().call_soon(self._tell)
 
 
 class SqliteRunStore:
@@ -184,8 +91,8 @@ class SqliteRunStore:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._thread = anyio.CapacityLimiter(1)
-        self._queue: list[_Queued] = []
-        self._teller = _Teller()
+        self._queue: list[Queued] = []
+        self._teller = Teller()
         self._listeners: list[Callable[[StoreEvent], None]] = []
         self._writing = False
         self._flushed = anyio.Event()  # set whenever no write is in flight
@@ -327,10 +234,10 @@ class SqliteRunStore:
             self._flushed.set()
         return await future
 
-    async def _commit(self, batch: list[_Queued]) -> None:
+    async def _commit(self, batch: list[Queued]) -> None:
         keep = self._keep
         try:
-            outcomes = await self._run(lambda conn: _apply(conn, batch, keep))
+            outcomes = await self._run(lambda conn: apply(conn, batch, keep))
         except BaseException as exc:
             failure: BaseException = exc
             if isinstance(exc, sqlite3.Error):
