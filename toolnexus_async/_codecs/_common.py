@@ -84,27 +84,19 @@ def reasoning_of(message: dict[str, Any]) -> str:
 
 def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
     """Decoded tool arguments, or ``({}, raw_text)`` when they are not a JSON object."""
-    if type(raw) is str and raw[:1] == "{":
-        # The usual arguments: a JSON object's text (tested first, being the common case).
-        try:
-            value = json.loads(raw)
-        except (ValueError, RecursionError):
-            return {}, raw
-        return (value, None) if type(value) is dict else ({}, raw)
-    if isinstance(raw, dict):
-        return raw, None
-    if not isinstance(raw, str):
-        return {}, json.dumps(raw)
-    if raw.strip() == "":
+    if type(raw) is not str:  # the usual arguments are a JSON object's text: one check
+        if isinstance(raw, dict):
+            return raw, None
+        if not isinstance(raw, str):
+            return {}, json.dumps(raw)
+    if raw[:1] != "{" and raw.strip() == "":
         # Models send "" for a call without arguments.
         return {}, None
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError):  # nested too deeply is as unusable as malformed
         return {}, raw
-    if isinstance(value, dict):
-        return value, None
-    return {}, raw
+    return (value, None) if isinstance(value, dict) else ({}, raw)
 
 
 def provider_error_message(payload: dict[str, Any]) -> str:
