@@ -20,7 +20,7 @@ from typing import Any
 
 from .._errors import UnknownRequestError, UsageError
 from .._types import Answer, Request
-from ._ops import Saved, accepted, judge
+from ._decide import Saved, accepted, judge
 from ._queries import request_of, run_of, summary_of
 from ._schema import answer_of
 from ._store import Accepted, LeaseLostError, RunSummary, StoredRequest, StoredRun, StoreEvent

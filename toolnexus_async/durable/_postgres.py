@@ -32,7 +32,7 @@ from .._errors import StoreError, ToolnexusError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._secrets import Scrubber
 from .._types import Answer, Request
-from ._ops import saved
+from ._decide import saved
 from ._pg_ops import CHANNEL, PgOps, event_payload
 from ._pg_schema import ensure, qualified
 from ._schema import encode, prompt_of, state_text

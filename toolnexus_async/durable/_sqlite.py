@@ -41,7 +41,8 @@ from .._results import RunResult, ToolCallRecord, record_to_json
 from .._types import Answer, Request
 from . import _queries as queries
 from ._batch import Queued, Teller, apply
-from ._ops import Ops, migrate, saved
+from ._decide import saved
+from ._ops import Ops, migrate
 from ._schema import APPLICATION_ID, SCHEMA_VERSION, create, encode, prompt_of, state_text
 from ._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 
