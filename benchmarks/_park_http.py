@@ -189,9 +189,11 @@ async def park_http(
     max_connections: int | None,
     in_process: HotFigures,
     targets: tuple[float, float, float, float],
+    lever: str = "off",
 ) -> None:
     """Part 1c: park and wake ``runs`` runs with the model over HTTP, and print it all next
-    to ``in_process`` (part 1's toolnexus figures, this process)."""
+    to ``in_process`` (part 1's toolnexus figures of the same GC ``lever``, this
+    process)."""
     soft, hard = raise_nofile()
     bytes_target, park_target, answer_target, p99_target = targets
     cap = "no cap" if max_connections is None else f"max_connections={max_connections}"
@@ -199,8 +201,8 @@ async def park_http(
     print(
         f"hot parking, model over HTTP: the same {runs:,} runs, LlmClient(base_url) on the"
         f" loopback mock of overhead.py (own process, no latency), AiohttpTransport {cap}"
-        f"{default}, aiohttp {dist_version('aiohttp')}; RLIMIT_NOFILE soft {soft:,} / hard"
-        f" {hard:,}"
+        f"{default}, aiohttp {dist_version('aiohttp')}, gc lever {lever}; RLIMIT_NOFILE soft"
+        f" {soft:,} / hard {hard:,}"
     )
     with MockServer(0.0) as server:
         made: list[HttpToolnexus] = []
@@ -209,7 +211,7 @@ async def park_http(
             made.append(HttpToolnexus(probe, server, max_connections))
             return made[-1]
 
-        figures = await park_and_wake(make, runs, sample, spawner)
+        figures = await park_and_wake(make, runs, sample, spawner, lever)
         floor_rate = await http_floor(server, runs, max_connections)
     tn = made[0]
     print_hot(figures)

@@ -70,7 +70,8 @@ for none).
 ``toolnexus_async.suspend.GcFreezer(young=0.005)`` (``--young`` for another pace, ``none``
 for none), from the first run started to the last one done;
 ``--gc both`` runs each of them twice, without it and then with it, and gives each
-durable figure's ratio against the in-memory figure of the same lever.
+durable figure's ratio, and each over-HTTP figure's, against the in-memory figure of the
+same lever.
 
 Part 3, *loop stalls* (on unless ``--no-stalls``; ``_park_stalls``): the same N runs
 again (in memory, and durably with ``--store sqlite``), for each lever, but arriving as a
@@ -371,8 +372,17 @@ async def main(args: argparse.Namespace, server: PgServer | None = None) -> None
         from _park_http import park_http
 
         targets = (BYTES_TARGET, PARK_RATE_TARGET, ANSWER_RATE_TARGET, P99_TARGET)
-        await park_http(args.runs, args.sample, args.spawner, args.max_connections, tn, targets)
-        print()
+        for lever in levers:
+            await park_http(
+                args.runs,
+                args.sample,
+                args.spawner,
+                args.max_connections,
+                in_memory[lever],
+                targets,
+                lever,
+            )
+            print()
 
     if args.store == "sqlite":
         print(
