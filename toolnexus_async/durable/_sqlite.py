@@ -4,8 +4,9 @@ Rules of this module:
 
 - **Group commit.** Every write is queued; the first writer to find no transaction in
   flight commits the queue in one ``BEGIN IMMEDIATE`` transaction, then the writes queued
-  meanwhile in the next one. Under load many suspensions and answers share one commit;
-  alone, a write waits for nothing. A refused write changes nothing (``_ops`` checks
+  meanwhile in the next one, at most ``_batch_max`` writes per transaction, in the order
+  they were queued. Under load many suspensions and answers share one commit; alone, a
+  write waits for nothing. A refused write changes nothing (``_ops`` checks
   before it writes), so it does not undo the others. A write's caller resumes only after
   its transaction committed: with WAL and ``synchronous=FULL`` what it wrote survives
   ``kill -9`` of the process (and power loss); ``synchronous="NORMAL"`` keeps the first
@@ -72,6 +73,15 @@ class SqliteRunStore:
     """
 
     _label = "run store"
+    # The most writes one transaction takes. Telling a batch's callers, and building its
+    # outcomes, costs the loop time in proportion to the batch in one go: unbounded, a
+    # burst of 100,000 answers queued behind one commit became one batch, and the loop
+    # stopped for 50 to 100 ms to take in its outcomes. Bounded, that step stays a few
+    # milliseconds, the next batch's commit starts while the callers of this one go on, and
+    # the first writes of a burst are told after one bounded commit, not after the whole
+    # burst's. (Parking 10,000 runs at once was as fast with 4,096 as without a bound,
+    # within the noise; 256 was slower.)
+    _batch_max = 4096
 
     def __init__(
         self,
@@ -222,7 +232,9 @@ class SqliteRunStore:
         try:
             with anyio.CancelScope(shield=True):
                 while self._queue:
-                    batch, self._queue = self._queue, []
+                    most = self._batch_max
+                    batch = self._queue[:most]
+                    del self._queue[:most]
                     await self._commit(batch)
         except BaseException:
             # The commit itself raised (its batch's futures have the failure): this
