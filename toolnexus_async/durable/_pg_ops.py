@@ -2,10 +2,10 @@
 
 Rules of this module:
 
-- One method per operation, each over a connection inside a transaction its caller
-  opened; the statements are those of ``_ops`` and ``_queries`` (the same tables, the same
-  guards), and the rows become values through the same functions (``_queries.run_of``,
-  ``_ops.judge``), so the two stores keep one contract.
+- One method per write, each over a connection inside a transaction its caller opened;
+  the statements are those of ``_ops`` (the same tables, the same guards), and the rows
+  become values through the same functions (``_decide.judge``; the reads, ``_pg_queries``,
+  through ``_queries.run_of``), so the two stores keep one contract.
 - Ownership is checked in the statement that writes (``... AND owner = $n``), and a row a
   write depends on is locked by that statement, so two workers racing for one request or
   one run are serialised by PostgreSQL: exactly one wins, the other sees its result.
@@ -19,11 +19,9 @@ import json
 from typing import Any
 
 from .._errors import UnknownRequestError, UsageError
-from .._types import Answer, Request
 from ._decide import Saved, accepted, judge
-from ._queries import request_of, run_of, summary_of
-from ._schema import answer_of
-from ._store import Accepted, LeaseLostError, RunSummary, StoredRequest, StoredRun, StoreEvent
+from ._pg_queries import load
+from ._store import Accepted, LeaseLostError, StoredRun, StoreEvent
 
 __all__ = ("CHANNEL", "PgOps", "event_payload")
 
@@ -344,7 +342,7 @@ class PgOps:
             run_id,
             now,
         )
-        return await self.load(conn, run_id)
+        return await load(conn, self.s, run_id)
 
     async def renew(self, conn: Any, owner: str, lease_until: float) -> None:
         await self._alive(conn, owner, lease_until)
@@ -355,93 +353,3 @@ class PgOps:
             " WHERE request_id = ANY($1) AND delivered = 0",
             request_ids,
         )
-
-    # -- reading ---------------------------------------------------------------------------
-
-    async def ready(self, conn: Any, now: float, limit: int) -> list[str]:
-        s = self.s
-        unsettled = (
-            f" AND q.turn = r.turn AND NOT EXISTS (SELECT 1 FROM {s}.results x"
-            "  WHERE x.run_id = q.run_id AND x.call_id = q.call_id)"
-        )
-        rows = await conn.fetch(
-            f"SELECT seq, run_id FROM {s}.runs WHERE status = 'running'"
-            f" AND owner IN (SELECT name FROM {s}.workers WHERE alive_until < $1)"
-            f" UNION SELECT seq, run_id FROM {s}.runs WHERE status = 'running' AND owner IS NULL"
-            f" UNION SELECT r.seq, r.run_id FROM {s}.requests q JOIN {s}.runs r USING (run_id)"
-            f" WHERE q.delivered = 0 AND r.status = 'halted'{unsettled}"
-            f" UNION SELECT r.seq, r.run_id FROM {s}.requests q JOIN {s}.runs r USING (run_id)"
-            " WHERE q.status = 'pending' AND q.expires_at IS NOT NULL"
-            f" AND q.expires_at <= $1 AND r.status = 'halted'{unsettled}"
-            " ORDER BY 1 LIMIT $2",
-            now,
-            limit,
-        )
-        return [row[1] for row in rows]
-
-    async def deliveries(self, conn: Any, owner: str) -> list[tuple[str, Answer]]:
-        rows = await conn.fetch(
-            f"SELECT q.run_id, q.answer FROM {self.s}.requests q JOIN {self.s}.runs r"
-            " USING (run_id) WHERE q.delivered = 0 AND q.status = 'answered' AND r.owner = $1"
-            " AND q.turn = r.turn ORDER BY q.seq",
-            owner,
-        )
-        return [(row[0], answer) for row in rows if (answer := answer_of(row[1]))]
-
-    async def outstanding(self, conn: Any, now: float) -> list[StoredRequest]:
-        rows = await conn.fetch(
-            f"SELECT q.body, q.run_id, q.call_id FROM {self.s}.requests q"
-            f" JOIN {self.s}.runs r USING (run_id)"
-            " WHERE q.status = 'pending' AND q.turn = r.turn"
-            " AND r.status IN ('running', 'halted')"
-            " AND (q.expires_at IS NULL OR q.expires_at > $1)"
-            f" AND NOT EXISTS (SELECT 1 FROM {self.s}.results x"
-            "  WHERE x.run_id = q.run_id AND x.call_id = q.call_id)"
-            " ORDER BY q.seq",
-            now,
-        )
-        return [request_of(row[0], row[1], row[2], "pending") for row in rows]
-
-    async def find(self, conn: Any, request_id: str) -> StoredRequest:
-        row = await conn.fetchrow(
-            f"SELECT body, run_id, call_id, status, answer FROM {self.s}.requests"
-            " WHERE request_id = $1",
-            request_id,
-        )
-        if row is None:
-            raise UnknownRequestError(request_id, f"no run waits for request {request_id!r}")
-        return request_of(*row)
-
-    async def load(self, conn: Any, run_id: str) -> StoredRun:
-        row = await conn.fetchrow(
-            f"SELECT r.status, r.owner, w.alive_until, r.turn, r.state FROM {self.s}.runs r"
-            f" LEFT JOIN {self.s}.workers w ON w.name = r.owner WHERE r.run_id = $1",
-            run_id,
-        )
-        if row is None:
-            raise UnknownRequestError(run_id, f"no stored run {run_id!r}")
-        results = await conn.fetch(
-            f"SELECT call_id, record FROM {self.s}.results WHERE run_id = $1", run_id
-        )
-        requests = await conn.fetch(
-            f"SELECT call_id, body, status, answer FROM {self.s}.requests"
-            " WHERE run_id = $1 AND turn = $2 ORDER BY seq",
-            run_id,
-            row[3],
-        )
-        return run_of(run_id, tuple(row), map(tuple, results), map(tuple, requests))
-
-    async def runs(self, conn: Any, limit: int) -> list[RunSummary]:
-        rows = await conn.fetch(
-            f"SELECT run_id, status, prompt, final, error FROM {self.s}.runs"
-            " ORDER BY seq DESC LIMIT $1",
-            limit,
-        )
-        return [summary_of(*row) for row in rows]
-
-    async def request(self, conn: Any, request_id: str) -> Request | None:
-        """The request with this id, if any (for an announcement from another worker)."""
-        try:
-            return (await self.find(conn, request_id)).request
-        except UnknownRequestError:
-            return None

@@ -32,6 +32,7 @@ from .._errors import StoreError, ToolnexusError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._secrets import Scrubber
 from .._types import Answer, Request
+from . import _pg_queries as pg_queries
 from ._decide import saved
 from ._pg_ops import CHANNEL, PgOps, event_payload
 from ._pg_schema import ensure, qualified
@@ -340,10 +341,10 @@ class PostgresRunStore:
 
     async def ready(self, now: float, limit: int) -> list[str]:
         await self._keep_listening()
-        return await self._in_transaction(self._ops.ready, now, limit)
+        return await self._in_transaction(pg_queries.ready, self.schema, now, limit)
 
     async def deliveries(self, owner: str) -> list[tuple[str, Answer]]:
-        return await self._in_transaction(self._ops.deliveries, owner)
+        return await self._in_transaction(pg_queries.deliveries, self.schema, owner)
 
     async def delivered(self, request_ids: list[str]) -> None:
         await self._in_transaction(self._ops.delivered, list(request_ids))
@@ -353,16 +354,16 @@ class PostgresRunStore:
 
     async def outstanding(self, now: float | None = None) -> list[StoredRequest]:
         at = time.time() if now is None else now
-        return await self._in_transaction(self._ops.outstanding, at)
+        return await self._in_transaction(pg_queries.outstanding, self.schema, at)
 
     async def find(self, request_id: str) -> StoredRequest:
-        return await self._in_transaction(self._ops.find, request_id)
+        return await self._in_transaction(pg_queries.find, self.schema, request_id)
 
     async def load(self, run_id: str) -> StoredRun:
-        return await self._in_transaction(self._ops.load, run_id)
+        return await self._in_transaction(pg_queries.load, self.schema, run_id)
 
     async def runs(self, limit: int = 1000) -> list[RunSummary]:
-        return await self._in_transaction(self._ops.runs, limit)
+        return await self._in_transaction(pg_queries.runs, self.schema, limit)
 
     # -- being told ------------------------------------------------------------------------
 
