@@ -221,6 +221,7 @@ def run_serve(args: argparse.Namespace) -> int:
             allowed_hosts=allowed,
             lease=args.lease,
             mcp=args.mcp,
+            freeze_gc=args.freeze_gc,
         )
     except UsageError as exc:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
@@ -346,6 +347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="NAME",
         help="a host name the server answers to besides localhost and IP addresses "
         "(a reverse proxy's, say); repeatable",
+    )
+    serve.add_argument(
+        "--freeze-gc",
+        action="store_true",
+        help="keep parked runs out of Python's full garbage collections (a GcFreezer), so "
+        "that many parked runs do not stop the server for one; see docs/serve.md",
     )
     serve.add_argument(
         "--insecure-no-auth",

@@ -18,6 +18,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+import contextlib
 import mimetypes
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -40,6 +41,7 @@ from .._errors import (
 from .._toolkit import Toolkit
 from .._types import Answer
 from ..durable import DurableHost, RunStore
+from ..suspend import GcFreezer
 from ._bodies import MAX_BODY, ApiError, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
 from ._guard import GUARD, Guard, add_security_headers, guard_requests
@@ -58,6 +60,10 @@ REASONS = ("declined", "cancelled", "expired")
 # Seconds a shutdown waits, after the last busy run ended, for the others to park (and be
 # saved) or end; then they are cancelled.
 SHUTDOWN_GRACE = 10.0
+# The freezer's pace of young collections (seconds): the lever measured in
+# docs/performance.md (Loop stalls), which kept every stall under 30 ms with 100,000 runs
+# parked.
+FREEZE_YOUNG = 0.005
 
 _STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -80,6 +86,7 @@ class _Serve:
     host: DurableHost | None = None
     tg: TaskGroup | None = None
     closing: bool = False
+    freeze_gc: bool = False
 
 
 SERVE = web.AppKey("toolnexus_serve", _Serve)
@@ -96,6 +103,7 @@ def create_app(
     token: str | None = None,
     insecure_no_auth: bool = False,
     allowed_hosts: Iterable[str] = (),
+    freeze_gc: bool = False,
 ) -> web.Application:
     """The approval-inbox web application.
 
@@ -118,6 +126,10 @@ def create_app(
             own machine (the host and origin checks and the headers stay).
         allowed_hosts: host names the ``Host`` header may carry besides the loopback names
             and IP literals (the name of a reverse proxy, say).
+        freeze_gc: while the app runs, a :class:`~toolnexus_async.suspend.GcFreezer`
+            (``young=0.005``, handing everything back whenever no run is parked) keeps the
+            parked runs out of the collector's full passes, so that many parked runs do
+            not stop the event loop for a full collection. It acts on the whole process.
     """
     if park_timeout <= 0:
         raise UsageError(f"park_timeout must be > 0 seconds, got {park_timeout}")
@@ -130,7 +142,15 @@ def create_app(
     app.on_response_prepare.append(add_security_headers)
     bus = EventBus()
     app[SERVE] = _Serve(
-        make_client, toolkit, store, park_timeout, lease, STATIC_DIR, bus, RunBook(bus)
+        make_client,
+        toolkit,
+        store,
+        park_timeout,
+        lease,
+        STATIC_DIR,
+        bus,
+        RunBook(bus),
+        freeze_gc=freeze_gc,
     )
     app.cleanup_ctx.append(_lifespan)
     app.on_shutdown.append(_stop_accepting)
@@ -165,19 +185,29 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
             lease=serve.lease,
         )
         async with anyio.create_task_group() as tg, host:
-            await load_stored(serve.book, serve.store)
-            unfollow = await follow_workers(serve.store, host, serve.book, tg)
-            serve.client, serve.inbox, serve.host, serve.tg = client, inbox, host, tg
-            try:
-                yield
-            finally:
-                unfollow()
-                serve.closing = True
-                serve.bus.close()
-                host.shutdown()  # parked runs halt (the store has them); busy ones are let go
-                await host.settle(SHUTDOWN_GRACE)
-                tg.cancel_scope.cancel()
-                serve.tg = serve.host = None
+            with _freezing(serve, inbox):
+                await load_stored(serve.book, serve.store)
+                unfollow = await follow_workers(serve.store, host, serve.book, tg)
+                serve.client, serve.inbox, serve.host, serve.tg = client, inbox, host, tg
+                try:
+                    yield
+                finally:
+                    unfollow()
+                    serve.closing = True
+                    serve.bus.close()
+                    host.shutdown()  # parked runs halt (the store has them); busy ones are let go
+                    await host.settle(SHUTDOWN_GRACE)
+                    tg.cancel_scope.cancel()
+                    serve.tg = serve.host = None
+
+
+def _freezing(serve: _Serve, inbox: ServeInbox) -> contextlib.AbstractContextManager[object]:
+    """The app's ``GcFreezer`` if it was asked for one (started on the loop, as its
+    paced young collections need), else nothing. Everything frozen goes back to the
+    collector whenever no run is parked, and at shutdown."""
+    if not serve.freeze_gc:
+        return contextlib.nullcontext()
+    return GcFreezer(young=FREEZE_YOUNG, reclaim_when=lambda: len(inbox) == 0)
 
 
 async def _stop_accepting(app: web.Application) -> None:

@@ -192,14 +192,15 @@ def serve_demo_app(
     allowed_hosts: Iterable[str] = (),
     lease: float = 30.0,
     mcp: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    freeze_gc: bool = False,
 ) -> web.Application:
     """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
 
     ``store`` is a run store, a SQLite file's path, or a ``postgresql://`` DSN for a
     :class:`~toolnexus_async.durable.PostgresRunStore` (see :func:`open_store`).
     ``make_client`` replaces the demo model (a real endpoint, say); the demo tools stay.
-    ``token``, ``insecure_no_auth``, ``allowed_hosts`` and ``lease`` are as for
-    :func:`create_app`. ``mcp`` adds the tools of MCP servers (an ``mcpServers`` config or
+    ``token``, ``insecure_no_auth``, ``allowed_hosts``, ``lease`` and ``freeze_gc`` are as
+    for :func:`create_app`. ``mcp`` adds the tools of MCP servers (an ``mcpServers`` config or
     its file, see docs/mcp.md), connected at startup: the questions of 2026-07-28 servers
     are requests on the page like any tool's.
     The app owns the toolkit and the store (given or made here) and closes them on shutdown.
@@ -216,6 +217,7 @@ def serve_demo_app(
         insecure_no_auth=insecure_no_auth,
         allowed_hosts=allowed_hosts,
         lease=lease,
+        freeze_gc=freeze_gc,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:

@@ -1,0 +1,67 @@
+"""``serve --freeze-gc`` / ``create_app(freeze_gc=True)``: a GcFreezer while the app runs.
+
+While a run is parked, what survives the young collections is frozen (no full collection
+walks it); once no run is parked, everything is handed back; at shutdown the freezer is
+gone (no callback left in ``gc.callbacks``). Without the option the app leaves the
+collector alone.
+"""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from aiohttp import web
+
+from tests.test_serve_api import LIMIT, answer_demo_from, demo_app, events, post, serving
+from toolnexus_async._cli import main
+from toolnexus_async.serve import TOKEN_ENV
+from toolnexus_async.serve._app import SERVE
+
+
+def freezers() -> list[Any]:
+    return [
+        cb for cb in gc.callbacks if type(getattr(cb, "__self__", None)).__name__ == "GcFreezer"
+    ]
+
+
+@pytest.mark.parametrize("freeze_gc", [True, False])
+async def test_the_app_freezes_while_runs_are_parked_only_if_asked(freeze_gc: bool) -> None:
+    gc.collect()
+    before = gc.get_freeze_count()  # what the interpreter keeps frozen itself (3.12)
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(freeze_gc=freeze_gc)) as http, events(http) as stream:
+            assert len(freezers()) == (1 if freeze_gc else 0)
+            status, started = await post(http, "/runs", {"prompt": "Dinner for my team"})
+            assert status == 202
+            login = await stream.until("pending", run_id=started["id"])
+            gc.collect(1)  # what the collector does by itself as objects pile up
+            frozen = gc.get_freeze_count()
+            assert (frozen > before) if freeze_gc else (frozen == before)
+
+            done = await answer_demo_from(http, stream, started["id"], login)
+            assert done["status"] == "done"
+            gc.collect(1)  # no run is parked now: everything goes back to the collector
+            assert gc.get_freeze_count() <= before
+    assert freezers() == []
+    assert gc.get_freeze_count() <= before
+
+
+@pytest.mark.parametrize(("flag", "expected"), [(["--freeze-gc"], True), ([], False)])
+def test_serve_freeze_gc_flag_reaches_the_app(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flag: list[str], expected: bool
+) -> None:
+    import toolnexus_async.serve as serve
+
+    seen: dict[str, web.Application] = {}
+
+    async def fake_run_server(app: web.Application, **kwargs: Any) -> None:
+        seen["app"] = app
+
+    monkeypatch.setattr(serve, "run_server", fake_run_server)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    assert main(["serve", "--store", str(tmp_path / "runs.sqlite"), *flag]) == 0
+    assert seen["app"][SERVE].freeze_gc is expected
