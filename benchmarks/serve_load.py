@@ -132,7 +132,9 @@ class Probe:
 BENCH_TOKEN = "serve-load-benchmark-token"
 
 
-def toolnexus_app(store_path: Path, park_timeout: float) -> tuple[web.Application, Probe]:
+def toolnexus_app(
+    store_path: Path, park_timeout: float, freeze_gc: bool = False
+) -> tuple[web.Application, Probe]:
     """``create_app`` on the one-approval scenario and a SqliteRunStore the app owns."""
     toolkit = Toolkit.create(builtins=False, extra_tools=[pay_invoice])
     store = SqliteRunStore(store_path)
@@ -148,6 +150,7 @@ def toolnexus_app(store_path: Path, park_timeout: float) -> tuple[web.Applicatio
         store=store,
         park_timeout=park_timeout,
         token=BENCH_TOKEN,
+        freeze_gc=freeze_gc,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:
@@ -285,7 +288,7 @@ async def _serve(conn: multiprocessing.connection.Connection, kind: str, store: 
         app, probe = floor_app()
     else:
         timeout = SPILL_PARK_TIMEOUT if kind == "spill" else HOT_PARK_TIMEOUT
-        app, probe = toolnexus_app(Path(store), timeout)
+        app, probe = toolnexus_app(Path(store), timeout, freeze_gc=kind == "freeze")
     watch = GcWatch()
 
     def reply(message: str) -> ServerState:
@@ -729,6 +732,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"also measure runs spilled to the store (park_timeout {SPILL_PARK_TIMEOUT:g} s)",
     )
     parser.add_argument(
+        "--freeze-gc",
+        action="store_true",
+        help="also measure the app with freeze_gc=True (serve --freeze-gc: a GcFreezer)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (300 runs)"
     )
     args = parser.parse_args(argv)
@@ -753,6 +761,10 @@ async def main(args: argparse.Namespace) -> None:
         ("floor", "floor (hand-written aiohttp, a dict of futures)"),
         ("hot", f"toolnexus_async create_app (park_timeout {HOT_PARK_TIMEOUT:g} s: none spill)"),
     ]
+    if args.freeze_gc:
+        contenders.append(
+            ("freeze", "toolnexus_async create_app, freeze_gc=True (as serve --freeze-gc)")
+        )
     if args.spill:
         contenders.append(
             (
@@ -770,7 +782,7 @@ async def main(args: argparse.Namespace) -> None:
                 raise SystemExit(f"{name}: {exc}") from None
             print_figures(results[kind])
     floor = results["floor"]
-    for kind in ("hot", "spill"):
+    for kind in ("hot", "freeze", "spill"):
         if kind in results:
             print_ratios(results[kind], floor)
     print("  none lost: every run of every contender was started once, parked once, done once")
