@@ -136,11 +136,15 @@ def test_serve_needs_a_model_with_a_base_url(capsys, monkeypatch):
     assert "--model" in capsys.readouterr().err
 
 
-def test_serve_runs_the_demo_app_with_the_given_flags(monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize(("freeze", "frozen"), [(["--freeze-gc"], True), ([], False)])
+def test_serve_runs_the_demo_app_with_the_given_flags(
+    monkeypatch, tmp_path, capsys, freeze, frozen
+):
     """serve builds the locked demo app and hands it, host and port to run_server."""
     from aiohttp import web
 
     import toolnexus_async.serve as serve
+    from toolnexus_async.serve._app import SERVE
     from toolnexus_async.serve._guard import GUARD
 
     seen: dict[str, Any] = {}
@@ -155,10 +159,11 @@ def test_serve_runs_the_demo_app_with_the_given_flags(monkeypatch, tmp_path, cap
     store = tmp_path / "runs.sqlite"
     code = main(
         ["serve", "--host", "inbox.lan", "--port", "9999", "--store", str(store),
-         "--park-timeout", "7", "--allowed-host", "proxy.example"]
+         "--park-timeout", "7", "--allowed-host", "proxy.example", *freeze]
     )  # fmt: skip
     assert code == 0
     assert seen["host"] == "inbox.lan" and seen["port"] == 9999
+    assert seen["app"][SERVE].freeze_gc is frozen  # a GcFreezer only if asked for
     guard = seen["app"][GUARD]
     assert {"inbox.lan", "proxy.example", "localhost"} <= guard.allowed_hosts
     assert guard.token is not None and len(guard.token) >= 40

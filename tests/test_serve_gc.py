@@ -1,4 +1,5 @@
-"""``serve --freeze-gc`` / ``create_app(freeze_gc=True)``: a GcFreezer while the app runs.
+"""``create_app(freeze_gc=True)`` (``serve --freeze-gc``, whose flag test_cli checks): a
+GcFreezer while the app runs.
 
 While a run is parked, what survives the young collections is frozen (no full collection
 walks it); once no run is parked, everything is handed back; at shutdown the freezer is
@@ -9,23 +10,17 @@ collector alone.
 from __future__ import annotations
 
 import gc
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from aiohttp import web
 
 from tests.test_serve_api import LIMIT, answer_demo_from, demo_app, events, post, serving
-from toolnexus_async._cli import main
-from toolnexus_async.serve import TOKEN_ENV
-from toolnexus_async.serve._app import SERVE
+from toolnexus_async.suspend import GcFreezer
 
 
 def freezers() -> list[Any]:
-    return [
-        cb for cb in gc.callbacks if type(getattr(cb, "__self__", None)).__name__ == "GcFreezer"
-    ]
+    return [cb for cb in gc.callbacks if isinstance(getattr(cb, "__self__", None), GcFreezer)]
 
 
 @pytest.mark.parametrize("freeze_gc", [True, False])
@@ -48,20 +43,3 @@ async def test_the_app_freezes_while_runs_are_parked_only_if_asked(freeze_gc: bo
             assert gc.get_freeze_count() <= before
     assert freezers() == []
     assert gc.get_freeze_count() <= before
-
-
-@pytest.mark.parametrize(("flag", "expected"), [(["--freeze-gc"], True), ([], False)])
-def test_serve_freeze_gc_flag_reaches_the_app(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flag: list[str], expected: bool
-) -> None:
-    import toolnexus_async.serve as serve
-
-    seen: dict[str, web.Application] = {}
-
-    async def fake_run_server(app: web.Application, **kwargs: Any) -> None:
-        seen["app"] = app
-
-    monkeypatch.setattr(serve, "run_server", fake_run_server)
-    monkeypatch.delenv(TOKEN_ENV, raising=False)
-    assert main(["serve", "--store", str(tmp_path / "runs.sqlite"), *flag]) == 0
-    assert seen["app"][SERVE].freeze_gc is expected
