@@ -1,17 +1,23 @@
 """The SQLite store's group commit takes a bounded number of writes per transaction.
 
 A burst bigger than the bound commits in several transactions, in the order its writes
-were queued, and every caller is told its own outcome (a refusal in its caller alone).
+were queued, and every caller is told its own outcome (a refusal in its caller alone); a
+SIGKILL in the middle of such a burst loses no write that was acknowledged.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from tests.conftest import assert_no_leaks
 from tests.shared import raw_sql
@@ -60,3 +66,70 @@ async def test_a_burst_commits_in_bounded_batches_in_queue_order(
     assert refused == ["run_03"]
     stored = [row[0] for row in raw_sql(path, "SELECT run_id FROM runs ORDER BY seq")]
     assert stored == runs  # committed in the order the writes were queued
+
+
+CHILD = """
+import sys, time
+
+import anyio
+
+from toolnexus_async._loop import RunLoop
+from toolnexus_async.durable import SqliteRunStore, _sqlite
+
+DB, RUNS, BOUND = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+real_apply = _sqlite.apply
+
+
+def slow_apply(conn, batch, keep):
+    time.sleep(0.01)  # widens the window the parent kills in; synchronises nothing
+    return real_apply(conn, batch, keep)
+
+
+_sqlite.apply = slow_apply
+
+
+async def main():
+    store = SqliteRunStore(DB)
+    store._batch_max = BOUND
+
+    async def start(n):
+        run_id = f"run_{n:04}"
+        await store.start(RunLoop("go", run_id=run_id).snapshot(), "A", time.time() + 30)
+        print(run_id, flush=True)  # acknowledged: its transaction committed
+
+    async with store, anyio.create_task_group() as tg:
+        for n in range(RUNS):
+            tg.start_soon(start, n)
+
+
+anyio.run(main)
+"""
+
+
+async def test_sigkill_mid_burst_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    """SIGKILL while a burst bigger than the bound is committing, right after the first
+    writes were acknowledged: every acknowledged write is in the file, and what is there
+    is a prefix of the queue (the batches committed in order, the one cut off not at all)."""
+    script, db = tmp_path / "child.py", tmp_path / "runs.sqlite"
+    script.write_text(CHILD)
+    runs = 400
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    async with await anyio.open_process(
+        [sys.executable, str(script), str(db), str(runs), str(BOUND)], env=env
+    ) as child:
+        assert child.stdout is not None
+        lines = BufferedByteReceiveStream(child.stdout)
+        with anyio.fail_after(30):
+            first = await lines.receive_until(b"\n", 1 << 16)
+            child.send_signal(signal.SIGKILL)  # the next batches are in flight
+            assert await child.wait() == -signal.SIGKILL
+            rest = b""
+            with contextlib.suppress(anyio.EndOfStream, anyio.IncompleteRead):
+                while True:
+                    rest += await lines.receive()
+    acknowledged = [first.decode(), *rest.decode().split()]
+    stored = [row[0] for row in raw_sql(db, "SELECT run_id FROM runs ORDER BY seq")]
+    assert set(acknowledged) <= set(stored)
+    assert 0 < len(stored) < runs  # killed mid-burst
+    assert stored == [f"run_{n:04}" for n in range(len(stored))]  # a prefix, in queue order
