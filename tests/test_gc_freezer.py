@@ -13,6 +13,7 @@ those it finds there, whatever unfroze them. So the counts here are taken relati
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
 from collections.abc import Callable, Iterator
@@ -191,6 +192,32 @@ async def test_young_collects_and_freezes_on_time_without_any_allocation_count(f
     finally:
         if enabled:
             gc.enable()
+
+
+async def test_young_paces_fast_only_while_something_is_frozen(freezer):
+    """With everything handed back (reclaim_when true), the paced collections come once a
+    second; once something is frozen, every ``young`` seconds again. Read off the timer
+    the freezer scheduled (``_pacer``), so no sleep decides the outcome."""
+    handing_back = [True]
+    f = freezer(young=0.005, reclaim_when=lambda: handing_back[0])
+    f.start()
+    loop = asyncio.get_running_loop()
+
+    def delay() -> float:
+        pacer = f._pacer
+        assert pacer is not None
+        return pacer.when() - loop.time()
+
+    assert delay() <= 0.005  # the first paced collection comes after ``young``
+    f._pace(loop)  # a paced collection with nothing frozen: handed back, not frozen
+    assert f.freezes == 0 and 0.9 < delay() <= 1.0
+    handing_back[0] = False
+    f._pace(loop)  # now it freezes: the fast pace again
+    assert f.freezes == 1 and delay() <= 0.005
+    f._pace(loop)
+    assert delay() <= 0.005
+    f.stop()
+    assert f._pacer is None
 
 
 @define_tool

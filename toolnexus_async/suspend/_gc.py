@@ -31,7 +31,10 @@ Rules of this module:
   answer burst) as fast as new objects are made, the count stays near zero, no
   collection starts, and the young generation grows to the whole of what the runs in
   flight hold (a 100 ms+ pause when one finally starts). Paced, each young collection
-  walks only what came since the last one.
+  walks only what came since the last one. While nothing is frozen (all of it handed back,
+  say because no run is parked), no frozen object can end and hold that count down, so
+  the pace drops to one young collection a second: an idle process does not wake 200
+  times a second.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ __all__ = ("GcFreezer",)
 
 # The generation whose collection promotes objects into the oldest one.
 _MIDDLE = 1
+# Seconds between paced young collections while nothing is frozen (see the module's rules).
+_IDLE_PACE = 1.0
 
 
 class GcFreezer:
@@ -64,10 +69,11 @@ class GcFreezer:
             everything frozen is handed back to the collector (``gc.unfreeze()``), whose
             next full collection then frees the cycles among it, and nothing is frozen
             that time. ``None``: only :meth:`reclaim` and :meth:`stop` hand it back.
-        young: seconds between young collections forced while active (``None``: none
-            forced), so that no young collection walks more than what came since the last
-            one; :meth:`start` must then be called on a running event loop, whose timer
-            paces them.
+        young: seconds between young collections forced while active and something is
+            frozen (``None``: none forced), so that no young collection walks more than
+            what came since the last one; one a second at most while nothing is.
+            :meth:`start` must then be called on a running event loop, whose timer paces
+            them.
     """
 
     def __init__(
@@ -180,7 +186,8 @@ class GcFreezer:
         young = self._young
         assert young is not None
         gc.collect(_MIDDLE)
-        self._pacer = loop.call_later(young, self._pace, loop)
+        delay = young if self._frozen else max(young, _IDLE_PACE)
+        self._pacer = loop.call_later(delay, self._pace, loop)
 
     def _thaw(self) -> None:
         if self._frozen:
