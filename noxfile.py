@@ -82,6 +82,10 @@ BENCHMARKS = {
     "serve_load": "benchmarks/serve_load.py",
     "workers": "benchmarks/workers.py",  # starts a throwaway PostgreSQL cluster of its own
 }
+# Run only when named: ten minutes or more with their defaults.
+BY_NAME = {
+    "gc_soak": "benchmarks/gc_soak.py",  # memory over time, freeze_gc off and on
+}
 
 
 @nox.session
@@ -93,11 +97,13 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench -- park --runs 20000`` runs only the named one, with its own flags
     (``overhead``, ``park``, ``serve_load`` or ``workers``; ``workers`` and
     ``park --store postgres`` need the PostgreSQL server binaries, as the tests do).
+    ``nox -s bench -- gc_soak`` runs the memory soak, which only runs when named.
     """
     session.install("-e", ".[dev]")
     args = list(session.posargs)
-    if args and args[0] in BENCHMARKS:
-        session.run("python", BENCHMARKS[args[0]], *args[1:])
+    named = {**BENCHMARKS, **BY_NAME}
+    if args and args[0] in named:
+        session.run("python", named[args[0]], *args[1:])
         return
     for script in BENCHMARKS.values():
         session.run("python", script, *args)

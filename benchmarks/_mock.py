@@ -7,7 +7,10 @@ import it. It serves two scenarios on one port:
   ``add(a, b)``, turn 2 answers with a text built from the tool results;
 - ``/park/v1/chat/completions``, ``park.py --model http``'s: the one-approval scenario of
   ``_common.approval_model`` (turn 1 calls ``pay_invoice`` with the number in the prompt,
-  turn 2 reports the tool's result), the same replies over HTTP.
+  turn 2 reports the tool's result), the same replies over HTTP, streamed when the
+  request asks (``serve`` streams its runs);
+- ``/pay/{invoice}``, ``gc_soak.py``'s payment API: a POST is one payment, counted (the
+  pipe's ``"paid"`` question reads the count), and answered ``invoice <n> paid``.
 """
 
 from __future__ import annotations
@@ -120,10 +123,42 @@ def _completion(message: dict[str, object], finish: str) -> bytes:
     return json.dumps(reply, separators=(",", ":")).encode()
 
 
+def _chunk(choices: list[dict[str, object]], usage: dict[str, int] | None = None) -> bytes:
+    chunk: dict[str, object] = {
+        "id": "chatcmpl-park",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": MODEL,
+        "choices": choices,
+    }
+    if usage is not None:
+        chunk["usage"] = usage
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _streamed(message: dict[str, object], finish: str) -> bytes:
+    """The same reply as server-sent events, as ``stream: true`` asks (``serve`` streams):
+    the whole message in one delta, the finish reason, the usage chunk, ``[DONE]``."""
+    delta = dict(message)
+    calls = delta.get("tool_calls")
+    if isinstance(calls, list):
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+    return b"".join(
+        (
+            _chunk([{"index": 0, "delta": delta, "finish_reason": None}]),
+            _chunk([{"index": 0, "delta": {}, "finish_reason": finish}]),
+            _chunk([], {"prompt_tokens": 40, "completion_tokens": 10, "total_tokens": 50}),
+            b"data: [DONE]\n\n",
+        )
+    )
+
+
 async def _park_completions(request: web.Request) -> web.Response:
-    last = json.loads(await request.read())["messages"][-1]
+    body = json.loads(await request.read())
+    last = body["messages"][-1]
+    message: dict[str, object]
     if last["role"] == "tool":
-        reply = _completion({"role": "assistant", "content": f"Done: {last['content']}."}, "stop")
+        message, finish = {"role": "assistant", "content": f"Done: {last['content']}."}, "stop"
     else:
         call = {
             "id": "call_1",
@@ -133,20 +168,33 @@ async def _park_completions(request: web.Request) -> web.Response:
                 "arguments": json.dumps({"invoice": invoice_of(last["content"])}),
             },
         }
-        reply = _completion(
-            {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
-        )
-    return web.Response(body=reply, content_type="application/json")
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        finish = "tool_calls"
+    if body.get("stream"):
+        return web.Response(body=_streamed(message, finish), content_type="text/event-stream")
+    return web.Response(body=_completion(message, finish), content_type="application/json")
+
+
+PAID = web.AppKey("paid", list)
+
+
+async def _pay(request: web.Request) -> web.Response:
+    await request.read()
+    request.app[PAID][0] += 1
+    return web.Response(text=f"invoice {request.match_info['invoice']} paid")
 
 
 async def _serve(conn: multiprocessing.connection.Connection, latency_s: float) -> None:
     app = web.Application()
     app[LATENCY_KEY] = latency_s
+    app[PAID] = [0]
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/park/v1/chat/completions", _park_completions)
+    app.router.add_post("/pay/{invoice}", _pay)
 
     def reply(message: str) -> float:
-        return time.process_time()  # the one question asked: "cpu"
+        # "cpu": CPU seconds so far; "paid": payments made so far
+        return float(app[PAID][0]) if message == "paid" else time.process_time()
 
     await serve_over_pipe(conn, app, reply)
 
@@ -171,6 +219,15 @@ class MockServer(ChildServer):
     def park_url(self) -> str:
         """The one-approval scenario's base URL."""
         return f"http://127.0.0.1:{self.port}/park/v1"
+
+    @property
+    def pay_url(self) -> str:
+        """The payment API's URL template (``{invoice}`` is the invoice number)."""
+        return f"http://127.0.0.1:{self.port}/pay/{{invoice}}"
+
+    def paid(self) -> int:
+        """Payments made so far (``/pay`` POSTs answered)."""
+        return int(self.ask("paid"))
 
     def cpu_seconds(self) -> float:
         """CPU time the mock process has used so far (asked between measurements only)."""
