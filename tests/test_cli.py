@@ -136,7 +136,9 @@ def test_serve_needs_a_model_with_a_base_url(capsys, monkeypatch):
     assert "--model" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("freeze", "frozen"), [(["--freeze-gc"], True), ([], False)])
+@pytest.mark.parametrize(
+    ("freeze", "frozen"), [([], True), (["--freeze-gc"], True), (["--no-freeze-gc"], False)]
+)
 def test_serve_runs_the_demo_app_with_the_given_flags(
     monkeypatch, tmp_path, capsys, freeze, frozen
 ):
@@ -163,7 +165,7 @@ def test_serve_runs_the_demo_app_with_the_given_flags(
     )  # fmt: skip
     assert code == 0
     assert seen["host"] == "inbox.lan" and seen["port"] == 9999
-    assert seen["app"][SERVE].freeze_gc is frozen  # a GcFreezer only if asked for
+    assert seen["app"][SERVE].freeze_gc is frozen  # a GcFreezer unless told not to
     guard = seen["app"][GUARD]
     assert {"inbox.lan", "proxy.example", "localhost"} <= guard.allowed_hosts
     assert guard.token is not None and len(guard.token) >= 40

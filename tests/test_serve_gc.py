@@ -1,5 +1,5 @@
-"""``create_app(freeze_gc=True)`` (``serve --freeze-gc``, whose flag test_cli checks): a
-GcFreezer while the app runs.
+"""``create_app(freeze_gc=True)`` (what ``serve`` runs unless ``--no-freeze-gc``; test_cli
+checks the flag): a GcFreezer while the app runs.
 
 While a run is parked, what survives the young collections is frozen (no full collection
 walks it); once no run is parked, everything is handed back; at shutdown the freezer is

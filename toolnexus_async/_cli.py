@@ -350,9 +350,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve.add_argument(
         "--freeze-gc",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="keep parked runs out of Python's full garbage collections (a GcFreezer), so "
-        "that many parked runs do not stop the server for one; see docs/serve.md",
+        "that many parked runs do not stop the server for one (the default; "
+        "--no-freeze-gc leaves the collector alone); see docs/serve.md",
     )
     serve.add_argument(
         "--insecure-no-auth",

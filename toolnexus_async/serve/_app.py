@@ -129,7 +129,9 @@ def create_app(
         freeze_gc: while the app runs, a :class:`~toolnexus_async.suspend.GcFreezer`
             (``young=0.005``, handing everything back whenever no run is parked) keeps the
             parked runs out of the collector's full passes, so that many parked runs do
-            not stop the event loop for a full collection. It acts on the whole process.
+            not stop the event loop for a full collection. It acts on the whole process,
+            so it is off unless asked; ``toolnexus-async serve``, which owns its process,
+            asks (``--no-freeze-gc`` does not).
     """
     if park_timeout <= 0:
         raise UsageError(f"park_timeout must be > 0 seconds, got {park_timeout}")
