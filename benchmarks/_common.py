@@ -27,7 +27,15 @@ from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from toolnexus_async import AssistantMessage, Message, Tool, ToolCall, ToolReturn, UserMessage
+from toolnexus_async import (
+    AssistantMessage,
+    Message,
+    Request,
+    Tool,
+    ToolCall,
+    ToolReturn,
+    UserMessage,
+)
 
 # Imported where used, not here: park.py has no server, and what it imports is resident
 # memory before its first run, which it reports.
@@ -295,6 +303,12 @@ PROMPT = "Pay invoice {n}."
 
 def expected_text(n: int) -> str:
     return f"Done: invoice {n} paid."
+
+
+def invoice_approval(invoice: int) -> Request:
+    """What ``pay_invoice`` asks before paying, in the servers' scenarios: an approval,
+    its id generated, naming the invoice in its data (so a crossed answer shows)."""
+    return Request("", "approval", f"Pay invoice {invoice}?", data={"invoice": invoice})
 
 
 def invoice_of(prompt: str) -> int:

@@ -53,6 +53,7 @@ from _common import (
     PROMPT,
     ChildServer,
     GcWatch,
+    invoice_approval,
     print_footer,
     print_header,
     rss_bytes,
@@ -63,7 +64,6 @@ from aiohttp import web
 
 from toolnexus_async import (
     LlmClient,
-    Request,
     ToolContext,
     Toolkit,
     ToolResult,
@@ -107,14 +107,24 @@ class Final:
     rss_after: int
 
 
-def make_app(
-    store: Path, llm_url: str, pay_url: str, freeze: bool, mcp: bool
-) -> tuple[web.Application, list[ServeInbox]]:
+@dataclass(frozen=True)
+class Setup:
+    """What the server process is made of (pickled to it)."""
+
+    store: str  # the SqliteRunStore's file
+    llm_url: str  # the mock's OpenAI-style base URL
+    pay_url: str  # the mock's payment API
+    freeze: bool  # create_app(freeze_gc=...)
+    mcp: bool  # the tool calls the demo MCP server too
+
+
+def make_app(setup: Setup) -> tuple[web.Application, list[ServeInbox]]:
+    mcp = setup.mcp
     pay = http_tool(
         "pay",
         "Pay an invoice.",
         "POST",
-        pay_url,
+        setup.pay_url,
         {"type": "object", "properties": {"invoice": {"type": "integer"}}},
         allow_hosts=["127.0.0.1"],
     )
@@ -127,9 +137,7 @@ def make_app(
             invoice: the invoice number.
         """
         if ctx is None or ctx.answer is None:
-            return ToolResult.pending(
-                Request("", "approval", f"Pay invoice {invoice}?", data={"invoice": invoice})
-            )
+            return ToolResult.pending(invoice_approval(invoice))
         if mcp:  # the demo MCP server's ``add``, over its stdio session, before paying
             add = toolkit.get("demo_add")
             assert add is not None
@@ -144,12 +152,14 @@ def make_app(
         extra_tools=[pay_invoice],
         mcp=None if servers is None else {"mcpServers": servers},
     )
-    run_store = SqliteRunStore(store)
+    run_store = SqliteRunStore(Path(setup.store))
     inboxes: list[ServeInbox] = []
 
     def make_client(inbox: ServeInbox) -> LlmClient:
         inboxes.append(inbox)
-        return LlmClient(llm_url, style="openai", model=MODEL, api_key=API_KEY, wait_for=inbox)
+        return LlmClient(
+            setup.llm_url, style="openai", model=MODEL, api_key=API_KEY, wait_for=inbox
+        )
 
     app = create_app(
         make_client=make_client,
@@ -157,7 +167,7 @@ def make_app(
         store=run_store,
         park_timeout=3600,
         token=TOKEN,
-        freeze_gc=freeze,
+        freeze_gc=setup.freeze,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:
@@ -171,15 +181,8 @@ def make_app(
     return app, inboxes
 
 
-async def _serve(
-    conn: multiprocessing.connection.Connection,
-    store: str,
-    llm: str,
-    pay: str,
-    freeze: bool,
-    mcp: bool,
-) -> None:
-    app, inboxes = make_app(Path(store), llm, pay, freeze, mcp)
+async def _serve(conn: multiprocessing.connection.Connection, setup: Setup) -> None:
+    app, inboxes = make_app(setup)
     watch = GcWatch()
     longest = [0.0]
     started = [0.0]
@@ -211,21 +214,13 @@ async def _serve(
     await serve_over_pipe(conn, app, reply)
 
 
-def _server_main(
-    conn: multiprocessing.connection.Connection,
-    store: str,
-    llm: str,
-    pay: str,
-    freeze: bool,
-    mcp: bool,
-) -> None:
-    asyncio.run(_serve(conn, store, llm, pay, freeze, mcp))
+def _server_main(conn: multiprocessing.connection.Connection, setup: Setup) -> None:
+    asyncio.run(_serve(conn, setup))
 
 
 class Server(ChildServer):
-    def __init__(self, store: Path, mock: MockServer, freeze: bool, mcp: bool) -> None:
-        args = (str(store), mock.park_url, mock.pay_url, freeze, mcp)
-        super().__init__("server", _server_main, *args)
+    def __init__(self, setup: Setup) -> None:
+        super().__init__("server", _server_main, setup)
 
 
 # --------------------------------------------------------------------------------------
@@ -287,7 +282,9 @@ async def soak(name: str, freeze: bool, mock: MockServer, args: argparse.Namespa
     paid_before = mock.paid()
     with (
         tempfile.TemporaryDirectory() as tmp,
-        Server(Path(tmp) / "runs.sqlite", mock, freeze, args.mcp) as server,
+        Server(
+            Setup(str(Path(tmp) / "runs.sqlite"), mock.park_url, mock.pay_url, freeze, args.mcp)
+        ) as server,
     ):
         headers = {"Authorization": f"Bearer {TOKEN}"}
         connector = aiohttp.TCPConnector(limit=args.concurrency + 4)

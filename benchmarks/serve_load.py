@@ -74,6 +74,7 @@ from _common import (
     GcWatch,
     approval_model,
     expected_text,
+    invoice_approval,
     invoice_of,
     malloc_trim,
     percentile,
@@ -86,7 +87,6 @@ from aiohttp import web
 
 from toolnexus_async import (
     LlmClient,
-    Request,
     ToolContext,
     Toolkit,
     ToolResult,
@@ -114,9 +114,7 @@ async def pay_invoice(invoice: int, ctx: ToolContext | None = None) -> ToolResul
         invoice: the invoice number.
     """
     if ctx is None or ctx.answer is None:
-        return ToolResult.pending(
-            Request("", "approval", f"Pay invoice {invoice}?", data={"invoice": invoice})
-        )
+        return ToolResult.pending(invoice_approval(invoice))
     return ToolResult.ok(f"invoice {invoice} paid")
 
 
