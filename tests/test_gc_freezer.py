@@ -199,7 +199,7 @@ async def test_young_paces_fast_only_while_something_is_frozen(freezer):
     second; once something is frozen, every ``young`` seconds again. Read off the timer
     the freezer scheduled (``_pacer``), so no sleep decides the outcome."""
     handing_back = [True]
-    f = freezer(young=0.005, reclaim_when=lambda: handing_back[0])
+    f: GcFreezer = freezer(young=0.005, reclaim_when=lambda: handing_back[0])
     f.start()
     loop = asyncio.get_running_loop()
 
