@@ -213,6 +213,7 @@ class GcWatch:
     def __init__(self) -> None:
         self.counts = [0, 0, 0]
         self.seconds = [0.0, 0.0, 0.0]
+        self.longest_full = 0.0  # seconds: the longest full collection so far
         self._started = 0.0
         gc.callbacks.append(self._callback)
 
@@ -221,8 +222,11 @@ class GcWatch:
             self._started = time.perf_counter()
         else:
             generation = info["generation"]
+            took = time.perf_counter() - self._started
             self.counts[generation] += 1
-            self.seconds[generation] += time.perf_counter() - self._started
+            self.seconds[generation] += took
+            if generation == 2:
+                self.longest_full = max(self.longest_full, took)
 
     def mark(self) -> GcSpan:
         return GcSpan(self.counts[2], sum(self.seconds), self.seconds[2])

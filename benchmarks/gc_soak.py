@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import multiprocessing.connection
@@ -184,23 +185,10 @@ def make_app(setup: Setup) -> tuple[web.Application, list[ServeInbox]]:
 async def _serve(conn: multiprocessing.connection.Connection, setup: Setup) -> None:
     app, inboxes = make_app(setup)
     watch = GcWatch()
-    longest = [0.0]
-    started = [0.0]
-
-    def timed(phase: str, info: dict[str, int]) -> None:
-        if info["generation"] != 2:
-            return
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            longest[0] = max(longest[0], time.perf_counter() - started[0])
-
-    gc.callbacks.append(timed)
 
     def reply(message: str) -> Reading | Final:
         if message == "final":
             frozen = gc.get_freeze_count()
-            gc.callbacks.remove(timed)
             gc.unfreeze()
             begin = time.perf_counter()
             garbage = gc.collect()
@@ -208,7 +196,13 @@ async def _serve(conn: multiprocessing.connection.Connection, setup: Setup) -> N
         span = watch.mark()
         parked = len(inboxes[0]) if inboxes else 0
         return Reading(
-            0.0, rss_bytes(), sys.getallocatedblocks(), parked, span.full, span.seconds, longest[0]
+            0.0,
+            rss_bytes(),
+            sys.getallocatedblocks(),
+            parked,
+            span.full,
+            span.seconds,
+            watch.longest_full,
         )
 
     await serve_over_pipe(conn, app, reply)
@@ -301,7 +295,7 @@ async def soak(name: str, freeze: bool, mock: MockServer, args: argparse.Namespa
                 now = time.perf_counter()
                 if now >= next_reading:
                     reading: Reading = server.ask("state")
-                    readings.append(Reading(now - begin, *list(vars(reading).values())[1:]))
+                    readings.append(dataclasses.replace(reading, at=now - begin))
                     next_reading += args.every
                 if now - begin >= args.seconds:
                     break
