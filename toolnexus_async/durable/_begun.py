@@ -1,8 +1,8 @@
 """``BegunRun``: a run a durable host has kept in its store and not started yet.
 
-Rule of this module: a begun run is started once, by :meth:`BegunRun.run` or
-:meth:`BegunRun.stream`, and driven by the host that began it (which owns the store's
-lease on it); it holds nothing of its own but the run's loop and journal.
+Rule of this module: a begun run is started once, by :meth:`BegunRun.run`,
+:meth:`BegunRun.stream` or (serve's) ``_run_with``, and driven by the host that began it
+(which owns the store's lease on it); it holds nothing of its own but the run's loop and journal.
 """
 
 from __future__ import annotations
@@ -54,3 +54,9 @@ class BegunRun:
             return await host._drive(loop, journal, sink=sink)
 
         return RunStream(start)
+
+    async def _run_with(self, sink: Sink) -> RunResult:
+        """Run it, handing ``sink`` each event its stream would carry but the last (the
+        result is returned). For ``serve``, whose every run reports to the event bus: a
+        stream's task, task group and channel would be kept by every parked run."""
+        return await self._host._drive(self._take(), self._journal, sink=sink)

@@ -8,10 +8,10 @@ Rules of this module:
   ended, else ``pending`` while it waits for at least one answer (parked in memory or
   spilled to the store), else ``running``.
 - Requests are booked where they park (:class:`ServeInbox`), with the id of the run that
-  parks them, so a run resumed from the store, which has no stream, is seen too.
-- A streamed run's events are published in its stream's order (``pending`` after the
-  ``tool_call`` that raised it); only a run without a stream has ``pending`` published
-  from the inbox.
+  parks them, so a run resumed from the store is seen too.
+- A run's events are published in the order they happen: ``tool_call`` when the model's
+  reply is complete, ``pending`` when its request parks (after it was kept in the store),
+  ``tool_result`` when a call's result is final.
 - The store is the source of truth (the app's :class:`~toolnexus_async.DurableHost`
   keeps every run in it as it goes): ``GET /requests`` lists what the store has, and at
   startup the book is filled from the store, finished runs included, so a restarted
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._messages import AssistantMessage, ToolReturn, UserMessage
 from .._results import RunResult, ToolCallRecord
-from .._streaming import StreamDone, StreamPending, StreamToolCall, StreamToolResult
+from .._streaming import StreamEvent, StreamToolCall, StreamToolResult
 from .._types import Answer, Request
 from ..durable._store import RunSummary, StoredRequest
 from ..suspend import Inbox
@@ -118,7 +118,6 @@ class RunRecord:
         "outcome",
         "prompt",
         "steps",
-        "streamed",
         "text",
         "waiting",
     )
@@ -130,7 +129,6 @@ class RunRecord:
         self.text: str | None = None
         self.error: str | None = None
         self.waiting: set[str] = set()  # ids of its outstanding requests
-        self.streamed = False  # driven by a stream, which announces its requests itself
         self.declined = False  # a request of it was refused or expired (known to this server)
         self.steps: list[dict[str, Any]] | None = None  # from its result, once it ended here
 
@@ -255,20 +253,13 @@ class RunBook:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def parked(self, request: Request, run_id: str | None, *, announce: bool = True) -> None:
-        """A request started waiting in the inbox (``announce``: publish ``pending`` now)."""
+    def parked(self, request: Request, run_id: str | None) -> None:
+        """A request started waiting in the inbox: booked, and published as ``pending``."""
         self._requests[request.id] = (request, run_id)
         record = self._runs.get(run_id) if run_id is not None else None
         if record is not None:
             record.waiting.add(request.id)
-        if announce:
-            self.announce(request)
-
-    def announce(self, request: Request) -> None:
-        """Publish ``pending`` for ``request`` if it still waits (not answered meanwhile)."""
-        entry = self._requests.get(request.id)
-        if entry is not None:
-            self.bus.publish("pending", {"run_id": entry[1], "request": request.to_dict()})
+        self.bus.publish("pending", {"run_id": run_id, "request": request.to_dict()})
 
     def answered(self, answer: Answer) -> None:
         """A request got its answer (or expired): announced with ``answered``, once, whether
@@ -322,9 +313,7 @@ class ServeInbox(Inbox):
         future = super()._park(request, run_id)
         if future.done() and not future.cancelled() and future.exception() is None:
             return future  # expired already: answered on the spot, never outstanding
-        record = self._book.get(run_id) if run_id is not None else None
-        streamed = record is not None and record.streamed
-        self._book.parked(request, run_id, announce=not streamed)
+        self._book.parked(request, run_id)
         future.add_done_callback(functools.partial(self._settled, request.id))
         return future
 
@@ -348,45 +337,45 @@ async def load_stored(book: RunBook, store: RunStore) -> int:
 
 
 async def drive(begun: BegunRun, book: RunBook, record: RunRecord) -> None:
-    """Run ``record``'s prompt to its end, forwarding its steps to the event bus."""
-    record.streamed = True  # its requests are announced from the stream, in its order
-    bus = book.bus
+    """Run ``record``'s prompt to its end, publishing its steps on the event bus as they
+    happen.
+
+    The steps are handed to a plain callback, not read from a :class:`RunStream`: a
+    stream's task, task group and channel would be kept by every parked run (about 50 of
+    the 116 objects the collector walked per parked run).
+    """
+    bus, run_id = book.bus, record.id
+
+    def publish(event: StreamEvent) -> None:
+        if isinstance(event, StreamToolCall):
+            bus.publish(
+                "tool_call",
+                {
+                    "run_id": run_id,
+                    "id": event.id,
+                    "name": event.name,
+                    "arguments": event.arguments,
+                },
+            )
+        elif isinstance(event, StreamToolResult):
+            bus.publish(
+                "tool_result",
+                {
+                    "run_id": run_id,
+                    "id": event.id,
+                    "name": event.name,
+                    "output": event.output,
+                    "is_error": event.is_error,
+                    "declined": event.declined,
+                },
+            )
+        # ``pending`` is published by the inbox as the request parks, right after this
+        # event (it is told before the park, when the book does not hold the request yet).
+
     try:
-        result: RunResult | None = None
-        async with begun.stream() as events:
-            async for event in events:
-                if isinstance(event, StreamToolCall):
-                    bus.publish(
-                        "tool_call",
-                        {
-                            "run_id": record.id,
-                            "id": event.id,
-                            "name": event.name,
-                            "arguments": event.arguments,
-                        },
-                    )
-                elif isinstance(event, StreamToolResult):
-                    bus.publish(
-                        "tool_result",
-                        {
-                            "run_id": record.id,
-                            "id": event.id,
-                            "name": event.name,
-                            "output": event.output,
-                            "is_error": event.is_error,
-                            "declined": event.declined,
-                        },
-                    )
-                elif isinstance(event, StreamPending):
-                    book.announce(event.request)
-                elif isinstance(event, StreamDone):
-                    result = event.result
-        if result is not None:
-            book.finished(result)
+        result = await begun._run_with(publish)
     except Exception as exc:
-        log.warning("run %s failed: %r", record.id, exc)
-        book.failed(record.id, exc)
-    finally:
-        # A run that halted and is resumed later has no stream: its requests are
-        # announced from the inbox from now on.
-        record.streamed = False
+        log.warning("run %s failed: %r", run_id, exc)
+        book.failed(run_id, exc)
+    else:
+        book.finished(result)
