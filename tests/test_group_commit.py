@@ -7,11 +7,13 @@ SIGKILL in the middle of such a burst loses no write that was acknowledged.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,41 @@ async def test_sigkill_mid_burst_loses_no_acknowledged_write(tmp_path: Path) -> 
     assert set(acknowledged) <= set(stored)
     assert 0 < len(stored) < runs  # killed mid-burst
     assert stored == [f"run_{n:04}" for n in range(len(stored))]  # a prefix, in queue order
+
+
+async def test_a_writer_cancelled_by_asyncio_strands_no_other_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``asyncio.timeout``/``wait_for`` cancel a task natively, where an anyio shield does
+    not reach: the first writer of a burst cancelled that way while its batch commits must
+    not leave the writes queued behind it waiting for ever, nor fail them."""
+    in_commit = threading.Event()
+    release = threading.Event()
+
+    def apply(conn: sqlite3.Connection, batch: list[Any], keep: int) -> list[Any]:
+        if not in_commit.is_set():
+            in_commit.set()
+            release.wait(10)  # the first batch holds the thread until the cancel landed
+        return real_apply(conn, batch, keep)
+
+    monkeypatch.setattr(_sqlite, "apply", apply)
+    path = tmp_path / "runs.sqlite"
+
+    async def start(store: SqliteRunStore, run_id: str) -> None:
+        await store.start(RunLoop("go", run_id=run_id).snapshot(), "A", NOW + 30)
+
+    async with SqliteRunStore(path) as store:
+        with anyio.fail_after(10):
+            first = asyncio.create_task(start(store, "run_first"))
+            await anyio.to_thread.run_sync(in_commit.wait)
+            behind = [asyncio.create_task(start(store, f"run_{n}")) for n in range(3)]
+            while len(store._queue) < len(behind):  # queued behind the batch in the thread
+                await anyio.lowlevel.checkpoint()
+            first.cancel()
+            release.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await first
+            await asyncio.gather(*behind)  # each told its write committed
+        assert_no_leaks()
+    stored = {row[0] for row in raw_sql(path, "SELECT run_id FROM runs")}
+    assert stored == {"run_first", "run_0", "run_1", "run_2"}

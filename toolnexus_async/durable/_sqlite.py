@@ -2,21 +2,22 @@
 
 Rules of this module:
 
-- **Group commit.** Every write is queued; the first writer to find no transaction in
-  flight commits the queue in one ``BEGIN IMMEDIATE`` transaction, then the writes queued
-  meanwhile in the next one, at most ``_batch_max`` writes per transaction, in the order
-  they were queued. Under load many suspensions and answers share one commit; alone, a
-  write waits for nothing. A refused write changes nothing (``_ops`` checks
-  before it writes), so it does not undo the others. A write's caller resumes only after
-  its transaction committed: with WAL and ``synchronous=FULL`` what it wrote survives
-  ``kill -9`` of the process (and power loss); ``synchronous="NORMAL"`` keeps the first
-  and trades the second for speed.
+- **Group commit.** Every write is queued; the store's committer task (started by the
+  first write to find none running, ended when the queue is empty) commits the queue in
+  one ``BEGIN IMMEDIATE`` transaction, then the writes queued meanwhile in the next one,
+  at most ``_batch_max`` writes per transaction, in the order they were queued. Under
+  load many suspensions and answers share one commit; alone, a write waits for nothing.
+  A refused write changes nothing (``_ops`` checks before it writes), so it does not undo
+  the others. A write's caller resumes only after its transaction committed: with WAL
+  and ``synchronous=FULL`` what it wrote survives ``kill -9`` of the process (and power
+  loss); ``synchronous="NORMAL"`` keeps the first and trades the second for speed.
 - ``BEGIN IMMEDIATE`` takes SQLite's write lock up front, so two processes (or two tasks)
   answering the same request are serialised by SQLite: exactly one is accepted.
 - One ``sqlite3`` connection per store, used by one worker thread at a time (a capacity
   limiter of one), never on the event loop. A queued write commits with its batch even if
-  its caller is cancelled meanwhile (the commit is shielded), so a time limit cannot leave
-  a batch half done. ``sqlite3`` errors become :class:`StoreError` naming the file.
+  its caller is cancelled meanwhile, however (an anyio scope, ``asyncio.timeout``): no
+  caller commits, so no caller's cancellation can leave a batch half done or strand the
+  writes queued behind it. ``sqlite3`` errors become :class:`StoreError` naming the file.
 - The file is stamped with an application id and a schema version; a file of another
   application, or of a newer release, is refused and never written to; an older one is
   migrated in its opening transaction (``_ops.migrate``).
@@ -55,6 +56,15 @@ T = TypeVar("T")
 
 # Ended runs kept for listings and late answers; older ones are forgotten.
 DEFAULT_KEEP_FINISHED = 10_000
+
+
+def _interrupted(store: SqliteRunStore, cause: BaseException) -> StoreError:
+    """What a writer is told when the committer itself was stopped (the event loop is
+    closing): a batch in the worker thread may commit all the same, the rest did not."""
+    return StoreError(
+        f"{store._label} {store.path}: the commit was interrupted ({type(cause).__name__});"
+        " this write may or may not be committed"
+    )
 
 
 class SqliteRunStore:
@@ -105,7 +115,7 @@ class SqliteRunStore:
         self._queue: list[Queued] = []
         self._teller = Teller()
         self._listeners: list[Callable[[StoreEvent], None]] = []
-        self._writing = False
+        self._committer: asyncio.Task[None] | None = None  # while the queue is not empty
         self._flushed = anyio.Event()  # set whenever no write is in flight
         self._flushed.set()
 
@@ -203,49 +213,44 @@ class SqliteRunStore:
     # -- writes: group commit ----------------------------------------------------------------
 
     def _write(self, op: Callable[..., T | Exception], args: tuple[Any, ...]) -> Awaitable[T]:
-        """Queue ``op(ops, *args)``; the awaitable is done once the transaction it went
-        into committed.
+        """Queue ``op(ops, *args)``; the future is done once the transaction it went into
+        committed.
 
-        The caller that finds no commit in flight commits (shielded: the others wait on
-        it), in a loop until the queue is empty; every other caller gets the future its
-        outcome arrives on, to await directly (no frame of the store's while it waits). A
-        caller cancelled while it waits is told nothing more, and its write commits with
-        its batch all the same.
+        The caller awaits the future directly (no frame of the store's while it waits).
+        The queue is committed by the store's committer task, never by a caller: a task
+        that ``asyncio.timeout`` or ``wait_for`` cancels is cancelled natively, through any
+        anyio shield, and a caller that committed would then strand the writes queued
+        behind its own. A cancelled caller is told nothing more; its write commits with its
+        batch all the same.
         """
         if self._closed:
             raise UsageError(f"this {self._label} is closed")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._queue.append((op, args, future))
-        if self._writing:
-            return future
-        return self._lead(future)
+        if self._committer is None:
+            self._flushed = anyio.Event()
+            self._committer = loop.create_task(self._commit_queue(), name=f"{self} commits")
+        return future
 
-    async def _lead(self, future: asyncio.Future[T]) -> T:
-        """Commit the queue, batch after batch, until it is empty; then ``future``'s outcome.
-
-        (Unless another caller took the lead since this one was handed it: then it only
-        waits, as any other.)"""
-        if self._writing:
-            return await future
-        self._writing = True
-        self._flushed = anyio.Event()
+    async def _commit_queue(self) -> None:
+        """Commit the queue, batch after batch, until it is empty (the committer task)."""
         try:
-            with anyio.CancelScope(shield=True):
-                while self._queue:
-                    most = self._batch_max
-                    batch = self._queue[:most]
-                    del self._queue[:most]
-                    await self._commit(batch)
-        except BaseException:
-            # The commit itself raised (its batch's futures have the failure): this
-            # caller raises it from here, and its own future was seen to.
-            if future.done() and not future.cancelled():
-                future.exception()
+            while self._queue:
+                most = self._batch_max
+                batch = self._queue[:most]
+                del self._queue[:most]
+                await self._commit(batch)
+        except BaseException as exc:
+            # Cancelled itself: the event loop is closing. What is queued was not committed.
+            left, self._queue = self._queue, []
+            for _, _, future in left:
+                if not future.done():
+                    future.set_exception(_interrupted(self, exc))
             raise
         finally:
-            self._writing = False
+            self._committer = None
             self._flushed.set()
-        return await future
 
     async def _commit(self, batch: list[Queued]) -> None:
         keep = self._keep
@@ -255,6 +260,8 @@ class SqliteRunStore:
             failure: BaseException = exc
             if isinstance(exc, sqlite3.Error):
                 failure = StoreError(f"{self._label} {self.path}: {exc}")
+            elif not isinstance(exc, Exception):
+                failure = _interrupted(self, exc)
             for _, _, future in batch:
                 if not future.done():
                     future.set_exception(failure)
