@@ -35,6 +35,7 @@ from .._errors import StoreError, UnknownRequestError, UsageError
 from .._hooks import call_hook
 from .._loop import RunLoop
 from .._messages import Message
+from .._owner import TaskOwner
 from .._results import RunResult
 from .._resume import ResumePlan
 from .._streaming import RunStream, Sink
@@ -118,6 +119,7 @@ class DurableHost:
         inbox = client.wait_for
         self.inbox: Inbox | None = inbox if isinstance(inbox, Inbox) else None
         self._tg: TaskGroup | None = None
+        self._resumes: TaskOwner | None = None  # the runs resumed here, a task each
         self._background: anyio.CancelScope | None = None
         self._driving: set[str] = set()  # ids of the runs this host drives now
         self._claiming: set[str] = set()  # ids of the runs this host is claiming now
@@ -143,6 +145,9 @@ class DurableHost:
         self._background = anyio.CancelScope()
         self._tg.start_soon(self._keep_up, name=f"durable host {self.worker}")
         try:
+            self._resumes = await TaskOwner.open_in(
+                self._tg, f"the resumes of durable host {self.worker}"
+            )
             if self._deliveries is not None:
                 self._unlisten = await self.store.listen(self._deliveries.told)
         except BaseException as exc:
@@ -163,10 +168,12 @@ class DurableHost:
         self._unlisten()
         if self._background is not None:
             self._background.cancel()
+        if self._resumes is not None:
+            self._resumes.close()
         try:
             return await tg.__aexit__(exc_type, exc, tb)
         finally:
-            self._tg = None
+            self._tg = self._resumes = None
 
     def shutdown(self) -> int:
         """Start closing: parked runs halt now (the store has them), and a run cancelled
@@ -419,16 +426,16 @@ class DurableHost:
         return await self.store.outstanding()
 
     def _start(self, stored: StoredRun) -> None:
-        if self._idle.is_set():
-            self._idle = anyio.Event()
-        tg = self._tg
-        if tg is None:
+        resumes = self._resumes
+        if resumes is None:
             raise UsageError(
                 f"run {stored.run_id!r} must resume inside `async with host:`, which is not "
                 "open; it stays in the store"
             )
+        resumes.start_soon(self._resume, stored, name=f"resume {stored.run_id}")
+        if self._idle.is_set():
+            self._idle = anyio.Event()
         self._driving.add(stored.run_id)
-        tg.start_soon(self._resume, stored, name=f"resume {stored.run_id}")
 
     async def _resume(self, stored: StoredRun) -> None:
         loop, plan = plan_of(stored, max_turns=self.client.max_turns)

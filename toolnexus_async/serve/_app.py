@@ -27,7 +27,6 @@ from pathlib import Path
 import anyio
 import attrs
 from aiohttp import web
-from anyio.abc import TaskGroup
 
 from .._client import LlmClient
 from .._errors import (
@@ -38,6 +37,7 @@ from .._errors import (
     UnknownRequestError,
     UsageError,
 )
+from .._owner import TaskOwner
 from .._toolkit import Toolkit
 from .._types import Answer
 from ..durable import DurableHost, RunStore
@@ -84,7 +84,7 @@ class _Serve:
     client: LlmClient | None = None
     inbox: ServeInbox | None = None
     host: DurableHost | None = None
-    tg: TaskGroup | None = None
+    runs: TaskOwner | None = None  # the task of each run started here
     closing: bool = False
     freeze_gc: bool = False
 
@@ -190,7 +190,8 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
             with _freezing(serve, inbox):
                 await load_stored(serve.book, serve.store)
                 unfollow = await follow_workers(serve.store, host, serve.book, tg)
-                serve.client, serve.inbox, serve.host, serve.tg = client, inbox, host, tg
+                runs = await TaskOwner.open_in(tg, "the runs of the server")
+                serve.client, serve.inbox, serve.host, serve.runs = client, inbox, host, runs
                 try:
                     yield
                 finally:
@@ -200,7 +201,7 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
                     host.shutdown()  # parked runs halt (the store has them); busy ones are let go
                     await host.settle(SHUTDOWN_GRACE)
                     tg.cancel_scope.cancel()
-                    serve.tg = serve.host = None
+                    serve.runs = serve.host = None
 
 
 def _freezing(serve: _Serve, inbox: ServeInbox) -> contextlib.AbstractContextManager[object]:
@@ -234,13 +235,16 @@ async def post_run(request: web.Request) -> web.Response:
         raise ApiError(422, "'prompt' must not be empty")
     if len(prompt) > MAX_PROMPT:
         raise ApiError(422, f"'prompt' is longer than {MAX_PROMPT} characters")
-    tg, host = serve.tg, serve.host
-    if serve.closing or tg is None or host is None:
+    runs, host = serve.runs, serve.host
+    if serve.closing or runs is None or host is None:
         raise ApiError(503, "the server is shutting down")
     # Kept before it is acknowledged: a crash after the 202 loses nothing.
     begun = await host.begin(prompt)
     record = serve.book.start(begun.run_id, prompt)
-    tg.start_soon(drive, begun, serve.book, record, name=f"run {record.id}")
+    try:
+        runs.start_soon(drive, begun, serve.book, record, name=f"run {record.id}")
+    except UsageError:
+        pass  # the server stopped meanwhile: the run is kept, and the next one goes on with it
     return web.json_response({"id": record.id, "status": "running"}, status=202)
 
 
