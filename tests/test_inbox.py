@@ -193,6 +193,53 @@ async def test_a_cancelled_wait_leaves_the_inbox_in_the_same_step():
         inbox.answer(Answer("r-2", True))
 
 
+async def test_a_subclass_is_told_each_request_that_leaves_before_its_run_wakes():
+    """``Inbox._left`` (serve books requests with it): once per request that leaves with an
+    answer, an expiry or a cancelled wait, before the run wakes; never for a halt."""
+
+    class Booking(Inbox):
+        def __init__(self) -> None:
+            super().__init__(park_timeout=60)
+            self.left: list[tuple[str, str]] = []
+
+        def _left(self, slot: Any, answer: Answer | None) -> None:
+            assert answer is None or not slot.done()  # told before the run is woken
+            outcome = "cancelled" if answer is None else (answer.reason or "answered")
+            self.left.append((slot.request.id, outcome))
+
+    inbox = Booking()
+    outcomes: dict[str, str] = {}
+
+    async def park(request: Request) -> None:
+        try:
+            answer = await inbox(request)
+        except Exception as exc:
+            outcomes[request.id] = type(exc).__name__
+        else:
+            outcomes[request.id] = answer.reason or "ok"
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for name in ("answered", "halted"):
+                tg.start_soon(park, Request(name, "approval", "?"))
+            cancelled = asyncio.create_task(inbox(Request("cancelled", "approval", "?")))
+            tg.start_soon(park, Request("expired", "approval", "?", expires_at=in_seconds(0.05)))
+            await wait_until(lambda: len(inbox) == 4)
+            inbox.answer(Answer("answered", True))
+            await wait_until(lambda: "expired" in outcomes)
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            inbox.halt_all()
+    assert inbox.left == [
+        ("answered", "answered"),
+        ("expired", "expired"),
+        ("cancelled", "cancelled"),
+    ]
+    assert outcomes == {"answered": "ok", "expired": "expired", "halted": "HaltRun"}
+    assert_no_leaks()
+
+
 async def test_cancelled_and_answered_parks_leave_no_timer_entry_behind():
     """Entries of requests that left (cancelled, answered) do not pile up in the timer heap.
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,6 +32,7 @@ from .._streaming import StreamEvent, StreamToolCall, StreamToolResult
 from .._types import Answer, Request
 from ..durable._store import RunSummary, StoredRequest
 from ..suspend import Inbox
+from ..suspend._inbox import _Slot
 from ._events import EventBus
 
 if TYPE_CHECKING:
@@ -314,15 +314,14 @@ class ServeInbox(Inbox):
         if future.done() and not future.cancelled() and future.exception() is None:
             return future  # expired already: answered on the spot, never outstanding
         self._book.parked(request, run_id)
-        future.add_done_callback(functools.partial(self._settled, request.id))
         return future
 
-    def _settled(self, request_id: str, future: asyncio.Future[Answer]) -> None:
-        if future.cancelled():
-            self._book.forget(request_id)
-        elif future.exception() is None:
-            self._book.answered(future.result())  # an answer, or expiry
-        # else HaltRun: the request stays outstanding; the host keeps its run.
+    def _left(self, slot: _Slot, answer: Answer | None) -> None:
+        if answer is None:
+            self._book.forget(slot.request.id)  # its run was cancelled
+        else:
+            self._book.answered(answer)  # an answer, or expiry
+        # A run that halts on its request leaves it outstanding: the host keeps the run.
 
 
 async def load_stored(book: RunBook, store: RunStore) -> int:

@@ -90,6 +90,7 @@ class _Slot(asyncio.Future[Answer]):
         if inbox._slots.get(self.request.id) is self:
             del inbox._slots[self.request.id]
             inbox._drop_timers(self)
+            inbox._left(self, None)
         return True
 
 
@@ -214,7 +215,15 @@ class Inbox:
         del self._slots[answer.id]
         self._drop_timers(slot)
         self._record(answer.id, "answered")
+        self._left(slot, answer)
         slot.set_result(answer)
+
+    def _left(self, slot: _Slot, answer: Answer | None) -> None:
+        """A parked request left: answered or expired (``answer``), or its wait was
+        cancelled (None, once the future is cancelled); not when its run halts on it.
+        Called before its run wakes, for a subclass that books requests (serve's): a hook
+        costs a parked run nothing, a done callback a callback list, a context copy and a
+        partial each."""
 
     def _refusal(
         self, request_id: str
@@ -367,7 +376,9 @@ class Inbox:
             slot.deadline = slot.spill = -1
             if expired:
                 self._record(request_id, "expired")
-                slot.set_result(Answer(request_id, False, reason="expired"))
+                answer = Answer(request_id, False, reason="expired")
+                self._left(slot, answer)
+                slot.set_result(answer)
             else:
                 self._halt(slot, f"parked longer than {self._park_timeout} s")
         if deadlines and self._timer is None:
