@@ -7,7 +7,8 @@ Rule of this module: a begun run is started once, by :meth:`BegunRun.run`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from .._errors import UsageError
 from .._loop import RunLoop
@@ -55,8 +56,9 @@ class BegunRun:
 
         return RunStream(start)
 
-    async def _run_with(self, sink: Sink) -> RunResult:
+    def _run_with(self, sink: Sink) -> Coroutine[Any, Any, RunResult]:
         """Run it, handing ``sink`` each event its stream would carry but the last (the
         result is returned). For ``serve``, whose every run reports to the event bus: a
-        stream's task, task group and channel would be kept by every parked run."""
-        return await self._host._drive(self._take(), self._journal, sink=sink)
+        stream's task, task group and channel would be kept by every parked run, and so
+        would a frame of this method's (it hands back the host's coroutine instead)."""
+        return self._host._drive(self._take(), self._journal, sink=sink)
