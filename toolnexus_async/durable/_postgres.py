@@ -228,9 +228,13 @@ class PostgresRunStore:
         Waiting for a pooled connection has no deadline of its own and can be cancelled:
         a burst of writes queues for the pool rather than fails, and every transaction
         ahead in the queue is bounded by ``command_timeout``. The transaction itself is
-        shielded: a cancellation takes effect once it is over (committed or rolled back),
-        never in the middle of it, which would leave a connection in an unknown state and
-        the caller not knowing whether its write committed.
+        shielded from anyio cancellation (a cancel scope, a time limit): it takes effect
+        once the transaction is over (committed or rolled back), never in the middle of
+        it, which would leave a connection in an unknown state and the caller not knowing
+        whether its write committed. A native asyncio cancellation (``asyncio.timeout``,
+        ``Task.cancel``) is not held off by an anyio shield: that caller is not told
+        whether its write committed (PostgreSQL keeps it whole or not at all), and no
+        other caller's write depends on it, each being a transaction of its own.
         """
         pool = await self._connected()
         asyncpg = self._asyncpg
