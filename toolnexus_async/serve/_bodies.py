@@ -139,7 +139,7 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     if _too_deep(text, MAX_DEPTH):
         raise ApiError(422, f"the body is nested deeper than {MAX_DEPTH} levels")
     try:
-        body = json.loads(text, parse_constant=_no_constant)
+        body = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise ApiError(422, f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -159,8 +159,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder for every body: json.loads with an argument builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def _too_deep(text: str, limit: int) -> bool:
     """Whether arrays and objects nest deeper than ``limit`` (strings are skipped whole)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False  # no deeper than all its openings: the usual body needs no scan
     depth = 0
     for match in _TOKENS.finditer(text):
         token = match.group()
