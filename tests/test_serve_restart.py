@@ -16,6 +16,7 @@ import anyio
 from tests.test_serve_api import TOKEN, answer_demo_from, events, post, serving
 from toolnexus_async import SqliteRunStore, Toolkit
 from toolnexus_async.serve import create_app, demo_client, serve_demo_app, serve_demo_tools
+from toolnexus_async.serve._app import SERVE
 
 LIMIT = 15
 
@@ -160,3 +161,29 @@ async def test_runs_parked_in_memory_are_saved_at_shutdown_and_resume_after(tmp_
             assert done["status"] == "done"
         # The third run, parked at shutdown, is the only one left in the file.
         assert await stored_requests(path) == [third_login["id"]]
+
+
+async def test_a_run_posted_while_the_server_stops_is_kept_and_goes_on_after_a_restart(
+    tmp_path: Path,
+):
+    """A POST /runs that comes after the server's runs can no longer start (it is
+    stopping): the 202 stands, for the run is in the store, and the next server on the
+    file goes on with it once the first one's lease on it has run out."""
+    path = tmp_path / "runs.sqlite"
+    with anyio.fail_after(LIMIT):
+        app = serve_demo_app(path, token=TOKEN, lease=0.2)
+        async with serving(app) as http:
+            runs = app[SERVE].runs
+            assert runs is not None
+            runs.close()  # no run is going: its holder leaves, and no run can start here
+            while runs._group is not None:
+                await anyio.lowlevel.checkpoint()
+            status, started = await post(http, "/runs", {"prompt": "Dinner, as we close"})
+            assert status == 202
+            run_id = started["id"]
+            assert (await get(http, f"/runs/{run_id}"))[1]["status"] == "running"
+
+        async with serving(serve_demo_app(path, token=TOKEN)) as http, events(http) as stream:
+            login = (await stream.until("pending", run_id=run_id))["request"]
+            assert login["kind"] == "authorization"
+            assert (await get(http, "/requests"))[1] == {"requests": [{**login, "run_id": run_id}]}
