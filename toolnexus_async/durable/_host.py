@@ -44,6 +44,7 @@ from .._types import Answer, Request
 from ..suspend import Inbox
 from ._begun import BegunRun
 from ._deliveries import Deliveries
+from ._driving import Driving
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun
 
@@ -121,10 +122,8 @@ class DurableHost:
         self._tg: TaskGroup | None = None
         self._resumes: TaskOwner | None = None  # the runs resumed here, a task each
         self._background: anyio.CancelScope | None = None
-        self._driving: set[str] = set()  # ids of the runs this host drives now
+        self._driving = Driving()  # the runs this host drives now
         self._claiming: set[str] = set()  # ids of the runs this host is claiming now
-        self._idle = anyio.Event()  # set whenever no run is driven here
-        self._idle.set()
         self._deliveries = (
             None if self.inbox is None else Deliveries(store, self.worker, self.inbox, self._poll)
         )
@@ -310,8 +309,6 @@ class DurableHost:
     ) -> RunResult:
         run_id = journal.run_id
         self._driving.add(run_id)
-        if self._idle.is_set():
-            self._idle = anyio.Event()
         try:
             return await self.client._execute(loop, self.toolkit, plan, sink=sink, journal=journal)
         except LeaseLostError:
@@ -332,23 +329,13 @@ class DurableHost:
             raise
         finally:
             self._driving.discard(run_id)
-            if not self._driving:
-                self._idle.set()
 
     async def settle(self, patience: float) -> None:
         """Wait until no run is driven here, or none ended for ``patience`` seconds (a
         graceful shutdown: runs halted by :meth:`shutdown` end quickly, each kept)."""
-        left = len(self._driving)
-        quiet_since = anyio.current_time()
-        while self._driving:
-            with anyio.move_on_after(min(1.0, patience)):
-                await self._idle.wait()
-            now = anyio.current_time()
-            if len(self._driving) < left:
-                left, quiet_since = len(self._driving), now
-            elif now - quiet_since >= patience:
-                log.warning("shutting down with %d run(s) still busy; they are let go", left)
-                return
+        left = await self._driving.settle(patience)
+        if left:
+            log.warning("shutting down with %d run(s) still busy; they are let go", left)
 
     async def _record_failure(
         self, loop: RunLoop, journal: RunJournal, exc: BaseException | None
@@ -433,8 +420,6 @@ class DurableHost:
                 "open; it stays in the store"
             )
         resumes.start_soon(self._resume, stored, name=f"resume {stored.run_id}")
-        if self._idle.is_set():
-            self._idle = anyio.Event()
         self._driving.add(stored.run_id)
 
     async def _resume(self, stored: StoredRun) -> None:
