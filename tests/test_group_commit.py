@@ -23,7 +23,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from tests.conftest import assert_no_leaks
 from tests.shared import raw_sql
-from toolnexus_async import UsageError
+from toolnexus_async import StoreError, UsageError
 from toolnexus_async._loop import RunLoop
 from toolnexus_async.durable import SqliteRunStore, _sqlite
 from toolnexus_async.durable._batch import apply as real_apply
@@ -137,39 +137,79 @@ async def test_sigkill_mid_burst_loses_no_acknowledged_write(tmp_path: Path) -> 
     assert stored == [f"run_{n:04}" for n in range(len(stored))]  # a prefix, in queue order
 
 
+class HeldBurst:
+    """A burst whose first batch is held in the store's worker thread (until ``release``)
+    while three more writes queue behind it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.in_commit = threading.Event()
+        self.release = threading.Event()
+
+        def apply(conn: sqlite3.Connection, batch: list[Any], keep: int) -> list[Any]:
+            if not self.in_commit.is_set():
+                self.in_commit.set()
+                self.release.wait(10)
+            return real_apply(conn, batch, keep)
+
+        monkeypatch.setattr(_sqlite, "apply", apply)
+
+    async def start(
+        self, store: SqliteRunStore
+    ) -> tuple[asyncio.Task[None], list[asyncio.Task[None]]]:
+        """The first writer (its batch in the thread) and the three queued behind it."""
+        first = asyncio.create_task(start(store, "run_first"))
+        await anyio.to_thread.run_sync(self.in_commit.wait)
+        behind = [asyncio.create_task(start(store, f"run_{n}")) for n in range(3)]
+        while len(store._queue) < len(behind):
+            await anyio.lowlevel.checkpoint()
+        return first, behind
+
+
+async def start(store: SqliteRunStore, run_id: str) -> None:
+    await store.start(RunLoop("go", run_id=run_id).snapshot(), "A", NOW + 30)
+
+
 async def test_a_writer_cancelled_by_asyncio_strands_no_other_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``asyncio.timeout``/``wait_for`` cancel a task natively, where an anyio shield does
     not reach: the first writer of a burst cancelled that way while its batch commits must
     not leave the writes queued behind it waiting for ever, nor fail them."""
-    in_commit = threading.Event()
-    release = threading.Event()
-
-    def apply(conn: sqlite3.Connection, batch: list[Any], keep: int) -> list[Any]:
-        if not in_commit.is_set():
-            in_commit.set()
-            release.wait(10)  # the first batch holds the thread until the cancel landed
-        return real_apply(conn, batch, keep)
-
-    monkeypatch.setattr(_sqlite, "apply", apply)
+    held = HeldBurst(monkeypatch)
     path = tmp_path / "runs.sqlite"
-
-    async def start(store: SqliteRunStore, run_id: str) -> None:
-        await store.start(RunLoop("go", run_id=run_id).snapshot(), "A", NOW + 30)
-
     async with SqliteRunStore(path) as store:
         with anyio.fail_after(10):
-            first = asyncio.create_task(start(store, "run_first"))
-            await anyio.to_thread.run_sync(in_commit.wait)
-            behind = [asyncio.create_task(start(store, f"run_{n}")) for n in range(3)]
-            while len(store._queue) < len(behind):  # queued behind the batch in the thread
-                await anyio.lowlevel.checkpoint()
+            first, behind = await held.start(store)
             first.cancel()
-            release.set()
+            held.release.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await first
             await asyncio.gather(*behind)  # each told its write committed
         assert_no_leaks()
     stored = {row[0] for row in raw_sql(path, "SELECT run_id FROM runs")}
     assert stored == {"run_first", "run_0", "run_1", "run_2"}
+
+
+async def test_a_cancelled_committer_tells_every_writer_it_may_not_be_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The committer task itself cancelled (as when the event loop closes): its batch in
+    the thread and the writes queued behind it each get a StoreError saying the write may
+    or may not be committed, none waits for ever, and the next write commits."""
+    held = HeldBurst(monkeypatch)
+    path = tmp_path / "runs.sqlite"
+    async with SqliteRunStore(path) as store:
+        with anyio.fail_after(10):
+            first, behind = await held.start(store)
+            committer = store._committer
+            assert committer is not None
+            committer.cancel()
+            held.release.set()
+            outcomes = await asyncio.gather(first, *behind, return_exceptions=True)
+            assert all(isinstance(o, StoreError) for o in outcomes), outcomes
+            assert all("may or may not be committed" in str(o) for o in outcomes)
+            assert store._queue == []
+            await start(store, "run_after")
+        assert_no_leaks()
+    stored = {row[0] for row in raw_sql(path, "SELECT run_id FROM runs")}
+    assert "run_after" in stored and not stored & {"run_0", "run_1", "run_2"}

@@ -58,15 +58,6 @@ T = TypeVar("T")
 DEFAULT_KEEP_FINISHED = 10_000
 
 
-def _interrupted(store: SqliteRunStore, cause: BaseException) -> StoreError:
-    """What a writer is told when the committer itself was stopped (the event loop is
-    closing): a batch in the worker thread may commit all the same, the rest did not."""
-    return StoreError(
-        f"{store._label} {store.path}: the commit was interrupted ({type(cause).__name__});"
-        " this write may or may not be committed"
-    )
-
-
 class SqliteRunStore:
     """A :class:`RunStore` in one SQLite file; the embedded default for durable hosts.
 
@@ -246,11 +237,19 @@ class SqliteRunStore:
             left, self._queue = self._queue, []
             for _, _, future in left:
                 if not future.done():
-                    future.set_exception(_interrupted(self, exc))
+                    future.set_exception(self._interrupted(exc))
             raise
         finally:
             self._committer = None
             self._flushed.set()
+
+    def _interrupted(self, cause: BaseException) -> StoreError:
+        """What a writer is told when the committer itself was stopped (the event loop is
+        closing): a batch in the worker thread may commit all the same, the rest did not."""
+        return StoreError(
+            f"{self._label} {self.path}: the commit was interrupted ({type(cause).__name__});"
+            " this write may or may not be committed"
+        )
 
     async def _commit(self, batch: list[Queued]) -> None:
         keep = self._keep
@@ -261,7 +260,7 @@ class SqliteRunStore:
             if isinstance(exc, sqlite3.Error):
                 failure = StoreError(f"{self._label} {self.path}: {exc}")
             elif not isinstance(exc, Exception):
-                failure = _interrupted(self, exc)
+                failure = self._interrupted(exc)
             for _, _, future in batch:
                 if not future.done():
                     future.set_exception(failure)
