@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -18,6 +17,7 @@ from urllib.parse import urlsplit
 from ._codecs import Codec, SSEParser, TextDelta
 from ._errors import ModelError, ProtocolError, ProviderError, ReplyTooLargeError, TransportError
 from ._http import HttpRequest, HttpResponse, Transport
+from ._json import compact_encoder, loads
 from ._messages import AssistantMessage, Message, ModelReply
 from ._secrets import Scrubber, redact_url
 from ._toolkit import Toolkit
@@ -27,9 +27,7 @@ __all__ = ("FunctionModel", "Generate", "HttpModel", "Model", "hints_for")
 
 _VERSION = re.compile(r"v\d")  # a path segment naming an API version: v1, v1beta, v2
 
-# One encoder for every request: json.dumps with any non-default option builds a new
-# JSONEncoder per call.
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_encode = compact_encoder(ensure_ascii=False)
 
 
 def _dumps(body: object) -> bytes:
@@ -186,7 +184,7 @@ class HttpModel:
         if not 200 <= response.status < 300:
             raise self._provider_error(response)
         try:
-            payload = json.loads(content)
+            payload = loads(content)
         except ValueError:
             excerpt = self._scrub(content[:200].decode("utf-8", "replace"))
             failure = f"reply from {self._shown} is not JSON: {excerpt!r}"

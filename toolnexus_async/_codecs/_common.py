@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from .._errors import ProtocolError
+from .._json import loads
 from .._messages import AssistantMessage, ToolCall, Usage
 
 
@@ -93,7 +94,7 @@ def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
         # Models send "" for a call without arguments.
         return {}, None
     try:
-        value = json.loads(raw)
+        value = loads(raw)
     except (ValueError, RecursionError):  # nested too deeply is as unusable as malformed
         return {}, raw
     return (value, None) if isinstance(value, dict) else ({}, raw)

@@ -16,12 +16,12 @@ re-exported here (imported at the bottom, after the base they build on is define
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
 import attrs
 
 from .._errors import ProtocolError
+from .._json import loads
 from .._messages import ModelReply
 from ._sse import SSEEvent
 
@@ -112,7 +112,7 @@ class _Decoder:
 
     def _json(self, event: SSEEvent) -> dict[str, Any]:
         try:
-            value = json.loads(event.data)
+            value = loads(event.data)
         except ValueError:
             raise ProtocolError(
                 f"{self.style} stream: event {self._name(event)} data is not JSON: "

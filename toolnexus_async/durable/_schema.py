@@ -23,6 +23,7 @@ import json
 import sqlite3
 
 from .._errors import PayloadError
+from .._json import compact_encoder
 from .._messages import UserMessage
 from .._results import RunResult
 from .._types import Answer
@@ -84,7 +85,7 @@ SCHEMA = (
     "CREATE INDEX requests_undelivered ON requests(run_id) WHERE delivered = 0",
 )
 
-ENCODE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+ENCODE = compact_encoder(ensure_ascii=True)
 
 
 def create(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,101 @@
+"""toolnexus_async._json: the hot path's JSON gives exactly what the json module gives."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from toolnexus_async._json import compact_encoder, loads
+
+
+def _outcome(call: Any, data: Any) -> tuple[str, Any]:
+    try:
+        return "value", call(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+TEXTS = [
+    '{"a":1}',
+    '{"a": [1, 2.5, null, true, false, "é"]}',
+    '"just a string"',
+    "17",
+    "NaN",
+    "-Infinity",
+    '  {"leading": "whitespace"}',
+    '{"trailing": "whitespace"} \t\r\n',
+    '{"a":1}\u00a0',  # not JSON whitespace: extra data
+    '{"a":1} {"b":2}',
+    '{"a":1}x',
+    "",
+    "   ",
+    "[",
+    '{"a":}',
+    "\ufeff{}",  # a str with a byte-order mark is refused by json.loads
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_loads_gives_what_json_loads_gives(text: str, as_bytes: bool) -> None:
+    data: str | bytes = text.encode() if as_bytes else text
+    ours, theirs = _outcome(loads, data), _outcome(json.loads, data)
+    if ours[0] == "value" and isinstance(ours[1], float) and math.isnan(ours[1]):
+        assert theirs[0] == "value" and math.isnan(theirs[1])
+    else:
+        assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"a":"é"}'.encode("utf-8-sig"),
+        '{"a":"é"}'.encode("utf-16"),
+        '{"a":"é"}'.encode("utf-32-le"),
+        b'{"a":"\xff"}',  # not UTF-8 at all
+    ],
+)
+def test_loads_leaves_other_encodings_to_json_loads(data: bytes) -> None:
+    assert _outcome(loads, data) == _outcome(json.loads, data)
+
+
+def test_loads_too_deep_is_a_recursion_error_as_with_json_loads() -> None:
+    deep = "[" * 200_000 + "]" * 200_000
+    with pytest.raises(RecursionError):
+        json.loads(deep)
+    with pytest.raises(RecursionError):
+        loads(deep)
+
+
+VALUES: list[Any] = [
+    {"model": "m", "messages": [{"role": "user", "content": "héllo \u2028 \ud83d\ude00"}]},
+    {"n": [1, -2, 2.5, 1e300, None, True, False], "nested": {"k": {"k": []}}},
+    "a top-level string with \"quotes\" and \\ and \n",
+    42,
+    [],
+    {},
+    {"inf": math.inf, "nan": math.nan},
+    {1: "int key", 2.5: "float key", None: "null key", True: "bool key"},
+]
+
+
+@pytest.mark.parametrize("value", VALUES)
+@pytest.mark.parametrize("ensure_ascii", [False, True])
+def test_compact_encoder_gives_what_json_dumps_gives(value: Any, ensure_ascii: bool) -> None:
+    encode = compact_encoder(ensure_ascii=ensure_ascii)
+    assert encode(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii)
+
+
+def test_compact_encoder_refuses_what_json_dumps_refuses() -> None:
+    encode = compact_encoder(ensure_ascii=False)
+    circular: list[Any] = []
+    circular.append(circular)
+    with pytest.raises(ValueError, match="Circular reference"):
+        encode(circular)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode({"a": object()})
+    # A failed call leaves nothing behind: the next one encodes as usual.
+    assert encode({"a": [1]}) == '{"a":[1]}'

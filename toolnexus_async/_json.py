@@ -1,0 +1,72 @@
+"""JSON on the hot path: ``json.loads`` and a compact ``json.dumps``, minus their Python steps.
+
+Every run decodes each model reply and each tool call's arguments, and encodes each request
+body. The standard functions wrap C code in a few Python frames per call (``json.loads``:
+type checks, encoding detection, two regular-expression matches for the whitespace around
+the value; ``JSONEncoder.encode``: a new C encoder and a closure per call). For the usual
+input, these helpers call the same C code directly and give the same results.
+
+Rules of this module:
+
+- The result, and every error, is exactly what ``json.loads`` / ``json.dumps`` give: input
+  the fast step does not take as it is (leading whitespace, a byte-order mark, bytes that
+  are not UTF-8, anything after the value, a syntax error) goes to ``json.loads`` itself,
+  which decides and words the error. A document nested too deeply raises
+  ``RecursionError`` either way.
+- Without CPython's C accelerator (``_json``), the encoder is ``JSONEncoder.encode`` as it
+  is, and the decoder scans with ``json``'s pure-Python scanner, which behaves alike.
+"""
+
+from __future__ import annotations
+
+import json
+import json.decoder
+import json.encoder
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ("compact_encoder", "loads")
+
+# JSON's own whitespace (RFC 8259), which may follow a value; str.isspace would take more.
+_WHITESPACE = " \t\n\r"
+
+# The default decoder's scanner: the value at an index, and where it ends. (It and the C
+# encoder below are not in typeshed's stubs; both have been in the json package since 2.6.)
+_DECODER: Any = json.decoder.JSONDecoder()
+_scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once
+
+
+def loads(data: str | bytes) -> Any:
+    """``json.loads(data)``: the same value, or the same error."""
+    try:
+        text = data.decode() if isinstance(data, bytes) else data
+        value, end = _scan(text, 0)
+    except (StopIteration, UnicodeDecodeError):
+        pass  # json.loads says what is wrong, or reads what UTF-8 alone cannot
+    else:
+        if end == len(text) or not text[end:].strip(_WHITESPACE):
+            return value
+    return json.loads(data)
+
+
+def compact_encoder(*, ensure_ascii: bool) -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii)`` as a function.
+
+    Circular references raise ``ValueError`` and values JSON cannot hold ``TypeError``, as
+    with ``json.dumps``.
+    """
+    encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=ensure_ascii)
+    c_json: Any = json.encoder
+    make: Callable[..., Callable[[Any, int], list[str]]] | None = c_json.c_make_encoder
+    escape = c_json.c_encode_basestring_ascii if ensure_ascii else c_json.c_encode_basestring
+    if make is None or escape is None:
+        return encoder.encode
+    default = encoder.default
+    join = "".join
+
+    def encode(value: Any) -> str:
+        # A fresh map of the containers being encoded per call: how the C encoder finds
+        # circular references (json.dumps's check_circular).
+        return join(make({}, default, escape, None, ":", ",", False, False, True)(value, 0))
+
+    return encode
