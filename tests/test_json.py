@@ -73,12 +73,12 @@ def test_loads_too_deep_is_a_recursion_error_as_with_json_loads() -> None:
 VALUES: list[Any] = [
     {"model": "m", "messages": [{"role": "user", "content": "héllo \u2028 \ud83d\ude00"}]},
     {"n": [1, -2, 2.5, 1e300, None, True, False], "nested": {"k": {"k": []}}},
-    "a top-level string with \"quotes\" and \\ and \n",
+    'a top-level string with "quotes" and \\ and \n',
     42,
     [],
     {},
     {"inf": math.inf, "nan": math.nan},
-    {1: "int key", 2.5: "float key", None: "null key", True: "bool key"},
+    {1: "int key", 2.5: "float key", None: "null key", False: "bool key"},
 ]
 
 
