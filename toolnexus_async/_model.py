@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ._codecs import Codec, SSEParser, TextDelta
+from ._codecs._tools import is_shared
 from ._errors import ModelError, ProtocolError, ProviderError, ReplyTooLargeError, TransportError
 from ._http import HttpRequest, HttpResponse, Transport
 from ._json import compact_encoder, loads
@@ -30,8 +31,33 @@ _VERSION = re.compile(r"v\d")  # a path segment naming an API version: v1, v1bet
 _encode = compact_encoder(ensure_ascii=False)
 
 
-def _dumps(body: object) -> bytes:
-    return _encode(body).encode()
+class _BodyEncoder:
+    """Request bodies as compact JSON bytes, with the tools' JSON encoded once.
+
+    A toolkit's tools are the same shared rendering on every request (see
+    ``_codecs._tools``), and they are most of a body's JSON, so the text of the last one
+    seen is kept and put in place at the end of the object (a JSON object's members have no
+    order), instead of encoding the tools again on every request.
+    """
+
+    __slots__ = ("_text", "_tools")
+
+    def __init__(self) -> None:
+        self._tools: object = None  # held, so that its id is not reused while compared
+        self._text = ""
+
+    def __call__(self, body: dict[str, Any]) -> bytes:
+        """``body`` as bytes; it may take its ``"tools"`` out (a body is encoded once)."""
+        tools = body.get("tools")
+        if tools is None or not is_shared(tools):
+            return _encode(body).encode()
+        if tools is not self._tools:
+            self._text = _encode(tools)
+            self._tools = tools
+        del body["tools"]
+        rest = _encode(body)
+        tail = '"tools":' + self._text + "}"
+        return (rest[:-1] + ("," if rest != "{}" else "") + tail).encode()
 
 
 Generate = Callable[
@@ -96,6 +122,7 @@ class HttpModel:
     """
 
     __slots__ = (
+        "_body",
         "_codec",
         "_extra",
         "_headers",
@@ -130,6 +157,7 @@ class HttpModel:
         hints: Mapping[int, str] | None = None,
     ) -> None:
         self._codec = codec
+        self._body = _BodyEncoder()
         self._hints = dict(hints or {})  # status -> the likely fix, told with the error
         self._transport = transport
         self._url = codec.endpoint(base_url)
@@ -161,7 +189,7 @@ class HttpModel:
             stream=stream,
         )
         return HttpRequest(
-            "POST", self._url, self._headers, _dumps(body), self._timeout, self._max_bytes
+            "POST", self._url, self._headers, self._body(body), self._timeout, self._max_bytes
         )
 
     async def request(self, messages: Sequence[Message], toolkit: Toolkit) -> ModelReply:

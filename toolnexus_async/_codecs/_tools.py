@@ -4,7 +4,9 @@ Rule of this module: pure renderers, one per style, from any sequence of tool sp
 (objects with ``name``, ``description`` and ``input_schema``: every :class:`Tool` is one)
 to the provider's JSON. A run sends its tools on every turn, so a renderer remembers the
 rendering of the last few sequences it saw, by identity: a toolkit hands out the same tuple
-until its tools change. What a cache hands out is shared; callers treat it as read-only.
+until its tools change. What a cache hands out is shared; callers treat it as read-only
+(:func:`is_shared` tells whether a rendering is such a one, so that its JSON text may be
+kept too).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ("ToolSpec", "render_anthropic", "render_gemini", "render_openai")
+__all__ = ("ToolSpec", "is_shared", "render_anthropic", "render_gemini", "render_openai")
 
 # JSON Schema keys Gemini's function declarations reject.
 _GEMINI_DROP = frozenset({"$schema", "additionalProperties", "$defs", "definitions", "$id"})
@@ -35,6 +37,16 @@ class ToolSpec(Protocol):
 
 
 Rendered = list[dict[str, Any]]
+
+# Every rendering a renderer's cache holds now, by id: handed out to every request of its
+# toolkit, never changed.
+_SHARED: dict[int, Rendered] = {}
+
+
+def is_shared(rendered: object) -> bool:
+    """Whether ``rendered`` is a cached rendering: the same list, unchanged, on every
+    request of its toolkit (a rendering of a list of specs is new each time, and is not)."""
+    return rendered is not None and _SHARED.get(id(rendered)) is rendered
 
 
 def _openai(tool: ToolSpec) -> dict[str, Any]:
@@ -91,8 +103,10 @@ class _Renderer:
         rendered = [self._one(tool) for tool in tools]
         if isinstance(tools, tuple):  # a list may change under the same id: never cached
             self._cache[key] = (tools, rendered)
+            _SHARED[id(rendered)] = rendered
             if len(self._cache) > _REMEMBER:
-                self._cache.popitem(last=False)
+                _, (_, dropped) = self._cache.popitem(last=False)
+                del _SHARED[id(dropped)]
         return rendered
 
 

@@ -1,0 +1,136 @@
+"""The request body on the wire: what the codec built, the tools' JSON encoded once per toolkit."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from toolnexus_async import LlmClient, ModelSettings, Toolkit, define_tool
+from toolnexus_async._codecs import render_openai
+from toolnexus_async._codecs._tools import _REMEMBER, is_shared
+from toolnexus_async._http import HttpRequest
+from toolnexus_async.testing import MockTransport, json_response
+
+REPLIES = {
+    "openai": {
+        "choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]
+    },
+    "anthropic": {
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    },
+}
+
+
+@define_tool
+async def weather(city: str) -> str:
+    """The weather in a city, with “quotes” and ünïcode.
+
+    Args:
+        city: the city's name.
+    """
+    return f"{city}: sunny"
+
+
+@define_tool
+async def add(a: int, b: int) -> str:
+    """Add two integers."""
+    return str(a + b)
+
+
+def _client(style: str, transport: MockTransport, **kwargs: Any) -> LlmClient:
+    return LlmClient(
+        "https://llm.test/v1",
+        style=style,
+        model="m",
+        api_key="sk-test-0123456789",
+        **kwargs,
+        transport=transport,
+    )
+
+
+def _expected(client: LlmClient, prompt: str, toolkit: Toolkit) -> Any:
+    """What the codec builds for a first request, through the json module."""
+    model = client._runner.model
+    codec = model._codec  # type: ignore[attr-defined]
+    from toolnexus_async._messages import UserMessage
+
+    body = codec.encode(
+        [UserMessage(prompt)],
+        toolkit._specs(),
+        model="m",
+        max_tokens=model._max_tokens,  # type: ignore[attr-defined]
+        max_tokens_field=model._max_tokens_field,  # type: ignore[attr-defined]
+        extra=model._extra,  # type: ignore[attr-defined]
+    )
+    return json.loads(json.dumps(body))
+
+
+@pytest.mark.parametrize("style", ["openai", "anthropic"])
+async def test_each_body_is_the_codecs_body(style: str) -> None:
+    """Toolkit after toolkit (and back), every body decodes to what the codec built: the
+    kept tools' text is never sent for another toolkit."""
+    transport = MockTransport(lambda request: json_response(REPLIES[style]))
+    one = Toolkit.create(builtins=False, extra_tools=[weather])
+    two = Toolkit.create(builtins=False, extra_tools=[weather, add])
+    async with _client(style, transport) as client:
+        for prompt, toolkit in [("a", one), ("b", one), ("c", two), ("d", one), ("é", two)]:
+            await client.run(prompt, toolkit)
+            assert transport.body() == _expected(client, prompt, toolkit)
+    names = [
+        [t.get("name") or t["function"]["name"] for t in b["tools"]]
+        for b in (transport.body(i) for i in range(5))
+    ]
+    assert names == [["weather"], ["weather"], ["weather", "add"], ["weather"], ["weather", "add"]]
+
+
+async def test_a_tool_registered_between_requests_is_sent() -> None:
+    transport = MockTransport(lambda request: json_response(REPLIES["openai"]))
+    toolkit = Toolkit.create(builtins=False, extra_tools=[weather])
+    async with _client("openai", transport) as client:
+        await client.run("a", toolkit)
+        toolkit.register(add)
+        await client.run("b", toolkit)
+    assert [t["function"]["name"] for t in transport.body()["tools"]] == ["weather", "add"]
+
+
+async def test_tools_given_in_extra_body_are_encoded_as_they_are_at_each_request() -> None:
+    """A list of the caller's own (extra_body's "tools") is not a shared rendering: a change
+    to it between requests is sent."""
+    mine: list[dict[str, Any]] = [{"type": "function", "function": {"name": "first"}}]
+    transport = MockTransport(lambda request: json_response(REPLIES["openai"]))
+    toolkit = Toolkit.create(builtins=False, extra_tools=[weather])
+    async with _client(
+        "openai", transport, settings=ModelSettings(extra_body={"tools": mine})
+    ) as client:
+        await client.run("a", toolkit)
+        mine[0]["function"]["name"] = "second"
+        await client.run("b", toolkit)
+    assert [transport.body(i)["tools"] for i in range(2)] == [
+        [{"type": "function", "function": {"name": "first"}}],
+        [{"type": "function", "function": {"name": "second"}}],
+    ]
+
+
+async def test_a_body_without_tools() -> None:
+    transport = MockTransport(lambda request: json_response(REPLIES["openai"]))
+    async with _client("openai", transport) as client:
+        await client.run("a", Toolkit.create(builtins=False))
+    request: HttpRequest = transport.requests[-1]
+    assert "tools" not in json.loads(request.content)
+
+
+def test_a_rendering_stops_being_shared_when_the_cache_drops_it() -> None:
+    toolkits = [Toolkit.create(builtins=False, extra_tools=[weather]) for _ in range(_REMEMBER)]
+    first = render_openai(toolkits[0]._specs())
+    assert is_shared(first)
+    for toolkit in toolkits[1:]:
+        render_openai(toolkit._specs())
+    assert is_shared(first)  # _REMEMBER renderings are remembered
+    render_openai(Toolkit.create(builtins=False, extra_tools=[add])._specs())
+    assert not is_shared(first)
+    assert not is_shared(list(first))  # equal is not the same
+    assert not is_shared(None)
