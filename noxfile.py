@@ -85,6 +85,7 @@ BENCHMARKS = {
 # Run only when named: ten minutes or more with their defaults.
 BY_NAME = {
     "gc_soak": "benchmarks/gc_soak.py",  # memory over time, freeze_gc off and on
+    "instructions": "benchmarks/instructions.py",  # under callgrind (valgrind): minutes
 }
 
 
@@ -97,7 +98,8 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench -- park --runs 20000`` runs only the named one, with its own flags
     (``overhead``, ``park``, ``serve_load`` or ``workers``; ``workers`` and
     ``park --store postgres`` need the PostgreSQL server binaries, as the tests do).
-    ``nox -s bench -- gc_soak`` runs the memory soak, which only runs when named.
+    ``nox -s bench -- gc_soak`` runs the memory soak, and ``nox -s bench -- instructions``
+    the instruction count under callgrind; these two only run when named.
     """
     session.install("-e", ".[dev]")
     args = list(session.posargs)

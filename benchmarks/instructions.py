@@ -1,0 +1,144 @@
+"""Instructions per run, counted by callgrind: toolnexus_async against the raw-aiohttp floor.
+
+Run it with ``nox -s bench -- instructions`` or ``python benchmarks/instructions.py``
+(``--help`` for the knobs). It needs valgrind.
+
+Why: ``overhead.py``'s throughput ratio is a timing on a shared machine, and it moves by more
+than a change to the hot path does (see docs/performance.md). Callgrind counts the machine
+instructions a process executes, which does not depend on what else the machine is doing,
+so the same code gives the same count to within a few hundredths of a percent, and a
+change of 1 % can be seen in one run. The price: the process runs about fifty times slower,
+and instructions are not time (a cache miss costs more than an instruction).
+
+What is counted: ``overhead.py``'s scenario (two model turns, two tool calls) with each
+contender's own runner, ``--concurrency`` runs at a time against the same loopback mock,
+which is a process of its own and is not counted. Each contender runs in a process of its
+own under ``valgrind --tool=callgrind``, twice: after its warm-up, once with ``--base``
+runs and once with ``--base`` + ``--runs``; the difference divided by ``--runs`` is the
+cost of one run, without the interpreter's start-up, the imports and the warm-up. The
+hash seed is fixed, so dicts and sets are laid out alike in every process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+
+import anyio
+from _common import print_footer, print_header
+from _mock import MockServer
+from overhead import (
+    EXPECTED_TEXT,
+    floor_runner,
+    floor_session,
+    http_client,
+    make_toolkit,
+    toolnexus_runner,
+)
+
+CONTENDERS = ("toolnexus_async", "floor")
+_SCRIPT = os.path.abspath(__file__)
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+async def child(contender: str, runs: int, concurrency: int, latency_ms: float) -> None:
+    """The measured process: a warm-up round, then ``runs`` runs, ``concurrency`` at once."""
+    with MockServer(latency_ms) as server:
+        async with http_client(server.base_url) as client, floor_session() as session:
+            if contender == "floor":
+                run_once = floor_runner(session, server.base_url)
+            else:
+                run_once = toolnexus_runner(client, make_toolkit())
+
+            async def worker(count: int) -> None:
+                for _ in range(count):
+                    if await run_once() != EXPECTED_TEXT:
+                        raise SystemExit(f"{contender} answered wrongly")
+
+            for count in (2, runs // concurrency):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(concurrency):
+                        tg.start_soon(worker, count)
+
+
+async def count(contender: str, runs: int, args: argparse.Namespace) -> int:
+    """Instructions of one child process doing ``runs`` runs."""
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        _SCRIPT,
+        "--child",
+        contender,
+        "--child-runs",
+        str(runs),
+        "--concurrency",
+        str(args.concurrency),
+        "--latency-ms",
+        str(args.latency_ms),
+    ]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = await anyio.run_process(command, env=env, check=False)
+    stderr = done.stderr.decode(errors="replace")
+    found = _COLLECTED.search(stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"{contender} under callgrind failed:\n{stderr[-3000:]}")
+    return int(found.group(1))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1000, help="runs whose cost is counted")
+    parser.add_argument("--base", type=int, default=200, help="runs of the shorter process")
+    parser.add_argument("--concurrency", type=int, default=50, help="runs at a time")
+    parser.add_argument("--latency-ms", type=float, default=5.0, help="the mock's latency")
+    parser.add_argument("--quick", action="store_true", help="100 runs over a base of 50")
+    parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
+    parser.add_argument("--child-runs", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.base = 100, 50
+    for name in ("runs", "base", "concurrency"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.runs % args.concurrency or args.base % args.concurrency:
+        parser.error("--runs and --base must be multiples of --concurrency")
+    return args
+
+
+async def main(args: argparse.Namespace) -> None:
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    print_header("aiohttp", "anyio")
+    print(
+        f"instructions per run under callgrind: {args.runs} runs over a base of {args.base},"
+        f" {args.concurrency} at a time, mock latency {args.latency_ms:g} ms"
+    )
+    per_run: dict[str, float] = {}
+    for contender in CONTENDERS:
+        short = await count(contender, args.base, args)
+        long = await count(contender, args.base + args.runs, args)
+        per_run[contender] = (long - short) / args.runs
+        print(f"  {contender:<16} {per_run[contender]:12,.0f} instructions per run")
+    ratio = per_run["toolnexus_async"] / per_run["floor"]
+    print(f"  ratio toolnexus/floor: {ratio:.3f}")
+    print_footer()
+
+
+if __name__ == "__main__":
+    parsed = parse_args()
+    if parsed.child is not None:
+        anyio.run(
+            child,
+            parsed.child,
+            parsed.child_runs,
+            parsed.concurrency,
+            parsed.latency_ms,
+            backend="asyncio",
+        )
+    else:
+        anyio.run(main, parsed, backend="asyncio")
