@@ -40,23 +40,24 @@ class _BodyEncoder:
     order), instead of encoding the tools again on every request.
     """
 
-    __slots__ = ("_text", "_tools")
+    __slots__ = ("_kept",)
 
     def __init__(self) -> None:
-        self._tools: object = None  # held, so that its id is not reused while compared
-        self._text = ""
+        # The rendering and its text, in one tuple so that they change together. The
+        # rendering is held, so that its id is not reused while it is compared.
+        self._kept: tuple[object, str] = (None, "")
 
     def __call__(self, body: dict[str, Any]) -> bytes:
         """``body`` as bytes; it may take its ``"tools"`` out (a body is encoded once)."""
         tools = body.get("tools")
         if tools is None or not is_shared(tools):
             return _encode(body).encode()
-        if tools is not self._tools:
-            self._text = _encode(tools)
-            self._tools = tools
+        kept = self._kept
+        if kept[0] is not tools:
+            kept = self._kept = (tools, _encode(tools))
         del body["tools"]
         rest = _encode(body)
-        tail = '"tools":' + self._text + "}"
+        tail = '"tools":' + kept[1] + "}"
         return (rest[:-1] + ("," if rest != "{}" else "") + tail).encode()
 
 
