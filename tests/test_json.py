@@ -14,7 +14,7 @@ from toolnexus_async._json import compact_encoder, loads
 def _outcome(call: Any, data: Any) -> tuple[str, Any]:
     try:
         return "value", call(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as exc:
         return type(exc).__name__, str(exc)
 
 
@@ -59,6 +59,11 @@ def test_loads_gives_what_json_loads_gives(text: str, as_bytes: bool) -> None:
     ],
 )
 def test_loads_leaves_other_encodings_to_json_loads(data: bytes) -> None:
+    assert _outcome(loads, data) == _outcome(json.loads, data)
+
+
+@pytest.mark.parametrize("data", [bytearray(b'{"a": [1]}'), bytearray(b"{"), memoryview(b"1")])
+def test_loads_takes_what_json_loads_takes(data: Any) -> None:
     assert _outcome(loads, data) == _outcome(json.loads, data)
 
 

@@ -36,16 +36,17 @@ _DECODER: Any = json.decoder.JSONDecoder()
 _scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once
 
 
-def loads(data: str | bytes) -> Any:
+def loads(data: str | bytes | bytearray) -> Any:
     """``json.loads(data)``: the same value, or the same error."""
-    try:
-        text = data.decode() if isinstance(data, bytes) else data
-        value, end = _scan(text, 0)
-    except (StopIteration, UnicodeDecodeError):
-        pass  # json.loads says what is wrong, or reads what UTF-8 alone cannot
-    else:
-        if end == len(text) or not text[end:].strip(_WHITESPACE):
-            return value
+    if isinstance(data, str | bytes):  # the scanner reads a str; anything else: json.loads
+        try:
+            text = data.decode() if isinstance(data, bytes) else data
+            value, end = _scan(text, 0)
+        except (StopIteration, UnicodeDecodeError):
+            pass  # json.loads says what is wrong, or reads what UTF-8 alone cannot
+        else:
+            if end == len(text) or not text[end:].strip(_WHITESPACE):
+                return value
     return json.loads(data)
 
 
