@@ -213,3 +213,48 @@ async def test_a_cancelled_committer_tells_every_writer_it_may_not_be_committed(
         assert_no_leaks()
     stored = {row[0] for row in raw_sql(path, "SELECT run_id FROM runs")}
     assert "run_after" in stored and not stored & {"run_0", "run_1", "run_2"}
+
+
+async def test_a_job_left_running_by_a_native_cancel_has_the_connection_to_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A native cancellation lets go of the thread limiter while the job it cancelled goes
+    on in its thread. The next job, and ``aclose``'s close, must still wait for that job to
+    end: two threads on one SQLite connection, or a close under a running statement, can
+    crash the process (it did, in CI, in the test above)."""
+    window = 0.5  # how long the held job gives a wrongly started job to show up
+
+    inside = threading.Event()  # the first batch's job is in its thread
+    seen: list[bool] = []  # per later job: was the first job still inside when it began?
+
+    def apply(conn: sqlite3.Connection, batch: list[Any], keep: int) -> list[Any]:
+        if not seen and not inside.is_set():
+            inside.set()
+            # Held, not for synchronisation but as a window: a job that ran now, beside
+            # this one, would record True. The correct order makes this wait run out.
+            threading.Event().wait(window)
+            try:
+                return real_apply(conn, batch, keep)
+            finally:
+                inside.clear()
+        return real_apply(conn, batch, keep)
+
+    monkeypatch.setattr(_sqlite, "apply", apply)
+    path = tmp_path / "runs.sqlite"
+    async with SqliteRunStore(path) as store:
+        with anyio.fail_after(10):
+            first = asyncio.create_task(start(store, "run_first"))
+            await anyio.to_thread.run_sync(inside.wait)
+            committer = store._committer
+            assert committer is not None
+            committer.cancel()  # natively, as asyncio does to every task as a loop closes
+            with contextlib.suppress(StoreError):
+                await first
+
+            def probe(conn: sqlite3.Connection) -> None:
+                seen.append(inside.is_set())
+
+            await store._run(probe)
+    assert seen == [False]
+    stored = {row[0] for row in raw_sql(path, "SELECT run_id FROM runs")}
+    assert stored == {"run_first"}  # the held batch committed, after all

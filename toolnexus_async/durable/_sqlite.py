@@ -31,6 +31,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Self, TypeVar
@@ -103,6 +104,11 @@ class SqliteRunStore:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._thread = anyio.CapacityLimiter(1)
+        # Held in the worker thread by whatever uses the connection. The limiter alone is
+        # not enough: a task cancelled natively (asyncio's own cancel, which anyio's shields
+        # do not stop) lets go of it while its job goes on in the thread, and the next job,
+        # or the close, would then use the connection beside it (SQLite can crash on that).
+        self._using = threading.Lock()
         self._queue: list[Queued] = []
         self._teller = Teller()
         self._listeners: list[Callable[[StoreEvent], None]] = []
@@ -130,9 +136,10 @@ class SqliteRunStore:
         def close() -> None:
             # In the worker thread, after the job in it: a first use that is opening the
             # connection right now has set it by then, and it is closed here, not leaked.
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.close()
+            with self._using:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
 
         with anyio.CancelScope(shield=True):
             await self._flushed.wait()
@@ -197,7 +204,8 @@ class SqliteRunStore:
         """``fn(connection)`` in the store's worker thread, on an open connection."""
 
         def job() -> T:
-            return fn(self._open())
+            with self._using:
+                return fn(self._open())
 
         return await anyio.to_thread.run_sync(job, limiter=self._thread)
 
