@@ -31,7 +31,7 @@ __all__ = ("compact_encoder", "loads")
 _WHITESPACE = " \t\n\r"
 
 # The default decoder's scanner: the value at an index, and where it ends. (It and the C
-# encoder below are not in typeshed's stubs; both have been in the json package since 2.6.)
+# encoder below are not in typeshed's stubs, hence the Any.)
 _DECODER: Any = json.decoder.JSONDecoder()
 _scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once
 
