@@ -34,11 +34,14 @@ _WHITESPACE = " \t\n\r"
 # encoder below are not in typeshed's stubs, hence the Any.)
 _DECODER: Any = json.decoder.JSONDecoder()
 _scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once
+# What the scanner is given (bytes decoded first); anything else goes to json.loads. A tuple,
+# not ``str | bytes``, which would build a union on every call.
+_SCANNED = (str, bytes)
 
 
 def loads(data: str | bytes | bytearray) -> Any:
     """``json.loads(data)``: the same value, or the same error."""
-    if isinstance(data, str | bytes):  # the scanner reads a str; anything else: json.loads
+    if isinstance(data, _SCANNED):
         try:
             text = data.decode() if isinstance(data, bytes) else data
             value, end = _scan(text, 0)
