@@ -9,7 +9,7 @@ import pytest
 
 from toolnexus_async import LlmClient, ModelSettings, Toolkit, define_tool
 from toolnexus_async._codecs import render_openai
-from toolnexus_async._codecs._tools import _REMEMBER, is_shared
+from toolnexus_async._codecs._tools import _REMEMBER, shared_json
 from toolnexus_async._http import HttpRequest
 from toolnexus_async.testing import MockTransport, json_response
 
@@ -126,11 +126,24 @@ async def test_a_body_without_tools() -> None:
 def test_a_rendering_stops_being_shared_when_the_cache_drops_it() -> None:
     toolkits = [Toolkit.create(builtins=False, extra_tools=[weather]) for _ in range(_REMEMBER)]
     first = render_openai(toolkits[0]._specs())
-    assert is_shared(first)
+    text = shared_json(first)
+    assert text is not None and json.loads(text) == first
+    assert shared_json(first) is text  # encoded once
     for toolkit in toolkits[1:]:
         render_openai(toolkit._specs())
-    assert is_shared(first)  # _REMEMBER renderings are remembered
+    assert shared_json(first) is text  # _REMEMBER renderings are remembered
     render_openai(Toolkit.create(builtins=False, extra_tools=[add])._specs())
-    assert not is_shared(first)
-    assert not is_shared(list(first))  # equal is not the same
-    assert not is_shared(None)
+    assert shared_json(first) is None
+    assert shared_json(list(first)) is None  # equal is not the same
+    assert shared_json(None) is None
+
+
+def test_the_text_of_a_dropped_rendering_is_never_given_for_a_new_one() -> None:
+    """A dropped rendering's memory, and so its id, is soon reused by a new list: its text
+    must have gone with it. Rendering after rendering, with the cache always full, each
+    text is the JSON of its own rendering."""
+    for n in range(4 * _REMEMBER):
+        tools = [weather] if n % 2 else [add, weather]
+        rendered = render_openai(Toolkit.create(builtins=False, extra_tools=tools)._specs())
+        text = shared_json(rendered)
+        assert text is not None and json.loads(text) == rendered

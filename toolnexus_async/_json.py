@@ -25,7 +25,7 @@ import json.encoder
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ("compact_encoder", "loads")
+__all__ = ("compact", "compact_encoder", "loads")
 
 # JSON's own whitespace (RFC 8259), which may follow a value; str.isspace would take more.
 _WHITESPACE = " \t\n\r"
@@ -74,3 +74,7 @@ def compact_encoder(*, ensure_ascii: bool) -> Callable[[Any], str]:
         return join(make({}, default, escape, None, ":", ",", False, False, True)(value, 0))
 
     return encode
+
+
+compact = compact_encoder(ensure_ascii=False)
+"""Compact JSON, non-ASCII kept as it is: how request bodies are encoded."""

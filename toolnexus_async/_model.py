@@ -15,10 +15,10 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ._codecs import Codec, SSEParser, TextDelta
-from ._codecs._tools import is_shared
+from ._codecs._tools import shared_json
 from ._errors import ModelError, ProtocolError, ProviderError, ReplyTooLargeError, TransportError
 from ._http import HttpRequest, HttpResponse, Transport
-from ._json import compact_encoder, loads
+from ._json import compact, loads
 from ._messages import AssistantMessage, Message, ModelReply
 from ._secrets import Scrubber, redact_url
 from ._toolkit import Toolkit
@@ -28,37 +28,21 @@ __all__ = ("FunctionModel", "Generate", "HttpModel", "Model", "hints_for")
 
 _VERSION = re.compile(r"v\d")  # a path segment naming an API version: v1, v1beta, v2
 
-_encode = compact_encoder(ensure_ascii=False)
 
+def _body_bytes(body: dict[str, Any]) -> bytes:
+    """``body`` as compact JSON bytes; it may take its ``"tools"`` out (a body is encoded
+    once).
 
-class _BodyEncoder:
-    """Request bodies as compact JSON bytes, with the tools' JSON encoded once.
-
-    A toolkit's tools are the same shared rendering on every request (see
-    ``_codecs._tools``), and they are most of a body's JSON, so the text of the last one
-    seen is kept and put in place at the end of the object (a JSON object's members have no
-    order), instead of encoding the tools again on every request.
+    A toolkit's tools are the same cached rendering on every request, and most of a body's
+    JSON: their text, encoded once by the renderers' cache, is put at the end of the object
+    (a JSON object's members have no order) instead of being encoded again.
     """
-
-    __slots__ = ("_kept",)
-
-    def __init__(self) -> None:
-        # The rendering and its text, in one tuple so that they change together. The
-        # rendering is held, so that its id is not reused while it is compared.
-        self._kept: tuple[object, str] = (None, "")
-
-    def __call__(self, body: dict[str, Any]) -> bytes:
-        """``body`` as bytes; it may take its ``"tools"`` out (a body is encoded once)."""
-        tools = body.get("tools")
-        if tools is None or not is_shared(tools):
-            return _encode(body).encode()
-        kept = self._kept
-        if kept[0] is not tools:
-            kept = self._kept = (tools, _encode(tools))
-        del body["tools"]
-        rest = _encode(body)
-        tail = '"tools":' + kept[1] + "}"
-        return (rest[:-1] + ("," if rest != "{}" else "") + tail).encode()
+    tools = shared_json(body.get("tools"))
+    if tools is None:
+        return compact(body).encode()
+    del body["tools"]
+    rest = compact(body)
+    return (rest[:-1] + ("," if rest != "{}" else "") + '"tools":' + tools + "}").encode()
 
 
 Generate = Callable[
@@ -123,7 +107,6 @@ class HttpModel:
     """
 
     __slots__ = (
-        "_body",
         "_codec",
         "_extra",
         "_headers",
@@ -158,7 +141,6 @@ class HttpModel:
         hints: Mapping[int, str] | None = None,
     ) -> None:
         self._codec = codec
-        self._body = _BodyEncoder()
         self._hints = dict(hints or {})  # status -> the likely fix, told with the error
         self._transport = transport
         self._url = codec.endpoint(base_url)
@@ -190,7 +172,7 @@ class HttpModel:
             stream=stream,
         )
         return HttpRequest(
-            "POST", self._url, self._headers, self._body(body), self._timeout, self._max_bytes
+            "POST", self._url, self._headers, _body_bytes(body), self._timeout, self._max_bytes
         )
 
     async def request(self, messages: Sequence[Message], toolkit: Toolkit) -> ModelReply:

@@ -4,9 +4,8 @@ Rule of this module: pure renderers, one per style, from any sequence of tool sp
 (objects with ``name``, ``description`` and ``input_schema``: every :class:`Tool` is one)
 to the provider's JSON. A run sends its tools on every turn, so a renderer remembers the
 rendering of the last few sequences it saw, by identity: a toolkit hands out the same tuple
-until its tools change. What a cache hands out is shared; callers treat it as read-only
-(:func:`is_shared` tells whether a rendering is such a one, so that its JSON text may be
-kept too).
+until its tools change. What a cache hands out is shared; callers treat it as read-only,
+and :func:`shared_json` gives its JSON text, encoded once.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ("ToolSpec", "is_shared", "render_anthropic", "render_gemini", "render_openai")
+from .._json import compact
+
+__all__ = ("ToolSpec", "render_anthropic", "render_gemini", "render_openai", "shared_json")
 
 # JSON Schema keys Gemini's function declarations reject.
 _GEMINI_DROP = frozenset({"$schema", "additionalProperties", "$defs", "definitions", "$id"})
@@ -38,15 +39,23 @@ class ToolSpec(Protocol):
 
 Rendered = list[dict[str, Any]]
 
-# Every rendering a renderer's cache holds now, by id: handed out to every request of its
-# toolkit, never changed.
+# Every rendering a renderer's cache holds now, by id (handed out to every request of its
+# toolkit, never changed), and the JSON text of those that were asked for it.
 _SHARED: dict[int, Rendered] = {}
+_TEXT: dict[int, str] = {}
 
 
-def is_shared(rendered: object) -> bool:
-    """Whether ``rendered`` is a cached rendering: the same list, unchanged, on every
-    request of its toolkit (a rendering of a list of specs is new each time, and is not)."""
-    return rendered is not None and _SHARED.get(id(rendered)) is rendered
+def shared_json(rendered: object) -> str | None:
+    """The compact JSON text of ``rendered`` (:data:`~toolnexus_async._json.compact`),
+    encoded once, if it is a cached rendering; None for anything else (a rendering of a
+    list of specs is new each time, and is not one)."""
+    key = id(rendered)
+    if _SHARED.get(key, _SHARED) is not rendered:
+        return None
+    text = _TEXT.get(key)
+    if text is None:
+        text = _TEXT[key] = compact(rendered)
+    return text
 
 
 def _openai(tool: ToolSpec) -> dict[str, Any]:
@@ -107,6 +116,7 @@ class _Renderer:
             if len(self._cache) > _REMEMBER:
                 _, (_, dropped) = self._cache.popitem(last=False)
                 del _SHARED[id(dropped)]
+                _TEXT.pop(id(dropped), None)
         return rendered
 
 
