@@ -16,9 +16,12 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from ._fastinit import fast_init
+
 __all__ = ("HttpRequest", "HttpResponse", "Transport")
 
 
+@fast_init
 @attrs.frozen
 class HttpRequest:
     """One request to a provider.
@@ -43,6 +46,7 @@ class HttpRequest:
     max_bytes: int
 
 
+@fast_init
 @attrs.frozen
 class HttpResponse:
     """A provider's reply: its status, its headers and its body.

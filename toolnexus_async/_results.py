@@ -13,6 +13,7 @@ from typing import Any, Literal
 import attrs
 
 from ._errors import PayloadError
+from ._fastinit import fast_init
 from ._messages import (
     ZERO_USAGE,
     Message,
@@ -30,6 +31,7 @@ __all__ = ("RunResult", "ToolCallRecord")
 RunStatus = Literal["done", "pending", "incomplete"]
 
 
+@fast_init
 @attrs.frozen
 class ToolCallRecord:
     """One executed tool call: what the model asked, what came back, and in which turn.
@@ -57,6 +59,7 @@ class ToolCallRecord:
         return self.call.arguments
 
 
+@fast_init
 @attrs.frozen
 class RunResult:
     """The outcome of :meth:`LlmClient.run`.

@@ -27,6 +27,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._errors import UsageError
+from ._fastinit import fast_init
 from ._messages import Usage
 from ._results import RunResult
 from ._types import Request
@@ -44,6 +45,7 @@ __all__ = (
 )
 
 
+@fast_init
 @attrs.frozen
 class StreamText:
     """A piece of the model's text; the pieces of one reply join to its text."""
@@ -52,6 +54,7 @@ class StreamText:
     kind: Literal["text"] = attrs.field(default="text", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamReasoning:
     """A piece of the model's reasoning (Anthropic's thinking, the ``reasoning`` of
@@ -61,6 +64,7 @@ class StreamReasoning:
     kind: Literal["reasoning"] = attrs.field(default="reasoning", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamToolCall:
     """The model called a tool (emitted when its reply is complete)."""
@@ -71,6 +75,7 @@ class StreamToolCall:
     kind: Literal["tool_call"] = attrs.field(default="tool_call", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamToolResult:
     """What a call's result is, as the model will see it (never a suspension);
@@ -84,6 +89,7 @@ class StreamToolResult:
     kind: Literal["tool_result"] = attrs.field(default="tool_result", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamPending:
     """A call suspended on ``request``; emitted before anyone is asked."""
@@ -94,6 +100,7 @@ class StreamPending:
     kind: Literal["pending"] = attrs.field(default="pending", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamUsage:
     """The tokens of one model reply."""
@@ -102,6 +109,7 @@ class StreamUsage:
     kind: Literal["usage"] = attrs.field(default="usage", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamDone:
     """The run is over; the last event."""

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from ._errors import PayloadError, UsageError
+from ._fastinit import fast_init
 
 __all__ = (
     "Answer",
@@ -112,6 +113,7 @@ def _mapping(payload: object, what: str) -> Mapping[str, Any]:
     return payload
 
 
+@fast_init
 @attrs.frozen
 class Request:
     """What a suspended tool needs from a human (or any host) before it can finish.
@@ -193,6 +195,7 @@ class Request:
 REASONS: tuple[str, ...] = ("declined", "cancelled", "expired")
 
 
+@fast_init
 @attrs.frozen
 class Answer:
     """The host's reply to a :class:`Request`.
@@ -252,6 +255,7 @@ class Answer:
         )
 
 
+@fast_init
 @attrs.frozen
 class ToolResult:
     """What a tool hands back: text for the model, an error flag, optional metadata.
@@ -353,6 +357,7 @@ class HaltRun(Exception):
     """
 
 
+@fast_init
 @attrs.frozen
 class ToolContext:
     """What the run loop tells a tool about the call it is executing.
