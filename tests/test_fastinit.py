@@ -11,11 +11,11 @@ from typing import Any
 import attrs
 import pytest
 
-from toolnexus_async import _http, _messages, _results, _streaming, _types
+from toolnexus_async import _http, _messages, _results, _streaming, _types, _wire
 from toolnexus_async._errors import PayloadError
 from toolnexus_async._fastinit import fast_init
 
-MODULES: tuple[ModuleType, ...] = (_http, _messages, _results, _streaming, _types)
+MODULES: tuple[ModuleType, ...] = (_http, _messages, _results, _streaming, _types, _wire)
 
 
 def frozen_classes(module: ModuleType) -> list[type]:
