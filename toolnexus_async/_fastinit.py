@@ -57,7 +57,9 @@ def fast_init(cls: T) -> T:
         store = f"_s{index}"
         namespace[store] = cls.__dict__[field.name].__set__
         default = field.default
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        made = isinstance(default, attrs.Factory)  # type: ignore[arg-type]
+        value: str | None  # the default's expression in the generated code, if any
+        if made:
             if default.takes_self:
                 raise TypeError(f"fast_init: {name}.{field.name}'s factory takes self")
             namespace[f"_f{index}"] = default.factory
@@ -66,19 +68,19 @@ def fast_init(cls: T) -> T:
             namespace[f"_d{index}"] = default
             value = f"_d{index}"
         else:
-            value = ""
+            value = None
         if not field.init:
-            if value:  # attrs leaves a field with no init and no default unset
+            if value is not None:  # attrs leaves a field with no init and no default unset
                 body.append(f"{store}(self, {value})")
             continue
         alias = field.alias
         if alias in ("self", "NOTHING"):
             raise TypeError(f"fast_init: {name}.{field.name}'s parameter is named {alias}")
-        if value.startswith("_f"):
+        if made:
             parameter = f"{alias}=NOTHING"
             body.append(f"{store}(self, {value} if {alias} is NOTHING else {alias})")
         else:
-            parameter = f"{alias}={value}" if value else alias
+            parameter = alias if value is None else f"{alias}={value}"
             body.append(f"{store}(self, {alias})")
         (keyword if field.kw_only else positional).append(parameter)
     if hasattr(cls, "__attrs_post_init__"):

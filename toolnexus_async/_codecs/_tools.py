@@ -50,7 +50,7 @@ def shared_json(rendered: object) -> str | None:
     encoded once, if it is a cached rendering; None for anything else (a rendering of a
     list of specs is new each time, and is not one)."""
     key = id(rendered)
-    if _SHARED.get(key, _SHARED) is not rendered:
+    if rendered is None or _SHARED.get(key) is not rendered:
         return None
     text = _TEXT.get(key)
     if text is None:
