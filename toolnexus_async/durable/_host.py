@@ -31,7 +31,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._client import LlmClient
-from .._errors import StoreError, UnknownRequestError, UsageError
+from .._errors import StoreError, UsageError
 from .._hooks import call_hook
 from .._loop import RunLoop
 from .._messages import Message
@@ -381,19 +381,19 @@ class DurableHost:
                 f"answering request {answer.id!r} needs the host open (inside "
                 "`async with host:`, and not shutting down)"
             )
-        inbox = self.inbox
-        hot = inbox is not None and inbox.get(answer.id) is not None
-        accepted = await self.store.accept(answer, time.time(), delivered=hot)
-        if hot and inbox is not None:
-            try:
-                inbox.answer(answer)
+        deliveries = self._deliveries
+        if deliveries is None:
+            accepted = await self.store.accept(answer, time.time())
+        else:
+            accepted = await deliveries.take(answer)
+            if accepted.owner == self.worker:
+                # Handed over here; or, not parked here now, handed over once it parks
+                # again, or resumed with the answer by the sweep once its halt commits.
                 return
-            except UnknownRequestError:
-                pass  # it left meanwhile (expired, halted): the store has the answer
         now = time.time()
         held = accepted.owner is not None and (accepted.lease_until or 0) > now
         if held:
-            return  # its worker (this one, or another) hands it over
+            return  # its worker hands it over
         try:
             stored = await self._claim(accepted.run_id, now)
         except StoreError as exc:
