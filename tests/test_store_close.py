@@ -1,5 +1,6 @@
 """SqliteRunStore.aclose() racing the store's first use: the connection opened meanwhile is
-closed too, not left open (Python 3.13 reports such a connection when it is collected).
+closed too, not left open (Python 3.13 reports such a connection when it is collected), and
+the writes queued before aclose() are committed before it closes.
 
 The store's worker thread is held inside ``_connect`` by a subclass, so that ``aclose()``
 runs while the connection is being opened; ``wait_all_tasks_blocked`` tells when
@@ -16,7 +17,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from toolnexus_async import UsageError
+from toolnexus_async import RunResult, UsageError
+from toolnexus_async._loop import RunLoop
 from toolnexus_async.durable import RunSummary, SqliteRunStore
 
 
@@ -67,3 +69,41 @@ async def test_aclose_during_the_first_open_closes_the_connection(tmp_path: Path
     assert open_files(path) == []  # and the connection it opened is closed
     with pytest.raises(UsageError, match="closed"):
         await store.runs()
+
+
+def fresh_state(run_id: str) -> RunResult:
+    return RunLoop("go", run_id=run_id, style="in-process").snapshot()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
+async def test_aclose_commits_the_writes_queued_before_it_and_refuses_later_ones(
+    tmp_path: Path,
+) -> None:
+    """The first write holds the worker thread (opening the file); a second one waits in
+    the queue behind it when ``aclose()`` is called. Both are committed; what comes after
+    ``aclose()`` is refused."""
+    path = tmp_path / "runs.db"
+    store = HeldOpen(path)
+    started: list[str] = []
+
+    async def start(run_id: str) -> None:
+        await store.start(fresh_state(run_id), "A", 2_000_000_000.0)
+        started.append(run_id)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(start, "run_first")
+            await anyio.to_thread.run_sync(store.opening.wait)  # the committer is in _connect
+            tg.start_soon(start, "run_queued")
+            await anyio.wait_all_tasks_blocked()  # queued behind the first
+            tg.start_soon(store.aclose)
+            await anyio.wait_all_tasks_blocked()  # aclose() waits for the queue
+            with pytest.raises(UsageError, match="closed"):
+                await store.start(fresh_state("run_late"), "A", 2_000_000_000.0)
+            store.go_on.set()
+    assert sorted(started) == ["run_first", "run_queued"]
+    with pytest.raises(UsageError, match="closed"):
+        await store.runs()
+    async with SqliteRunStore(path) as again:
+        assert sorted(r.run_id for r in await again.runs()) == ["run_first", "run_queued"]
+    assert open_files(path) == []

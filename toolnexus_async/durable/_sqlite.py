@@ -102,7 +102,11 @@ class SqliteRunStore:
         self._keep = keep_finished
         self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
+        # Two flags: ``aclose()`` refuses new calls at once (``_closed``), but the writes
+        # queued before it still need the connection, so only the close itself, in the
+        # worker thread after them, stops the connection from being (re)opened.
         self._closed = False
+        self._shut = False
         self._thread = anyio.CapacityLimiter(1)
         # Held in the worker thread by whatever uses the connection. The limiter alone is
         # not enough: a task cancelled natively (asyncio's own cancel, which anyio's shields
@@ -122,6 +126,7 @@ class SqliteRunStore:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        self._check_open()
         await self._run(lambda conn: None)
         return self
 
@@ -137,6 +142,7 @@ class SqliteRunStore:
             # In the worker thread, after the job in it: a first use that is opening the
             # connection right now has set it by then, and it is closed here, not leaked.
             with self._using:
+                self._shut = True
                 conn, self._conn = self._conn, None
                 if conn is not None:
                     conn.close()
@@ -193,8 +199,12 @@ class SqliteRunStore:
         if version < SCHEMA_VERSION:
             migrate(conn, version, self.path)
 
-    def _open(self) -> sqlite3.Connection:
+    def _check_open(self) -> None:
         if self._closed:
+            raise UsageError(f"this {self._label} is closed")
+
+    def _open(self) -> sqlite3.Connection:
+        if self._shut:
             raise UsageError(f"this {self._label} is closed")
         if self._conn is None:
             self._conn = self._connect()
@@ -222,8 +232,7 @@ class SqliteRunStore:
         behind its own. A cancelled caller is told nothing more; its write commits with its
         batch all the same.
         """
-        if self._closed:
-            raise UsageError(f"this {self._label} is closed")
+        self._check_open()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.append((op, args, future))
@@ -278,6 +287,8 @@ class SqliteRunStore:
         self._teller.add(batch, outcomes)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        self._check_open()
+
         def job(conn: sqlite3.Connection) -> T:
             conn.execute("BEGIN")
             try:
