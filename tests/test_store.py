@@ -9,6 +9,7 @@ sleeps.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -529,3 +530,94 @@ async def test_a_corrupt_run_fails_alone_naming_it(tmp_path: Path, case):
             await store.load(case.halted.run_id)
         assert [r.id for r in await store.requests()] == case.ids  # listing goes on
     assert_no_leaks()
+
+
+# -- a damaged request row: its run fails alone ----------------------------------------------
+
+
+async def damage(store_kind: str, where: Path | str, column: str, run_id: str) -> None:
+    """Write JSON that does not parse into ``column`` of a run's ``requests`` rows. (The
+    table layout is internal: this only plays a row gone bad.)"""
+    if store_kind == "sqlite":
+        raw_sql(
+            Path(where), f"UPDATE requests SET {column} = '{{not json' WHERE run_id = ?", run_id
+        )
+        return
+    import asyncpg
+
+    conn = await asyncpg.connect(str(where))
+    try:
+        await conn.execute(
+            f"UPDATE toolnexus.requests SET {column} = '{{not json' WHERE run_id = $1", run_id
+        )
+    finally:
+        await conn.close()
+
+
+def damaged_where(store_kind: str, tmp_path: Path, database: str | None) -> Path | str:
+    return tmp_path / "runs.db" if store_kind == "sqlite" else str(database)
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+async def test_a_damaged_request_fails_its_run_alone(
+    store_kind, store, case, tmp_path, database, caplog
+):
+    other = await halt(case.toolkit)
+    other_ids = [r.request.id for r in other.suspended if r.request is not None]
+    await store.save(case.halted)
+    await store.save(other)
+    await damage(
+        store_kind, damaged_where(store_kind, tmp_path, database), "body", case.halted.run_id
+    )
+
+    with caplog.at_level(logging.WARNING, logger="toolnexus_async.durable"):
+        assert [r.id for r in await store.requests()] == other_ids
+        assert {s.run_id for s in await store.outstanding()} == {other.run_id}
+    assert any(repr(case.halted.run_id) in r.getMessage() for r in caplog.records)
+    with pytest.raises(StoreError, match=rf"'{case.halted.run_id}'.*cannot be read"):
+        await store.find(case.ids[0])
+    assert (await store.find(other_ids[0])).status == "pending"
+
+    # Two answers at once (one transaction on SQLite): the damaged run's is refused alone.
+    outcomes: dict[str, object] = {}
+
+    async def answer(request_id: str) -> None:
+        try:
+            outcomes[request_id] = await store.accept(Answer(request_id, True), NOW)
+        except StoreError as exc:
+            outcomes[request_id] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer, case.ids[0])
+        tg.start_soon(answer, other_ids[0])
+    refused = outcomes[case.ids[0]]
+    assert isinstance(refused, StoreError) and repr(case.halted.run_id) in str(refused)
+    assert not isinstance(outcomes[other_ids[0]], Exception)
+    assert (await store.find(other_ids[0])).status == "answered"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # refused, not undone
+    if store_kind == "sqlite":  # the refusal changed nothing
+        assert raw_sql(
+            tmp_path / "runs.db",
+            "SELECT status, answer FROM requests WHERE request_id = ?",
+            case.ids[0],
+        ) == [("pending", None)]
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+async def test_a_damaged_answer_is_left_out_of_deliveries(
+    store_kind, store, case, tmp_path, database, caplog
+):
+    other = await halt(case.toolkit)
+    other_ids = [r.request.id for r in other.suspended if r.request is not None]
+    for run, ids in ((case.halted, case.ids), (other, other_ids)):
+        await store.save(run)
+        assert await store.claim(run.run_id, "W", NOW + LEASE, NOW) is not None
+        await store.accept(Answer(ids[0], True), NOW)
+    await damage(
+        store_kind, damaged_where(store_kind, tmp_path, database), "answer", case.halted.run_id
+    )
+    with caplog.at_level(logging.WARNING, logger="toolnexus_async.durable"):
+        assert await store.deliveries("W") == [(other.run_id, Answer(other_ids[0], True))]
+    assert any(repr(case.halted.run_id) in r.getMessage() for r in caplog.records)
+    with pytest.raises(StoreError, match=rf"'{case.halted.run_id}'.*cannot be read"):
+        await store.find(case.ids[0])

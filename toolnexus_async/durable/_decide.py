@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +24,7 @@ from .._errors import (
 )
 from .._loop import HaltedTurn
 from .._results import RunResult, record_to_json
-from .._types import Request
+from ._queries import stored_request
 from ._schema import ENCODE, prompt_of, state_text
 from ._store import Accepted
 
@@ -115,9 +114,15 @@ def judge(answer_id: str, row: Sequence[Any] | None, now: float) -> tuple[Except
 
 
 def accepted(row: Sequence[Any]) -> Accepted:
-    """The :class:`Accepted` of an answer :func:`judge` let through, from the same row."""
+    """The :class:`Accepted` of an answer :func:`judge` let through, from the same row.
+
+    Raises:
+        StoreError: the request's row is damaged (its run cannot be read back either).
+            The stores call this before they write the answer, so that the refusal
+            changes nothing.
+    """
     body, run_id, call_id, _, _, owner, lease, _, _ = row
-    return Accepted(Request.from_dict(json.loads(body)), run_id, call_id, owner, lease)
+    return Accepted(stored_request(body, run_id, call_id), run_id, call_id, owner, lease)
 
 
 def _now_plus(seconds: float) -> float:

@@ -268,12 +268,13 @@ class Ops:
             )
         if refusal is not None:
             return refusal
+        taken = accepted(row)  # before the write: a damaged row is refused, changing nothing
         self.conn.execute(
             "UPDATE requests SET status = 'answered', answer = ?, delivered = ?"
             " WHERE request_id = ? AND status = 'pending'",
             (answer, int(delivered), answer_id),
         )
-        return accepted(row)
+        return taken
 
     def claim(self, run_id: str, owner: str, lease_until: float, now: float) -> StoredRun | None:
         changed = self.conn.execute(

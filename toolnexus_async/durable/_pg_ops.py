@@ -307,6 +307,7 @@ class PgOps:
         if refusal is not None:
             return refusal
         assert values is not None
+        taken = accepted(values)  # before the write: a damaged row is refused, changing nothing
         await conn.execute(
             f"UPDATE {self.s}.requests SET status = 'answered', answer = $2, delivered = $3"
             " WHERE request_id = $1 AND status = 'pending'",
@@ -314,7 +315,6 @@ class PgOps:
             answer,
             int(delivered),
         )
-        taken = accepted(values)
         return taken
 
     async def claim(

@@ -2,8 +2,8 @@
 
 Each read is one function over a connection inside a transaction its caller opened, and
 the schema ``s`` its tables are in; the rows become values through the same functions as
-SQLite's (``_queries.run_of``, ``request_of``, ``summary_of``), so the two stores answer
-alike.
+SQLite's (``_queries.run_of``, ``request_of``, ``summary_of``, and ``listed``, which
+leaves a damaged row out of a listing), so the two stores answer alike.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from typing import Any
 
 from .._errors import UnknownRequestError
 from .._types import Answer
-from ._queries import request_of, run_of, summary_of
-from ._schema import answer_of
+from ._queries import delivery_of, listed, request_of, run_of, summary_of
 from ._store import RunSummary, StoredRequest, StoredRun
 
 __all__ = ("deliveries", "find", "load", "outstanding", "ready", "runs")
@@ -47,7 +46,7 @@ async def deliveries(conn: Any, s: str, owner: str) -> list[tuple[str, Answer]]:
         " AND q.turn = r.turn ORDER BY q.seq",
         owner,
     )
-    return [(row[0], answer) for row in rows if (answer := answer_of(row[1]))]
+    return [(run_id, answer) for run_id, answer in listed(rows, delivery_of) if answer]
 
 
 async def outstanding(conn: Any, s: str, now: float) -> list[StoredRequest]:
@@ -62,7 +61,7 @@ async def outstanding(conn: Any, s: str, now: float) -> list[StoredRequest]:
         " ORDER BY q.seq",
         now,
     )
-    return [request_of(row[0], row[1], row[2], "pending") for row in rows]
+    return listed(rows, lambda row: request_of(row[0], row[1], row[2], "pending"))
 
 
 async def find(conn: Any, s: str, request_id: str) -> StoredRequest:

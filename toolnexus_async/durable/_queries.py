@@ -3,15 +3,18 @@
 Rules of this module: reads only (the writes are ``_ops``); each query is driven by a
 small index (``_schema``), so that what a host asks every second (what can go on, what to
 hand over) costs what it finds, not what the store holds. A row that cannot be read back
-raises :class:`StoreError` naming its run.
+raises :class:`StoreError` naming its run where that run is asked for (``find``, ``load``);
+a listing (``outstanding``, ``requests``, ``deliveries``) leaves the row out with a warning
+naming the run, so that one damaged run does not hide the others.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from .._errors import PayloadError, StoreError, UnknownRequestError
 from .._results import RunResult, record_from_json
@@ -21,7 +24,9 @@ from ._store import RunSummary, StoredRequest, StoredRun
 
 __all__ = (
     "deliveries",
+    "delivery_of",
     "find",
+    "listed",
     "load",
     "outstanding",
     "ready",
@@ -29,8 +34,14 @@ __all__ = (
     "requests",
     "run_of",
     "runs",
+    "stored_request",
     "summary_of",
 )
+
+log = logging.getLogger("toolnexus_async.durable")
+
+R = TypeVar("R")
+V = TypeVar("V")
 
 
 def _one(conn: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> Any:
@@ -74,7 +85,7 @@ def deliveries(conn: sqlite3.Connection, owner: str) -> list[tuple[str, Answer]]
         " AND q.turn = r.turn ORDER BY q.seq",
         (owner,),
     ).fetchall()
-    return [(run_id, answer) for run_id, text in rows if (answer := answer_of(text))]
+    return [(run_id, answer) for run_id, answer in listed(rows, delivery_of) if answer]
 
 
 def requests(conn: sqlite3.Connection, now: float) -> list[Request]:
@@ -91,7 +102,7 @@ def outstanding(conn: sqlite3.Connection, now: float) -> list[StoredRequest]:
         " ORDER BY q.seq",
         (now,),
     ).fetchall()
-    return [request_of(body, run_id, call_id, "pending") for body, run_id, call_id in rows]
+    return listed(rows, lambda row: request_of(row[0], row[1], row[2], "pending"))
 
 
 def find(conn: sqlite3.Connection, request_id: str) -> StoredRequest:
@@ -135,12 +146,54 @@ def runs(conn: sqlite3.Connection, limit: int) -> list[RunSummary]:
 # -- rows into values (shared with the PostgreSQL store, whose rows have the same columns) --
 
 
+def listed(rows: Sequence[R], read: Callable[[R], V]) -> list[V]:
+    """Each row read by ``read``, but for those that raise :class:`StoreError`: they are
+    left out, each with a warning, so that one damaged run does not hide the others."""
+    try:
+        return [read(row) for row in rows]
+    except StoreError:
+        # Read again row by row: damage is rare, and the listings hosts ask for every
+        # second (100,000 rows with as many runs parked) keep the comprehension's speed.
+        pass
+    values: list[V] = []
+    for row in rows:
+        try:
+            values.append(read(row))
+        except StoreError as exc:
+            log.warning("%s; left out of the listing", exc)
+    return values
+
+
+def stored_request(body: str, run_id: str, call_id: str) -> Request:
+    """The request kept for ``call_id`` of ``run_id``; :class:`StoreError` naming the run
+    if its JSON is damaged."""
+    try:
+        return Request.from_dict(json.loads(body))
+    except (ValueError, TypeError) as exc:  # PayloadError is both
+        raise StoreError(
+            f"stored run {run_id!r} cannot be read: the request of call {call_id!r}: {exc}"
+        ) from None
+
+
 def request_of(
     body: str, run_id: str, call_id: str, status: Any, answer: str | None = None
 ) -> StoredRequest:
-    return StoredRequest(
-        Request.from_dict(json.loads(body)), run_id, call_id, status, answer_of(answer)
-    )
+    request = stored_request(body, run_id, call_id)
+    return StoredRequest(request, run_id, call_id, status, _answer_of(answer, run_id, call_id))
+
+
+def delivery_of(row: Sequence[Any]) -> tuple[str, Answer | None]:
+    """The run and the answer to hand to it, from a ``requests`` row (run id, answer)."""
+    run_id, text = row
+    return run_id, _answer_of(text, run_id, None)
+
+
+def _answer_of(text: str | None, run_id: str, call_id: str | None) -> Answer | None:
+    try:
+        return answer_of(text)
+    except (ValueError, TypeError) as exc:  # PayloadError is both
+        of = "an answer" if call_id is None else f"the answer to call {call_id!r}"
+        raise StoreError(f"stored run {run_id!r} cannot be read: {of}: {exc}") from None
 
 
 def run_of(

@@ -205,6 +205,7 @@ class RunStore(Protocol):
             UnknownRequestError: no request has that id.
             AlreadyAnsweredError: it was answered before (by anyone).
             RequestExpiredError: its ``expires_at`` passed (it is marked expired).
+            StoreError: the request's stored row cannot be read back; nothing is taken.
         """
         ...
 
@@ -226,7 +227,8 @@ class RunStore(Protocol):
 
     async def deliveries(self, owner: str) -> list[tuple[str, Answer]]:
         """Answers accepted (by any worker) for runs ``owner`` holds and not handed over to
-        them yet: ``(run_id, answer)`` each, oldest first."""
+        them yet: ``(run_id, answer)`` each, oldest first. One that cannot be read back is
+        left out, with a warning naming its run."""
         ...
 
     async def delivered(self, request_ids: list[str]) -> None:
@@ -236,7 +238,8 @@ class RunStore(Protocol):
     # -- reading ---------------------------------------------------------------------------
 
     async def requests(self, now: float | None = None) -> list[Request]:
-        """The outstanding requests: pending, not expired, in the order they were made."""
+        """The outstanding requests: pending, not expired, in the order they were made. One
+        whose stored row cannot be read back is left out, with a warning naming its run."""
         ...
 
     async def outstanding(self, now: float | None = None) -> list[StoredRequest]:
@@ -248,6 +251,7 @@ class RunStore(Protocol):
 
         Raises:
             UnknownRequestError: no request has that id.
+            StoreError: its stored row cannot be read back.
         """
         ...
 
