@@ -158,3 +158,30 @@ async def test_a_burst_beyond_the_pool_queues_for_it_and_does_not_fail(pg_dsn: s
                 for n in range(300):
                     tg.start_soon(store.start, fresh_state(f"run_{n}"), "A", NOW + LEASE)
         assert len(await store.runs(limit=1000)) == 300
+
+
+async def test_aclose_lets_the_calls_made_before_it_finish(pg_dsn: str):
+    """Writes waiting for the one pooled connection when aclose() is called: each commits
+    (none is refused as the pool closes, nor loses its connection mid-transaction), and a
+    call after aclose() is refused."""
+    store = PostgresRunStore(pg_dsn, min_size=1, max_size=1)
+    await store.runs()  # the pool is open
+    failed: list[BaseException] = []
+
+    async def start(n: int) -> None:
+        try:
+            await store.start(fresh_state(f"run_{n}"), "A", NOW + LEASE)
+        except Exception as exc:
+            failed.append(exc)
+
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(start, n)
+            await anyio.wait_all_tasks_blocked()  # each write is under way
+            await store.aclose()
+    assert failed == []
+    with pytest.raises(UsageError, match="closed"):
+        await store.start(fresh_state("run_late"), "A", NOW + LEASE)
+    async with PostgresRunStore(pg_dsn) as again:
+        assert len(await again.runs()) == 5

@@ -138,6 +138,12 @@ class PostgresRunStore:
         self._pool: Any = None
         self._opening = anyio.Lock()
         self._closed = False
+        # The calls under way, which aclose() lets finish before it closes the pool: one
+        # waiting for a pooled connection would otherwise be refused ("pool is closing"),
+        # and one given a connection while the pool closes would lose it mid-transaction.
+        self._busy = 0
+        self._idle = anyio.Event()
+        self._idle.set()
         self._listeners: list[Callable[[StoreEvent], None]] = []
         self._listening: Any = None  # the LISTEN connection, once a listener came
         self._pruned = 0.0
@@ -155,9 +161,11 @@ class PostgresRunStore:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the listening connection and the pool; idempotent."""
+        """Close the listening connection and the pool; idempotent. The calls made before
+        end first (each is bounded by ``command_timeout`` once it has a connection)."""
         self._closed = True
         with anyio.CancelScope(shield=True):
+            await self._idle.wait()
             listening, self._listening = self._listening, None
             if listening is not None:
                 await self._quietly(listening.close())
@@ -236,19 +244,27 @@ class PostgresRunStore:
         whether its write committed (PostgreSQL keeps it whole or not at all), and no
         other caller's write depends on it, each being a transaction of its own.
         """
-        pool = await self._connected()
-        asyncpg = self._asyncpg
+        self._busy += 1
+        if self._busy == 1:
+            self._idle = anyio.Event()
         try:
-            async with pool.acquire() as conn:
-                with anyio.CancelScope(shield=True):
-                    async with conn.transaction():
-                        outcome = await op(conn, *args)
-                    if tell is not None and not isinstance(outcome, Exception):
-                        await self._notify(conn, tell(outcome))
-        except ToolnexusError:
-            raise
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-            raise self._error("failed", exc) from None
+            pool = await self._connected()  # counted: a pool opened meanwhile is closed too
+            asyncpg = self._asyncpg
+            try:
+                async with pool.acquire() as conn:
+                    with anyio.CancelScope(shield=True):
+                        async with conn.transaction():
+                            outcome = await op(conn, *args)
+                        if tell is not None and not isinstance(outcome, Exception):
+                            await self._notify(conn, tell(outcome))
+            except ToolnexusError:
+                raise
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+                raise self._error("failed", exc) from None
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle.set()
         if isinstance(outcome, Exception):
             raise outcome
         result: T = outcome
