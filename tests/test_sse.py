@@ -97,6 +97,17 @@ def test_cr_then_lf_in_the_next_chunk_is_one_line_ending():
     assert parser.feed(b"\ndata: b\r\n\r\n") == [SSEEvent(data="a\nb")]
 
 
+def test_a_cr_ended_line_before_the_cut_does_not_swallow_the_next_chunks_lf():
+    """Only a CR that ends the chunk can pair with an LF in the next one."""
+    raw = b"data: a\rdata: b\n\ndata: c\n\n"
+    expected = [SSEEvent(data="a\nb"), SSEEvent(data="c")]
+    assert parse([raw])[0] == expected
+    for i in range(len(raw) + 1):
+        for j in range(i, len(raw) + 1):
+            events, _ = parse([raw[:i], raw[i:j], raw[j:]])
+            assert events == expected, f"cuts at {i}, {j}"
+
+
 def test_an_event_ending_in_cr_is_dispatched_without_waiting_for_more_bytes():
     """With lone-CR endings, the event comes out as soon as its blank line ends."""
     parser = SSEParser()

@@ -123,8 +123,9 @@ class SSEParser:
             start = match.end()
         rest = buffer[start:]
         # A "\r" that ends the buffer ended its line already; only a "\n" right after it
-        # in the next chunk would be part of the same terminator.
-        self._skip_lf = start > 0 and buffer[start - 1] == "\r"
+        # in the next chunk would be part of the same terminator. A "\r" with text after it
+        # is a whole terminator: the next chunk's "\n" ends that text's line.
+        self._skip_lf = not rest and start > 0 and buffer[start - 1] == "\r"
         self._partial = [rest] if rest else []
         return events
 
