@@ -291,7 +291,7 @@ def test_openai_parallel_tool_calls_are_assembled_by_index():
 
 def test_openai_id_and_name_are_taken_from_the_first_fragment_only():
     """Servers that repeat id and name on later fragments change nothing and double nothing."""
-    later = {"index": 0, "id": "call_late", "function": {"name": "get_weather", "arguments": "}"}}
+    later = {"index": 0, "id": "call_a", "function": {"name": "get_weather", "arguments": "}"}}
     raw = openai_sse(
         oa_call(0, "{", "call_a", "get_weather"),
         oa_chunk({"tool_calls": [later]}),
@@ -300,6 +300,35 @@ def test_openai_id_and_name_are_taken_from_the_first_fragment_only():
     )
     _, reply = stream_reply(openai, raw)
     assert reply.message.tool_calls == (ToolCall("call_a", "get_weather", {}),)
+
+
+def test_openai_calls_sharing_an_index_but_not_an_id_are_separate_calls():
+    """Ollama streams every call of a parallel batch whole at index 0: each new id is a new
+    call, and the reply is the one the unstreamed codec gives for the same calls."""
+    calls = [
+        {"id": "call_a", "type": "function", "function": {"name": "weather", "arguments": "{}"}},
+        {"id": "call_b", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}},
+        {"id": "call_c", "type": "function", "function": {"name": "other", "arguments": "{}"}},
+    ]
+    raw = openai_sse(
+        oa_chunk({"role": "assistant", "tool_calls": [{"index": 0, **calls[0]}]}),
+        oa_chunk({"tool_calls": [{"index": 0, **calls[1]}]}),
+        # A later fragment of call_b, with its id repeated, is still call_b's.
+        oa_chunk({"tool_calls": [{"index": 0, "id": "call_b", "function": {"arguments": ""}}]}),
+        oa_chunk({"tool_calls": [{"index": 1, **calls[2]}]}),
+        oa_chunk({}, "tool_calls"),
+        "[DONE]",
+    )
+    _, reply = stream_reply(openai, raw)
+    unstreamed = OpenAICodec().decode(
+        {"choices": [{"message": {"tool_calls": calls}, "finish_reason": "tool_calls"}]}
+    )
+    assert reply.message.tool_calls == unstreamed.message.tool_calls
+    assert [(c.id, c.name, c.arguments) for c in reply.message.tool_calls] == [
+        ("call_a", "weather", {}),
+        ("call_b", "add", {"a": 2}),
+        ("call_c", "other", {}),
+    ]
 
 
 def test_openai_tool_calls_come_out_in_index_order_whatever_order_they_start():

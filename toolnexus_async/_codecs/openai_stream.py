@@ -55,6 +55,7 @@ class OpenAIStreamDecoder(_Decoder):
 
     Tool calls arrive as fragments keyed by ``index``: the first fragment of an index
     carries ``id`` and ``function.name``, every fragment may add to ``function.arguments``.
+    A fragment with another ``id`` at an index in use starts a new call there.
     With ``stream_options.include_usage`` a last chunk with empty ``choices`` carries the
     usage. The stream is complete once ``[DONE]`` or a ``finish_reason`` arrived.
     """
@@ -67,7 +68,10 @@ class OpenAIStreamDecoder(_Decoder):
         self._text: list[str] | None = None  # None until the model sends any content
         self._refusal: list[str] = []  # refusal deltas: a refusal replaces the answer
         self._reasoning: list[str] = []  # reasoning deltas, never part of the text
-        self._calls: dict[int, _OpenAICall] = {}
+        # Every call with its index, in the order they started; and the call each index
+        # is filling now.
+        self._calls: list[tuple[int, _OpenAICall]] = []
+        self._open: dict[int, _OpenAICall] = {}
         self._usage: dict[str, Any] | None = None
         self._model: str | None = None
         self._finish_reason: str | None = None
@@ -152,8 +156,13 @@ class OpenAIStreamDecoder(_Decoder):
         index = _int_index(fragment.get("index"))
         if index is None:
             raise self._bad(event, "a tool_calls fragment has no integer 'index'")
-        call = self._calls.setdefault(index, _OpenAICall())
+        call = self._open.get(index)
         call_id = fragment.get("id")
+        if call is None or (isinstance(call_id, str) and call_id and call.id not in ("", call_id)):
+            # Ollama (and some vLLM builds) send every call of a parallel batch whole at
+            # index 0: another id there is the next call, not more of the one before.
+            call = self._open[index] = _OpenAICall()
+            self._calls.append((index, call))
         if isinstance(call_id, str) and call_id and not call.id:
             call.id = call_id
         function = fragment.get("function")
@@ -169,15 +178,18 @@ class OpenAIStreamDecoder(_Decoder):
     def _reply(self) -> ModelReply:
         calls: list[ToolCall] = []
         seen: set[str] = set()
-        for index in sorted(self._calls):
-            call = self._calls[index]
+        # By index, and the calls of one index in the order they came (the sort is stable).
+        ordered = sorted(self._calls, key=lambda entry: entry[0])
+        for position, (index, call) in enumerate(ordered):
             where = f"openai stream: tool call at index {index}"
             if not call.name:
                 raise ProtocolError(f"{where} has no function name")
             raw = "".join(call.arguments)
-            # Gemini sends "id": "": derived from the reply, as the unstreamed codec does.
+            # Gemini sends "id": "": derived from the reply, as the unstreamed codec does,
+            # from the call's position in the reply's list (its index while the indices run
+            # 0, 1, 2, ... with one call each).
             call_id = call.id or generated_call_id(
-                self._reply_id, self._created, index, call.name, raw
+                self._reply_id, self._created, position, call.name, raw
             )
             if call_id in seen:
                 raise ProtocolError(f"{where} has a repeated id {call_id!r}")
