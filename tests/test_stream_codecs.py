@@ -359,6 +359,47 @@ def test_openai_invalid_arguments_are_kept_raw_like_unstreamed():
     )
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [{"city": "Oslo"}, ["Oslo"], 5, True],
+    ids=["object", "list", "number", "bool"],
+)
+def test_openai_arguments_sent_as_a_json_value_are_judged_like_unstreamed(arguments: Any):
+    """Some servers send the arguments as a JSON value, not its text: an object is taken,
+    anything else is invalid, exactly as in an unstreamed reply."""
+    call = {"id": "call_a", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    raw = openai_sse(
+        oa_chunk({"tool_calls": [{"index": 0, **call}]}),
+        # A null piece after it adds nothing.
+        oa_chunk({"tool_calls": [{"index": 0, "function": {"arguments": None}}]}),
+        oa_chunk({}, "tool_calls"),
+        "[DONE]",
+    )
+    _, reply = stream_reply(openai, raw)
+    unstreamed = OpenAICodec().decode({"choices": [{"message": {"tool_calls": [call]}}]})
+    assert reply.message.tool_calls == unstreamed.message.tool_calls
+    (decoded,) = reply.message.tool_calls
+    if isinstance(arguments, dict):
+        assert (decoded.arguments, decoded.invalid_arguments) == (arguments, None)
+    else:
+        assert (decoded.arguments, decoded.invalid_arguments) == ({}, json.dumps(arguments))
+
+
+def test_openai_arguments_mixing_text_and_a_value_are_invalid_not_joined():
+    """Text pieces and a value in one call make no one JSON value: invalid, never {}."""
+    raw = openai_sse(
+        oa_call(0, '{"city": ', "call_a", "get_weather"),
+        oa_chunk({"tool_calls": [{"index": 0, "function": {"arguments": 5}}]}),
+        oa_call(0, "}"),
+        oa_chunk({}, "tool_calls"),
+        "[DONE]",
+    )
+    _, reply = stream_reply(openai, raw)
+    assert reply.message.tool_calls == (
+        ToolCall("call_a", "get_weather", {}, json.dumps(['{"city": ', 5, "}"])),
+    )
+
+
 def test_openai_usage_maps_and_missing_total_is_computed():
     """The usage chunk maps to Usage; a missing total is prompt + completion."""
     usage = {"choices": None, "usage": {"prompt_tokens": 3, "completion_tokens": 4}}

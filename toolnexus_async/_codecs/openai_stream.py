@@ -31,7 +31,7 @@ __all__ = ("OpenAIStreamDecoder",)
 class _OpenAICall:
     id: str = ""
     name: str = ""
-    arguments: list[str] = attrs.field(factory=list)
+    arguments: list[object] = attrs.field(factory=list)
 
 
 def _openai_status(error: object) -> int:
@@ -48,6 +48,19 @@ def _openai_status(error: object) -> int:
         if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
             return code
     return 500
+
+
+def _raw_arguments(pieces: list[object]) -> object:
+    """A call's arguments as the unstreamed codec would be given them: the text of its
+    fragments joined, or the one value some servers send whole instead (an object is
+    accepted there; anything else is invalid arguments)."""
+    texts = [piece for piece in pieces if isinstance(piece, str)]
+    if len(texts) == len(pieces):
+        return "".join(texts)
+    sent = [piece for piece in pieces if piece != ""]
+    # Text and values mixed, or several values, are no one JSON value: the list of them is
+    # never an object, so it is reported as invalid, as it came.
+    return sent[0] if len(sent) == 1 else sent
 
 
 class OpenAIStreamDecoder(_Decoder):
@@ -172,7 +185,9 @@ class OpenAIStreamDecoder(_Decoder):
         if isinstance(name, str) and name and not call.name:
             call.name = name
         arguments = function.get("arguments")
-        if isinstance(arguments, str):
+        # null is a fragment without a piece of the arguments; any other value is kept, to
+        # be judged as the unstreamed codec judges it.
+        if arguments is not None:
             call.arguments.append(arguments)
 
     def _reply(self) -> ModelReply:
@@ -184,21 +199,22 @@ class OpenAIStreamDecoder(_Decoder):
             where = f"openai stream: tool call at index {index}"
             if not call.name:
                 raise ProtocolError(f"{where} has no function name")
-            raw = "".join(call.arguments)
+            raw = _raw_arguments(call.arguments)
+            raw_text = raw if type(raw) is str else ""
             # Gemini sends "id": "": derived from the reply, as the unstreamed codec does,
             # from the call's position in the reply's list (its index while the indices run
             # 0, 1, 2, ... with one call each).
             call_id = call.id or generated_call_id(
-                self._reply_id, self._created, position, call.name, raw
+                self._reply_id, self._created, position, call.name, raw_text
             )
             if call_id in seen:
                 raise ProtocolError(f"{where} has a repeated id {call_id!r}")
             seen.add(call_id)
             arguments, invalid = parse_arguments(raw)
             decoded = ToolCall(call_id, call.name, arguments, invalid)
-            if invalid is None and raw:
+            if invalid is None and raw_text:
                 # Sent back verbatim next turn, as the unstreamed codec does.
-                remember_wire_arguments(decoded, raw)
+                remember_wire_arguments(decoded, raw_text)
             calls.append(decoded)
         totals = Usage() if self._usage is None else openai_usage(self._usage)
         text = None if self._text is None else "".join(self._text)
