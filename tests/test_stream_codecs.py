@@ -683,6 +683,8 @@ def test_anthropic_message_delta_output_tokens_are_cumulative():
         ("not_found_error", 404),
         ("invalid_request_error", 400),
         ("request_too_large", 413),
+        ("billing_error", 402),
+        ("timeout_error", 504),
         ("brand_new_error", 500),
     ],
 )
@@ -702,6 +704,16 @@ def test_anthropic_error_event_raises_provider_error_with_mapped_status(
     assert caught.value.url == ANTHROPIC_URL
     with pytest.raises(ProtocolError):
         decoder.finish()
+
+
+@pytest.mark.parametrize("error_type", [["overloaded_error"], {"t": 1}, 529])
+def test_anthropic_error_event_with_a_type_that_is_no_string_is_a_protocol_error(
+    error_type: object,
+):
+    """An error type that is not a name (a list cannot even be looked up) is malformed."""
+    data = json.dumps({"type": "error", "error": {"type": error_type, "message": "x"}})
+    with pytest.raises(ProtocolError, match=r"error\.type must be a string"):
+        anthropic().feed(SSEEvent("error", data))
 
 
 @pytest.mark.parametrize(

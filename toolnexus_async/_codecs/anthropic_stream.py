@@ -27,10 +27,12 @@ ANTHROPIC_ERROR_STATUS: dict[str, int] = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "permission_error": 403,
+    "billing_error": 402,
     "not_found_error": 404,
     "request_too_large": 413,
     "rate_limit_error": 429,
     "api_error": 500,
+    "timeout_error": 504,
     "overloaded_error": 529,
 }
 
@@ -81,6 +83,11 @@ class AnthropicStreamDecoder(_Decoder):
         if kind == "error" or event.event == "error":
             error = payload.get("error")
             error_type = error.get("type") if isinstance(error, dict) else None
+            if error_type is not None and not isinstance(error_type, str):
+                # Not a name to look up (a list is not even hashable): the event is malformed.
+                raise self._bad(
+                    event, f"error.type must be a string, got {type(error_type).__name__}"
+                )
             status = ANTHROPIC_ERROR_STATUS.get(error_type, 500) if error_type else 500
             raise ProviderError(status, event.data, self._url)
         if kind == "ping":
