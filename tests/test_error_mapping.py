@@ -11,8 +11,10 @@ import socket
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from tests.conftest import FakeProvider, assert_no_leaks, openai_reply
+from tests.shared import loopback
 from toolnexus_async import (
     LlmClient,
     ProtocolError,
@@ -73,6 +75,49 @@ async def test_a_2xx_error_body_echoing_the_key_keeps_no_unscrubbed_error(fake_l
             await client.run("hi", Toolkit.create(builtins=False))
     assert_unlinked(caught.value)
     assert KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_a_redirect_is_not_followed_and_says_where_it_pointed(stream: bool):
+    """aiohttp would send x-api-key and the caller's headers on to another origin: a 3xx is
+    a ProviderError naming the Location, and nothing reaches where it points."""
+    elsewhere: list[dict[str, str]] = []
+
+    async def provider(request: web.Request) -> web.Response:
+        await request.read()
+        port = request.url.port
+        raise web.HTTPTemporaryRedirect(f"http://localhost:{port}/elsewhere/v1/messages")
+
+    async def other(request: web.Request) -> web.Response:
+        elsewhere.append(dict(request.headers))
+        return web.json_response({"error": "must not be reached"}, status=500)
+
+    app = web.Application()
+    app.router.add_post("/v1/messages", provider)
+    app.router.add_post("/elsewhere/v1/messages", other)
+    async with (
+        loopback(app) as url,
+        LlmClient(
+            url, "anthropic", "m", api_key=KEY, headers={"X-Org": KEY + "-org"}, retry=NO_RETRY
+        ) as client,
+    ):
+        toolkit = Toolkit.create(builtins=False)
+        with pytest.raises(ProviderError) as caught:
+            if stream:
+                async with client.stream("hi", toolkit) as events:
+                    async for _ in events:
+                        pass
+            else:
+                await client.run("hi", toolkit)
+    port = url.rpartition(":")[2]
+    assert elsewhere == []
+    assert caught.value.status == 307
+    assert caught.value.hint is not None
+    assert f"redirected the request to http://localhost:{port}/elsewhere/v1/messages" in str(
+        caught.value
+    )
+    assert KEY not in str(caught.value)
+    assert_unlinked(caught.value)
 
 
 async def test_a_model_error_mid_run_carries_the_run_to_continue_from(provider: FakeProvider):

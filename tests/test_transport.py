@@ -130,6 +130,26 @@ async def test_a_provider_error_is_mapped_and_retried_whatever_the_transport():
     assert len(always.requests) == 1  # a 400 is not retried
 
 
+async def test_a_redirect_is_a_provider_error_whose_hint_says_where_it_pointed():
+    """A relative Location is resolved against the endpoint and shown without the
+    credentials of base_url; a 3xx is not retried."""
+    moved = MockTransport(lambda r: json_response({}, 308, {"location": "/v2/chat?x=1"}))
+    async with (
+        Toolkit.create(builtins=False) as toolkit,
+        LlmClient(
+            "https://bob:hunter2@llm.example.com/v1", model="m", api_key=KEY, transport=moved
+        ) as client,
+    ):
+        with pytest.raises(ProviderError) as caught:
+            await client.run("hi", toolkit)
+    assert caught.value.status == 308 and len(moved.requests) == 1
+    assert caught.value.hint is not None
+    assert caught.value.hint.startswith(
+        "the provider redirected the request to https://[redacted]@llm.example.com/v2/chat?x=1;"
+    )
+    assert "hunter2" not in str(caught.value)
+
+
 async def test_a_body_that_is_not_json_and_one_too_large_are_protocol_errors():
     not_json = MockTransport(lambda r: HttpResponse(200, {}, b"<html>oops</html>"))
     with pytest.raises(ProtocolError, match="not JSON"):

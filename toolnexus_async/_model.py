@@ -12,7 +12,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from ._codecs import Codec, SSEParser, TextDelta
 from ._codecs._tools import shared_json
@@ -279,7 +279,27 @@ class HttpModel:
         body = self._scrub((response.content or b"").decode("utf-8", "replace"))
         headers = self._scrub.headers(response.headers)
         hint = self._hints.get(response.status)
+        if hint is None and 300 <= response.status < 400:
+            hint = self._redirect_hint(headers)
         return ProviderError(response.status, body, self._shown, headers=headers, hint=hint)
+
+    def _redirect_hint(self, headers: Mapping[str, str]) -> str:
+        """Why a redirect was not followed, and where it pointed (from scrubbed headers)."""
+        location = next((v for k, v in headers.items() if k.lower() == "location"), None)
+        where = ""
+        if location:
+            # A relative Location is resolved as a client would; the URL is shown without
+            # credentials, its own or the ones it took from base_url.
+            try:
+                target = urljoin(self._url, location)
+            except ValueError:  # not a URL urllib can read ("http://[oops"): shown as sent
+                target = location
+            where = f" to {self._scrub(redact_url(target))}"
+        return (
+            f"the provider redirected the request{where}; model requests do not follow"
+            " redirects, since the API key and headers would go along: if the new address"
+            " is the provider's, use it in base_url"
+        )
 
     def _too_large(self) -> ReplyTooLargeError:
         return ReplyTooLargeError(

@@ -15,6 +15,9 @@ Rules of this module:
 - The request timeout is aiohttp's own (a prebuilt ``ClientTimeout``, per request), so
   applying it costs nothing per request; a session we create carries it already.
 - A session we create is ours to close; a session the caller lends us is not.
+- Redirects are not followed: a request carries the key (``x-api-key``, the caller's
+  ``headers=``), and on a hop to another origin aiohttp drops only ``Authorization`` and
+  cookies. A 3xx reply comes back as it is, like any other non-2xx reply.
 - The pool of a session we create is bounded: at most ``max_connections`` requests are
   in flight at once, each holding one connection, and the connector is capped alike; the
   ones beyond wait in a FIFO queue for a slot (our own, so that we know a request
@@ -246,6 +249,7 @@ class AiohttpTransport:
             data=request.content,
             headers=request.headers,
             timeout=timeout,
+            allow_redirects=False,
         )
 
     async def _acquire(self, slots: _Slots, request: HttpRequest) -> aiohttp.ClientTimeout | str:
