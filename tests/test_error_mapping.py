@@ -78,6 +78,38 @@ async def test_a_2xx_error_body_echoing_the_key_keeps_no_unscrubbed_error(fake_l
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+@pytest.mark.parametrize(
+    ("style", "options", "named"),
+    [
+        ("openai", {"api_key": KEY + "\n"}, "'Authorization'"),
+        ("anthropic", {"api_key": KEY + "\n"}, "'x-api-key'"),
+        ("openai", {"api_key": KEY, "headers": {"X-Org": "org\r\nX-Evil: 1"}}, "'X-Org'"),
+    ],
+    ids=["bearer", "x-api-key", "headers="],
+)
+async def test_a_header_aiohttp_refuses_is_a_usage_error_naming_it_not_its_value(
+    fake_llm: Any, stream: bool, style: str, options: dict[str, Any], named: str
+):
+    """A key read from a file with its newline: UsageError (the caller's configuration, not
+    retried), the header's name in the message, its value nowhere, nothing sent."""
+    async with LlmClient(fake_llm.url, style, "m", retry=NO_RETRY, **options) as client:
+        toolkit = Toolkit.create(builtins=False)
+        with pytest.raises(UsageError) as caught:
+            if stream:
+                async with client.stream("hi", toolkit) as events:
+                    async for _ in events:
+                        pass
+            else:
+                await client.run("hi", toolkit)
+    message = str(caught.value)
+    assert f"header {named} holds a control character" in message
+    assert KEY not in message and "org" not in message
+    assert_unlinked(caught.value)
+    assert fake_llm.requests == []
+    assert_no_leaks()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
 async def test_a_redirect_is_not_followed_and_says_where_it_pointed(stream: bool):
     """aiohttp would send x-api-key and the caller's headers on to another origin: a 3xx is
     a ProviderError naming the Location, and nothing reaches where it points."""
