@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -147,3 +148,47 @@ def test_the_text_of_a_dropped_rendering_is_never_given_for_a_new_one() -> None:
         rendered = render_openai(Toolkit.create(builtins=False, extra_tools=tools)._specs())
         text = shared_json(rendered)
         assert text is not None and json.loads(text) == rendered
+
+
+@define_tool
+async def listing() -> str:
+    """A directory listing with a name that is not UTF-8 on disk."""
+    return "café.txt, " + os.fsdecode(b"caf\xe9.txt")  # PEP 383: a lone surrogate
+
+
+async def test_a_lone_surrogate_in_a_tool_result_is_sent_escaped() -> None:
+    """A file name that is not UTF-8 reaches Python as a lone surrogate; the request
+    carries it as a JSON escape (what ensure_ascii would write) instead of failing to
+    encode the body."""
+    replies = iter(
+        [
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [
+                                {
+                                    "id": "c1",
+                                    "type": "function",
+                                    "function": {"name": "listing", "arguments": "{}"},
+                                }
+                            ],
+                        },
+                        "finish_reason": "tool_calls",
+                    }
+                ]
+            },
+            REPLIES["openai"],
+        ]
+    )
+    transport = MockTransport(lambda request: json_response(next(replies)))
+    toolkit = Toolkit.create(builtins=False, extra_tools=[listing])
+    async with _client("openai", transport) as client:
+        result = await client.run("list", toolkit)
+    assert result.status == "done"
+    sent = transport.requests[-1].content
+    assert isinstance(sent, bytes) and b"\\udce9" in sent and "café".encode() in sent
+    (tool_message,) = [m for m in json.loads(sent)["messages"] if m["role"] == "tool"]
+    assert tool_message["content"] == "café.txt, " + os.fsdecode(b"caf\xe9.txt")

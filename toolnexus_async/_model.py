@@ -39,10 +39,14 @@ def _body_bytes(body: dict[str, Any]) -> bytes:
     """
     tools = shared_json(body.get("tools"))
     if tools is None:
-        return compact(body).encode()
-    del body["tools"]
-    rest = compact(body)
-    return (rest[:-1] + ("," if rest != "{}" else "") + '"tools":' + tools + "}").encode()
+        text = compact(body)
+    else:
+        del body["tools"]
+        rest = compact(body)
+        text = rest[:-1] + ("," if rest != "{}" else "") + '"tools":' + tools + "}"
+    # A lone surrogate (a file name that is not UTF-8, decoded by os.fsdecode) is written as
+    # the JSON escape ensure_ascii would give it; every other character as UTF-8.
+    return text.encode("utf-8", "backslashreplace")
 
 
 Generate = Callable[
