@@ -38,6 +38,17 @@ def closed_port() -> int:
     return port
 
 
+async def run_or_stream(client: LlmClient, stream: bool) -> None:
+    """One run of "hi" with no tools, through ``client.stream`` or ``client.run``."""
+    toolkit = Toolkit.create(builtins=False)
+    if stream:
+        async with client.stream("hi", toolkit) as events:
+            async for _ in events:
+                pass
+    else:
+        await client.run("hi", toolkit)
+
+
 def assert_unlinked(error: BaseException) -> None:
     """No cause and no context: nothing but our own message travels with the error."""
     assert error.__cause__ is None
@@ -93,14 +104,8 @@ async def test_a_header_aiohttp_refuses_is_a_usage_error_naming_it_not_its_value
     """A key read from a file with its newline: UsageError (the caller's configuration, not
     retried), the header's name in the message, its value nowhere, nothing sent."""
     async with LlmClient(fake_llm.url, style, "m", retry=NO_RETRY, **options) as client:
-        toolkit = Toolkit.create(builtins=False)
         with pytest.raises(UsageError) as caught:
-            if stream:
-                async with client.stream("hi", toolkit) as events:
-                    async for _ in events:
-                        pass
-            else:
-                await client.run("hi", toolkit)
+            await run_or_stream(client, stream)
     message = str(caught.value)
     assert f"header {named} holds a control character" in message
     assert KEY not in message and "org" not in message
@@ -133,14 +138,8 @@ async def test_a_redirect_is_not_followed_and_says_where_it_pointed(stream: bool
             url, "anthropic", "m", api_key=KEY, headers={"X-Org": KEY + "-org"}, retry=NO_RETRY
         ) as client,
     ):
-        toolkit = Toolkit.create(builtins=False)
         with pytest.raises(ProviderError) as caught:
-            if stream:
-                async with client.stream("hi", toolkit) as events:
-                    async for _ in events:
-                        pass
-            else:
-                await client.run("hi", toolkit)
+            await run_or_stream(client, stream)
     port = url.rpartition(":")[2]
     assert elsewhere == []
     assert caught.value.status == 307

@@ -14,15 +14,18 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 
 from tests.conftest import assert_no_leaks
 from tests.test_host import LIMIT, Pay, host_for, model, until
 from toolnexus_async import (
     AlreadyAnsweredError,
     Answer,
+    DurableHost,
     Inbox,
     LeaseLostError,
     LlmClient,
+    Request,
     RunResult,
 )
 from toolnexus_async.durable import Accepted, SqliteRunStore
@@ -44,6 +47,21 @@ class LateAck(SqliteRunStore):
         return taken
 
 
+async def start_parked(
+    tg: TaskGroup, host: DurableHost, inbox: Inbox, into: list[RunResult]
+) -> Request:
+    """Start ``host.run("pay")`` in ``tg`` (its result goes to ``into``); the request it
+    parks on."""
+
+    async def run() -> None:
+        into.append(await host.run("pay"))
+
+    tg.start_soon(run)
+    await until(lambda: len(inbox) == 1)
+    (request,) = inbox.pending()
+    return request
+
+
 async def test_an_answer_committed_while_its_run_halts_resumes_the_run(tmp_path: Path):
     """The park timeout fires between the answer's commit and its hand-over: the run halts
     without it, and the sweep resumes it with the committed answer."""
@@ -58,13 +76,7 @@ async def test_an_answer_committed_while_its_run_halts_resumes_the_run(tmp_path:
             host_for(client, pay, store, on_result=results.append) as host,
             anyio.create_task_group() as tg,
         ):
-
-            async def run() -> None:
-                halted.append(await host.run("pay"))
-
-            tg.start_soon(run)
-            await until(lambda: len(inbox) == 1)
-            (request,) = inbox.pending()
+            request = await start_parked(tg, host, inbox, halted)
             tg.start_soon(host.answer, Answer(request.id, True))
             await store.committed.wait()
             await until(lambda: bool(halted))  # halted on the park timeout, unanswered
@@ -93,13 +105,7 @@ async def test_an_answer_whose_caller_is_cancelled_after_the_commit_still_wakes_
             host_for(client, pay, store) as host,
             anyio.create_task_group() as tg,
         ):
-
-            async def run() -> None:
-                done.append(await host.run("pay"))
-
-            tg.start_soon(run)
-            await until(lambda: len(inbox) == 1)
-            (request,) = inbox.pending()
+            request = await start_parked(tg, host, inbox, done)
             cancelled: list[bool] = []
 
             async def answer() -> None:
