@@ -232,6 +232,48 @@ def test_serve_refuses_bad_lock_flags(capsys, monkeypatch, tmp_path, argv, messa
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--lease", "0"], "lease must be > 0 seconds, got 0.0"),
+        (["--lease", "-5"], "lease must be > 0 seconds, got -5.0"),
+        (["--lease", "nan"], "lease must be > 0 seconds, got nan"),
+        (["--park-timeout", "0"], "park_timeout must be > 0 seconds, got 0.0"),
+        (["--port", "70000"], "--port must be 0 to 65535, got 70000"),
+        (["--port", "-1"], "--port must be 0 to 65535, got -1"),
+    ],
+)
+def test_serve_refuses_bad_numbers_in_one_line(capsys, monkeypatch, tmp_path, argv, message):
+    """A number out of range is one line and exit 2, before anything listens."""
+    import toolnexus_async.serve as serve
+
+    def must_not_serve(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("served")
+
+    monkeypatch.setattr(serve, "run_server", must_not_serve)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    assert main(["serve", "--store", str(tmp_path / "runs.sqlite"), *argv]) == 2
+    assert capsys.readouterr().err == f"toolnexus-async serve: {message}\n"
+
+
+def test_serve_prints_its_endpoint_without_the_credentials_in_it(capsys, monkeypatch, tmp_path):
+    """A base URL may hold a proxy's user and key: the startup line leaves them out."""
+    import toolnexus_async.serve as serve
+
+    async def fake_run_server(app: Any, **kwargs: Any) -> None:
+        pass
+
+    monkeypatch.setattr(serve, "run_server", fake_run_server)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    secret = "sk-live-SECRET-0123456789"
+    base_url = f"https://proxyuser:{secret}@127.0.0.1:9/v1"
+    argv = ["serve", "--store", str(tmp_path / "runs.sqlite"), "--base-url", base_url]
+    assert main([*argv, "--model", "m"]) == 0
+    out, err = capsys.readouterr()
+    assert secret not in out + err and "proxyuser" not in out + err
+    assert "openai model m at https://" in out and "127.0.0.1:9/v1" in out
+
+
 class Served:
     """``toolnexus-async serve`` in a child process: its output so far, and its URL."""
 

@@ -26,6 +26,7 @@ from ._client import LlmClient
 from ._demo import DEMO_PROMPT, demo_model, demo_tools
 from ._errors import UsageError
 from ._messages import AssistantMessage, Message
+from ._secrets import redact_url
 from ._toolkit import Toolkit
 from ._types import Answer, Request, Tool, ToolContext, ToolResult, request_in
 
@@ -201,6 +202,9 @@ def run_serve(args: argparse.Namespace) -> int:
         def make_client(inbox: ServeInbox) -> LlmClient:
             return LlmClient(base_url, style=style, model=model, wait_for=inbox)
 
+    if not 0 <= args.port <= 65535:
+        print(f"toolnexus-async serve: --port must be 0 to 65535, got {args.port}", file=sys.stderr)
+        return 2
     if args.insecure_no_auth and args.token:
         print("--token and --insecure-no-auth do not go together", file=sys.stderr)
         return 2
@@ -226,7 +230,8 @@ def run_serve(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
         return 2
-    which = f"{style} model {model} at {base_url}" if base_url else "the demo model"
+    # A base URL may carry credentials (https://user:key@proxy/v1): shown without them.
+    which = f"{style} model {model} at {redact_url(base_url)}" if base_url else "the demo model"
     kept = getattr(store, "where", where)  # a DSN's password is never printed
     print(f"toolnexus-async serve: {which}; every run kept in {kept}", flush=True)
 

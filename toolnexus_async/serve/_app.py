@@ -133,8 +133,10 @@ def create_app(
             so it is off unless asked; ``toolnexus-async serve``, which owns its process,
             asks (``--no-freeze-gc`` does not).
     """
-    if park_timeout <= 0:
+    if not park_timeout > 0:  # NaN too
         raise UsageError(f"park_timeout must be > 0 seconds, got {park_timeout}")
+    if not lease > 0:
+        raise UsageError(f"lease must be > 0 seconds, got {lease}")
     if max_body < 1:
         raise UsageError(f"max_body must be at least 1 byte, got {max_body}")
     guard = Guard.create(token, insecure_no_auth=insecure_no_auth, allowed_hosts=allowed_hosts)
