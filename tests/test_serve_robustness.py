@@ -121,6 +121,41 @@ async def test_nan_and_infinity_are_not_json():
                 assert status == 422 and "is not JSON" in error["error"]
 
 
+async def test_a_number_too_large_for_a_double_is_not_json():
+    """1e999 would be Infinity once parsed: refused like the word, and nothing is taken."""
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http, events(http) as stream:
+            for number in (b"1e999", b"-1e999", b"1.5e400"):
+                body = b'{"prompt": "a", "x": ' + number + b"}"
+                status, error = await raw_post(http, "/runs", body)
+                assert status == 422 and "too large for a double" in error["error"], number
+            status, run = await raw_post(http, "/runs", b'{"prompt": "dinner"}')
+            assert status == 202
+            request = (await stream.until("pending", run_id=run["id"]))["request"]
+            path = f"/requests/{request['id']}/answer"
+            status, error = await raw_post(http, path, b'{"ok": true, "data": {"n": [1e999]}}')
+            assert status == 422 and "too large for a double" in error["error"]
+            async with http.get("/requests") as reply:  # still waiting for a real answer
+                assert [r["id"] for r in (await reply.json())["requests"]] == [request["id"]]
+
+
+async def test_nul_is_not_text_in_a_body_or_a_request_id():
+    """U+0000 is valid JSON but no store keeps it as text (PostgreSQL refuses it): 422 in a
+    body, before a run exists; 404 in a request id, before the store is asked."""
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app()) as http:
+            for body in (rb'{"prompt": "Dinner\u0000 for two"}', rb'{"prompt": "ok", "\u0000": 1}'):
+                status, error = await raw_post(http, "/runs", body)
+                assert status == 422 and "U+0000" in error["error"], body
+            async with http.get("/runs") as reply:
+                assert await reply.json() == {"runs": []}
+            for request_id in ("req_%00x", "req_%ED%A0%80"):
+                status, error = await raw_post(
+                    http, f"/requests/{request_id}/answer", b'{"ok": true}'
+                )
+                assert status == 404 and "'req_" in error["error"], request_id
+
+
 async def test_a_run_that_reports_unencodable_text_still_ends():
     """A model's text with a lone surrogate reaches the stream as a JSON escape; the run
     ends ``done`` instead of failing (or hanging) on its own report."""

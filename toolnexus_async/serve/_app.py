@@ -42,7 +42,7 @@ from .._toolkit import Toolkit
 from .._types import Answer
 from ..durable import DurableHost, RunStore
 from ..suspend import GcFreezer
-from ._bodies import MAX_BODY, ApiError, json_errors, only, read_json_object
+from ._bodies import MAX_BODY, ApiError, is_text, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
 from ._guard import GUARD, Guard, add_security_headers, guard_requests
 from ._runs import RunBook, ServeInbox, drive, load_stored, run_steps
@@ -284,6 +284,9 @@ async def post_answer(request: web.Request) -> web.Response:
     """``POST /requests/{id}/answer {"ok": bool, "data"?, "reason"?}``: wake its run."""
     serve = request.app[SERVE]
     request_id = request.match_info["id"]
+    if not is_text(request_id):
+        # No request has such an id, and a store need not be asked (PostgreSQL refuses NUL).
+        raise ApiError(404, f"no request {request_id!r}")
     body = await read_json_object(request)
     only(body, ("id", "ok", "data", "reason"))
     if body.get("id", request_id) != request_id:

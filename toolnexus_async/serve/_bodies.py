@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = (
     "MAX_BODY",
     "MAX_DEPTH",
     "ApiError",
+    "is_text",
     "json_errors",
     "only",
     "read_json_object",
@@ -53,7 +55,9 @@ _TOO_LARGE = "the request body is larger than {} bytes"
 # A JSON string (the classic unrolled loop: linear even when the closing quote is
 # missing), or a bracket that opens or closes a level.
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# What JSON can spell but a store cannot keep as text: a lone surrogate (not a character),
+# and U+0000 (PostgreSQL's text refuses it).
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 class ApiError(Exception):
@@ -144,9 +148,14 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raise ApiError(422, f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise ApiError(422, f"the body must be a JSON object, got {type(body).__name__}")
-    if _holds_lone_surrogate(body):
-        raise ApiError(422, "the body holds a lone surrogate (\\ud800-\\udfff), which is not text")
+    if (found := _not_text(body)) is not None:
+        raise ApiError(422, f"the body holds {found}, which is not text")
     return body
+
+
+def is_text(value: str) -> bool:
+    """Whether ``value`` (an id from a path, say) holds neither U+0000 nor a lone surrogate."""
+    return _NOT_TEXT.search(value) is None
 
 
 def only(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -159,8 +168,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: as far from JSON as the word Infinity
+        raise ValueError(f"the number {text} is too large for a double, so it is not JSON")
+    return value
+
+
 # One decoder for every body: json.loads with an argument builds a new one per call.
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 def _too_deep(text: str, limit: int) -> bool:
@@ -179,17 +195,20 @@ def _too_deep(text: str, limit: int) -> bool:
     return False
 
 
-def _holds_lone_surrogate(value: Any) -> bool:
+def _not_text(value: Any) -> str | None:
+    """What, in any string of ``value``, is not text; None if nothing."""
     # The parser joins escaped pairs into one character, so any surrogate left is alone.
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if _SURROGATE.search(item):
-                return True
+            if (match := _NOT_TEXT.search(item)) is not None:
+                if match.group() == "\x00":
+                    return "U+0000 (NUL, \\u0000)"
+                return "a lone surrogate (\\ud800-\\udfff)"
         elif isinstance(item, dict):
             stack.extend(item)
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-    return False
+    return None
