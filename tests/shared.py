@@ -14,6 +14,7 @@ import anyio
 from aiohttp import web
 
 from toolnexus_async import (
+    LlmClient,
     Message,
     Request,
     ToolContext,
@@ -139,3 +140,16 @@ def raw_sql(path: Path, sql: str, *params: Any) -> list[Any]:
     """Run one statement straight on a SQLite file, as a foreign writer would."""
     with closing(sqlite3.connect(path)) as db, db:
         return db.execute(sql, params).fetchall()
+
+
+async def run_or_stream(
+    client: LlmClient, stream: bool, prompt: str = "hi", toolkit: Toolkit | None = None
+) -> None:
+    """One run of ``prompt``, through ``client.stream`` (read to the end) or ``client.run``."""
+    tools = toolkit if toolkit is not None else Toolkit.create(builtins=False)
+    if stream:
+        async with client.stream(prompt, tools) as events:
+            async for _ in events:
+                pass
+    else:
+        await client.run(prompt, tools)

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import FakeProvider, assert_no_leaks, openai_reply
-from tests.shared import loopback
+from tests.shared import loopback, run_or_stream
 from toolnexus_async import (
     LlmClient,
     ProtocolError,
@@ -36,17 +36,6 @@ def closed_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
-
-
-async def run_or_stream(client: LlmClient, stream: bool) -> None:
-    """One run of "hi" with no tools, through ``client.stream`` or ``client.run``."""
-    toolkit = Toolkit.create(builtins=False)
-    if stream:
-        async with client.stream("hi", toolkit) as events:
-            async for _ in events:
-                pass
-    else:
-        await client.run("hi", toolkit)
 
 
 def assert_unlinked(error: BaseException) -> None:

@@ -23,6 +23,7 @@ from toolnexus_async import (
 
 from .conftest import FakeProvider
 from .replay import load, replay, schema
+from .shared import run_or_stream
 
 GEMINI_WITHOUT_ID = "pydantic-ai/test_openai/test_compatible_api_with_tool_calls_without_id.yaml"
 HF_MAX_TOKENS = "pydantic-ai/test_huggingface/test_max_completion_tokens.yaml"
@@ -78,12 +79,7 @@ async def groq_failure(provider: FakeProvider, recording: str, *, stream: bool) 
         Toolkit.create(builtins=False, extra_tools=[get_something_by_name]) as toolkit,
     ):
         with pytest.raises(ProviderError) as caught:
-            if stream:
-                async with client.stream("Look up something", toolkit) as events:
-                    async for _ in events:
-                        pass
-            else:
-                await client.run("Look up something", toolkit)
+            await run_or_stream(client, stream, "Look up something", toolkit)
     assert len(provider.requests) == 1, "a 400 is not retried"
     return caught.value
 
