@@ -66,3 +66,27 @@ async def test_a_run_on_one_server_is_seen_and_answered_on_the_other(pg_dsn: str
                 assert answered == Counter(asked)
             assert [d["request"]["id"] for n, d in on_b.seen if n == "pending"][:3] == asked
     assert_no_leaks()
+
+
+async def test_nul_is_refused_before_postgresql_sees_it(pg_dsn: str):
+    """PostgreSQL's text cannot hold U+0000: a prompt or an answer holding it is a 422 and
+    an id holding it a 404, never a 500 carrying the database's error."""
+    with anyio.fail_after(LIMIT):
+        async with (
+            PostgresRunStore(pg_dsn) as store,
+            TestClient(GuardedTestServer(demo_app(store)), headers=AUTH) as http,
+            events(http) as stream,
+        ):
+            status, error = await post(http, "/runs", {"prompt": "Dinner\u0000 for two"})
+            assert status == 422 and "U+0000" in error["error"]
+            status, error = await post(http, "/requests/req_%00x/answer", {"ok": True})
+            assert (status, error) == (404, {"error": "no run waits for request 'req_\\x00x'"})
+            status, started = await post(http, "/runs", {"prompt": "Dinner for two"})
+            assert status == 202
+            request = (await stream.until("pending", run_id=started["id"]))["request"]
+            path = f"/requests/{request['id']}/answer"
+            status, error = await post(http, path, {"ok": True, "data": {"x": "a\u0000b"}})
+            assert status == 422 and "U+0000" in error["error"]
+            async with http.get("/requests") as listed:  # still waiting for a real answer
+                assert [r["id"] for r in (await listed.json())["requests"]] == [request["id"]]
+    assert_no_leaks()

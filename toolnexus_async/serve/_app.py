@@ -285,8 +285,9 @@ async def post_answer(request: web.Request) -> web.Response:
     serve = request.app[SERVE]
     request_id = request.match_info["id"]
     if not is_text(request_id):
-        # No request has such an id, and a store need not be asked (PostgreSQL refuses NUL).
-        raise ApiError(404, f"no request {request_id!r}")
+        # No request has such an id, and a store need not be asked (PostgreSQL refuses NUL);
+        # worded as the store's own 404, so a client sees one message for an unknown id.
+        raise ApiError(404, f"no run waits for request {request_id!r}")
     body = await read_json_object(request)
     only(body, ("id", "ok", "data", "reason"))
     if body.get("id", request_id) != request_id:
