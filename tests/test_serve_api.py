@@ -756,6 +756,9 @@ async def test_the_client_must_park_in_the_apps_inbox():
         demo_app(park_timeout=0)
     with pytest.raises(UsageError):
         demo_app(max_body=0)
+    for lease in (0, -5, float("nan")):  # checked here, not later inside the running host
+        with pytest.raises(UsageError, match="lease must be > 0"):
+            demo_app(lease=lease)
 
 
 class BreakableStore(WatchedStore):
