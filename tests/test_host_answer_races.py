@@ -17,6 +17,7 @@ import pytest
 from anyio.abc import TaskGroup
 
 from tests.conftest import assert_no_leaks
+from tests.shared import raw_sql
 from tests.test_host import LIMIT, Pay, host_for, model, until
 from toolnexus_async import (
     AlreadyAnsweredError,
@@ -25,10 +26,13 @@ from toolnexus_async import (
     Inbox,
     LeaseLostError,
     LlmClient,
+    Message,
     Request,
     RunResult,
+    ToolReturn,
 )
 from toolnexus_async.durable import Accepted, SqliteRunStore
+from toolnexus_async.testing import reply, tool_call
 
 
 class LateAck(SqliteRunStore):
@@ -175,4 +179,46 @@ async def test_an_answer_given_to_a_stale_host_reaches_the_host_that_holds_the_r
             host_a.shutdown()
     assert finished[0].status == "done" and len(pay_b.paid) == 1
     assert len(stale) == 1 and isinstance(stale[0], LeaseLostError)
+    assert_no_leaks()
+
+
+def both(messages: list[Message], tools: list[Any]) -> Any:
+    """Calls pay twice in one turn, then reports."""
+    returns = [m.output for m in messages if isinstance(m, ToolReturn)]
+    if returns:
+        return "results: " + ", ".join(returns)
+    return reply(tool_call("pay", id="c1"), tool_call("pay", id="c2"))
+
+
+async def test_an_answer_handed_over_here_is_marked_delivered_at_the_next_look(tmp_path: Path):
+    """The store keeps an answer undelivered until the run has it; once it has, the host
+    marks it (in one write, at its next look), even while the run waits on another call of
+    the same turn: a halt there must not resume the run for an answer it used already."""
+    path = tmp_path / "runs.db"
+    pay = Pay()
+    inbox = Inbox()
+    done: list[RunResult] = []
+    with anyio.fail_after(LIMIT):
+        async with (
+            SqliteRunStore(path) as store,
+            LlmClient.in_process(both, wait_for=inbox) as client,
+            host_for(client, pay, store) as host,
+            anyio.create_task_group() as tg,
+        ):
+
+            async def run() -> None:
+                done.append(await host.run("pay twice"))
+
+            tg.start_soon(run)
+            await until(lambda: len(inbox) == 2)
+            first, second = inbox.pending()
+            await host.answer(Answer(first.id, True))
+            await until(lambda: len(pay.paid) == 1)
+            delivered = "SELECT delivered FROM requests WHERE request_id = ?"
+            await until(lambda: raw_sql(path, delivered, first.id) == [(1,)])
+            assert raw_sql(path, delivered, second.id) == [(None,)]  # still pending
+            assert inbox.pending() == [second]
+            await host.answer(Answer(second.id, True))
+            await until(lambda: bool(done))
+    assert done[0].text == "results: paid, paid" and len(pay.paid) == 2
     assert_no_leaks()
