@@ -16,6 +16,8 @@ from aiohttp import web
 from tests.conftest import FakeProvider, assert_no_leaks, openai_reply
 from tests.shared import loopback, run_or_stream
 from toolnexus_async import (
+    AiohttpTransport,
+    HttpRequest,
     LlmClient,
     ProtocolError,
     ProviderError,
@@ -77,7 +79,6 @@ async def test_a_2xx_error_body_echoing_the_key_keeps_no_unscrubbed_error(fake_l
     assert KEY not in str(caught.value)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
 @pytest.mark.parametrize(
     ("style", "options", "named"),
     [
@@ -87,19 +88,40 @@ async def test_a_2xx_error_body_echoing_the_key_keeps_no_unscrubbed_error(fake_l
     ],
     ids=["bearer", "x-api-key", "headers="],
 )
-async def test_a_header_aiohttp_refuses_is_a_usage_error_naming_it_not_its_value(
-    fake_llm: Any, stream: bool, style: str, options: dict[str, Any], named: str
+async def test_a_header_that_cannot_be_sent_is_a_usage_error_naming_it_not_its_value(
+    fake_llm: Any, style: str, options: dict[str, Any], named: str
 ):
-    """A key read from a file with its newline: UsageError (the caller's configuration, not
-    retried), the header's name in the message, its value nowhere, nothing sent."""
-    async with LlmClient(fake_llm.url, style, "m", retry=NO_RETRY, **options) as client:
-        with pytest.raises(UsageError) as caught:
-            await run_or_stream(client, stream)
+    """A key read from a file with its newline: UsageError when the client is made (the
+    caller's configuration), the header's name in the message, its value nowhere, nothing
+    sent."""
+    with pytest.raises(UsageError) as caught:
+        LlmClient(fake_llm.url, style, "m", retry=NO_RETRY, **options)
     message = str(caught.value)
     assert f"header {named} holds a control character" in message
     assert KEY not in message and "org" not in message
     assert_unlinked(caught.value)
     assert fake_llm.requests == []
+    assert_no_leaks()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_a_value_error_from_aiohttp_is_a_transport_error(stream: bool):
+    """A request the client would have refused, sent to the transport directly: aiohttp's
+    ValueError leaves it as a TransportError, with neither the header's value nor the
+    original attached."""
+    transport = AiohttpTransport()
+    app = web.Application()
+    async with loopback(app) as url:
+        request = HttpRequest("POST", url + "/x", {"X-Key": KEY + "\n"}, b"{}", 5.0, 1000)
+        with pytest.raises(TransportError) as caught:
+            if stream:
+                async for _ in transport.stream(request):
+                    pass
+            else:
+                await transport.send(request)
+    await transport.aclose()
+    assert "ValueError" in str(caught.value) and KEY not in str(caught.value)
+    assert_unlinked(caught.value)
     assert_no_leaks()
 
 

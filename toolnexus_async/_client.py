@@ -27,7 +27,7 @@ from ._conversations import ConversationRuns, ConversationStore, MemoryConversat
 from ._errors import UsageError
 from ._handle import RunHandle
 from ._hooks import Hooks
-from ._http import Transport
+from ._http import Transport, check_headers
 from ._ids import new_run_id
 from ._journal import Journal
 from ._loop import RunLoop
@@ -137,6 +137,7 @@ class LlmClient(Resuming, Closing):
                 stacklevel=2,
             )
         request_headers = {**codec.headers(self.__api_key), **(headers or {})}
+        check_headers(request_headers)  # before anything is opened
         if transport is None:
             transport = AiohttpTransport()
         elif not isinstance(transport, Transport):

@@ -11,14 +11,42 @@ is decided above it, once, whatever the transport: the default one speaks aiohtt
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol, runtime_checkable
 
 import attrs
 
+from ._errors import UsageError
 from ._fastinit import fast_init
 
-__all__ = ("HttpRequest", "HttpResponse", "Transport")
+__all__ = ("HttpRequest", "HttpResponse", "Transport", "check_headers")
+
+# What HTTP does not allow in a header's name or value (RFC 9110 5.5): every control
+# character but the tab. aiohttp refuses to send such a header.
+_FORBIDDEN_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def check_headers(headers: Mapping[str, str]) -> None:
+    """Refuse headers that cannot be sent, naming them and never showing a value (it is
+    often the key: one read from a file with its trailing newline).
+
+    Raises:
+        UsageError: a header's name or value holds a control character.
+    """
+    names = [
+        repr(name)
+        for name, value in headers.items()
+        if _FORBIDDEN_IN_HEADER.search(name)
+        or (isinstance(value, str) and _FORBIDDEN_IN_HEADER.search(value))
+    ]
+    if names:
+        which = f"header {names[0]}" if len(names) == 1 else f"headers {', '.join(names)}"
+        raise UsageError(
+            f"{which} holds a control character (a line break, NUL, ...) in its name or "
+            "value, which HTTP does not allow; often a key read from a file with its "
+            "trailing newline (the value is not shown)"
+        )
 
 
 @fast_init

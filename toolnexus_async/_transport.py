@@ -9,9 +9,9 @@ Rules of this module:
   The one ``__cause__`` is for a resource error (``EMFILE`` and the like, see
   ``_RESOURCE_ERRORS``): a fresh ``OSError(errno, strerror)`` of our own, which holds
   nothing else, so that a caller can still test ``__cause__.errno``.
-- A header aiohttp refuses to write (a control character in its name or value: a key read
-  from a file with its newline) is the caller's configuration, not the connection's: a
-  :class:`UsageError` naming the header, never showing its value (it is often the key).
+- A ``ValueError`` aiohttp raises for what it is asked to send (a header with a control
+  character: the client refuses those when it is made, see ``_http.check_headers``, but a
+  request may come from elsewhere) is a :class:`TransportError` like any other failure.
 - A reply is read up to the request's ``max_bytes`` (decompressed), never further: past it
   the request is abandoned and ``content`` is ``None``. An error reply is read only as far
   as its excerpt needs.
@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import math
-import re
 import time
 from collections import deque
 from collections.abc import AsyncGenerator
@@ -83,11 +82,6 @@ _RESOURCE_ERRORS: dict[int, str] = {
         " lower max_connections (now {cap})"
     ),
 }
-
-
-# The characters aiohttp refuses in a header name or value (RFC 9110 5.5): every control
-# character but the tab.
-_FORBIDDEN_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
@@ -313,7 +307,6 @@ class AiohttpTransport:
         # Errors are raised after the except blocks, not inside them: the originals must not
         # even become __context__, since aiohttp errors can hold the request headers.
         failure: tuple[str, OSError | None] | None = None
-        refused: UsageError | TransportError | None = None
         try:
             async with self._request(request, timeout) as response:
                 status = response.status
@@ -322,15 +315,11 @@ class AiohttpTransport:
                     content = await _read_capped(response, request.max_bytes)
                 else:
                     content = await _read_head(response, _ERROR_BODY_READ)
-        except (aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
             failure = self._failure(request, exc)
-        except ValueError as exc:
-            refused = self._refused(request, exc)
         finally:
             if slots is not None:
                 slots.give()
-        if refused is not None:
-            raise refused
         if failure is not None:
             raise TransportError(failure[0]) from failure[1]
         return HttpResponse(status, headers, content)
@@ -343,7 +332,6 @@ class AiohttpTransport:
         else:
             timeout = await self._slot(slots, request)
         failure: tuple[str, OSError | None] | None = None
-        refused: UsageError | TransportError | None = None
         try:
             async with self._request(request, timeout) as response:
                 status = response.status
@@ -354,20 +342,16 @@ class AiohttpTransport:
                 yield HttpResponse(status, response.headers)
                 async for chunk in response.content.iter_any():
                     yield chunk
-        except (aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
             failure = self._failure(request, exc)
-        except ValueError as exc:
-            refused = self._refused(request, exc)
         finally:
             if slots is not None:
                 slots.give()
-        if refused is not None:
-            raise refused
         if failure is not None:
             raise TransportError(failure[0]) from failure[1]
 
     def _failure(
-        self, request: HttpRequest, exc: aiohttp.ClientError | OSError
+        self, request: HttpRequest, exc: aiohttp.ClientError | OSError | ValueError
     ) -> tuple[str, OSError | None]:
         """What went wrong reaching the endpoint, without the original (it may hold the key),
         and for a resource error a bare copy of its OSError to chain."""
@@ -382,25 +366,6 @@ class AiohttpTransport:
             text = cause.format(nofile=_nofile(), cap=self._max_connections)
             return f"{shown} failed: cannot open a connection: {text}", OSError(code, exc.strerror)
         return f"{shown} failed: {type(exc).__name__}: {exc}", None
-
-    def _refused(self, request: HttpRequest, exc: ValueError) -> UsageError | TransportError:
-        """A ValueError from aiohttp: the headers it refused to write, named (their values may
-        be the key); or, if no header explains it, a transport failure in its words."""
-        shown = f"{request.method} {redact_url(request.url)}"
-        names = [
-            repr(name)
-            for name, value in request.headers.items()
-            if _FORBIDDEN_IN_HEADER.search(name)
-            or (isinstance(value, str) and _FORBIDDEN_IN_HEADER.search(value))
-        ]
-        if not names:
-            return TransportError(f"{shown} failed: {type(exc).__name__}: {exc}")
-        which = f"header {names[0]}" if len(names) == 1 else f"headers {', '.join(names)}"
-        return UsageError(
-            f"{shown} was not sent: {which} holds a control character (a line break, NUL, ...)"
-            " in its name or value, which HTTP does not allow; often a key read from a file"
-            " with its trailing newline (the value is not shown)"
-        )
 
     async def aclose(self) -> None:
         """Close the session if we created it. Idempotent."""
