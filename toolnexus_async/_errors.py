@@ -17,7 +17,9 @@
     │   │                           outstanding requests
     │   └── AlreadyResumedError          resuming: another resume claimed that request first
     ├── StoreError                  a run store row is corrupt or foreign; other rows are
-    │                               unaffected
+    │   │                           unaffected
+    │   └── StoreUnavailableError   the store cannot be reached now (down, timed out,
+    │                               locked, full); nothing is lost, retry later
     ├── RunTimeoutError(TimeoutError)    a run exceeded the client's whole-run ``timeout``
     ├── RunCancelledError           a held run (``RunHandle``) was cancelled: no result
     └── ModelError                  anything between us and the model
@@ -145,6 +147,23 @@ class AlreadyResumedError(AnswerError):
 
 class StoreError(ToolnexusError):
     """A stored run cannot be read back (corrupt, foreign, or from a newer release)."""
+
+
+class StoreUnavailableError(StoreError):
+    """The run store cannot be reached now: the database is down or restarting, a
+    connection dropped, a statement outlived the store's timeout (a lock held too long),
+    the disk is full or the file is read-only or locked by another process.
+
+    A passing fault, not a verdict on any run: what the store committed is intact, and
+    the same call may succeed later. A write that failed so may or may not have been
+    committed (the reply was lost); the durable host retries its own writes until the
+    store is back, in a way that is safe either way. ``retry_after`` is a hint, in
+    seconds, for a client told to come back (HTTP ``Retry-After``).
+    """
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class RunTimeoutError(ToolnexusError, TimeoutError):

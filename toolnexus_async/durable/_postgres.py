@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import anyio
 
-from .._errors import StoreError, ToolnexusError, UsageError
+from .._errors import StoreError, StoreUnavailableError, ToolnexusError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._secrets import Scrubber
 from .._types import Answer, Request
@@ -49,18 +49,53 @@ DEFAULT_KEEP_FINISHED = 10_000
 
 
 def _where(dsn: str) -> str:
-    """``host:port/dbname`` of a DSN, for messages: no user, no password, no options."""
+    """The server a DSN names, for messages: ``host:port/dbname``, or the socket directory
+    and port of a Unix-socket DSN (``host=`` in the query, or a host that is a path); no
+    user, no password, no other options."""
     try:
         parts = urlsplit(dsn)
-        host = parts.hostname or "localhost"
-        port = parts.port or 5432
+        query = dict(parse_qsl(parts.query))
+        host = unquote(parts.hostname or "") or query.get("host", "")
+        port = parts.port or int(query.get("port", "") or 5432)
     except ValueError:
         return "postgresql database"
-    return f"postgresql {host}:{port}{parts.path or '/'}"
+    dbname = parts.path if parts.path not in ("", "/") else "/" + query.get("dbname", "")
+    if host.startswith("/"):
+        return f"postgresql socket {host}/.s.PGSQL.{port} {dbname.lstrip('/') or '(default db)'}"
+    return f"postgresql {host or 'localhost'}:{port}{dbname}"
+
+
+# SQLSTATE classes and codes of a passing fault: the connection (08), too few resources
+# (53: too many connections, disk full), the server stopping or restarting (57: admin or
+# crash shutdown, cannot connect now, a statement cancelled by its timeout), a lock not
+# had in time (55P03) and a transaction the server rolled back to resolve a conflict
+# (40: serialization, deadlock). Retrying later is right for each; for every other error
+# (a constraint, a syntax error, a bad value) it is not.
+_PASSING_CLASSES = ("08", "53", "57", "40")
+_PASSING_CODES = ("55P03",)
+
+
+def passing(exc: BaseException, asyncpg: Any) -> bool:
+    """Whether ``exc``, raised by asyncpg or the socket under it, is a passing fault."""
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        code = str(getattr(exc, "sqlstate", "") or "")
+        return code[:2] in _PASSING_CLASSES or code in _PASSING_CODES
+    # asyncpg's client-side errors: a connection closed under a call, or one left in a
+    # state it cannot go on from by a server that ended it (InternalClientError "another
+    # operation is in progress"); its DataError (a bad argument) is a bug, not a fault.
+    if isinstance(exc, asyncpg.InternalClientError):
+        return True
+    return isinstance(exc, asyncpg.InterfaceError) and not isinstance(exc, ValueError)
 
 
 async def _nothing_to_reset(conn: Any) -> None:
     return None
+
+
+async def _select_one(conn: Any) -> None:
+    await conn.fetchval("SELECT 1")
 
 
 def _secrets_of(dsn: str) -> tuple[str, ...]:
@@ -211,10 +246,19 @@ class PostgresRunStore:
     def _failures(self) -> tuple[type[BaseException], ...]:
         """What a statement or a connection raises when the database fails it."""
         asyncpg = self._asyncpg
-        return (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+        return (
+            OSError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            asyncpg.InternalClientError,
+            TimeoutError,
+        )
 
     def _error(self, what: str, exc: BaseException) -> StoreError:
-        return StoreError(self._scrub(f"{self.where}: {what}: {type(exc).__name__}: {exc}"))
+        text = self._scrub(f"{self.where}: {what}: {type(exc).__name__}: {exc}")
+        if passing(exc, self._asyncpg):
+            return StoreUnavailableError(f"{text} (the database is unavailable now)")
+        return StoreError(text)
 
     async def _in_transaction(
         self,
@@ -249,17 +293,25 @@ class PostgresRunStore:
             self._idle = anyio.Event()
         try:
             pool = await self._connected()  # counted: a pool opened meanwhile is closed too
-            asyncpg = self._asyncpg
+            failures = self._failures()
             try:
-                async with pool.acquire() as conn:
+                async with pool.acquire(timeout=self._timeout) as conn:
                     with anyio.CancelScope(shield=True):
-                        async with conn.transaction():
-                            outcome = await op(conn, *args)
+                        try:
+                            async with conn.transaction():
+                                outcome = await op(conn, *args)
+                        except failures as exc:
+                            if passing(exc, self._asyncpg):
+                                # A connection that saw a fault (the server ended it, a
+                                # statement timed out mid-protocol) is not trusted again:
+                                # the pool opens a new one in its place.
+                                conn.terminate()
+                            raise
                         if tell is not None and not isinstance(outcome, Exception):
                             await self._notify(conn, tell(outcome))
             except ToolnexusError:
                 raise
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            except failures as exc:
                 raise self._error("failed", exc) from None
         finally:
             self._busy -= 1
@@ -358,6 +410,10 @@ class PostgresRunStore:
 
     async def renew(self, owner: str, lease_until: float) -> None:
         await self._in_transaction(self._ops.renew, owner, lease_until)
+
+    async def ping(self) -> None:
+        """One round trip to the database; :class:`StoreUnavailableError` if it fails."""
+        await self._in_transaction(_select_one)
 
     async def ready(self, now: float, limit: int) -> list[str]:
         await self._keep_listening()

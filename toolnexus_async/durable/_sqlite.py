@@ -385,6 +385,10 @@ class SqliteRunStore:
     async def runs(self, limit: int = 1000) -> list[RunSummary]:
         return await self._read(lambda conn: queries.runs(conn, limit))
 
+    async def ping(self) -> None:
+        """Read the file's header once; :class:`StoreUnavailableError` if it cannot."""
+        await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+
     async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
         """Events of the writes made through this store object (another process's writes
         to the same file are not seen: its hosts find them by looking)."""

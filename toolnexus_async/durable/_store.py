@@ -264,6 +264,14 @@ class RunStore(Protocol):
         """The runs the store knows, newest first."""
         ...
 
+    async def ping(self) -> None:
+        """Reach the store once, reading nothing (a readiness check).
+
+        Raises:
+            StoreUnavailableError: it cannot be reached now.
+        """
+        ...
+
     # -- being told ----------------------------------------------------------------------
 
     async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
