@@ -18,8 +18,10 @@
     │   └── AlreadyResumedError          resuming: another resume claimed that request first
     ├── StoreError                  a run store row is corrupt or foreign; other rows are
     │   │                           unaffected
-    │   └── StoreUnavailableError   the store cannot be reached now (down, timed out,
-    │                               locked, full); nothing is lost, retry later
+    │   ├── StoreUnavailableError   the store cannot be reached now (down, timed out,
+    │   │                           locked, full); nothing is lost, retry later
+    │   └── DamagedRunError         a stored run cannot be read back: it was marked
+    │                               failed with the reason and will not resume
     ├── RunTimeoutError(TimeoutError)    a run exceeded the client's whole-run ``timeout``
     ├── RunCancelledError           a held run (``RunHandle``) was cancelled: no result
     └── ModelError                  anything between us and the model
@@ -164,6 +166,16 @@ class StoreUnavailableError(StoreError):
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class DamagedRunError(StoreError):
+    """A stored run cannot be read back (its row does not parse, or was written by a newer
+    release): the store marked it failed with the reason, once, and nothing resumes it.
+    ``run_id`` names it."""
+
+    def __init__(self, run_id: str, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class RunTimeoutError(ToolnexusError, TimeoutError):
