@@ -7,6 +7,13 @@ the session ends, failed tests or not. ``pg_dsn`` (per test) creates an empty da
 it and yields its DSN, ``postgresql://postgres@127.0.0.1:<port>/<db>``; the database is
 dropped afterwards, with any connection the test left open.
 
+``pg_cluster`` (per test) is for the tests that make the database fail: a cluster of the
+test's own, which it may kill (``pg_ctl stop -m immediate``, a crash) and start again on
+the same port, so that clients reconnect to the address they had; ``pg_server`` is shared
+by the whole session and must never be stopped. The cluster is stopped and deleted after
+the test, whatever state the test left it in. :func:`terminate_others` ends every other
+connection to a database, as an administrator's ``pg_terminate_backend`` would.
+
 Needs the server binaries (Debian's ``postgresql`` package). Without them a test that asks
 for the fixture is skipped, or fails when the ``CI`` environment variable is set (CI
 installs them), as the browser test does.
@@ -175,13 +182,17 @@ class _Cluster:
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed ({done.returncode}):\n{done.stdout}{done.stderr}")
 
-    def start(self, *, fsync: bool = False) -> PgServer:
+    def start(self, *, fsync: bool = False, port: int | None = None) -> PgServer:
         """Start the server; ``fsync=True`` keeps PostgreSQL's real durability (the
-        benchmarks' committed figures), the default trades it for speed."""
+        benchmarks' committed figures), the default trades it for speed. ``port`` starts it
+        on that port (a restart, where clients must find it where it was), else on a free
+        one."""
         failure = ""
+        fixed = port
         for _ in range(START_ATTEMPTS):
             log_start = self._log_size()
-            port = _free_port()
+            if port is None:
+                port = _free_port()
             options = " ".join(
                 [
                     f"-p {port}",
@@ -223,6 +234,8 @@ class _Cluster:
             self.stop()  # a server that came up too late must not outlive the attempt
             if "Address already in use" not in self._log_since(log_start):
                 break
+            if fixed is None:
+                port = None  # another free one; a fixed port is tried again as it is
         raise RuntimeError(failure)
 
     def _log_size(self) -> int:
@@ -264,6 +277,13 @@ class _Cluster:
             pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
             os.kill(pid, signal.SIGKILL)
 
+    def crash(self) -> None:
+        """``pg_ctl stop -m immediate``: every backend is killed at once, nothing is shut
+        down cleanly, and the next start recovers from the WAL, as after a crash."""
+        done = self._run(["pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w"], 60)
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl stop -m immediate failed:\n{done.stdout}{done.stderr}")
+
     def remove(self) -> None:
         shutil.rmtree(self.root)
 
@@ -298,6 +318,70 @@ def _started(cluster: _Cluster) -> PgServer:
         failure = f"the throwaway PostgreSQL cluster did not start: {exc}"
     # Failed outside the except block: the message is shown once, not once per context.
     pytest.fail(failure, pytrace=False)
+
+
+class PgCluster:
+    """A test's own cluster (``pg_cluster``), which the test may crash and start again.
+
+    ``server`` is where it listens; :meth:`start` after :meth:`crash` brings it back on the
+    same port, so every DSN made from ``server`` stays valid.
+    """
+
+    def __init__(self, cluster: _Cluster, server: PgServer) -> None:
+        self._cluster = cluster
+        self.server = server
+
+    def crash(self) -> None:
+        """Kill the server as a crash would (``pg_ctl stop -m immediate``)."""
+        self._cluster.crash()
+
+    def start(self) -> None:
+        """Start the server again on its port; returns once it accepts connections."""
+        self._cluster.start(port=self.server.port)
+
+    def running(self) -> bool:
+        return self._cluster.running()
+
+    def log_tail(self, lines: int = 30) -> str:
+        return self._cluster.log_tail(lines)
+
+
+@pytest.fixture
+def pg_cluster() -> Iterator[PgCluster]:
+    """A throwaway cluster of the test's own; see the module docstring."""
+    bindir = find_bindir()
+    if bindir is None:
+        if os.environ.get("CI"):
+            pytest.fail(MISSING_REASON, pytrace=False)
+        pytest.skip(MISSING_REASON)
+    try:
+        cluster = _Cluster(bindir)
+    except (RuntimeError, OSError) as exc:
+        pytest.fail(f"the test's PostgreSQL cluster was not set up: {exc}", pytrace=False)
+    try:
+        yield PgCluster(cluster, _started(cluster))
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            cluster.remove()
+
+
+async def terminate_others(dsn: str) -> int:
+    """End every other connection to the database of ``dsn`` (``pg_terminate_backend``);
+    returns how many were ended. Its own connection is closed before it returns."""
+    conn = await _connect(dsn)
+    try:
+        # The others are chosen first (OFFSET 0 keeps the subquery apart): in one WHERE
+        # clause the planner may call pg_terminate_backend before it checks the pid, and
+        # end this connection too.
+        ended = await conn.fetch(
+            "SELECT pg_terminate_backend(pid) FROM (SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() OFFSET 0) AS o"
+        )
+        return sum(1 for row in ended if row[0])
+    finally:
+        await conn.close()
 
 
 async def _connect(dsn: str) -> Any:
