@@ -1,38 +1,52 @@
-"""The inbox while its run store is away: 503 with Retry-After, one log line each way, and
-the health probes.
+"""The inbox while its run store is away: 503 with Retry-After, one log line each way, the
+health probes, and a stop that gives busy runs their grace.
 
 The HTTP tests serve a real app on 127.0.0.1 (``tests.test_serve_api.serving``) over a
 :class:`FaultyStore`: the memory store, whose calls behind the routes raise the
 :class:`StoreUnavailableError` (or another store error) a test puts in ``fault``. The
 stores' own faults, on a real database that goes away, are pinned by their own tests;
 here it is what the server makes of them. Nothing sleeps to synchronise: a test waits for
-the event that says what it needs.
+the event that says what it needs. The grace tests run a real server in a child process
+and stop it with SIGTERM, as Kubernetes does.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
+import signal
 import sys
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
 import pytest
+from yarl import URL
 
 from tests.test_serve_api import LIMIT, demo_app, events, post, serving
 from toolnexus_async import (
     Answer,
+    AssistantMessage,
     DamagedRunError,
+    LlmClient,
     MemoryRunStore,
+    Message,
+    SqliteRunStore,
     StoreError,
     StoreUnavailableError,
+    ToolCall,
     Toolkit,
+    ToolReturn,
     UsageError,
+    define_tool,
 )
 from toolnexus_async._cli import main
 from toolnexus_async.durable import Accepted
-from toolnexus_async.serve import TOKEN_ENV, create_app, demo_client
+from toolnexus_async.serve import TOKEN_ENV, create_app, demo_client, run_server
+from toolnexus_async.serve._app import SERVE
 
 # What a PostgreSQL store says when its server is down (it names the server, never a
 # password), and the hint it gives.
@@ -281,15 +295,19 @@ async def test_a_damaged_run_is_409_and_another_store_error_500(caplog):
     assert "the run store failed: memory run store: a constraint failed" in caplog.text
 
 
-def test_the_store_timeout_is_checked_by_create_app():
+def test_grace_and_store_timeout_are_checked_by_create_app():
     toolkit = Toolkit.create(builtins=False)
     store = MemoryRunStore()  # never opened: nothing to close
     app_with = functools.partial(
         create_app, make_client=demo_client, toolkit=toolkit, store=store, insecure_no_auth=True
     )
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(UsageError, match="grace must be 0 or more seconds"):
+            app_with(grace=bad)
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(UsageError, match="store_timeout must be > 0 seconds"):
             app_with(store_timeout=bad)
+    assert app_with(grace=0)[SERVE].grace == 0
 
 
 # -- the command line ----------------------------------------------------------------------
@@ -298,13 +316,16 @@ def test_the_store_timeout_is_checked_by_create_app():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["--grace", "-1"], "--grace must be 0 or more seconds, got -1.0"),
+        (["--grace", "nan"], "--grace must be 0 or more seconds, got nan"),
+        (["--grace", "inf"], "--grace must be 0 or more seconds, got inf"),
         (["--store-timeout", "0"], "--store-timeout must be more than 0 seconds, got 0.0"),
         (["--store-timeout", "-2"], "--store-timeout must be more than 0 seconds, got -2.0"),
         (["--store-timeout", "nan"], "--store-timeout must be more than 0 seconds, got nan"),
         (["--store-timeout", "inf"], "--store-timeout must be more than 0 seconds, got inf"),
     ],
 )
-def test_serve_refuses_a_bad_store_timeout_in_one_line(
+def test_serve_refuses_a_bad_grace_or_store_timeout_in_one_line(
     capsys, monkeypatch, tmp_path, argv, message
 ):
     import toolnexus_async.serve as serve
@@ -319,9 +340,15 @@ def test_serve_refuses_a_bad_store_timeout_in_one_line(
     assert not (tmp_path / "runs.sqlite").exists()
 
 
-@pytest.mark.parametrize(("argv", "timeout"), [([], 10.0), (["--store-timeout", "2.5"], 2.5)])
-def test_serve_hands_the_store_timeout_on(monkeypatch, tmp_path, argv, timeout):
-    """--store-timeout reaches the store (its calls) and the app (its readiness check)."""
+@pytest.mark.parametrize(
+    ("argv", "grace", "timeout"),
+    [([], 30.0, 10.0), (["--grace", "0", "--store-timeout", "2.5"], 0.0, 2.5)],
+)
+def test_serve_hands_the_grace_and_the_store_timeout_on(
+    monkeypatch, tmp_path, argv, grace, timeout
+):
+    """--grace reaches the app and aiohttp's wait for open requests; --store-timeout the
+    store (its calls) and the app (its readiness check)."""
     import toolnexus_async.serve as serve
     from toolnexus_async.serve._outage import OUTAGE
 
@@ -341,6 +368,7 @@ def test_serve_hands_the_store_timeout_on(monkeypatch, tmp_path, argv, timeout):
     monkeypatch.setattr(serve, "run_server", fake_run_server)
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     assert main(["serve", "--store", str(tmp_path / "runs.sqlite"), *argv]) == 0
+    assert seen["shutdown_timeout"] == grace and seen["app"][SERVE].grace == grace
     assert opened == [timeout]
     assert seen["app"][OUTAGE]._timeout == timeout
 
@@ -354,3 +382,96 @@ async def test_serve_with_a_store_it_cannot_open_says_so_in_one_line(tmp_path):
     assert done.returncode == 1, err
     assert err.startswith("toolnexus-async serve: ") and len(err.splitlines()) == 1, err
     assert "runs.sqlite" in err and "Traceback" not in err
+
+
+# -- a clean stop: the grace -----------------------------------------------------------------
+
+SLOW_SECONDS = 2.0
+TOKEN = "grace-tests-token-0123456789"
+
+
+def serve_slow_tool(store: str, grace: str, marker: str) -> None:
+    """A child process: the inbox on ``store`` with one tool, ``slow``, that prints
+    ``slow started``, works for :data:`SLOW_SECONDS` and then writes ``marker``; the model
+    calls it once and ends. Served by ``run_server`` with ``grace`` seconds for both the
+    app's busy runs and the open requests, as ``serve --grace`` does."""
+
+    @define_tool
+    async def slow() -> str:
+        """Work for a while."""
+        print("slow started", flush=True)
+        await anyio.sleep(SLOW_SECONDS)  # the work itself, not a wait for another task
+        Path(marker).write_text("finished")
+        return "finished"
+
+    def model(messages: list[Message], tools: Any) -> AssistantMessage:
+        if any(isinstance(m, ToolReturn) for m in messages):
+            return AssistantMessage("done")
+        return AssistantMessage(None, (ToolCall("c1", "slow", {}),))
+
+    async def serve() -> None:
+        async with (
+            SqliteRunStore(store) as runs,
+            Toolkit.create(builtins=False, extra_tools=[slow]) as toolkit,
+        ):
+            app = create_app(
+                make_client=lambda inbox: LlmClient.in_process(model, wait_for=inbox),
+                toolkit=toolkit,
+                store=runs,
+                token=TOKEN,
+                grace=float(grace),
+            )
+            await run_server(
+                app,
+                port=0,
+                on_ready=lambda url: print(f"Open the inbox: {url}/", flush=True),
+                shutdown_timeout=float(grace),
+            )
+
+    anyio.run(serve)
+
+
+@pytest.mark.parametrize(("grace", "finished"), [(5.0, True), (0.5, False)])
+async def test_sigterm_gives_a_busy_tool_its_grace_and_no_more(tmp_path, grace, finished):
+    """A tool that takes 2 s, its server stopped with SIGTERM right after it started: it
+    finishes (and its run is done in the store) with a grace of 5 s; with 0.5 s it is cut,
+    the server says so in one line, and its run stays in the store, unfinished, for the
+    next server."""
+    store, marker = tmp_path / "runs.sqlite", tmp_path / "finished"
+    code = (
+        "import sys; from tests.test_serve_store_faults import serve_slow_tool; "
+        "serve_slow_tool(*sys.argv[1:])"
+    )
+    command = [sys.executable, "-c", code, str(store), str(grace), str(marker)]
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    with anyio.fail_after(60):
+        async with await anyio.open_process(command, env=env, cwd=root) as process:
+            assert process.stdout is not None and process.stderr is not None
+            out = b""
+            while b"Open the inbox: " not in out or not out.endswith(b"\n"):
+                out += await process.stdout.receive()
+            url = URL(out.decode().split("Open the inbox: ")[1].split()[0])
+            auth = {"Authorization": f"Bearer {TOKEN}"}
+            async with aiohttp.ClientSession(headers=auth) as session:
+                async with session.post(url / "runs", json={"prompt": "go"}) as reply:
+                    assert reply.status == 202
+                    run_id = (await reply.json())["id"]
+            while b"slow started" not in out:
+                out += await process.stdout.receive()
+            process.send_signal(signal.SIGTERM)
+            err = b"".join([chunk async for chunk in process.stderr]).decode()
+            assert await process.wait() == 0, err
+    assert "Traceback" not in err
+    assert marker.exists() is finished
+    async with SqliteRunStore(store) as runs:
+        status = {r.run_id: r.status for r in await runs.runs()}[run_id]
+    if finished:
+        assert status == "done"
+        assert "grace" not in err
+    else:
+        assert status == "running"  # let go, not failed: the next server goes on with it
+        assert "the grace of 0.5 s is over" in err

@@ -206,6 +206,12 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"toolnexus-async serve: --port must be 0 to 65535, got {args.port}", file=sys.stderr)
         return 2
+    if not 0 <= args.grace < math.inf:
+        print(
+            f"toolnexus-async serve: --grace must be 0 or more seconds, got {args.grace}",
+            file=sys.stderr,
+        )
+        return 2
     if not 0 < args.store_timeout < math.inf:
         print(
             "toolnexus-async serve: --store-timeout must be more than 0 seconds, got "
@@ -234,6 +240,7 @@ def run_serve(args: argparse.Namespace) -> int:
             lease=args.lease,
             mcp=args.mcp,
             freeze_gc=args.freeze_gc,
+            grace=args.grace,
             store_timeout=args.store_timeout,
         )
     except UsageError as exc:
@@ -261,10 +268,17 @@ def run_serve(args: argparse.Namespace) -> int:
             )
         print("API clients send: Authorization: Bearer <token>. Ctrl-C stops.", flush=True)
 
+    # Open requests and busy runs share the grace, so that the whole stop fits in it.
+    serving = functools.partial(
+        run_server,
+        app,
+        host=args.host,
+        port=args.port,
+        on_ready=ready,
+        shutdown_timeout=args.grace,
+    )
     try:
-        anyio.run(
-            functools.partial(run_server, app, host=args.host, port=args.port, on_ready=ready)
-        )
+        anyio.run(serving)
     except OSError as exc:
         print(f"toolnexus-async serve: {_bind_failure(exc, args.host, args.port)}", file=sys.stderr)
         return 1
@@ -335,6 +349,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=30.0,
         help="seconds a run this server holds may go unrenewed before another server on the "
         "store, or this one restarted, takes it over (default 30)",
+    )
+    serve.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, how long runs busy in a tool (or waiting for the model) "
+        "get to reach their next question or finish before they are cut and left to the "
+        "next server on the store (default 30, Kubernetes' terminationGracePeriodSeconds)",
     )
     serve.add_argument(
         "--store-timeout",

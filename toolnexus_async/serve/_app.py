@@ -13,6 +13,9 @@ Rules of this module:
   read and checked by ``_bodies`` before a handler acts on them. A store error that escapes
   a handler is mapped in one place, ``_outage.store_faults`` (503 while the store is
   unreachable), so no handler catches ``StoreError`` for that.
+- A stop gives the runs still busy ``grace`` seconds, counted from the moment the server
+  stops taking requests (``on_shutdown``), then cancels them; the next server on the
+  store goes on with each from its last committed step.
 - ``GET /healthz`` and ``GET /readyz`` say whether the process serves and whether its
   store answers, and nothing else: no address, no run.
 - Nothing is served before ``_guard`` has checked the request's host, origin and token, and
@@ -23,6 +26,7 @@ Rules of this module:
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import mimetypes
 import re
@@ -55,6 +59,8 @@ from ._workers import follow_workers
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
 
+log = logging.getLogger("toolnexus_async.serve")
+
 MakeClient = Callable[[ServeInbox], LlmClient]
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -62,9 +68,9 @@ OPENAPI = STATIC_DIR.parent / "openapi.json"
 
 MAX_PROMPT = 10_000
 REASONS = ("declined", "cancelled", "expired")
-# Seconds a shutdown waits, after the last busy run ended, for the others to park (and be
-# saved) or end; then they are cancelled.
-SHUTDOWN_GRACE = 10.0
+# Seconds a stop gives the runs still busy, by default: Kubernetes' default
+# terminationGracePeriodSeconds, so that the stop fits in the time a pod is given.
+GRACE = 30.0
 # The freezer's pace of young collections (seconds): the lever measured in
 # docs/performance.md (Loop stalls), which kept every stall under 30 ms with 100,000 runs
 # parked.
@@ -84,6 +90,7 @@ class _Serve:
     store: RunStore
     park_timeout: float
     lease: float
+    grace: float
     static: Path
     bus: EventBus
     book: RunBook
@@ -92,6 +99,7 @@ class _Serve:
     host: DurableHost | None = None
     runs: TaskOwner | None = None  # the task of each run started here
     closing: bool = False
+    stop_at: float | None = None  # anyio.current_time() at which the grace ends
     freeze_gc: bool = False
 
 
@@ -110,6 +118,7 @@ def create_app(
     insecure_no_auth: bool = False,
     allowed_hosts: Iterable[str] = (),
     freeze_gc: bool = False,
+    grace: float = GRACE,
     store_timeout: float = 10.0,
 ) -> web.Application:
     """The approval-inbox web application.
@@ -139,6 +148,10 @@ def create_app(
             not stop the event loop for a full collection. It acts on the whole process,
             so it is off unless asked; ``toolnexus-async serve``, which owns its process,
             asks (``--no-freeze-gc`` does not).
+        grace: seconds a stop gives the runs still busy (in a tool, or waiting for the
+            model) to reach their next question or end, counted from the moment the
+            server stops taking requests; then they are cancelled, and the next server on
+            the store goes on with them. 0 or more, and finite.
         store_timeout: seconds ``GET /readyz`` (and the probe of a store that is down)
             waits for ``store.ping()``; give the store the same timeout for its calls
             (:func:`open_store` does).
@@ -149,6 +162,8 @@ def create_app(
         raise UsageError(f"lease must be > 0 seconds, got {lease}")
     if max_body < 1:
         raise UsageError(f"max_body must be at least 1 byte, got {max_body}")
+    if not 0 <= grace < math.inf:
+        raise UsageError(f"grace must be 0 or more seconds, and finite, got {grace}")
     if not 0 < store_timeout < math.inf:
         raise UsageError(f"store_timeout must be > 0 seconds, and finite, got {store_timeout}")
     guard = Guard.create(token, insecure_no_auth=insecure_no_auth, allowed_hosts=allowed_hosts)
@@ -166,6 +181,7 @@ def create_app(
         store,
         park_timeout,
         lease,
+        grace,
         STATIC_DIR,
         bus,
         RunBook(bus),
@@ -219,9 +235,24 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
                     serve.closing = True
                     serve.bus.close()
                     host.shutdown()  # parked runs halt (the store has them); busy ones are let go
-                    await host.settle(SHUTDOWN_GRACE)
+                    await _settle(serve, host)
                     tg.cancel_scope.cancel()
                     serve.runs = serve.host = None
+
+
+async def _settle(serve: _Serve, host: DurableHost) -> None:
+    """Wait for the busy runs to end or park, until the grace is over."""
+    # Counted from on_shutdown when it ran: aiohttp waits for open requests in between,
+    # and a grace restarted after that wait would let a stop outlast the time it is given.
+    deadline = serve.stop_at if serve.stop_at is not None else anyio.current_time() + serve.grace
+    with anyio.CancelScope(deadline=deadline) as scope:
+        await host.settle(math.inf)  # the deadline, not a quiet spell, ends the wait
+    if scope.cancelled_caught:
+        log.warning(
+            "the grace of %g s is over: the runs still busy are cancelled, and the next "
+            "server on the store goes on with them",
+            serve.grace,
+        )
 
 
 def _freezing(serve: _Serve, inbox: ServeInbox) -> contextlib.AbstractContextManager[object]:
@@ -237,6 +268,8 @@ async def _stop_accepting(app: web.Application) -> None:
     # Before aiohttp waits for open handlers: event streams would otherwise hold it up.
     serve = app[SERVE]
     serve.closing = True
+    if serve.stop_at is None:
+        serve.stop_at = anyio.current_time() + serve.grace
     serve.bus.close()
 
 
