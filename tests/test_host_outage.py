@@ -325,3 +325,35 @@ async def test_an_answer_to_a_damaged_run_is_refused_and_the_run_failed_once(tmp
             assert await store.ready(time.time() + 3600, 10) == []
     assert pay.paid == []
     assert_no_leaks()
+
+
+async def test_a_run_begun_while_the_store_fails_never_runs_unacknowledged():
+    """``begin`` fails (its caller is told: a 503) although the store committed the run,
+    its reply lost. That run is not driven, not left held here, and not resumed by anyone:
+    the host records it as failed once the store answers."""
+    store = Outage()
+    pay = Pay()
+
+    async def lost_reply(state: Any, owner: str, lease_until: float, turn: int = 0) -> None:
+        await MemoryRunStore.start(store, state, owner, lease_until, turn)
+        raise StoreUnavailableError("the connection dropped before the commit was confirmed")
+
+    store.start = lost_reply  # type: ignore[method-assign]
+    with anyio.fail_after(LIMIT):
+        async with (
+            store,
+            LlmClient.in_process(model) as client,
+            host_for(client, pay, store) as host,
+        ):
+            with pytest.raises(StoreUnavailableError):
+                await host.begin("pay")
+
+            async def failed() -> list[Any]:
+                return [r for r in await store.runs() if r.status == "error"]
+
+            recorded: list[Any] = []
+            while not recorded:
+                recorded = await failed()
+                await anyio.lowlevel.checkpoint()
+    assert "not started" in (recorded[0].error or "")
+    assert pay.asked == 0

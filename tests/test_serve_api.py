@@ -674,7 +674,7 @@ async def test_openapi_json_describes_every_route():
     }
     assert statuses[("/runs", "post")] >= {"202", "413", "415", "422"}
     assert statuses[("/requests/{id}/answer", "post")] >= {"200", "404", "409", "413", "422"}
-    assert statuses[("/runs/{id}", "get")] == {"200", "401", "403", "404"}
+    assert statuses[("/runs/{id}", "get")] == {"200", "401", "403", "404", "503"}
     # The lock: every operation but the two probes names its token and its 401 and 403
     # refusals; the probes need no token, and say so.
     probes = {("/healthz", "get"), ("/readyz", "get")}

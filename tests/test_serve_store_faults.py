@@ -165,11 +165,6 @@ async def test_retry_after_is_whole_seconds_and_at_least_one():
                 assert_unavailable(status, body, headers, seconds=seconds)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="serve/_runs.py run_steps swallows every error of store.load (it answers 200 "
-    "with no steps); it needs to let StoreUnavailableError through",
-)
 async def test_get_run_reading_the_store_is_503_while_it_is_down():
     with anyio.fail_after(LIMIT):
         async with FaultyStore() as store, serving(demo_app(store)) as http:

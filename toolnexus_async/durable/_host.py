@@ -38,7 +38,13 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._client import LlmClient
-from .._errors import DamagedRunError, StoreError, StoreUnavailableError, UsageError
+from .._errors import (
+    DamagedRunError,
+    StoreError,
+    StoreUnavailableError,
+    UnknownRequestError,
+    UsageError,
+)
 from .._hooks import call_hook
 from .._loop import RunLoop
 from .._messages import Message
@@ -64,6 +70,9 @@ OnResult = Callable[[RunResult], Any]
 
 # Stored runs claimed per sweep; the rest wait for the next sweep.
 _SWEEP_BATCH = 100
+
+# The failure of a run begun while the store failed: its caller was told it was not kept.
+_NOT_STARTED = "not started: the store failed while keeping it, and its caller was told so"
 
 
 class DurableHost:
@@ -264,8 +273,8 @@ class DurableHost:
                     await self.store.release(run_id, self.worker)
                 else:
                     await self.store.fail(run_id, error, self.worker)
-            except LeaseLostError:
-                pass  # another worker holds it already: nothing of ours to let go
+            except (LeaseLostError, UnknownRequestError):
+                pass  # another worker holds it, or it was never kept: nothing to let go
             self._letting_go.pop(run_id, None)
 
     async def _claim(self, run_id: str, now: float) -> StoredRun | None:
@@ -355,7 +364,13 @@ class DurableHost:
         self._check_open()
         loop = self.client._new_loop("begin", prompt, history, run_id)
         journal = self._journal(loop.run_id)
-        await journal.start(loop.snapshot(), self._lease)
+        try:
+            await journal.start(loop.snapshot(), self._lease)
+        except StoreUnavailableError:
+            # Its caller is told it was not kept; if it was all the same (the reply was
+            # lost), it must not run unacknowledged, nor stay held here: failed, later.
+            self._letting_go[loop.run_id] = _NOT_STARTED
+            raise
         return BegunRun(self, loop, journal)
 
     def _journal(self, run_id: str, turn: int = 0, *, lease: float | None = None) -> RunJournal:

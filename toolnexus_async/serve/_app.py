@@ -303,7 +303,9 @@ async def post_run(request: web.Request) -> web.Response:
 
 async def list_runs(request: web.Request) -> web.Response:
     """``GET /runs``: every run this server knows, newest first."""
-    runs = request.app[SERVE].book.newest_first()
+    serve = request.app[SERVE]
+    runs = serve.book.newest_first()
+    await serve.book.refresh(serve.store, runs)  # runs another worker took over
     return web.json_response({"runs": [r.to_dict() for r in runs]})
 
 
@@ -314,6 +316,7 @@ async def get_run(request: web.Request) -> web.Response:
     record = serve.book.get(run_id)
     if record is None:
         raise ApiError(404, f"no run {run_id!r}")
+    await serve.book.refresh(serve.store, (record,))
     steps = record.steps if record.steps is not None else await run_steps(serve.store, run_id)
     declined = record.declined or any(step["declined"] for step in steps)
     return web.json_response({**record.to_dict(), "declined": declined, "steps": steps})

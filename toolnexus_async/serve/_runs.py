@@ -29,6 +29,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._errors import StoreUnavailableError
 from .._messages import AssistantMessage, ToolReturn, UserMessage
 from .._results import RunResult, ToolCallRecord
 from .._streaming import StreamEvent, StreamToolCall, StreamToolResult
@@ -82,6 +83,8 @@ async def run_steps(store: RunStore, run_id: str) -> list[dict[str, Any]]:
     keeps its last turn's requests and answers, not their outputs); ``[]`` if unknown."""
     try:
         stored = await store.load(run_id)
+    except StoreUnavailableError:
+        raise  # the store is down: the caller is told so (503), not shown "no steps"
     except Exception:  # unknown to the store, or unreadable: no steps to show
         return []
     messages = stored.state.messages
@@ -273,7 +276,10 @@ class RunBook:
         moved = [r for r in records if r.elsewhere is not None and r.outcome is None]
         if not moved:
             return
-        summaries = {s.run_id: s for s in await store.runs(limit=self._keep)}
+        try:
+            summaries = {s.run_id: s for s in await store.runs(limit=self._keep)}
+        except StoreUnavailableError:
+            return  # shown as last read; the listing works from memory while it is down
         for record in moved:
             summary = summaries.get(record.id)
             if summary is None:
