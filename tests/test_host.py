@@ -204,15 +204,15 @@ async def take_over_a_dead_host(store_a: RunStore, store_b: RunStore, lease: flo
             DurableHost(dead_client, pay.toolkit, store_a, lease=lease) as dead,
             anyio.create_task_group() as doomed,
         ):
-            background = dead._background
-            assert background is not None
-            background.cancel()  # as if SIGKILLed: nothing renews its leases now
 
             async def doomed_run() -> None:
                 await dead.run("pay")
 
             doomed.start_soon(doomed_run)
             await until(lambda: len(dead_inbox) == 1)
+            background = dead._background
+            assert background is not None
+            background.cancel()  # as if SIGKILLed once parked: nothing renews its leases now
             (request,) = dead_inbox.pending()
             await other.answer(Answer(request.id, True))  # taken: the dead host holds it
             await until(lambda: bool(results))

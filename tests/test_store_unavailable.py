@@ -54,19 +54,27 @@ def test_messages_name_the_real_server(dsn: str, named: str):
 
 
 async def test_a_connection_ended_by_the_server_is_a_passing_fault(pg_dsn: str):
+    """Whether the pool notices the ended connection before the next call (and opens a new
+    one) or the call meets it (asyncpg then raises one of several errors, some not even
+    database errors), the caller sees a success or StoreUnavailableError, nothing else,
+    and the store works again right after."""
     async with PostgresRunStore(pg_dsn, min_size=1, max_size=1) as store:
-        await store.ping()
         admin = await asyncpg.connect(pg_dsn)
+        faults = 0
         try:
-            await admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
+            for _ in range(10):
+                await store.ping()
+                await admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+                try:
+                    await store.ping()
+                except StoreUnavailableError:
+                    faults += 1
+                await store.ping()  # the pool opened a new connection: the store is back
         finally:
             await admin.close()
-        with pytest.raises(StoreUnavailableError):
-            await store.ping()
-        await store.ping()  # the pool opened a new connection: the store is back
 
 
 async def test_a_lock_held_past_the_timeout_fails_within_it(pg_dsn: str):

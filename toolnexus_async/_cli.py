@@ -13,6 +13,7 @@ import argparse
 import errno
 import functools
 import ipaddress
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ import anyio.to_thread
 from . import __version__
 from ._client import LlmClient
 from ._demo import DEMO_PROMPT, demo_model, demo_tools
-from ._errors import UsageError
+from ._errors import StoreError, UsageError
 from ._messages import AssistantMessage, Message
 from ._secrets import redact_url
 from ._toolkit import Toolkit
@@ -205,6 +206,19 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"toolnexus-async serve: --port must be 0 to 65535, got {args.port}", file=sys.stderr)
         return 2
+    if not 0 <= args.grace < math.inf:
+        print(
+            f"toolnexus-async serve: --grace must be 0 or more seconds, got {args.grace}",
+            file=sys.stderr,
+        )
+        return 2
+    if not 0 < args.store_timeout < math.inf:
+        print(
+            "toolnexus-async serve: --store-timeout must be more than 0 seconds, got "
+            f"{args.store_timeout}",
+            file=sys.stderr,
+        )
+        return 2
     if args.insecure_no_auth and args.token:
         print("--token and --insecure-no-auth do not go together", file=sys.stderr)
         return 2
@@ -215,7 +229,7 @@ def run_serve(args: argparse.Namespace) -> int:
         allowed.append(args.host)  # the name it listens on is one it answers to
     where = args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE
     try:
-        store = open_store(where)
+        store = open_store(where, timeout=args.store_timeout)
         app = serve_demo_app(
             store,
             make_client=make_client,
@@ -226,6 +240,8 @@ def run_serve(args: argparse.Namespace) -> int:
             lease=args.lease,
             mcp=args.mcp,
             freeze_gc=args.freeze_gc,
+            grace=args.grace,
+            store_timeout=args.store_timeout,
         )
     except UsageError as exc:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
@@ -252,12 +268,22 @@ def run_serve(args: argparse.Namespace) -> int:
             )
         print("API clients send: Authorization: Bearer <token>. Ctrl-C stops.", flush=True)
 
+    # Open requests and busy runs share the grace, so that the whole stop fits in it.
+    serving = functools.partial(
+        run_server,
+        app,
+        host=args.host,
+        port=args.port,
+        on_ready=ready,
+        shutdown_timeout=args.grace,
+    )
     try:
-        anyio.run(
-            functools.partial(run_server, app, host=args.host, port=args.port, on_ready=ready)
-        )
+        anyio.run(serving)
     except OSError as exc:
         print(f"toolnexus-async serve: {_bind_failure(exc, args.host, args.port)}", file=sys.stderr)
+        return 1
+    except StoreError as exc:  # at startup: the store is down, or not one this can use
+        print(f"toolnexus-async serve: {exc}", file=sys.stderr)
         return 1
     return 0
 
@@ -323,6 +349,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=30.0,
         help="seconds a run this server holds may go unrenewed before another server on the "
         "store, or this one restarted, takes it over (default 30)",
+    )
+    serve.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, how long runs busy in a tool (or waiting for the model) "
+        "get to reach their next question or finish before they are cut and left to the "
+        "next server on the store (default 30, Kubernetes' terminationGracePeriodSeconds)",
+    )
+    serve.add_argument(
+        "--store-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long one store call may take, a held lock included, before it counts as "
+        "the store being unavailable (503 with Retry-After until it is back; default 10)",
     )
     serve.add_argument(
         "--base-url", help="an OpenAI- or Anthropic-style endpoint instead of the demo model"

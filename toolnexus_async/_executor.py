@@ -38,7 +38,7 @@ from typing import Any, Literal, Protocol
 import anyio
 
 from ._concurrency import run_concurrently
-from ._errors import UsageError
+from ._errors import StoreError, UsageError
 from ._hooks import Hooks, call_hook
 from ._journal import Journal
 from ._loop import CallOutcome, HaltedTurn
@@ -176,6 +176,10 @@ class Executor:
         elif self._hooks is None and call.invalid_arguments is None:
             # The common call: the tool is awaited right here, a coroutine fewer per call,
             # and the rule is consulted only if it suspends.
+            if self._journal is not None:
+                fence = self._journal.fence()
+                if fence is not None:
+                    await fence
             started = time.perf_counter()
             ctx = ToolContext(
                 call_id=call.id, run_id=self._run_id, tool_name=call.name, turn=self._turn
@@ -276,6 +280,10 @@ class Executor:
 
         Returns the result and whether the hook (not the tool) gave it.
         """
+        if self._journal is not None:
+            fence = self._journal.fence()
+            if fence is not None:
+                await fence
         started = time.perf_counter()
         ctx = self._context(call, action)
         result: ToolResult | None = None
@@ -373,13 +381,15 @@ class Executor:
 
 
 async def _loud(turn: Coroutine[Any, Any, list[CallOutcome]]) -> list[CallOutcome]:
-    """The turn's outcomes; a misconfigured resolver's :class:`UsageError` comes out as
-    itself, not inside the task group's exception group, so the host sees the plain
+    """The turn's outcomes; a misconfigured resolver's :class:`UsageError`, or a store's
+    :class:`StoreError` (a durable run's lease lost), comes out as itself, not inside the
+    task group's exception group, so the host sees the plain
     error it can act on."""
     try:
         return await turn
     except ExceptionGroup as group:
-        usage, _ = group.split(UsageError)
+        # A store's verdict (another worker took the run) stops the run as itself too.
+        usage, _ = group.split((UsageError, StoreError))
         if usage is None:
             raise
         first: BaseException = usage

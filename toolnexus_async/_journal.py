@@ -9,7 +9,9 @@ so that what the journal keeps is never behind what anyone was told:
   announced (a stream's ``pending``, an inbox's listing) or waited for;
 - :meth:`Journal.settled` when a call has the result the model will see, before the run
   feeds it to the model;
-- :meth:`Journal.finished` when the run ends or halts, before its caller gets the result.
+- :meth:`Journal.finished` when the run ends or halts, before its caller gets the result;
+- :meth:`Journal.fence` before each tool execution: ``None`` to go on at once, or an
+  awaitable that must finish first (a durable host proving it still holds the run).
 
 A run without a journal (a plain ``client.run``) pays nothing for any of this.
 """
@@ -39,3 +41,6 @@ class Journal(Protocol):
     def settled(self, call: ToolCall, outcome: CallOutcome) -> Awaitable[None]: ...
 
     async def finished(self, result: RunResult) -> None: ...
+
+    # Not a coroutine function: the common answer, "go on", costs no coroutine.
+    def fence(self) -> Awaitable[None] | None: ...

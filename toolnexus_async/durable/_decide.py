@@ -28,7 +28,7 @@ from ._queries import stored_request
 from ._schema import ENCODE, prompt_of, state_text
 from ._store import Accepted
 
-__all__ = ("Saved", "accepted", "judge", "saved")
+__all__ = ("Saved", "accepted", "damaged_reason", "judge", "saved")
 
 
 @attrs.frozen
@@ -123,6 +123,11 @@ def accepted(row: Sequence[Any]) -> Accepted:
     """
     body, run_id, call_id, _, _, owner, lease, _, _ = row
     return Accepted(stored_request(body, run_id, call_id), run_id, call_id, owner, lease)
+
+
+def damaged_reason(exc: Exception) -> str:
+    """The error a run that cannot be read back is failed with (both stores say the same)."""
+    return f"cannot be read back, so it cannot go on (marked failed): {exc}"
 
 
 def _now_plus(seconds: float) -> float:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import anyio
 
-from .._errors import AnswerError, UsageError
+from .._errors import AnswerError, StoreUnavailableError, UsageError
 from .._types import Answer
 from ..suspend import Inbox
 from ._store import Accepted, RunStore, StoreEvent
@@ -37,8 +38,16 @@ log = logging.getLogger("toolnexus_async.durable")
 class Deliveries:
     """Hands ``worker``'s answers to ``inbox``, and marks them delivered in ``store``."""
 
-    def __init__(self, store: RunStore, worker: str, inbox: Inbox, poll: float) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        worker: str,
+        inbox: Inbox,
+        poll: float,
+        on_fault: Callable[[StoreUnavailableError], None] | None = None,
+    ) -> None:
         self._store = store
+        self._on_fault = on_fault
         self._worker = worker
         self._inbox = inbox
         self._poll = poll
@@ -104,6 +113,10 @@ class Deliveries:
             self._wake = anyio.Event()
             try:
                 await self.deliver()
+            except StoreUnavailableError as exc:
+                if self._on_fault is None:
+                    raise
+                self._on_fault(exc)  # the host's one line per outage
             except Exception:
                 log.exception(
                     "durable host %s: handing answers over failed; retrying", self._worker

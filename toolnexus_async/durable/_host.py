@@ -17,6 +17,13 @@ Rules of this module:
   The same background sweep resumes runs whose requests expired while nobody held them.
 - A run that raises is recorded as failed and not resumed by itself; a run cancelled while
   the host shuts down is let go, so that the next host goes on with it.
+- **The store's faults are waited out, never recorded** (``_tenure``, ``_journal``): a run
+  whose write meets ``StoreUnavailableError`` waits and retries with its state intact;
+  renewals are retried promptly; after an outage the host takes over no other worker's
+  run until the live ones have renewed; no tool call starts on a lease the host cannot
+  prove. A run the host must give up (it is closing, or its failure cannot be written
+  now) is never left held here and not driven: releasing it, or recording its failure,
+  is retried in the background until the store takes it (``_letting_go``).
 """
 
 from __future__ import annotations
@@ -31,7 +38,13 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._client import LlmClient
-from .._errors import StoreError, UsageError
+from .._errors import (
+    DamagedRunError,
+    StoreError,
+    StoreUnavailableError,
+    UnknownRequestError,
+    UsageError,
+)
 from .._hooks import call_hook
 from .._loop import RunLoop
 from .._messages import Message
@@ -47,6 +60,7 @@ from ._deliveries import Deliveries
 from ._driving import Driving
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun
+from ._tenure import Backoff, Tenure
 
 __all__ = ("DurableHost",)
 
@@ -56,6 +70,9 @@ OnResult = Callable[[RunResult], Any]
 
 # Stored runs claimed per sweep; the rest wait for the next sweep.
 _SWEEP_BATCH = 100
+
+# The failure of a run begun while the store failed: its caller was told it was not kept.
+_NOT_STARTED = "not started: the store failed while keeping it, and its caller was told so"
 
 
 class DurableHost:
@@ -124,11 +141,17 @@ class DurableHost:
         self._background: anyio.CancelScope | None = None
         self._driving = Driving()  # the runs this host drives now
         self._claiming: set[str] = set()  # ids of the runs this host is claiming now
+        self._tenure = Tenure(self.worker, self._lease)
         self._deliveries = (
-            None if self.inbox is None else Deliveries(store, self.worker, self.inbox, self._poll)
+            None
+            if self.inbox is None
+            else Deliveries(store, self.worker, self.inbox, self._poll, self._tenure.store_down)
         )
         self._unlisten: Callable[[], None] = lambda: None
         self._closing = False
+        # Runs this host gave up driving whose release (None) or failure (its message) the
+        # store has not taken yet: retried in the background, so none stays held here.
+        self._letting_go: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
         return f"<DurableHost worker={self.worker!r} runs={len(self._driving)}>"
@@ -185,8 +208,9 @@ class DurableHost:
         assert self._background is not None
         with self._background:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._every, self._lease / 3, self._renew)
+                tg.start_soon(self._renewing)
                 tg.start_soon(self._every, self._sweep, self._sweep_once)
+                tg.start_soon(self._every, self._sweep, self._let_go)
                 if self._deliveries is not None:
                     tg.start_soon(self._deliveries.run)
 
@@ -194,21 +218,64 @@ class DurableHost:
         while True:
             try:
                 await job()
+            except StoreUnavailableError as exc:
+                self._tenure.store_down(exc)  # one line per outage, not one per look
             except Exception:
                 log.exception("durable host %s: background job failed; retrying", self.worker)
             await anyio.sleep(seconds)
 
+    async def _renewing(self) -> None:
+        """Renew every third of the lease; after a failure, again soon (backoff), so that
+        the lease outlives a short outage and is proven again as soon as the store is back."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                await self._renew()
+            except StoreUnavailableError as exc:
+                self._tenure.store_down(exc)
+            except Exception:
+                log.exception("durable host %s: renewing its lease failed", self.worker)
+            else:
+                backoff = None
+                await anyio.sleep(self._lease / 3)
+                continue
+            backoff = backoff or Backoff(self._tenure.retry_cap)
+            await anyio.sleep(backoff.next())
+
     async def _renew(self) -> None:
-        await self.store.renew(self.worker, time.time() + self._lease)
+        started = time.time()
+        await self.store.renew(self.worker, started + self._lease)
+        self._tenure.renewed(started)
 
     async def _sweep_once(self) -> None:
+        if not self._tenure.may_take_over():
+            # Just after an outage every lease in the store has run out, the live workers'
+            # too: they renew within the grace, and only then is a stale lease a dead one.
+            return
         now = time.time()
         for run_id in await self.store.ready(now, _SWEEP_BATCH):
             if self._closing:
                 return
-            stored = await self._claim(run_id, now)
+            try:
+                stored = await self._claim(run_id, now)
+            except DamagedRunError as exc:
+                log.warning("durable host %s: %s", self.worker, exc)
+                continue
             if stored is not None:
                 await self._adopt(stored)
+
+    async def _let_go(self) -> None:
+        """Release, or record the failure of, each run given up here that the store did
+        not take yet."""
+        for run_id, error in list(self._letting_go.items()):
+            try:
+                if error is None:
+                    await self.store.release(run_id, self.worker)
+                else:
+                    await self.store.fail(run_id, error, self.worker)
+            except (LeaseLostError, UnknownRequestError):
+                pass  # another worker holds it, or it was never kept: nothing to let go
+            self._letting_go.pop(run_id, None)
 
     async def _claim(self, run_id: str, now: float) -> StoredRun | None:
         """Claim ``run_id`` for this host, unless it drives (or claims) it already.
@@ -261,7 +328,7 @@ class DurableHost:
         # Not a coroutine: no frame of its own for a run to hold while it is parked.
         self._check_open()
         loop = self.client._new_loop("run", prompt, history, run_id)
-        journal = RunJournal(self.store, loop.run_id, self.worker, lease=self._lease)
+        journal = self._journal(loop.run_id, lease=self._lease)
         return self._drive(loop, journal)
 
     def stream(
@@ -275,7 +342,7 @@ class DurableHost:
         (the run is written before its first event)."""
         self._check_open()
         loop = self.client._new_loop("stream", prompt, history, run_id)
-        journal = RunJournal(self.store, loop.run_id, self.worker)
+        journal = self._journal(loop.run_id)
 
         async def start(sink: Sink) -> RunResult:
             await journal.start(loop.snapshot(), self._lease)
@@ -296,9 +363,18 @@ class DurableHost:
         dies first), the next host goes on with it once its lease runs out."""
         self._check_open()
         loop = self.client._new_loop("begin", prompt, history, run_id)
-        journal = RunJournal(self.store, loop.run_id, self.worker)
-        await journal.start(loop.snapshot(), self._lease)
+        journal = self._journal(loop.run_id)
+        try:
+            await journal.start(loop.snapshot(), self._lease)
+        except StoreUnavailableError:
+            # Its caller is told it was not kept; if it was all the same (the reply was
+            # lost), it must not run unacknowledged, nor stay held here: failed, later.
+            self._letting_go[loop.run_id] = _NOT_STARTED
+            raise
         return BegunRun(self, loop, journal)
+
+    def _journal(self, run_id: str, turn: int = 0, *, lease: float | None = None) -> RunJournal:
+        return RunJournal(self.store, run_id, self.worker, turn, lease=lease, tenure=self._tenure)
 
     async def _drive(
         self,
@@ -323,7 +399,7 @@ class DurableHost:
             # gave up on it, and it ends here.
             with anyio.CancelScope(shield=True):
                 if self._closing:
-                    await journal.release()
+                    await self._release(journal)
                 else:
                     await self._record_failure(loop, journal, None)
             raise
@@ -340,13 +416,29 @@ class DurableHost:
     async def _record_failure(
         self, loop: RunLoop, journal: RunJournal, exc: BaseException | None
     ) -> None:
+        """Record what the run itself did wrong; under a shield, so bounded: a store that
+        does not take it soon gets it from the background (``_let_go``)."""
         message = "cancelled" if exc is None else f"{type(exc).__name__}: {exc}"
+        with anyio.move_on_after(self._tenure.grace):
+            try:
+                await journal.failed(loop, message)
+            except LeaseLostError:
+                pass
+            except Exception:
+                log.exception("run %s failed and its failure could not be recorded", loop.run_id)
+            else:
+                return
+        if journal.written:
+            self._letting_go[loop.run_id] = message
+
+    async def _release(self, journal: RunJournal) -> None:
+        """Let the next host go on with the run; one try (the host is closing), and the
+        background tries again while the host lives (its lease ends with it anyway)."""
         try:
-            await journal.failed(loop, message)
-        except LeaseLostError:
-            pass
-        except Exception:
-            log.exception("run %s failed and its failure could not be recorded", loop.run_id)
+            await journal.release()
+        except StoreError as exc:
+            log.warning("run %s could not be let go now: %s", journal.run_id, exc)
+            self._letting_go[journal.run_id] = None
 
     async def keep(self, run: RunResult) -> None:
         """Keep a run that halted elsewhere (a plain ``client.run``), so that :meth:`answer`
@@ -394,8 +486,12 @@ class DurableHost:
         held = accepted.owner is not None and (accepted.lease_until or 0) > now
         if held:
             return  # its worker hands it over
+        if accepted.owner is not None and not self._tenure.may_take_over():
+            return  # just after an outage: its worker is likely alive (see _sweep_once)
         try:
             stored = await self._claim(accepted.run_id, now)
+        except DamagedRunError:
+            raise  # failed for good now: the answer changes nothing, and its sender is told
         except StoreError as exc:
             # The answer is kept (taken above); the sweep goes on with the run once the
             # store can read it back.
@@ -424,7 +520,7 @@ class DurableHost:
 
     async def _resume(self, stored: StoredRun) -> None:
         loop, plan = plan_of(stored, max_turns=self.client.max_turns)
-        journal = RunJournal(self.store, stored.run_id, self.worker, stored.turn)
+        journal = self._journal(stored.run_id, stored.turn)
         try:
             result = await self._drive(loop, journal, plan)
         except Exception as exc:

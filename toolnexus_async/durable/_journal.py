@@ -5,6 +5,16 @@ Rules of this module:
 - :class:`RunJournal` is the run's side of the store: every step the run awaits
   (``_journal.Journal``) is one store write naming the worker that holds the run, so a
   worker that lost its lease is stopped by its next write.
+- **A passing fault of the store is waited out, never recorded.** A journal of a host
+  (one with a ``Tenure``) retries a write that failed with ``StoreUnavailableError``, with
+  backoff, until the store takes it; the run waits with its state intact. A write whose
+  reply was lost may have committed: where the retry is then refused (the run is stored
+  already, the request too, the run ended), the store is read to tell whether the first
+  attempt took, and only a real refusal is raised. A journal without a tenure (a
+  standalone resume) raises the fault at once.
+- **No tool call starts on a lease the worker cannot prove** (``fence``): after a lapse
+  of its lease (see ``_tenure``), the run checks in the store that this worker still holds
+  it before its next call, and stops with ``LeaseLostError`` if another worker took it.
 - :func:`plan_of` rebuilds a stored run exactly where it stood: the current turn's recorded
   results are kept (never executed again), an answered call goes on from the answer that
   was accepted, a call whose request is still pending waits for that same request again,
@@ -18,15 +28,22 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+import anyio
+
+from .._errors import StoreUnavailableError, UsageError
 from .._loop import CallOutcome, HaltedTurn, RunLoop
 from .._messages import AssistantMessage, ToolCall, ToolReturn
 from .._results import RunResult, ToolCallRecord
 from .._resume import ResumePlan
 from .._types import Answer, Request, ToolResult
-from ._store import RunStore, StoredRun
+from ._store import LeaseLostError, RunStore, StoredRun
+from ._tenure import Backoff, Tenure
+
+# Whether a write whose reply was lost had committed, judged from the run as stored.
+Committed = Callable[[StoredRun], bool]
 
 __all__ = ("RunJournal", "plan_of", "worker_name")
 
@@ -37,10 +54,12 @@ class RunJournal:
     A journal made with ``lease`` is of a run the store does not have yet: its first
     write (a turn, or the end of a run that asked for no tool) starts it there, held for
     ``lease`` seconds. Until then nothing of the run was told anyone but its caller, in
-    this process, so nothing is lost that anyone else knew of.
+    this process, so nothing is lost that anyone else knew of. A journal made with
+    ``tenure`` (its host's) waits out a passing fault of the store and fences tool calls
+    (see the module rules).
     """
 
-    __slots__ = ("_lease", "_owner", "_run_id", "_store", "_turn")
+    __slots__ = ("_epoch", "_lease", "_owner", "_run_id", "_store", "_tenure", "_turn")
 
     def __init__(
         self,
@@ -50,61 +69,166 @@ class RunJournal:
         turn: int = 0,
         *,
         lease: float | None = None,
+        tenure: Tenure | None = None,
     ) -> None:
         self._store = store
         self._run_id = run_id
         self._owner = owner
         self._turn = turn
         self._lease = lease
+        self._tenure = tenure
+        self._epoch = 0 if tenure is None else tenure.epoch
 
     @property
     def run_id(self) -> str:
         return self._run_id
 
     async def start(self, state: RunResult, lease: float) -> None:
-        """Keep the run in the store now, before anything else happens to it."""
+        """Keep the run in the store now, before anything else happens to it. Not
+        retried: whoever asked for the run is told of the fault and may ask again."""
         await self._store.start(state, self._owner, time.time() + lease)
         self._lease = None
 
     async def turn(self, loop: RunLoop) -> None:
         self._turn = loop.turns
         if self._lease is not None:
-            await self._store.start(
-                loop.snapshot(), self._owner, time.time() + self._lease, turn=loop.turns
+            state, until = loop.snapshot(), time.time() + self._lease
+            await self._kept(
+                lambda: self._store.start(state, self._owner, until, turn=loop.turns),
+                self._holds,
             )
             self._lease = None
         else:
-            await self._store.turn(loop.snapshot(), loop.turns, self._owner)
+            state = loop.snapshot()
+            await self._kept(lambda: self._store.turn(state, loop.turns, self._owner))
 
-    # Not coroutines: the store's awaitable is handed back as it is, so a run waiting for
-    # the write holds no frame of the journal's (nor the record, once it is encoded).
     def suspended(self, call: ToolCall, request: Request) -> Awaitable[None]:
-        return self._store.suspend(self._run_id, call.id, request, self._owner)
+        def asked(stored: StoredRun) -> bool:
+            kept = stored.requests.get(call.id)
+            return kept is not None and kept.request.id == request.id
+
+        return self._kept(
+            lambda: self._store.suspend(self._run_id, call.id, request, self._owner), asked
+        )
 
     def settled(self, call: ToolCall, outcome: CallOutcome) -> Awaitable[None]:
         record = ToolCallRecord(
             call, outcome.result, self._turn, outcome.request, outcome.answered_ok
         )
-        return self._store.record(self._run_id, record, self._owner)
+        return self._kept(lambda: self._store.record(self._run_id, record, self._owner))
 
     async def finished(self, result: RunResult) -> None:
         if self._lease is not None:  # it never asked for a tool: kept for the listings
-            await self.start(result, self._lease)
+            until = time.time() + self._lease
+            await self._kept(lambda: self._store.start(result, self._owner, until), self._holds)
+            self._lease = None
         if result.status == "pending":
-            await self._store.halt(self._run_id, self._owner)
+            await self._kept(lambda: self._store.halt(self._run_id, self._owner), _halted)
         else:
-            await self._store.finish(result, self._owner)
+            await self._kept(lambda: self._store.finish(result, self._owner), _ended("done"))
 
     async def failed(self, loop: RunLoop, error: str) -> None:
         """The run raised ``error``: recorded, so that it is listed and not resumed."""
         if self._lease is not None:
-            await self.start(loop.snapshot(), self._lease)
-        await self._store.fail(self._run_id, error, self._owner)
+            state, until = loop.snapshot(), time.time() + self._lease
+            await self._kept(lambda: self._store.start(state, self._owner, until), self._holds)
+            self._lease = None
+        await self._kept(
+            lambda: self._store.fail(self._run_id, error, self._owner), _ended("failed")
+        )
 
     async def release(self) -> None:
-        """This worker stops driving the run mid-way (a shutdown): the next one goes on."""
+        """This worker stops driving the run mid-way (a shutdown): the next one goes on.
+        Tried once: a host that cannot release a run keeps trying in the background."""
         if self._lease is None:  # a run never written has nothing to go on from
             await self._store.release(self._run_id, self._owner)
+
+    @property
+    def written(self) -> bool:
+        """Whether the store has the run (a journal made with ``lease`` writes it late)."""
+        return self._lease is None
+
+    # -- riding out the store's faults ---------------------------------------------------------
+
+    def _holds(self, stored: StoredRun) -> bool:
+        return stored.owner == self._owner
+
+    async def _kept(
+        self, write: Callable[[], Awaitable[None]], took: Committed | None = None
+    ) -> None:
+        """``write()``, retried while the store is unavailable (with a tenure)."""
+        tenure = self._tenure
+        try:
+            await write()
+            return
+        except StoreUnavailableError as exc:
+            if tenure is None:
+                raise
+            tenure.store_down(exc)
+        backoff = Backoff(tenure.retry_cap)
+        while True:
+            await anyio.sleep(backoff.next())
+            try:
+                await write()
+            except StoreUnavailableError as exc:
+                tenure.store_down(exc)
+                continue
+            except (LeaseLostError, UsageError):
+                # An earlier attempt may have committed with its reply lost: then this
+                # refusal is of our own write, and the write is done.
+                if took is None or not took(await self._stored()):
+                    raise
+            tenure.store_up()
+            return
+
+    async def _stored(self) -> StoredRun:
+        """The run as stored, read once the store answers."""
+        backoff = Backoff(1.0 if self._tenure is None else self._tenure.retry_cap)
+        while True:
+            try:
+                return await self._store.load(self._run_id)
+            except StoreUnavailableError:
+                await anyio.sleep(backoff.next())
+
+    def fence(self) -> Awaitable[None] | None:
+        """Before a tool call: ``None`` when this worker's lease is proven and did not lapse
+        since the run last checked; else an awaitable that waits for a renewal and checks
+        the run is still held here (``LeaseLostError`` if not)."""
+        tenure = self._tenure
+        if tenure is None or (self._epoch == tenure.epoch and tenure.proven(time.time())):
+            return None
+        return self._prove(tenure)
+
+    async def _prove(self, tenure: Tenure) -> None:
+        while True:
+            if not tenure.proven(time.time()):
+                await tenure.wait_renewed()
+                continue
+            epoch = tenure.epoch
+            if epoch == self._epoch:
+                return
+            # The lease lapsed since this run last looked: another worker may have claimed
+            # it in the gap. From the renewal on, nobody can (until the proof runs out
+            # again), so what the store says now holds for the call about to start.
+            stored = await self._stored()
+            if stored.owner != self._owner or stored.status != "running":
+                raise LeaseLostError(
+                    f"run {self._run_id!r} was taken over while the lease of worker "
+                    f"{self._owner!r} lapsed (held by {stored.owner!r}, {stored.status}); "
+                    "it stops here"
+                )
+            self._epoch = epoch
+
+
+def _halted(stored: StoredRun) -> bool:
+    return stored.status == "halted"
+
+
+def _ended(status: str) -> Committed:
+    def ended(stored: StoredRun) -> bool:
+        return stored.status == status
+
+    return ended
 
 
 def worker_name() -> str:

@@ -24,9 +24,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from .._errors import PayloadError, StoreError, UnknownRequestError, UsageError
+from .._errors import DamagedRunError, PayloadError, StoreError, UnknownRequestError, UsageError
 from .._results import RunResult
-from ._decide import Saved, accepted, judge, saved
+from ._decide import Saved, accepted, damaged_reason, judge, saved
 from ._queries import load
 from ._schema import ENDED, OPEN, create
 from ._store import Accepted, LeaseLostError, StoredRun
@@ -276,7 +276,9 @@ class Ops:
         )
         return taken
 
-    def claim(self, run_id: str, owner: str, lease_until: float, now: float) -> StoredRun | None:
+    def claim(
+        self, run_id: str, owner: str, lease_until: float, now: float
+    ) -> StoredRun | DamagedRunError | None:
         changed = self.conn.execute(
             "UPDATE runs SET status = 'running', owner = ?, updated = ?"
             f" WHERE run_id = ? AND status IN {OPEN} AND (owner IS NULL OR owner = ?"
@@ -295,7 +297,23 @@ class Ops:
             " WHERE run_id = ? AND status = 'pending' AND expires_at <= ?",
             (run_id, now),
         )
-        return load(self.conn, run_id)
+        try:
+            return load(self.conn, run_id)
+        except StoreError as exc:
+            return self._damaged(run_id, exc, now)
+
+    def _damaged(self, run_id: str, exc: StoreError, now: float) -> DamagedRunError:
+        """A claimed run that cannot be read back is failed with the reason, once: it is
+        never ready again, so nobody tries it every sweep."""
+        error = damaged_reason(exc)
+        self.conn.execute(
+            "UPDATE runs SET status = 'failed', owner = NULL, error = ?, updated = ?"
+            " WHERE run_id = ?",
+            (error, now, run_id),
+        )
+        self._close_requests(run_id)
+        self.ended = True
+        return DamagedRunError(run_id, f"run {run_id!r} {error}")
 
     def renew(self, owner: str, lease_until: float) -> None:
         self._alive(owner, lease_until)

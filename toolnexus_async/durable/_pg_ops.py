@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .._errors import UnknownRequestError, UsageError
-from ._decide import Saved, accepted, judge
+from .._errors import DamagedRunError, StoreError, UnknownRequestError, UsageError
+from ._decide import Saved, accepted, damaged_reason, judge
 from ._pg_queries import load
 from ._store import Accepted, LeaseLostError, StoredRun, StoreEvent
 
@@ -319,7 +319,7 @@ class PgOps:
 
     async def claim(
         self, conn: Any, run_id: str, owner: str, lease_until: float, now: float
-    ) -> StoredRun | None:
+    ) -> StoredRun | DamagedRunError | None:
         changed = await conn.execute(
             f"UPDATE {self.s}.runs SET status = 'running', owner = $2, updated = $3"
             " WHERE run_id = $1 AND status IN ('running', 'halted') AND (owner IS NULL"
@@ -342,7 +342,20 @@ class PgOps:
             run_id,
             now,
         )
-        return await load(conn, self.s, run_id)
+        try:
+            return await load(conn, self.s, run_id)
+        except StoreError as exc:
+            # As in ``_ops``: failed with the reason, once, and never ready again.
+            error = damaged_reason(exc)
+            await conn.execute(
+                f"UPDATE {self.s}.runs SET status = 'failed', owner = NULL, error = $2,"
+                " updated = $3 WHERE run_id = $1",
+                run_id,
+                error,
+                now,
+            )
+            await self._close_requests(conn, run_id)
+            return DamagedRunError(run_id, f"run {run_id!r} {error}")
 
     async def renew(self, conn: Any, owner: str, lease_until: float) -> None:
         await self._alive(conn, owner, lease_until)

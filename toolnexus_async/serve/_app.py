@@ -10,7 +10,14 @@ Rules of this module:
   Startup and shutdown must therefore happen in the same task, as ``web.run_app``,
   ``AppRunner`` and aiohttp's ``TestClient`` do.
 - Every error is JSON ``{"error": "..."}`` with the status the API documents; bodies are
-  read and checked by ``_bodies`` before a handler acts on them.
+  read and checked by ``_bodies`` before a handler acts on them. A store error that escapes
+  a handler is mapped in one place, ``_outage.store_faults`` (503 while the store is
+  unreachable), so no handler catches ``StoreError`` for that.
+- A stop gives the runs still busy ``grace`` seconds, counted from the moment the server
+  stops taking requests (``on_shutdown``), then cancels them; the next server on the
+  store goes on with each from its last committed step.
+- ``GET /healthz`` and ``GET /readyz`` say whether the process serves and whether its
+  store answers, and nothing else: no address, no run.
 - Nothing is served before ``_guard`` has checked the request's host, origin and token, and
   every response carries its security headers: the app is locked unless it was created
   with ``insecure_no_auth=True``.
@@ -19,6 +26,8 @@ Rules of this module:
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import mimetypes
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -33,7 +42,6 @@ from .._errors import (
     AlreadyAnsweredError,
     AlreadyResumedError,
     RequestExpiredError,
-    StoreError,
     UnknownRequestError,
     UsageError,
 )
@@ -45,10 +53,13 @@ from ..suspend import GcFreezer
 from ._bodies import MAX_BODY, ApiError, is_text, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
 from ._guard import GUARD, Guard, add_security_headers, guard_requests
+from ._outage import OUTAGE, StoreOutage, retry_after, store_faults
 from ._runs import RunBook, ServeInbox, drive, load_stored, run_steps
 from ._workers import follow_workers
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
+
+log = logging.getLogger("toolnexus_async.serve")
 
 MakeClient = Callable[[ServeInbox], LlmClient]
 
@@ -57,9 +68,9 @@ OPENAPI = STATIC_DIR.parent / "openapi.json"
 
 MAX_PROMPT = 10_000
 REASONS = ("declined", "cancelled", "expired")
-# Seconds a shutdown waits, after the last busy run ended, for the others to park (and be
-# saved) or end; then they are cancelled.
-SHUTDOWN_GRACE = 10.0
+# Seconds a stop gives the runs still busy, by default: Kubernetes' default
+# terminationGracePeriodSeconds, so that the stop fits in the time a pod is given.
+GRACE = 30.0
 # The freezer's pace of young collections (seconds): the lever measured in
 # docs/performance.md (Loop stalls), which kept every stall under 30 ms with 100,000 runs
 # parked.
@@ -67,6 +78,7 @@ FREEZE_YOUNG = 0.005
 
 _STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_NO_STORE = {"Cache-Control": "no-store"}
 
 
 @attrs.define
@@ -78,6 +90,7 @@ class _Serve:
     store: RunStore
     park_timeout: float
     lease: float
+    grace: float
     static: Path
     bus: EventBus
     book: RunBook
@@ -86,6 +99,7 @@ class _Serve:
     host: DurableHost | None = None
     runs: TaskOwner | None = None  # the task of each run started here
     closing: bool = False
+    stop_at: float | None = None  # anyio.current_time() at which the grace ends
     freeze_gc: bool = False
 
 
@@ -104,6 +118,8 @@ def create_app(
     insecure_no_auth: bool = False,
     allowed_hosts: Iterable[str] = (),
     freeze_gc: bool = False,
+    grace: float = GRACE,
+    store_timeout: float = 10.0,
 ) -> web.Application:
     """The approval-inbox web application.
 
@@ -132,6 +148,13 @@ def create_app(
             not stop the event loop for a full collection. It acts on the whole process,
             so it is off unless asked; ``toolnexus-async serve``, which owns its process,
             asks (``--no-freeze-gc`` does not).
+        grace: seconds a stop gives the runs still busy (in a tool, or waiting for the
+            model) to reach their next question or end, counted from the moment the
+            server stops taking requests; then they are cancelled, and the next server on
+            the store goes on with them. 0 or more, and finite.
+        store_timeout: seconds ``GET /readyz`` (and the probe of a store that is down)
+            waits for ``store.ping()``; give the store the same timeout for its calls
+            (:func:`open_store` does).
     """
     if not park_timeout > 0:  # NaN too
         raise UsageError(f"park_timeout must be > 0 seconds, got {park_timeout}")
@@ -139,10 +162,17 @@ def create_app(
         raise UsageError(f"lease must be > 0 seconds, got {lease}")
     if max_body < 1:
         raise UsageError(f"max_body must be at least 1 byte, got {max_body}")
+    if not 0 <= grace < math.inf:
+        raise UsageError(f"grace must be 0 or more seconds, and finite, got {grace}")
+    if not 0 < store_timeout < math.inf:
+        raise UsageError(f"store_timeout must be > 0 seconds, and finite, got {store_timeout}")
     guard = Guard.create(token, insecure_no_auth=insecure_no_auth, allowed_hosts=allowed_hosts)
-    app = web.Application(client_max_size=max_body, middlewares=[json_errors, guard_requests])
+    app = web.Application(
+        client_max_size=max_body, middlewares=[json_errors, guard_requests, store_faults]
+    )
     app[GUARD] = guard
     app[MAX_BODY] = max_body
+    app[OUTAGE] = StoreOutage(store, timeout=store_timeout)
     app.on_response_prepare.append(add_security_headers)
     bus = EventBus()
     app[SERVE] = _Serve(
@@ -151,6 +181,7 @@ def create_app(
         store,
         park_timeout,
         lease,
+        grace,
         STATIC_DIR,
         bus,
         RunBook(bus),
@@ -166,6 +197,8 @@ def create_app(
     app.router.add_get("/events", events)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/", index)
     app.router.add_get("/static/{name}", static)
     return app
@@ -190,6 +223,7 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
         )
         async with anyio.create_task_group() as tg, host:
             with _freezing(serve, inbox):
+                tg.start_soon(app[OUTAGE].watch, name="the probe of the run store")
                 await load_stored(serve.book, serve.store)
                 unfollow = await follow_workers(serve.store, host, serve.book, tg)
                 runs = await TaskOwner.open_in(tg, "the runs of the server")
@@ -201,9 +235,24 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
                     serve.closing = True
                     serve.bus.close()
                     host.shutdown()  # parked runs halt (the store has them); busy ones are let go
-                    await host.settle(SHUTDOWN_GRACE)
+                    await _settle(serve, host)
                     tg.cancel_scope.cancel()
                     serve.runs = serve.host = None
+
+
+async def _settle(serve: _Serve, host: DurableHost) -> None:
+    """Wait for the busy runs to end or park, until the grace is over."""
+    # Counted from on_shutdown when it ran: aiohttp waits for open requests in between,
+    # and a grace restarted after that wait would let a stop outlast the time it is given.
+    deadline = serve.stop_at if serve.stop_at is not None else anyio.current_time() + serve.grace
+    with anyio.CancelScope(deadline=deadline) as scope:
+        await host.settle(math.inf)  # the deadline, not a quiet spell, ends the wait
+    if scope.cancelled_caught:
+        log.warning(
+            "the grace of %g s is over: the runs still busy are cancelled, and the next "
+            "server on the store goes on with them",
+            serve.grace,
+        )
 
 
 def _freezing(serve: _Serve, inbox: ServeInbox) -> contextlib.AbstractContextManager[object]:
@@ -219,6 +268,8 @@ async def _stop_accepting(app: web.Application) -> None:
     # Before aiohttp waits for open handlers: event streams would otherwise hold it up.
     serve = app[SERVE]
     serve.closing = True
+    if serve.stop_at is None:
+        serve.stop_at = anyio.current_time() + serve.grace
     serve.bus.close()
 
 
@@ -252,7 +303,9 @@ async def post_run(request: web.Request) -> web.Response:
 
 async def list_runs(request: web.Request) -> web.Response:
     """``GET /runs``: every run this server knows, newest first."""
-    runs = request.app[SERVE].book.newest_first()
+    serve = request.app[SERVE]
+    runs = serve.book.newest_first()
+    await serve.book.refresh(serve.store, runs)  # runs another worker took over
     return web.json_response({"runs": [r.to_dict() for r in runs]})
 
 
@@ -263,6 +316,7 @@ async def get_run(request: web.Request) -> web.Response:
     record = serve.book.get(run_id)
     if record is None:
         raise ApiError(404, f"no run {run_id!r}")
+    await serve.book.refresh(serve.store, (record,))
     steps = record.steps if record.steps is not None else await run_steps(serve.store, run_id)
     declined = record.declined or any(step["declined"] for step in steps)
     return web.json_response({**record.to_dict(), "declined": declined, "steps": steps})
@@ -303,17 +357,40 @@ async def post_answer(request: web.Request) -> web.Response:
     if inbox is None or host is None or serve.closing:
         raise ApiError(503, "the server is shutting down")
     try:
-        await host.answer(answer)  # durable before this handler answers 200
+        # Durable before this handler answers 200. A store error is store_faults' to map:
+        # nothing was taken then, and the same answer may be sent again.
+        await host.answer(answer)
     except UnknownRequestError as exc:
         raise ApiError(404, str(exc)) from None
     except (AlreadyAnsweredError, AlreadyResumedError, RequestExpiredError) as exc:
         raise ApiError(409, str(exc)) from None
-    except StoreError as exc:
-        # The stored run stays where it is; a later answer may succeed.
-        message = f"the saved run of request {request_id!r} cannot be read: {exc}"
-        raise ApiError(500, message) from None
     serve.book.answered(answer)
     return web.json_response({"id": request_id, "ok": answer.ok})
+
+
+# -- probes -------------------------------------------------------------------------------------
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """``GET /healthz``: 200 while the process serves requests (liveness)."""
+    return web.json_response({"status": "ok"}, headers=_NO_STORE)
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """``GET /readyz``: 200 while the store answers a ping in time, else 503 (readiness)."""
+    if request.app[SERVE].closing:
+        return _unready(1)
+    fault = await request.app[OUTAGE].ping()
+    if fault is not None:
+        return _unready(retry_after(fault))
+    return web.json_response({"status": "ready"}, headers=_NO_STORE)
+
+
+def _unready(seconds: int) -> web.Response:
+    # No reason in the body: it is served without the token, and the store's message
+    # names its server. The log has it.
+    headers = {**_NO_STORE, "Retry-After": str(seconds)}
+    return web.json_response({"status": "unavailable"}, status=503, headers=headers)
 
 
 # -- streams, metrics, files --------------------------------------------------------------------

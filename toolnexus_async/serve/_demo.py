@@ -17,6 +17,7 @@ A refusal at any step ends the run with a text that says so, in words for people
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -26,13 +27,14 @@ from aiohttp import web
 
 from .._client import LlmClient
 from .._demo import book_table
+from .._errors import UsageError
 from .._messages import AssistantMessage, Message, ToolCall, ToolReturn, UserMessage
 from .._toolkit import Toolkit
 from .._types import Tool, ToolContext, ToolResult
 from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
-from ._app import MakeClient, create_app
+from ._app import GRACE, MakeClient, create_app
 from ._runs import ServeInbox
 
 __all__ = (
@@ -193,20 +195,23 @@ def serve_demo_app(
     lease: float = 30.0,
     mcp: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     freeze_gc: bool = False,
+    grace: float = GRACE,
+    store_timeout: float = 10.0,
 ) -> web.Application:
     """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
 
     ``store`` is a run store, a SQLite file's path, or a ``postgresql://`` DSN for a
     :class:`~toolnexus_async.durable.PostgresRunStore` (see :func:`open_store`).
     ``make_client`` replaces the demo model (a real endpoint, say); the demo tools stay.
-    ``token``, ``insecure_no_auth``, ``allowed_hosts``, ``lease`` and ``freeze_gc`` are as
-    for :func:`create_app`. ``mcp`` adds the tools of MCP servers (an ``mcpServers`` config or
-    its file, see docs/mcp.md), connected at startup: the questions of 2026-07-28 servers
-    are requests on the page like any tool's.
+    ``token``, ``insecure_no_auth``, ``allowed_hosts``, ``lease``, ``freeze_gc``, ``grace``
+    and ``store_timeout`` are as for :func:`create_app`; a store opened here from a path or
+    DSN is given ``store_timeout`` too. ``mcp`` adds the tools of MCP servers (an
+    ``mcpServers`` config or its file, see docs/mcp.md), connected at startup: the
+    questions of 2026-07-28 servers are requests on the page like any tool's.
     The app owns the toolkit and the store (given or made here) and closes them on shutdown.
     """
     toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools(), mcp=mcp)
-    run_store = store if isinstance(store, RunStore) else open_store(store)
+    run_store = store if isinstance(store, RunStore) else open_store(store, timeout=store_timeout)
     app = create_app(
         make_client=make_client or demo_client,
         toolkit=toolkit,
@@ -218,6 +223,8 @@ def serve_demo_app(
         allowed_hosts=allowed_hosts,
         lease=lease,
         freeze_gc=freeze_gc,
+        grace=grace,
+        store_timeout=store_timeout,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:
@@ -229,13 +236,17 @@ def serve_demo_app(
     return app
 
 
-def open_store(where: str | os.PathLike[str]) -> RunStore:
+def open_store(where: str | os.PathLike[str], *, timeout: float = 10.0) -> RunStore:
     """The run store ``where`` names: a ``postgresql://`` (or ``postgres://``) DSN is a
     :class:`~toolnexus_async.durable.PostgresRunStore` (the ``postgres`` extra), anything
     else the path of a :class:`~toolnexus_async.durable.SqliteRunStore` file.
 
-    Nothing is opened yet: the store connects on first use.
+    ``timeout`` is how long one store call may take, a held lock included, before it fails
+    with :class:`~toolnexus_async.StoreUnavailableError` (PostgreSQL's ``command_timeout``,
+    SQLite's ``timeout``). Nothing is opened yet: the store connects on first use.
     """
+    if not 0 < timeout < math.inf:
+        raise UsageError(f"the store timeout must be > 0 seconds, and finite, got {timeout}")
     if isinstance(where, str) and where.startswith(("postgresql://", "postgres://")):
-        return PostgresRunStore(where)
-    return SqliteRunStore(where)
+        return PostgresRunStore(where, command_timeout=timeout)
+    return SqliteRunStore(where, timeout=timeout)

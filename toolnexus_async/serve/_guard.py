@@ -19,6 +19,9 @@ routes included, so nothing can be probed from outside):
    to ``/``, so the token leaves the address bar; a wrong one is 401. The token in a query
    is read on that route only. Tokens are compared in constant time. The cookie's name
    carries the listening port, so two servers on one machine do not log each other out.
+   Exempt are exactly :data:`PROBES`, ``GET`` (or ``HEAD``) ``/healthz`` and ``/readyz``:
+   a load balancer or an orchestrator asks them without a token, and they tell nothing but
+   whether the server serves and whether its store answers. Rules 1 and 2 still apply.
 4. **Headers.** Every response the app prepares (errors, files and the event stream
    included) carries :data:`SECURITY_HEADERS`, and a Content-Security-Policy:
    :data:`PAGE_CSP` for HTML, which allows the page's own files and nothing inline,
@@ -47,6 +50,7 @@ __all__ = (
     "GUARD",
     "OTHER_CSP",
     "PAGE_CSP",
+    "PROBES",
     "SECURITY_HEADERS",
     "TOKEN_ENV",
     "Guard",
@@ -60,6 +64,8 @@ __all__ = (
 TOKEN_ENV: Final = "TOOLNEXUS_TOKEN"
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 STATE_CHANGING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# The health probes: served without the token (rule 3).
+PROBES: Final = frozenset({"/healthz", "/readyz"})
 
 PAGE_CSP: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -208,6 +214,10 @@ def _is_page(request: web.Request) -> bool:
     return request.path == "/" and request.method in ("GET", "HEAD")
 
 
+def _is_probe(request: web.Request) -> bool:
+    return request.path in PROBES and request.method in ("GET", "HEAD")
+
+
 def _login_page() -> web.Response:
     return web.Response(
         status=401,
@@ -253,7 +263,7 @@ async def guard_requests(
     if request.method in STATE_CHANGING and origin is not None:
         if not same_origin(origin, host):
             raise ApiError(403, f"a request from another site ({origin[:100]!r}) is refused")
-    if guard.token is None:
+    if guard.token is None or _is_probe(request):
         return await handler(request)
     if _is_page(request) and "token" in request.query:
         return _log_in(request, guard)

@@ -16,6 +16,9 @@ Rules of this module:
   keeps every run in it as it goes): ``GET /requests`` lists what the store has, and at
   startup the book is filled from the store, finished runs included, so a restarted
   server shows the runs it recovered. The book is the live view that publishes events.
+- A run another worker took over (this one lost its lease) is not an error here: the
+  book marks it ``elsewhere`` and reads its status from the store when it is shown
+  (:meth:`RunBook.refresh`), so the book never contradicts the store about it.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._errors import StoreUnavailableError
 from .._messages import AssistantMessage, ToolReturn, UserMessage
 from .._results import RunResult, ToolCallRecord
 from .._streaming import StreamEvent, StreamToolCall, StreamToolResult
 from .._types import Answer, Request
-from ..durable._store import RunSummary, StoredRequest
+from ..durable._store import LeaseLostError, RunSummary, StoredRequest
 from ..suspend import Inbox
 from ..suspend._inbox import _Slot
 from ._events import EventBus
@@ -79,6 +83,8 @@ async def run_steps(store: RunStore, run_id: str) -> list[dict[str, Any]]:
     keeps its last turn's requests and answers, not their outputs); ``[]`` if unknown."""
     try:
         stored = await store.load(run_id)
+    except StoreUnavailableError:
+        raise  # the store is down: the caller is told so (503), not shown "no steps"
     except Exception:  # unknown to the store, or unreadable: no steps to show
         return []
     messages = stored.state.messages
@@ -113,6 +119,7 @@ class RunRecord:
 
     __slots__ = (
         "declined",
+        "elsewhere",
         "error",
         "id",
         "outcome",
@@ -131,11 +138,15 @@ class RunRecord:
         self.waiting: set[str] = set()  # ids of its outstanding requests
         self.declined = False  # a request of it was refused or expired (known to this server)
         self.steps: list[dict[str, Any]] | None = None  # from its result, once it ended here
+        # Another worker drives it now: its status there, as last read from the store.
+        self.elsewhere: str | None = None
 
     @property
     def status(self) -> str:
         if self.outcome is not None:
             return self.outcome
+        if self.elsewhere is not None:
+            return self.elsewhere
         return "pending" if self.waiting else "running"
 
     def to_dict(self) -> dict[str, Any]:
@@ -231,6 +242,13 @@ class RunBook:
         record = self._runs.get(run_id)
         if record is None:
             return
+        if isinstance(error, LeaseLostError):
+            # Not a failure of the run: another worker goes on with it.
+            record.elsewhere = "running"
+            for request_id in record.waiting:
+                self._requests.pop(request_id, None)
+            record.waiting.clear()
+            return
         message = f"{type(error).__name__}: {error}"
         self._end(record, "error", error=message)
         self.bus.publish("error", {"run_id": run_id, "message": message})
@@ -250,6 +268,27 @@ class RunBook:
         self._finished.append(record.id)
         while len(self._finished) > self._keep:
             self._runs.pop(self._finished.popleft(), None)
+
+    async def refresh(self, store: RunStore, records: Iterable[RunRecord]) -> None:
+        """Bring each of ``records`` that another worker took over up to date from the
+        store: its status there, and its end (text or error) once it ended. One read of
+        the store's listing, and only when such a run is among them (a takeover is rare)."""
+        moved = [r for r in records if r.elsewhere is not None and r.outcome is None]
+        if not moved:
+            return
+        try:
+            summaries = {s.run_id: s for s in await store.runs(limit=self._keep)}
+        except StoreUnavailableError:
+            return  # shown as last read; the listing works from memory while it is down
+        for record in moved:
+            summary = summaries.get(record.id)
+            if summary is None:
+                continue  # pruned there: nothing newer to tell
+            if summary.status in ("done", "incomplete", "error"):
+                outcome: Outcome = summary.status  # type: ignore[assignment]
+                self._end(record, outcome, text=summary.text, error=summary.error)
+            else:
+                record.elsewhere = summary.status
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -383,6 +422,9 @@ async def drive(begun: BegunRun, book: RunBook, record: RunRecord) -> None:
     """
     try:
         result = await begun._run_with(_Publisher(book.bus, record.id))
+    except LeaseLostError as exc:
+        log.warning("run %s went on on another worker (this one lost its lease)", record.id)
+        book.failed(record.id, exc)
     except Exception as exc:
         log.warning("run %s failed: %r", record.id, exc)
         book.failed(record.id, exc)

@@ -17,7 +17,10 @@ Rules of this module:
   security headers and logged without the bytes received, which can hold it too.
 - :func:`run_server` serves until SIGINT or SIGTERM (or a ``stop`` event), then shuts the
   app down in the same task, as ``web.run_app`` does: parked runs are saved, nothing is left
-  running.
+  running. The stop is bounded: requests still open get ``shutdown_timeout`` seconds
+  (aiohttp's wait for them), and the app's busy runs get its ``grace``, counted from the
+  same moment (see ``_app``), so ``serve`` passes ``--grace`` as both and the whole stop
+  fits in it.
 
 How: aiohttp 3.14 has no header-read timeout, and ``web.run_app`` builds its own runner.
 :class:`ServeRunner` is an ``AppRunner`` whose server makes :class:`_Connection` protocols,
@@ -37,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import math
 import signal
 from collections.abc import Callable
 from http import HTTPStatus
@@ -258,15 +262,25 @@ async def run_server(
     stop: anyio.Event | None = None,
     header_timeout: float = HEADER_TIMEOUT,
     idle_timeout: float = IDLE_TIMEOUT,
+    shutdown_timeout: float = 60.0,
 ) -> None:
     """Serve ``app`` with a :class:`ServeRunner` until SIGINT, SIGTERM or ``stop`` is set.
 
     ``on_ready`` is called with the base URL (``http://127.0.0.1:8080``) once the server
-    listens. Then the app shuts down as ``web.run_app`` would, in this task. Set ``stop``
-    rather than cancel the call: a cancelled shutdown cannot wait for parked runs to be
-    saved (the app's task group lives in this task's cancel scopes).
+    listens. Then the app shuts down as ``web.run_app`` would, in this task: requests
+    still open get ``shutdown_timeout`` seconds to finish, then they are cancelled. Set
+    ``stop`` rather than cancel the call: a cancelled shutdown cannot wait for parked runs
+    to be saved (the app's task group lives in this task's cancel scopes).
     """
-    runner = ServeRunner(app, header_timeout=header_timeout, idle_timeout=idle_timeout)
+    if not 0 <= shutdown_timeout < math.inf:
+        raise UsageError(f"shutdown_timeout must be 0 or more seconds, got {shutdown_timeout}")
+    runner = ServeRunner(
+        app,
+        header_timeout=header_timeout,
+        idle_timeout=idle_timeout,
+        # aiohttp reads 0 as "wait for ever": the smallest wait it takes as a wait.
+        shutdown_timeout=max(shutdown_timeout, 0.001),
+    )
     try:
         await runner.setup()
         await web.TCPSite(runner, host, port).start()
