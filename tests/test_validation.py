@@ -6,8 +6,10 @@ import copy
 import urllib.request
 from typing import Any
 
-import fastjsonschema
+import anyio
+import jsonschema_rs
 import pytest
+from aiohttp import web
 
 from toolnexus_async import UsageError
 from toolnexus_async._validation import validator_for
@@ -113,13 +115,13 @@ def test_validation_does_not_change_the_arguments() -> None:
 def test_compiled_once_per_schema(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same schema object is compiled once, however often it is validated against."""
     calls = []
-    real = fastjsonschema.compile
+    real = jsonschema_rs.validator_for
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fastjsonschema, "compile", counting)
+    monkeypatch.setattr(jsonschema_rs, "validator_for", counting)
     schema = copy.deepcopy(SCHEMA)
     first = validator_for(schema)
     for _ in range(100):
@@ -185,3 +187,130 @@ def test_builtin_schemas_compile_and_check() -> None:
     question = validator_for(QuestionTool.input_schema)
     assert question({"questions": [{"header": "h"}]}) == "questions[0].question is required"
     assert question({"questions": []}) == "questions must have at least 1 items"
+
+
+# -- the dialect: JSON Schema 2020-12 by default, older drafts by their $schema --------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "good", "bad", "said"),
+    [
+        (
+            {"type": "array", "prefixItems": [{"type": "string"}], "items": False},
+            ["a"],
+            ["a", 1],
+            "[1] is not allowed",
+        ),
+        (
+            {"type": "object", "dependentRequired": {"card": ["expiry"]}},
+            {"card": "4111", "expiry": "12/30"},
+            {"card": "4111"},
+            "expiry",
+        ),
+        (
+            {"type": "array", "contains": {"type": "integer"}, "minContains": 2},
+            [1, "x", 2],
+            [1, "x"],
+            "arguments",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string"}},
+                "unevaluatedProperties": False,
+            },
+            {"a": "x"},
+            {"a": "x", "b": 1},
+            "b is not allowed (allowed fields: a)",
+        ),
+    ],
+)
+def test_the_2020_12_keywords_mean_what_the_standard_says(
+    schema: dict[str, Any], good: Any, bad: Any, said: str
+) -> None:
+    check = validator_for(schema)
+    assert check(good) is None
+    message = check(bad)
+    assert message is not None and said in message
+
+
+def test_an_older_draft_is_read_as_its_schema_says() -> None:
+    """Draft-07 tuple ``items`` and ``additionalItems``, named by ``$schema``."""
+    check = validator_for(
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "array",
+            "items": [{"type": "string"}],
+            "additionalItems": False,
+        }
+    )
+    one: Any = ["a"]  # arrays, not arguments: the check reads any JSON value
+    two: Any = ["a", 1]
+    assert check(one) is None
+    assert check(two) is not None
+
+
+def test_every_violation_is_named_not_only_the_first() -> None:
+    message = check({"questions": [{"question": 1}], "timeout": 0, "format": "pdf"})
+    assert message is not None
+    assert "questions[0].question must be string, got integer" in message
+    assert "timeout must be at least 1, got 0" in message
+    assert 'format must be one of "text", "markdown", "html", got "pdf"' in message
+
+
+async def test_a_remote_ref_makes_no_request_at_all() -> None:
+    """A $ref to a server that is listening: refused, and the server hears nothing."""
+    asked: list[str] = []
+
+    async def serve_schema(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.json_response({"type": "string"})
+
+    app = web.Application()
+    app.router.add_get("/s.json", serve_schema)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        with pytest.raises(UsageError, match="points outside the schema"):
+            validator_for({"$ref": f"http://127.0.0.1:{port}/s.json"})
+    finally:
+        await runner.cleanup()
+    assert asked == []
+
+
+async def test_a_hostile_pattern_is_checked_in_bounded_time_and_the_loop_beats() -> None:
+    """An MCP server's ``"pattern": "^(a+)+$"`` against a long hostile argument: Python's
+    ``re`` backtracks for seconds; the check here takes microseconds, and a heartbeat on
+    the loop never waits long (asserted loosely: only a stall fails it)."""
+    hostile = validator_for(
+        {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "pattern": "^(a+)+$"},
+                "tag": {"type": "string", "pattern": "^(\\w+\\s?)*(?=x)y$"},
+            },
+        }
+    )
+    gaps: list[float] = []
+
+    async def heartbeat() -> None:
+        last = anyio.current_time()
+        while True:
+            await anyio.sleep(0.01)
+            now = anyio.current_time()
+            gaps.append(now - last)
+            last = now
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(heartbeat)
+        # Sizes where a backtracking engine already stalls for seconds (2 ** 26 steps),
+        # checked before the large one, which it would never finish.
+        for size in (20, 22, 24, 26, 5000):
+            await anyio.sleep(0.02)
+            message = hostile({"id": "a" * size + "!", "tag": "ab " * size})
+            assert message is not None and message.startswith("id must match")
+            assert max(gaps, default=0.0) < 0.5, f"the loop stalled at {size} characters"
+        tg.cancel_scope.cancel()

@@ -14,42 +14,29 @@ Rules of this module:
   failure is cached, so it is reported again without recompiling); a schema that breaks
   only while checking gives a message, never an exception.
 
-Why fastjsonschema. ``benchmarks/validation.py`` on a realistic tool schema (nested objects
-in an array, an enum, integer bounds, ``anyOf``, ``additionalProperties: false``), Python
-3.11 on a shared 2-vCPU machine, jsonschema 4.26.0 against fastjsonschema 2.22.3; checks per
-second (ranges over runs):
-
-==================  ===============  ===============  ============
-library             valid args       invalid args     compile once
-==================  ===============  ===============  ============
-jsonschema          7,000 - 10,000   2,800 - 5,000    lazy (0 ms)
-fastjsonschema      57,000 - 97,000  43,000 - 75,000  ~2.5 ms
-this module         83,000 - 95,000  47,000 - 63,000  ~2.5 ms
-==================  ===============  ===============  ============
-
-fastjsonschema compiles a schema into Python code, so a check costs about 10-15 us instead
-of about 100-150 us. Every run shares one event loop and arguments are checked on it before
-each tool call, so that is the figure that matters; the compile is paid once per schema.
-The messages do not decide it: both libraries expose the failing path, rule and value, and
-this module words the message itself from those. jsonschema could list every violation at
-once where fastjsonschema stops at the first; a model fixing one field per retry is an
-acceptable price. fastjsonschema is also pure Python with no dependencies (jsonschema brings
-referencing, rpds-py and jsonschema-specifications). Its limits: drafts 4, 6, 7 and 2019-09
-(a 2020-12 schema is read as 2019-09, so ``prefixItems`` is ignored); ``format`` is not
-checked here (an annotation by default in current drafts); and left to itself it would
-fetch a remote ``$ref`` with urllib, which is why every scheme gets a refusing handler.
+Why jsonschema-rs. Tool schemas come from MCP servers nobody here wrote, and MCP makes
+JSON Schema 2020-12 their default dialect (SEP-1613): the validator must speak it, and be
+fast and bounded on hostile input, since arguments are checked on the event loop before
+each tool call. ``jsonschema-rs`` (a Rust validator) reads ``$schema`` (drafts 4, 6, 7,
+2019-09 and 2020-12; 2020-12 when absent), evaluates ``pattern`` with a regex engine that
+is linear for plain patterns and bounded by a backtrack limit for the others (``^(a+)+$``
+against a hostile argument costs microseconds, where Python's ``re`` took seconds), and
+compiles and checks faster than the pure-Python fastjsonschema used before
+(``benchmarks/validation.py`` gives the figures). Its limits: ``format`` is not checked
+here (an annotation by default in current drafts), and left to itself it would fetch a
+remote ``$ref``; every retrieval is refused instead. The messages are worded here, from the
+error's kind, its path and the schema, as before.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import fastjsonschema
+import jsonschema_rs
 
 from ._errors import UsageError
 
@@ -64,25 +51,16 @@ _cache: OrderedDict[int, tuple[object, Validator | UsageError]] = OrderedDict()
 _lock = threading.Lock()
 _ROOT = "arguments"
 _VALUE_CHARS = 60
+# Violations named in one message: enough to fix several at once, not a wall of text.
+_MOST_SHOWN = 5
+
+
+class _Refused(LookupError):
+    """Raised by the retriever: no schema is ever fetched, from the network or a file."""
 
 
 def _refuse(uri: str) -> Any:
-    raise fastjsonschema.JsonSchemaDefinitionException(
-        f"$ref {uri!r} points outside the schema; inline it (schemas are never fetched)"
-    )
-
-
-class _NoRemote(Mapping[str, Callable[[str], Any]]):
-    """A handler for every URI scheme that refuses: fastjsonschema would otherwise fetch it."""
-
-    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
-        return _refuse
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
+    raise _Refused(uri)
 
 
 def validator_for(schema: Mapping[str, Any]) -> Validator:
@@ -95,7 +73,8 @@ def validator_for(schema: Mapping[str, Any]) -> Validator:
     True
 
     Raises:
-        UsageError: the schema is not a valid JSON Schema (or not JSON at all).
+        UsageError: the schema is not a valid JSON Schema (or not JSON at all), or refers
+            to a schema outside itself.
     """
     key = id(schema)
     with _lock:
@@ -118,31 +97,36 @@ def validator_for(schema: Mapping[str, Any]) -> Validator:
 
 def _compile(schema: Mapping[str, Any]) -> Validator | UsageError:
     try:
-        # A plain-JSON copy: fastjsonschema wants dicts, and a schema that does not survive
-        # this could not be sent to a model either.
+        # A plain-JSON copy: a schema that does not survive this could not be sent to a
+        # model either, and the messages below walk it.
         definition = json.loads(json.dumps(schema))
     except (TypeError, ValueError) as exc:
         return UsageError(f"input schema is not JSON: {exc}")
     if not isinstance(definition, dict):
         return UsageError(f"input schema must be a JSON object, got {type(schema).__name__}")
     try:
-        compiled = fastjsonschema.compile(
-            definition,
-            handlers=_NoRemote(),
-            use_default=False,
-            use_formats=False,
+        compiled = jsonschema_rs.validator_for(
+            definition, retriever=_refuse, validate_formats=False
         )
-    except Exception as exc:  # the library raises whatever the generated code meets
-        return UsageError(f"invalid input schema: {exc}")
+    except jsonschema_rs.ValidationError as exc:
+        first = str(exc).split("\n", 1)[0]
+        if "retrieving it failed" in first:
+            uri = first.split("'")[1] if first.count("'") >= 2 else "?"
+            return UsageError(
+                f"$ref {uri!r} points outside the schema; inline it (schemas are never fetched)"
+            )
+        return UsageError(f"invalid input schema: {first}")
+    except Exception as exc:  # a pattern the engine cannot compile, an unknown draft
+        return UsageError(f"invalid input schema: {type(exc).__name__}: {exc}")
+    is_valid = compiled.is_valid
 
     def check(args: dict[str, Any]) -> str | None:
         try:
-            compiled(args)
-        except fastjsonschema.JsonSchemaValueException as exc:
-            return _describe(exc, args)
+            if is_valid(args):
+                return None
+            return _describe(compiled.iter_errors(args), args, definition)
         except Exception as exc:
             return f"the tool's input schema could not be applied: {type(exc).__name__}: {exc}"
-        return None
 
     return check
 
@@ -180,62 +164,95 @@ def _join(path: str, field: str) -> str:
     return f"{path}.{field}" if path != _ROOT else field
 
 
-def _where(parts: list[str], args: object) -> str:
-    """``questions[0].question`` for fastjsonschema's ``['data', 'questions', '0', ...]``."""
+def _where(parts: Iterable[str | int]) -> str:
+    """``questions[0].question`` for the instance path ``["questions", 0, "question"]``."""
     path = _ROOT
-    node: object = args
-    for part in parts[1:]:
-        if isinstance(node, list) and part.isdigit():
-            index = int(part)
-            path = f"{path}[{index}]" if path != _ROOT else f"[{index}]"
-            node = node[index] if index < len(node) else None
+    for part in parts:
+        if isinstance(part, int):
+            path = f"{path}[{part}]" if path != _ROOT else f"[{part}]"
         else:
             path = _join(path, part)
-            node = node.get(part) if isinstance(node, dict) else None
     return path
 
 
-def _describe(exc: fastjsonschema.JsonSchemaValueException, args: object) -> str:
-    where = _where(exc.path, args)
-    rule = exc.rule
-    rule_def = exc.rule_definition
-    value = exc.value
-    definition = exc.definition if isinstance(exc.definition, dict) else {}
-    if rule == "required" and isinstance(rule_def, list):
-        have = value if isinstance(value, dict) else {}
-        missing = [str(k) for k in rule_def if k not in have]
-        if missing:
-            return "; ".join(f"{_join(where, k)} is required" for k in missing)
-    elif rule == "type":
-        wanted = " or ".join(rule_def) if isinstance(rule_def, list) else str(rule_def)
-        return f"{where} must be {wanted}, got {_json_type(value)}"
-    elif rule == "enum" and isinstance(rule_def, list):
-        choices = ", ".join(_show(v) for v in rule_def)
+def _at(definition: object, path: Iterable[str | int]) -> object:
+    """The part of the schema at ``path`` (a keyword location), or None if it is not there
+    (a location through a ``$ref`` leads elsewhere)."""
+    node = definition
+    for part in path:
+        if isinstance(node, dict) and str(part) in node:
+            node = node[str(part)]
+        elif isinstance(node, list) and isinstance(part, int | str) and str(part).isdigit():
+            index = int(part)
+            node = node[index] if index < len(node) else None
+        else:
+            return None
+    return node
+
+
+def _describe(errors: Iterable[Any], args: object, definition: object) -> str:
+    messages: list[str] = []
+    more = 0
+    for error in errors:
+        message = _message(error, args, definition)
+        if message in messages:
+            continue
+        if len(messages) < _MOST_SHOWN:
+            messages.append(message)
+        else:
+            more += 1
+    if more:
+        messages.append(f"and {more} more")
+    return "; ".join(messages)
+
+
+def _message(error: Any, args: object, definition: object) -> str:
+    where = _where(error.instance_path)
+    kind = error.kind
+    rule = kind.name
+    keyword = list(error.schema_path)
+    declared = _at(definition, keyword)
+    value = error.instance
+    if rule == "required":
+        return f"{_join(where, str(kind.property))} is required"
+    if rule == "type":
+        wanted = declared if isinstance(declared, list | str) else list(kind.types)
+        shown = " or ".join(wanted) if isinstance(wanted, list) else str(wanted)
+        return f"{where} must be {shown}, got {_json_type(value)}"
+    if rule == "enum":
+        choices = ", ".join(_show(v) for v in kind.options)
         return f"{where} must be one of {choices}, got {_show(value)}"
-    elif rule == "const":
-        return f"{where} must be {_show(rule_def)}, got {_show(value)}"
-    elif rule == "additionalProperties" and isinstance(value, dict):
-        return _extra_fields(where, value, definition)
-    elif rule in _BOUNDS and not isinstance(rule_def, bool):
+    if rule == "const":
+        return f"{where} must be {_show(kind.expected_value)}, got {_show(value)}"
+    if rule in ("additionalProperties", "unevaluatedProperties"):
+        parent = _at(definition, keyword[:-1])
+        return _extra_fields(where, list(kind.unexpected), parent)
+    if rule in _BOUNDS:
+        limit = kind.multiple_of if rule == "multipleOf" else kind.limit
         got = f", got {_show(value)}" if isinstance(value, int | float) else ""
-        return f"{where} {_BOUNDS[rule].format(rule_def)}{got}"
-    elif rule == "uniqueItems":
+        return f"{where} {_BOUNDS[rule].format(_show(limit))}{got}"
+    if rule == "uniqueItems":
         return f"{where} must not contain the same item twice"
-    elif rule == "pattern":
-        return f"{where} must match the pattern {rule_def}, got {_show(value)}"
-    elif rule in ("anyOf", "oneOf") and isinstance(rule_def, list):
-        forms = [str(d.get("type")) for d in rule_def if isinstance(d, dict) and "type" in d]
+    if rule == "pattern":
+        return f"{where} must match the pattern {kind.pattern}, got {_show(value)}"
+    if rule in ("anyOf", "oneOfNotValid"):
+        forms = declared if isinstance(declared, list) else []
+        types = [str(d.get("type")) for d in forms if isinstance(d, dict) and "type" in d]
         how = "at least one" if rule == "anyOf" else "exactly one"
-        shown = f" ({', '.join(forms)})" if len(forms) == len(rule_def) else ""
-        return f"{where} must match {how} of the {len(rule_def)} allowed forms{shown}"
-    elif rule == "not":
+        shown = f" ({', '.join(types)})" if forms and len(types) == len(forms) else ""
+        count = f"{len(forms)} " if forms else ""
+        return f"{where} must match {how} of the {count}allowed forms{shown}"
+    if rule == "oneOfMultipleValid":
+        return f"{where} must match exactly one of the allowed forms, and matches several"
+    if rule == "not":
         return f"{where} must not match the schema under 'not', got {_show(value)}"
-    # Anything else: the library's own wording, with its path replaced by ours.
-    message = str(exc.message)
-    name = exc.name or ""
-    if name and message.startswith(name):
-        message = message[len(name) :].lstrip()
-    return f"{where} {message}"
+    if rule == "falseSchema":
+        return f"{where} is not allowed"
+    if rule == "backtrackLimitExceeded":
+        return f"{where} could not be checked against its pattern in bounded time"
+    # Anything else (contains, dependentRequired's kin, propertyNames...): the library's
+    # own wording, which names the value, after our path.
+    return f"{where}: {error.message}"
 
 
 _BOUNDS: dict[str, str] = {
@@ -250,15 +267,13 @@ _BOUNDS: dict[str, str] = {
     "maxItems": "must have at most {} items",
     "minProperties": "must have at least {} fields",
     "maxProperties": "must have at most {} fields",
+    "additionalItems": "must have at most {} items",
 }
 
 
-def _extra_fields(where: str, value: dict[str, Any], definition: dict[str, Any]) -> str:
-    properties = definition.get("properties")
+def _extra_fields(where: str, extras: list[str], definition: object) -> str:
+    properties = definition.get("properties") if isinstance(definition, dict) else None
     known = list(properties) if isinstance(properties, dict) else []
-    patterns = definition.get("patternProperties")
-    regexes = [re.compile(p) for p in patterns] if isinstance(patterns, dict) else []
-    extras = [k for k in value if k not in known and not any(r.search(k) for r in regexes)]
     allowed = ", ".join(known) if known else "none"
     fields = ", ".join(_join(where, k) for k in extras) or where
     verb = "is" if len(extras) == 1 else "are"

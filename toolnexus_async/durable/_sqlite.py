@@ -17,7 +17,17 @@ Rules of this module:
   limiter of one), never on the event loop. A queued write commits with its batch even if
   its caller is cancelled meanwhile, however (an anyio scope, ``asyncio.timeout``): no
   caller commits, so no caller's cancellation can leave a batch half done or strand the
-  writes queued behind it. ``sqlite3`` errors become :class:`StoreError` naming the file.
+  writes queued behind it. ``sqlite3`` errors become :class:`StoreError` naming the file
+  (``_sqlite_file.store_error``).
+- **Passing faults.** The file locked by another process past ``timeout``, a full disk, a
+  read-only file, an I/O error, no memory: :class:`StoreUnavailableError`, naming the file
+  and the cause. Every write of a batch that failed so is failed with it, none is
+  committed (but after an I/O error, which may strike after the commit record is written)
+  and none is retried here: the committer goes on with the next batch. A connection the
+  fault may have spoilt (``_sqlite_file.spoilt``), or one left inside a transaction, is
+  closed and the next call opens the file afresh, so the same store object works again
+  once the fault is gone. :class:`MemoryRunStore` keeps its connection (closing it would
+  lose the database): it is rolled back instead.
 - The file is stamped with an application id and a schema version; a file of another
   application, or of a newer release, is refused and never written to; an older one is
   migrated in its opening transaction (``_ops.migrate``).
@@ -28,6 +38,7 @@ Rules of this module:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
@@ -41,6 +52,7 @@ import anyio.to_thread
 
 from .._errors import StoreError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
+from .._sqlite_file import spoilt, store_error, writable
 from .._types import Answer, Request
 from . import _queries as queries
 from ._batch import Queued, Teller, apply
@@ -72,6 +84,15 @@ class SqliteRunStore:
             answer to one of their requests is told it came too late).
         synchronous: ``"FULL"`` (the default: a commit survives power loss) or
             ``"NORMAL"`` (it survives a crash of the process only; faster on slow disks).
+
+    A passing fault of the file raises :class:`StoreUnavailableError` naming the file and
+    the cause: locked by another process for longer than ``timeout``, disk full,
+    read-only, cannot be opened, a disk I/O error, out of memory. Unlike a network
+    database's, such a failed write is known not to be committed (SQLite commits a
+    transaction whole or not at all, and these faults stop it before its commit record),
+    except after a disk I/O error, which may come after the commit record was written. The
+    same store object works again once the fault is gone; what was committed is intact. A
+    damaged file, or one that is not a SQLite database, raises a plain :class:`StoreError`.
     """
 
     _label = "run store"
@@ -102,6 +123,9 @@ class SqliteRunStore:
         self._keep = keep_finished
         self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
+        # The connection was opened while the file was not writable: SQLite then opens it
+        # read-only, for good (``_sqlite_file.writable``).
+        self._read_only = False
         # Two flags: ``aclose()`` refuses new calls at once (``_closed``), but the writes
         # queued before it still need the connection, so only the close itself, in the
         # worker thread after them, stops the connection from being (re)opened.
@@ -158,7 +182,7 @@ class SqliteRunStore:
                 self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as exc:
-            raise StoreError(f"{self._label} {self.path} cannot be opened: {exc}") from exc
+            raise self._error(exc, opening=True) from exc
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -175,7 +199,7 @@ class SqliteRunStore:
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
         except sqlite3.Error as exc:
             conn.close()
-            raise StoreError(f"{self._label} {self.path} cannot be opened: {exc}") from exc
+            raise self._error(exc, opening=True) from exc
         except BaseException:
             conn.close()
             raise
@@ -199,6 +223,13 @@ class SqliteRunStore:
         if version < SCHEMA_VERSION:
             migrate(conn, version, self.path)
 
+    def _error(
+        self, exc: sqlite3.Error, *, writing: bool = False, opening: bool = False
+    ) -> StoreError:
+        return store_error(
+            exc, self._label, self.path, timeout=self._timeout, writing=writing, opening=opening
+        )
+
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError(f"this {self._label} is closed")
@@ -206,8 +237,13 @@ class SqliteRunStore:
     def _open(self) -> sqlite3.Connection:
         if self._shut:
             raise UsageError(f"this {self._label} is closed")
+        if self._conn is not None and self._read_only and writable(self.path):
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
         if self._conn is None:
             self._conn = self._connect()
+            self._read_only = not writable(self.path)
         return self._conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -215,9 +251,28 @@ class SqliteRunStore:
 
         def job() -> T:
             with self._using:
-                return fn(self._open())
+                conn = self._open()
+                try:
+                    return fn(conn)
+                except BaseException as exc:
+                    self._after_failure(conn, exc)
+                    raise
 
         return await anyio.to_thread.run_sync(job, limiter=self._thread)
+
+    def _after_failure(self, conn: sqlite3.Connection, exc: BaseException) -> None:
+        """Leave no transaction open, nor a connection a fault may have spoilt (one opened
+        while the file was read-only stays read-only); in the worker thread."""
+        if self.path == ":memory:":
+            # Its connection is its database: kept, and rolled back if a ROLLBACK failed.
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+        elif spoilt(exc) or conn.in_transaction:
+            self._conn = None
+            # Closing rolls back whatever is open; the error told is the fault.
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
 
     # -- writes: group commit ----------------------------------------------------------------
 
@@ -275,7 +330,7 @@ class SqliteRunStore:
         except BaseException as exc:
             failure: BaseException = exc
             if isinstance(exc, sqlite3.Error):
-                failure = StoreError(f"{self._label} {self.path}: {exc}")
+                failure = self._error(exc, writing=True)
             elif not isinstance(exc, Exception):
                 failure = self._interrupted(exc)
             for _, _, future in batch:
@@ -294,12 +349,14 @@ class SqliteRunStore:
             try:
                 return fn(conn)
             finally:
-                conn.execute("COMMIT")
+                # A read that failed may have had its transaction ended by SQLite already.
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
 
         try:
             return await self._run(job)
         except sqlite3.Error as exc:
-            raise StoreError(f"{self._label} {self.path}: {exc}") from None
+            raise self._error(exc) from None
 
     # -- the contract --------------------------------------------------------------------------
     # Values are encoded here, on the caller's side: a queued write then holds strings
@@ -387,7 +444,8 @@ class SqliteRunStore:
 
     async def ping(self) -> None:
         """Read the file's header once; :class:`StoreUnavailableError` if it cannot."""
-        await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+        # Not ``SELECT 1``: it touches no page, so it passes on a file that cannot be read.
+        await self._read(lambda conn: conn.execute("PRAGMA user_version").fetchone())
 
     async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
         """Events of the writes made through this store object (another process's writes
@@ -406,7 +464,9 @@ class SqliteRunStore:
 class MemoryRunStore(SqliteRunStore):
     """A :class:`RunStore` in this process's memory, for tests and single-process hosts:
     the SQLite store over a private in-memory database (the same contract, nothing on
-    disk, gone with the process)."""
+    disk, gone with the process). Its one passing fault is running out of memory
+    (:class:`StoreUnavailableError`, the write not committed); its connection, which is
+    the database, is kept through it."""
 
     _label = "memory run store"
 
