@@ -107,6 +107,7 @@ async def main(args: argparse.Namespace) -> None:
             park_timeout=600,
             lease=args.lease,
             token=args.token,
+            store_timeout=args.store_timeout,  # /readyz waits no longer than a statement
         )
         await run_server(
             app, port=0, on_ready=lambda url: print(f"Open the inbox: {url}/", flush=True)

@@ -50,7 +50,7 @@ from toolnexus_async import RunResult
 LEASE = 4.0  # seconds: an outage of 5 s is longer than a lease, one of 8 s twice as long
 STORE_TIMEOUT = 1.0  # seconds a statement may take (the workers' command_timeout)
 # A client call may take the store timeout plus this; past it, it counts as an overrun.
-MARGIN = 1.0
+MARGIN = 0.5
 CALL_LIMIT = STORE_TIMEOUT + MARGIN
 WORK = 0.8  # seconds an approved payment takes
 RUNS_BEFORE = 24  # started and parked before the fault
@@ -81,6 +81,11 @@ async def observe(dsn: str, query: str, *args: Any) -> list[Any] | None:
         return None
 
 
+def clock(at: float) -> str:
+    """A wall-clock time as the workers' logs show it (``HH:MM:SS.mmm``, local time)."""
+    return time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at % 1 * 1000):03d}"
+
+
 def read_ledger(path: Path) -> list[tuple[str, str, int, float]]:
     """The ledger's lines: (run id, idempotency key, pid, time), one per execution."""
     if not path.exists():
@@ -100,7 +105,7 @@ class Clients:
         self.workers = workers
         self.statuses: Counter[str] = Counter()
         self.overruns: list[str] = []
-        self.slowest = 0.0
+        self.slowest: dict[str, float] = {}  # "<method> <route> <status>" -> seconds
 
     async def call(
         self, worker: Server, method: str, path: str, body: Any = None
@@ -108,7 +113,7 @@ class Clients:
         """(status, JSON body or None, Retry-After seconds or 0), or None for no answer:
         a connection error, or the bound passed (an overrun)."""
         kind = f"{method} {path.split('/')[1]}"
-        began = time.monotonic()
+        began, began_at = time.monotonic(), time.time()
         try:
             with anyio.fail_after(CALL_LIMIT):
                 async with worker.session.request(method, path, json=body) as reply:
@@ -119,15 +124,17 @@ class Clients:
                     retry_after = float(reply.headers.get("Retry-After", "0") or 0)
                     status = reply.status
         except TimeoutError:
-            self.overruns.append(f"{time.time():.3f} {worker.name} {method} {path}")
+            self.overruns.append(f"{clock(began_at)} {worker.name} {method} {path}")
             self.statuses[f"{kind} overrun"] += 1
             return None
         except (aiohttp.ClientError, ValueError):
             self.statuses[f"{kind} no connection"] += 1
             return None
-        finally:
-            self.slowest = max(self.slowest, time.monotonic() - began)
+        took = time.monotonic() - began
         self.statuses[f"{kind} {status}"] += 1
+        self.slowest[f"{kind} {status}"] = round(
+            max(self.slowest.get(f"{kind} {status}", 0), took), 2
+        )
         return status, data, retry_after
 
     async def retrying(
@@ -387,6 +394,7 @@ async def exercise(cluster: PgCluster, tmp_path: Path, name: str, fault: Fault) 
         figures.update(await fault(cluster, dsn, load))
         back = time.time()
         figures["fault seconds"] = round(back - began, 2)
+        figures["fault from/to"] = f"{clock(began)} {clock(back)}"
         load.release_all = True
 
         # Recovery: each worker serves again by itself; every accepted run finishes.
@@ -452,7 +460,8 @@ async def exercise(cluster: PgCluster, tmp_path: Path, name: str, fault: Fault) 
                 round(max(finished_at.values()) - back, 2) if finished_at else None
             ),
             "overruns": clients.overruns,
-            "slowest call": round(clients.slowest, 2),
+            "slowest call": max(clients.slowest.values(), default=0.0),
+            "slowest": dict(sorted(clients.slowest.items())),
             "statuses": dict(sorted(clients.statuses.items())),
         }
     )
@@ -466,16 +475,24 @@ def judge(figures: dict[str, Any]) -> None:
         with open(REPORT, "a") as report:
             report.write(json.dumps(figures, default=str) + "\n")
         return
-    assert figures["lost"] == [], figures["lost rows"]
-    assert figures["unpaid"] == []
-    assert figures["answers not applied"] == []
-    assert figures["starts refused"] == []
-    assert figures["twice"] == {}
-    assert figures["paid without execution"] == []
-    assert len(figures["serving again after"]) == 2
-    assert figures["overruns"] == []
-    others = {k: n for k, n in figures["statuses"].items() if k.split()[-1].startswith("5")}
-    assert set(others) <= {k for k in others if k.endswith(" 503")}, others
+    # Every broken promise at once: which runs, which calls, which requests.
+    others = [k for k in figures["statuses"] if k.split()[-1][0] == "5" and k[-4:] != " 503"]
+    broken = {
+        "202'd runs not done (their rows)": figures["lost rows"],
+        "done runs not paid": figures["unpaid"],
+        "200'd answers not applied": figures["answers not applied"],
+        "starts refused": figures["starts refused"],
+        "calls executed more than once": figures["twice"],
+        "paid without an execution": figures["paid without execution"],
+        "workers not serving again": 2 - len(figures["serving again after"]),
+        "client calls past the store timeout + margin": figures["overruns"],
+        "5xx other than 503": others,
+        "probes while locked answered other than 503": {
+            k: n for k, n in figures.get("probes while locked", {}).items() if k != "503"
+        },
+    }
+    broken = {promise: what for promise, what in broken.items() if what}
+    assert not broken, json.dumps(broken, indent=1, default=str)
 
 
 @pytest.mark.parametrize("outage", [5.0, 2 * LEASE], ids=["5s", "twice-the-lease"])
@@ -500,7 +517,5 @@ async def test_runs_locked_past_the_store_timeout(pg_cluster: PgCluster, tmp_pat
     timeouts: meanwhile the workers answer 503 in time; then they recover."""
     with anyio.fail_after(LIMIT):
         figures = await exercise(pg_cluster, tmp_path, "lock", lock_runs)
+    assert figures["probes while locked"], "no worker was asked while the lock was held"
     judge(figures)
-    if not REPORT:
-        probes = figures["probes while locked"]
-        assert probes.get("503", 0) > 0 and set(probes) == {"503"}, probes
