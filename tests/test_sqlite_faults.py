@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -33,12 +34,21 @@ import pytest
 from tests.conftest import assert_no_leaks
 from tests.test_store import LEASE, NOW, fresh_state
 from toolnexus_async import (
+    DurableHost,
+    LlmClient,
+    Message,
+    RunResult,
     SqliteConversationStore,
     StoreError,
     StoreUnavailableError,
+    Toolkit,
+    ToolResult,
+    ToolReturn,
     UserMessage,
+    define_tool,
 )
 from toolnexus_async.durable import MemoryRunStore, SqliteRunStore
+from toolnexus_async.testing import reply, tool_call
 
 
 def impossible_here(reason: str) -> None:
@@ -363,4 +373,65 @@ async def test_a_damaged_file_is_a_store_error_not_a_passing_fault(tmp_path, sto
     await store.aclose()
     assert not isinstance(caught.value, StoreUnavailableError)
     assert "not a SQLite database" in str(caught.value)
+    assert_no_leaks()
+
+
+async def test_a_durable_run_waits_out_a_lock_and_its_tool_runs_once(tmp_path):
+    """A DurableHost on a SQLite file: another process locks the file while a tool
+    executes, past the store's timeout. The result's write is refused, retried, and goes
+    through once the lock is gone; the run ends done, the tool ran once, and nothing was
+    recorded as failed."""
+    path = tmp_path / "runs.db"
+    ran: list[str] = []
+    locker: list[anyio.abc.Process] = []
+
+    @define_tool
+    async def work() -> ToolResult:
+        """Does something that must happen once."""
+        ran.append("work")
+        locker.append(await _lock(path))  # the file is locked while the tool finishes
+        return ToolResult.ok("worked")
+
+    def once(messages: list[Message], tools: list[Any]) -> Any:
+        if isinstance(messages[-1], ToolReturn):
+            return f"result: {messages[-1].output}"
+        return reply(tool_call("work", id="c1"))
+
+    refused: list[str] = []
+    retried, finished = anyio.Event(), anyio.Event()
+    with _no_hang():
+        async with (
+            SqliteRunStore(path, timeout=0.2) as store,
+            Toolkit.create(builtins=False, extra_tools=[work]) as toolkit,
+            LlmClient.in_process(once) as client,
+            DurableHost(client, toolkit, store, lease=3, sweep=0.05) as host,
+            anyio.create_task_group() as tg,
+        ):
+            original = store.record
+
+            async def record(*args: Any) -> None:
+                try:
+                    await original(*args)
+                except StoreUnavailableError as exc:
+                    refused.append(str(exc))
+                    if len(refused) == 2:  # refused, and retried: the run waits
+                        retried.set()
+                    raise
+
+            store.record = record  # type: ignore[method-assign,assignment]
+            results: list[RunResult] = []
+
+            async def run() -> None:
+                results.append(await host.run("go"))
+                finished.set()
+
+            tg.start_soon(run)
+            await retried.wait()
+            assert not results
+            await _unlock(locker[0])
+            await finished.wait()
+            (summary,) = await store.runs()
+    assert results[0].text == "result: worked" and ran == ["work"]
+    assert summary.status == "done"
+    assert "locked by another process" in refused[0]
     assert_no_leaks()

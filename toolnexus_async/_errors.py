@@ -157,8 +157,9 @@ class StoreUnavailableError(StoreError):
     the disk is full or the file is read-only or locked by another process.
 
     A passing fault, not a verdict on any run: what the store committed is intact, and
-    the same call may succeed later. A write that failed so may or may not have been
-    committed (the reply was lost); the durable host retries its own writes until the
+    the same call may succeed later. A write to PostgreSQL that failed so may or may not
+    have been committed (the reply was lost); one to SQLite was not (but after an I/O
+    error, which the message says). The durable host retries its own writes until the
     store is back, in a way that is safe either way. ``retry_after`` is a hint, in
     seconds, for a client told to come back (HTTP ``Retry-After``).
     """
