@@ -357,3 +357,61 @@ async def test_a_run_begun_while_the_store_fails_never_runs_unacknowledged():
                 await anyio.lowlevel.checkpoint()
     assert "not started" in (recorded[0].error or "")
     assert pay.asked == 0
+
+
+async def test_while_the_store_is_down_only_a_few_retried_writes_are_in_flight():
+    """Ten runs wait on a locked store at once: each attempt is held up (as by a lock,
+    until the store timeout) before it fails. After each run's first attempt, the retries
+    queue, a couple at a time, leaving the pool to everyone else."""
+    store = Outage()
+    attempts: dict[str, int] = {}
+    retrying = most = 0
+    results: list[RunResult] = []
+
+    @define_tool
+    async def work() -> ToolResult:
+        """Works."""
+        store.cut()
+        return ToolResult.ok("worked")
+
+    def once(messages: list[Message], tools: list[Any]) -> Any:
+        if isinstance(messages[-1], ToolReturn):
+            return f"result: {messages[-1].output}"
+        return reply(tool_call("work", id="c1"))
+
+    with anyio.fail_after(LIMIT):
+        async with (
+            store,
+            Toolkit.create(builtins=False, extra_tools=[work]) as toolkit,
+            LlmClient.in_process(once) as client,
+            DurableHost(client, toolkit, store, lease=0.6, sweep=0.02) as host,
+            anyio.create_task_group() as tg,
+        ):
+            cut_off = store.record
+
+            async def record(run_id: str, *args: Any) -> None:
+                nonlocal retrying, most
+                if not store.down:
+                    return await MemoryRunStore.record(store, run_id, *args)
+                attempts[run_id] = attempts.get(run_id, 0) + 1
+                retry = attempts[run_id] > 1
+                retrying += retry
+                most = max(most, retrying)
+                try:
+                    await anyio.sleep(0.02)  # held up by the lock (the store timeout)
+                    return await cut_off(run_id, *args)  # then refused
+                finally:
+                    retrying -= retry
+
+            store.record = record  # type: ignore[method-assign,assignment]
+
+            async def run() -> None:
+                results.append(await host.run("go"))
+
+            for _ in range(10):
+                tg.start_soon(run)
+            await until(lambda: len(attempts) == 10 and min(attempts.values()) >= 3)
+            store.mend()
+            await until(lambda: len(results) == 10)
+    assert all(r.text == "result: worked" for r in results)
+    assert most <= 2, most

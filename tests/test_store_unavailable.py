@@ -102,3 +102,46 @@ async def test_a_bad_statement_is_a_store_error_not_a_passing_fault(pg_dsn: str)
         with pytest.raises(StoreError) as caught:
             await store._in_transaction(broken)
         assert not isinstance(caught.value, StoreUnavailableError)
+
+
+async def test_one_deadline_covers_the_wait_for_a_connection_and_the_statements(pg_dsn: str):
+    """The pool's one connection is held up by a lock; a second call, made half-way
+    through the first, waits for the connection. It fails within about the store timeout
+    from its start: the wait for the connection is taken from what its statements may
+    take (the two added up to twice the timeout before)."""
+    timeout = 1.0
+    async with PostgresRunStore(pg_dsn, command_timeout=timeout, min_size=1, max_size=1) as store:
+        await store.start(fresh_state("r1"), "w1", NOW + LEASE)
+        admin = await asyncpg.connect(pg_dsn)
+        took: list[float] = []
+
+        async def write() -> None:
+            began = anyio.current_time()
+            with pytest.raises(StoreUnavailableError):
+                await store.turn(fresh_state("r1"), 1, "w1")
+            took.append(anyio.current_time() - began)
+
+        async def waits_on_the_lock() -> bool:
+            waiting = await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            )
+            return bool(waiting)
+
+        try:
+            async with admin.transaction():
+                await admin.execute("LOCK TABLE toolnexus.runs IN ACCESS EXCLUSIVE MODE")
+                with anyio.fail_after(10):  # the guard of a hang
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(write)
+                        while not await waits_on_the_lock():
+                            await anyio.lowlevel.checkpoint()
+                        # Half-way through the first call's time (the scenario, not a
+                        # synchronisation): the second gets the connection when the
+                        # first gives up, with half its own time gone.
+                        await anyio.sleep(timeout / 2)
+                        tg.start_soon(write)
+        finally:
+            await admin.close()
+    # Loose: only "about one timeout, not two" is asserted, not a speed.
+    assert len(took) == 2 and max(took) < timeout * 1.3, took

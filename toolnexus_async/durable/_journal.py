@@ -169,7 +169,8 @@ class RunJournal:
         while True:
             await anyio.sleep(backoff.next())
             try:
-                await write()
+                async with tenure.retries:
+                    await write()
             except StoreUnavailableError as exc:
                 tenure.store_down(exc)
                 continue

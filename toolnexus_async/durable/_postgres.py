@@ -294,11 +294,15 @@ class PostgresRunStore:
         try:
             pool = await self._connected()  # counted: a pool opened meanwhile is closed too
             failures = self._failures()
+            began = time.monotonic()
             try:
                 async with pool.acquire(timeout=self._timeout) as conn:
+                    left = self._timeout - (time.monotonic() - began)
                     with anyio.CancelScope(shield=True):
                         try:
                             async with conn.transaction():
+                                if left < self._timeout * 0.9:
+                                    await self._within(conn, left)
                                 outcome = await op(conn, *args)
                         except failures as exc:
                             if passing(exc, self._asyncpg):
@@ -321,6 +325,15 @@ class PostgresRunStore:
             raise outcome
         result: T = outcome
         return result
+
+    async def _within(self, conn: Any, left: float) -> None:
+        """One deadline per call: what waiting for a connection took (the pool full of
+        writes held up by a lock, say) is taken from what its statements may take, so a
+        call fails within about ``command_timeout``, not twice that. Only when the wait
+        was long: it costs a round trip."""
+        if left <= 0.001:
+            raise TimeoutError("no time was left after waiting for a pooled connection")
+        await conn.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
 
     async def _notify(self, conn: Any, event: StoreEvent) -> None:
         try:

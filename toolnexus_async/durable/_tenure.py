@@ -15,6 +15,9 @@ Rules of this module:
   capped at ``retry_cap``), and claims no run held by another worker until ``grace`` has
   passed since its own first renewal that succeeded: every other live worker, retrying as
   promptly, has renewed by then, so only the runs of workers really gone are taken.
+- **Retries queue.** At most a couple of retried writes are in flight at once, however
+  many runs wait: the rest of the pool stays free for new calls, which fail fast (503)
+  instead of queueing behind retries for the store timeout.
 - **One line per outage.** The first failure is logged as a warning, the recovery as one
   line with how long the outage lasted; nothing per retried call.
 """
@@ -29,6 +32,8 @@ import anyio
 __all__ = ("Backoff", "Tenure")
 
 log = logging.getLogger("toolnexus_async.durable")
+
+_RETRIES_AT_ONCE = 2
 
 
 class Backoff:
@@ -58,6 +63,7 @@ class Tenure:
         "epoch",
         "grace",
         "proven_until",
+        "retries",
         "retry_cap",
         "worker",
     )
@@ -74,6 +80,10 @@ class Tenure:
         self._renewed = anyio.Event()
         self._down_since: float | None = None
         self._up_since = float("-inf")  # no outage seen yet: nothing to wait for
+        # Retried writes in flight at once: while the store is down or locked, each
+        # retry may hold a pooled connection for the whole store timeout; a few at a time
+        # find out as well as all at once, and leave connections to everyone else.
+        self.retries = anyio.Semaphore(_RETRIES_AT_ONCE)
 
     def proven(self, now: float) -> bool:
         return self.proven_until is not None and now < self.proven_until
