@@ -187,7 +187,9 @@ async def test_a_dead_hosts_runs_are_taken_over_once_its_lease_runs_out(tmp_path
     without asking again, and the tool runs once, with the same idempotency key."""
     path = tmp_path / "runs.db"
     async with SqliteRunStore(path) as store_a, SqliteRunStore(path) as store_b:
-        await take_over_a_dead_host(store_a, store_b, lease=0.2)
+        await take_over_a_dead_host(
+            store_a, store_b, lease=1.0
+        )  # long enough for a loaded machine to renew it in time
 
 
 async def take_over_a_dead_host(store_a: RunStore, store_b: RunStore, lease: float) -> None:
