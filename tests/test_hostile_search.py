@@ -147,7 +147,7 @@ async def test_hostile_regex_keeps_the_loop_beating(
     tmp_path: Path, pattern: str, line: str
 ) -> None:
     """A regex built to backtrack finishes within the bound and the loop keeps beating."""
-    (tmp_path / "text.txt").write_text(f"{line}\n" * 20 + "aaaa xxy\n")
+    (tmp_path / "text.txt").write_text(f"{line}\n" * 3 + "aaaa xxy\n")
     tool = GrepTool(Workspace(tmp_path))
     result, gap = await beating(lambda: tool.execute({"pattern": pattern}))
     assert not result.is_error, result.output
