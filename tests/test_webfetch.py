@@ -38,6 +38,50 @@ PAGE = """<!doctype html>
 </body></html>"""
 
 
+WORDS = "Café crème à 5 €"
+
+
+def page_in(encoding: str, head: str = "") -> bytes:
+    """A small HTML page declaring its encoding (or not) in ``head``, encoded so."""
+    return f"<html><head>{head}</head><body><p>{WORDS}</p></body></html>".encode(encoding)
+
+
+# path -> (Content-Type header, body): each body is readable only if decoded as a browser would.
+ENCODED: dict[str, tuple[str, bytes]] = {
+    "/meta-charset": ("text/html", page_in("cp1252", '<meta charset="windows-1252">')),
+    "/http-equiv": (
+        "text/html",
+        page_in(
+            "cp1252",
+            '<meta name="x" content="y"><meta http-equiv="Content-Type" '
+            'content="text/html; charset=windows-1252">',
+        ),
+    ),
+    # A byte order mark beats the header and the meta tag alike.
+    "/utf8-bom": (
+        "text/html; charset=windows-1252",
+        b"\xef\xbb\xbf" + page_in("utf-8", '<meta charset="windows-1252">'),
+    ),
+    "/utf16-bom": ("text/html", page_in("utf-16")),  # Python's utf-16 writes the BOM
+    "/header-wins": (
+        "text/html; charset=windows-1252",
+        page_in("cp1252", '<meta charset="utf-8">'),
+    ),
+    # latin1 means windows-1252 to a browser: the euro sign is byte 0x80.
+    "/latin1-label": ("text/plain; charset=ISO-8859-1", WORDS.encode("cp1252")),
+    "/bogus": ("text/html; charset=no-such-thing", page_in("utf-8", '<meta charset="nor-this">')),
+    "/utf7": ("text/plain; charset=utf-7", WORDS.encode("utf-8")),
+    "/untyped": (
+        "",
+        page_in("cp1252", '<meta charset="windows-1252">').replace(
+            b"<html>", b"<!DOCTYPE html><html>"
+        ),
+    ),
+    # A <meta> in plain text is text, not a declaration.
+    "/plain-meta": ("text/plain", '<meta charset="windows-1252"> Café'.encode()),
+}
+
+
 class Server:
     """Routes by path; records every request and the client port it came from."""
 
@@ -56,6 +100,14 @@ class Server:
         path = request.path
         if path == "/page":
             return web.Response(text=PAGE, content_type="text/html")
+        if path in ENCODED:
+            content_type, body = ENCODED[path]
+            response = web.Response(body=body)
+            if content_type:
+                response.headers["Content-Type"] = content_type
+            else:
+                response.headers.popall("Content-Type", None)
+            return response
         if path == "/plain":
             return web.Response(text="just *text* <b>as is</b>", content_type="text/plain")
         if path == "/json":
@@ -175,6 +227,24 @@ async def test_non_html_text_is_returned_as_sent(server: Server, tool: WebFetchT
     assert plain.output == "just *text* <b>as is</b>"
     data = await fetch(tool, server.url + "/json", format="text")
     assert data.output == '{"a": 1}'
+
+
+@pytest.mark.parametrize("path", sorted(set(ENCODED) - {"/plain-meta", "/latin1-label"}))
+async def test_pages_are_decoded_as_browsers_do(
+    server: Server, tool: WebFetchTool, path: str
+) -> None:
+    """BOM, then the header's charset, then <meta>, then UTF-8; bogus names are ignored."""
+    result = await fetch(tool, server.url + path, format="text")
+    assert not result.is_error, result.output
+    assert result.output == WORDS
+
+
+async def test_charset_labels_and_meta_in_plain_text(server: Server, tool: WebFetchTool) -> None:
+    """'latin1' is windows-1252 as in browsers; a <meta> tag in plain text declares nothing."""
+    latin1 = await fetch(tool, server.url + "/latin1-label")
+    assert latin1.output == WORDS
+    plain = await fetch(tool, server.url + "/plain-meta")
+    assert plain.output == '<meta charset="windows-1252"> Café'
 
 
 async def test_redirect_is_followed(server: Server, tool: WebFetchTool) -> None:

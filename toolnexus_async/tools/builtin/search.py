@@ -20,13 +20,13 @@ Rules of this module:
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Protocol, cast
 
 import anyio
 import anyio.from_thread
+import re2
 
 from ..._types import ToolContext, ToolResult
 from ._regular import BINARY_PROBE, SpecialFileError, is_binary, open_regular
@@ -46,88 +46,168 @@ MAX_MATCH_CHARS = 500
 _SKIP_DIRS = frozenset({".git", ".hg", ".svn"})
 
 
-def _closing_brace(pattern: str, start: int) -> int:
-    depth = 0
-    for i in range(start, len(pattern)):
-        if pattern[i] == "{":
-            depth += 1
-        elif pattern[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
+class _Compiled(Protocol):
+    """The part of a compiled ``re2`` pattern used here (google-re2 ships no types)."""
+
+    def search(self, text: bytes, pos: int = ...) -> _Span | None: ...
+
+    def fullmatch(self, text: bytes) -> _Span | None: ...
 
 
-def _split_alternatives(body: str) -> list[str]:
-    parts: list[str] = []
-    depth = 0
-    current = ""
-    for char in body:
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
+class _Span(Protocol):
+    def start(self) -> int: ...
+
+
+def _re2_compile(regex: str, *, within_lines: bool = False) -> _Compiled:
+    """RE2 with what both tools want: no capture bookkeeping, no log lines on stderr.
+
+    ``within_lines`` (RE2's ``never_nl``) keeps every match inside one line, so grep can
+    search a block of lines in one call and still match line by line.
+    """
+    options = re2.Options()
+    options.never_capture = True
+    options.log_errors = False
+    options.never_nl = within_lines
+    return cast(_Compiled, re2.compile(regex, options))
+
+
+def _re2_message(exc: Exception) -> str:
+    # google-re2 raises its error with RE2's message as bytes.
+    message = exc.args[0] if exc.args else exc
+    return message.decode("utf-8", "replace") if isinstance(message, bytes) else str(message)
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8 for RE2, which matches no character at an invalid byte: a name
+    that is not UTF-8 (its bytes kept as surrogates by ``os.fsdecode``) has U+FFFD there,
+    one character for ``?`` and ``*`` as it was for Python's ``re``."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "surrogateescape")
+        return raw.decode("utf-8", "replace").encode("utf-8")
+
+
+def _class(body: str, negated: bool) -> str:
+    """A glob class as an RE2 class: every member escaped, ``a-z`` kept as a range."""
+    out: list[str] = ["[^/" if negated else "["]
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            out.append(f"{re2.escape(body[i])}-{re2.escape(body[i + 2])}")
+            i += 3
+        else:
+            out.append(re2.escape(body[i]))
+            i += 1
+    out.append("]")
+    return "".join(out)
+
+
+def _braces(pattern: str, classes: dict[int, int]) -> dict[int, int]:
+    """Each ``{`` that has a closing ``}`` mapped to it, braces in a class not counted.
+
+    One pass with a stack, so a pattern of many or deeply nested braces costs its length.
+    """
+    pairs: dict[int, int] = {}
+    opened: list[int] = []
+    i = 0
+    while i < len(pattern):
+        if i in classes:
+            i = classes[i] + 1
             continue
-        depth += {"{": 1, "}": -1}.get(char, 0)
-        current += char
-    parts.append(current)
-    return parts
+        if pattern[i] == "{":
+            opened.append(i)
+        elif pattern[i] == "}" and opened:
+            pairs[opened.pop()] = i
+        i += 1
+    return pairs
+
+
+def _classes(pattern: str) -> dict[int, int]:
+    """Each ``[`` that opens a class mapped to its closing ``]``."""
+    spans: dict[int, int] = {}
+    i = 0
+    while i < len(pattern):
+        if pattern[i] != "[":
+            i += 1
+            continue
+        end = i + 1
+        if end < len(pattern) and pattern[end] in "!^":
+            end += 1
+        if end < len(pattern) and pattern[end] == "]":
+            end += 1  # a ']' first in a class is a member, not the end
+        end = pattern.find("]", end)
+        if end < 0:
+            break  # no class can close after this: the rest holds literal '['
+        spans[i] = end
+        i = end + 1
+    return spans
 
 
 def _translate(pattern: str) -> str:
+    """The glob as an RE2 expression. RE2 runs in time linear in the path, so nesting
+    wildcards and alternatives here costs nothing at match time (Python's ``re`` took
+    seconds to backtrack through ``*a*a*a*a*a*a*a*a*a*a*b``)."""
+    classes = _classes(pattern)
+    braces = _braces(pattern, classes)
+    closing = set(braces.values())
+    open_braces = 0
     out: list[str] = []
     i = 0
     while i < len(pattern):
         char = pattern[i]
+        if i in classes:
+            end = classes[i]
+            body = pattern[i + 1 : end]
+            negated = body[:1] in ("!", "^")
+            out.append(_class(body[1:] if negated else body, negated))
+            i = end + 1
+            continue
         if pattern.startswith("**/", i):
             out.append("(?:[^/]*/)*")
             i += 3
-        elif pattern.startswith("**", i):
+            continue
+        if pattern.startswith("**", i):
             out.append(".*")
             i += 2
-        elif char == "*":
+            continue
+        if char == "*":
             out.append("[^/]*")
-            i += 1
         elif char == "?":
             out.append("[^/]")
-            i += 1
-        elif char == "[":
-            end = i + 1
-            if end < len(pattern) and pattern[end] in "!^":
-                end += 1
-            if end < len(pattern) and pattern[end] == "]":
-                end += 1  # a ']' first in a class is a member, not the end
-            end = pattern.find("]", end)
-            if end < 0:
-                out.append(re.escape(char))
-                i += 1
-                continue
-            body = pattern[i + 1 : end].replace("\\", "\\\\")
-            if body[0] in "!^":
-                body = "^" + body[1:]
-            out.append(f"[{body}]")
-            i = end + 1
-        elif char == "{" and (end := _closing_brace(pattern, i)) > 0:
-            alternatives = _split_alternatives(pattern[i + 1 : end])
-            out.append("(?:" + "|".join(_translate(a) for a in alternatives) + ")")
-            i = end + 1
+        elif char == "{" and i in braces:
+            out.append("(?:")
+            open_braces += 1
+        elif char == "}" and i in closing:
+            out.append(")")
+            open_braces -= 1
+        elif char == "," and open_braces:
+            out.append("|")
         else:
-            out.append(re.escape(char))
-            i += 1
+            out.append(re2.escape(char))
+        i += 1
     return "".join(out)
 
 
 class GlobMatcher:
-    """Matches ``/``-separated relative paths against one glob pattern (see module rules)."""
+    """Matches ``/``-separated relative paths against one glob pattern (see module rules).
+
+    Raises :class:`ArgumentError` for a pattern RE2 cannot take (a class range such as
+    ``[z-a]``, or a pattern too large to compile).
+    """
 
     def __init__(self, pattern: str) -> None:
         pattern = pattern.removeprefix("./")
         self.pattern = pattern
         self._whole_path = "/" in pattern
-        self._regex = re.compile(_translate(pattern) + r"\Z", re.DOTALL)
+        try:
+            self._regex = _re2_compile("(?s)" + _translate(pattern))
+        except re2.error as exc:
+            raise ArgumentError(f"invalid glob {pattern!r}: {_re2_message(exc)}") from None
 
     def match(self, relative: str) -> bool:
         subject = relative if self._whole_path else relative.rpartition("/")[2]
-        return self._regex.match(subject) is not None
+        return self._regex.fullmatch(_utf8(subject)) is not None
 
 
 def _check_pattern(pattern: str, field: str) -> None:
@@ -177,10 +257,106 @@ def _base(workspace: Workspace, path: str | None) -> Path:
     return base
 
 
+# RE2's messages for what it parses but leaves out by design; anything else is a plain error.
+_UNSUPPORTED = ("invalid perl operator", "invalid escape sequence", "bad repetition operator")
+_UNSUPPORTED_HINT = (
+    "grep uses RE2, which runs in time linear in the text and so has no backreferences "
+    "(\\1, (?P=name)), lookahead or lookbehind ((?=, (?!, (?<=, (?<!), atomic groups "
+    "(?>...), possessive quantifiers (a*+), conditionals, comments (?#...) or verbose mode (?x)"
+)
+_LINE_ANCHORS = {"\\A": "^", "\\Z": "$", "\\z": "$"}
+# Blocks of whole lines go to RE2 in one call each: one call per line cost more in
+# Python than the search itself.
+_BLOCK = 1024 * 1024
+
+
+def _line_anchors(pattern: str) -> str:
+    r"""``\A``, ``\Z`` and ``\z`` as ``^`` and ``$``: each line is searched as if on its
+    own, so the start and end of the text are the line's (RE2 has no ``\Z`` at all)."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        pair = pattern[i : i + 2]
+        if pattern[i] == "\\" and len(pair) == 2:
+            out.append(_LINE_ANCHORS.get(pair, pair))
+            i += 2
+        else:
+            out.append(pattern[i])
+            i += 1
+    return "".join(out)
+
+
+def _grep_regex(pattern: str) -> _Compiled | str:
+    """The compiled pattern, or why it cannot be used."""
+    anchored = _line_anchors(pattern)
+    try:
+        _re2_compile(anchored)  # for a message that quotes the pattern without our (?m)
+        return _re2_compile("(?m)" + anchored, within_lines=True)
+    except re2.error as exc:
+        message = _re2_message(exc)
+    if message.startswith(_UNSUPPORTED):
+        return (
+            f"the regular expression {pattern!r} uses a construct RE2 does not support "
+            f"({message}); {_UNSUPPORTED_HINT}"
+        )
+    return f"invalid regular expression {pattern!r}: {message}"
+
+
+def _blocks(stream: BinaryIO) -> Iterator[bytes]:
+    """The rest of ``stream`` in blocks that end at a line end (a longer line is one block)."""
+    parts: list[bytes] = []
+    while chunk := stream.read(_BLOCK):
+        anyio.from_thread.check_cancelled()
+        cut = chunk.rfind(b"\n") + 1
+        if not cut:
+            parts.append(chunk)
+            continue
+        parts.append(chunk[:cut])
+        yield b"".join(parts)
+        parts = [chunk[cut:]]
+    if any(parts):
+        yield b"".join(parts)
+
+
+def _valid_utf8(block: bytes) -> bytes:
+    """The block with each invalid byte as U+FFFD: RE2 matches no character at an invalid
+    byte, where Python's ``re`` on the decoded line matched the replacement character."""
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError:
+        return block.decode("utf-8", "replace").encode("utf-8")
+    return block
+
+
+def _matching_lines(regex: _Compiled, text: bytes) -> Iterator[tuple[int, bytes]]:
+    """(line index in ``text``, line) of each line with a match, in order."""
+    counted = index = pos = 0
+    while True:
+        match = regex.search(text, pos)
+        if match is None:
+            return
+        at = match.start()
+        if at == len(text) and (not text or text.endswith(b"\n")):
+            return  # an empty match after the last line end is not on a line
+        start = text.rfind(b"\n", 0, at) + 1
+        end = text.find(b"\n", at)
+        end = len(text) if end < 0 else end
+        index += text.count(b"\n", counted, start)
+        counted = start
+        yield index, text[start:end]
+        pos = end + 1
+        if pos > len(text):
+            return
+
+
 _GREP_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "pattern": {"type": "string", "description": "A Python regular expression."},
+        "pattern": {
+            "type": "string",
+            "description": "A regular expression in RE2 syntax (Python's, less backreferences "
+            "and lookaround).",
+        },
         "path": {
             "type": "string",
             "description": "File or directory to search (default: the workspace root).",
@@ -204,7 +380,8 @@ class GrepTool(WorkspaceTool):
 
     name = "grep"
     description = (
-        "Search text files for lines matching a regular expression (Python syntax). Prints "
+        "Search text files for lines matching a regular expression (RE2 syntax: Python's "
+        "without backreferences or lookaround; \\w, \\d, \\s and \\b are ASCII). Prints "
         "'file:line:text' per match, paths relative to the workspace root. Binary files and "
         ".git are skipped. Narrow with 'path' and 'include' (a glob such as '*.py')."
     )
@@ -220,37 +397,26 @@ class GrepTool(WorkspaceTool):
                 _check_pattern(include, "include")
         except ArgumentError as exc:
             return ToolResult.error(f"grep: {exc}")
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            return ToolResult.error(f"grep: invalid regular expression {pattern!r}: {exc}")
-        matcher = GlobMatcher(include) if include is not None else None
-        return await anyio.to_thread.run_sync(self._grep, regex, path, matcher, limit)
+        # Compiling goes to the worker too: a large pattern is RE2's to build, not the loop's.
+        return await anyio.to_thread.run_sync(self._grep, pattern, path, include, limit)
 
-    def _grep(
-        self, regex: re.Pattern[str], path: str | None, include: GlobMatcher | None, limit: int
-    ) -> ToolResult:
+    def _grep(self, pattern: str, path: str | None, include: str | None, limit: int) -> ToolResult:
+        regex = _grep_regex(pattern)
+        if isinstance(regex, str):
+            return ToolResult.error(f"grep: {regex}")
         try:
+            matcher = GlobMatcher(include) if include is not None else None
             base = _base(self.workspace, path)
         except ValueError as exc:
             return ToolResult.error(f"grep: {exc}")
         found: list[str] = []
         for file in _files(self.workspace, base):
-            if include is not None and base != file:
-                if not include.match(file.relative_to(base).as_posix()):
+            if matcher is not None and base != file:
+                if not matcher.match(file.relative_to(base).as_posix()):
                     continue
             shown = self.workspace.display(file)
             try:
-                with open_regular(file, shown) as stream:
-                    if is_binary(stream.read(BINARY_PROBE)):
-                        continue
-                    stream.seek(0)
-                    for number, raw in enumerate(stream, 1):
-                        line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                        if regex.search(line):
-                            found.append(f"{shown}:{number}:{line[:MAX_MATCH_CHARS]}")
-                            if len(found) > limit:
-                                break
+                self._search(regex, file, shown, found, limit)
             except SpecialFileError as exc:
                 if file == base:
                     return ToolResult.error(f"grep: {exc}")
@@ -260,12 +426,30 @@ class GrepTool(WorkspaceTool):
             if len(found) > limit:
                 break
         if not found:
-            return ToolResult.ok(f"no matches for {regex.pattern!r}", {"matches": 0})
+            return ToolResult.ok(f"no matches for {pattern!r}", {"matches": 0})
         more = len(found) > limit
         text = "\n".join(found[:limit])
         if more:
             text += f"\n\n(stopped after {limit} matches; narrow the search or raise 'limit')"
         return ToolResult.ok(text, {"matches": min(len(found), limit), "truncated": more})
+
+    @staticmethod
+    def _search(regex: _Compiled, file: Path, shown: str, found: list[str], limit: int) -> None:
+        """Append ``file``'s matching lines to ``found`` until it holds ``limit + 1``."""
+        with open_regular(file, shown) as stream:
+            if is_binary(stream.read(BINARY_PROBE)):
+                return
+            stream.seek(0)
+            first = 1  # the number of the block's first line
+            for block in _blocks(stream):
+                # CRLF as LF, so '$' matches before '\r\n' as it did on a stripped line
+                text = _valid_utf8(block.replace(b"\r\n", b"\n"))
+                for index, line in _matching_lines(regex, text):
+                    shown_line = line.decode("utf-8")[:MAX_MATCH_CHARS]
+                    found.append(f"{shown}:{first + index}:{shown_line}")
+                    if len(found) > limit:
+                        return
+                first += text.count(b"\n")
 
 
 _GLOB_SCHEMA: dict[str, Any] = {
@@ -308,10 +492,11 @@ class GlobTool(WorkspaceTool):
             _check_pattern(pattern, "pattern")
         except ArgumentError as exc:
             return ToolResult.error(f"glob: {exc}")
-        return await anyio.to_thread.run_sync(self._glob, GlobMatcher(pattern), path, limit)
+        return await anyio.to_thread.run_sync(self._glob, pattern, path, limit)
 
-    def _glob(self, matcher: GlobMatcher, path: str | None, limit: int) -> ToolResult:
+    def _glob(self, pattern: str, path: str | None, limit: int) -> ToolResult:
         try:
+            matcher = GlobMatcher(pattern)
             base = _base(self.workspace, path)
         except ValueError as exc:
             return ToolResult.error(f"glob: {exc}")

@@ -9,6 +9,9 @@ Rules of this module:
   (see ``tools/_egress.py``). Redirects are followed by the guard, each hop checked.
 - At most ``max_bytes`` (default :data:`MAX_BYTES`) of a body is read; a longer body is cut
   and the result says so.
+- A body is decoded as a browser decodes it: a byte order mark, else the Content-Type
+  header's charset, else (HTML only) a ``<meta>`` charset near the top, else UTF-8. An
+  unknown charset name counts as none; bytes that do not decode become U+FFFD.
 - HTML becomes markdown or text with the standard library's ``html.parser`` only: headings,
   paragraphs, links as ``[text](href)``, lists, code and ``pre``; scripts and styles are
   dropped. Other textual types are returned as sent; ``format="html"`` returns the page as
@@ -19,7 +22,6 @@ Rules of this module:
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
@@ -27,6 +29,12 @@ from urllib.parse import urlsplit
 import aiohttp
 import anyio
 import anyio.to_thread
+from w3lib.encoding import (
+    html_body_declared_encoding,
+    http_content_type_encoding,
+    read_bom,
+    to_unicode,
+)
 
 from ..._errors import UsageError
 from ..._types import ToolContext, ToolResult
@@ -74,12 +82,12 @@ _SCHEMA: dict[str, Any] = {
 }
 
 
-def _is_html(content_type: str, body: bytes) -> bool:
+def _is_html(content_type: str, head: str) -> bool:
+    """Declared HTML, or untyped and starting like HTML (``head``: the body's first chars)."""
     if content_type in ("text/html", "application/xhtml+xml"):
         return True
     if content_type in ("", "application/octet-stream"):
-        head = body[:512].lstrip().lower()
-        return head.startswith((b"<!doctype html", b"<html"))
+        return head[:512].lstrip("\ufeff \t\r\n").lower().startswith(("<!doctype html", "<html"))
     return False
 
 
@@ -92,12 +100,24 @@ def _is_textual(content_type: str) -> bool:
     )
 
 
-def _decode(body: bytes, charset: str | None) -> str:
-    try:
-        codec = codecs.lookup(charset or "utf-8").name
-    except LookupError:
-        codec = "utf-8"
-    return body.decode(codec, "replace")
+def _decode(body: bytes, content_type: str, header: str | None) -> str:
+    """The body as a browser decodes it: a byte order mark first, then the Content-Type
+    header's charset, then for HTML a ``<meta charset>`` or ``<meta http-equiv>`` near the
+    top, then UTF-8; bytes that do not decode become U+FFFD.
+
+    w3lib names the encodings as the WHATWG Encoding Standard does (``latin1`` is
+    windows-1252, as in every browser), and an unknown or unsafe name (``utf-7``) counts as
+    no name at all.
+    """
+    bom_encoding, bom = read_bom(body)
+    if bom_encoding is not None and bom is not None:
+        return to_unicode(body[len(bom) :], bom_encoding)
+    encoding = http_content_type_encoding(header)
+    if encoding is None and _is_html(content_type, body[:512].decode("latin-1")):
+        encoding = html_body_declared_encoding(body)
+    if encoding in ("utf-16", "utf-32"):
+        encoding += "-be"  # no BOM: the standard's default byte order
+    return to_unicode(body, encoding or "utf-8")
 
 
 def _parse_args(args: object) -> tuple[str, Format, float] | str:
@@ -124,7 +144,7 @@ class _Page(NamedTuple):
     body: bytes
     status: int
     content_type: str
-    charset: str | None
+    header: str | None  # Content-Type as sent, for its charset
     url: str
     cut: bool
 
@@ -205,8 +225,8 @@ class WebFetchTool:
             return ToolResult.error(
                 f"webfetch: {page.url} is {page.content_type}, not text; it cannot be shown", meta
             )
-        text = _decode(page.body, page.charset)
-        if fmt != "html" and _is_html(page.content_type, page.body):
+        text = _decode(page.body, page.content_type, page.header)
+        if fmt != "html" and _is_html(page.content_type, text):
             convert = html_to_markdown if fmt == "markdown" else html_to_text
             if len(page.body) > _INLINE_CONVERT_BYTES:
                 text = await anyio.to_thread.run_sync(convert, text, page.url)
@@ -251,7 +271,7 @@ class WebFetchTool:
                     body=body[: self._max_bytes],
                     status=status,
                     content_type=response.content_type if has_type else "",
-                    charset=response.charset,
+                    header=response.headers.get("Content-Type"),
                     url=str(response.url),
                     cut=len(body) > self._max_bytes,
                 )
