@@ -3,7 +3,8 @@
 ``python -m tests.fault_worker --dsn DSN --token TOKEN --lease SECONDS --ledger PATH
 --store-timeout SECONDS [--work SECONDS]`` serves the approval inbox (``create_app``,
 ``run_server`` on a free port, printing ``Open the inbox: <url>/`` once it listens) on a
-``PostgresRunStore(dsn, command_timeout=store_timeout)``.
+``PostgresRunStore(dsn, command_timeout=store_timeout, call_timeout=store_timeout)``, as
+``serve --store-timeout`` opens it.
 
 Rules of this module:
 
@@ -97,7 +98,9 @@ async def main(args: argparse.Namespace) -> None:
         return ToolResult.ok(f"paid {amount}")
 
     async with (
-        PostgresRunStore(args.dsn, command_timeout=args.store_timeout) as store,
+        PostgresRunStore(
+            args.dsn, command_timeout=args.store_timeout, call_timeout=args.store_timeout
+        ) as store,
         Toolkit.create(builtins=False, extra_tools=[pay]) as toolkit,
     ):
         app = create_app(

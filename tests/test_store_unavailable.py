@@ -110,7 +110,9 @@ async def test_one_deadline_covers_the_wait_for_a_connection_and_the_statements(
     from its start: the wait for the connection is taken from what its statements may
     take (the two added up to twice the timeout before)."""
     timeout = 1.0
-    async with PostgresRunStore(pg_dsn, command_timeout=timeout, min_size=1, max_size=1) as store:
+    async with PostgresRunStore(
+        pg_dsn, command_timeout=timeout, call_timeout=timeout, min_size=1, max_size=1
+    ) as store:
         await store.start(fresh_state("r1"), "w1", NOW + LEASE)
         admin = await asyncpg.connect(pg_dsn)
         took: list[float] = []

@@ -127,7 +127,14 @@ class PostgresRunStore:
         prune_every: seconds between two prunings of the ended runs beyond
             ``keep_finished`` (done by whichever write ends a run then): finding them costs
             a scan of ``keep_finished`` index entries, too much for every ended run.
-        command_timeout: seconds a statement may take before it fails with StoreError.
+        command_timeout: seconds a statement may take (a lock held too long included)
+            before it fails with :class:`StoreUnavailableError`.
+        call_timeout: seconds a whole call may take, the wait for a pooled connection
+            included, before it fails with :class:`StoreUnavailableError`; ``None`` (the
+            default): a call waits for a connection as long as it takes (a burst slows
+            down rather than fails) and each statement is bounded by ``command_timeout``.
+            A server answering requests sets it (``serve`` uses ``--store-timeout``), so
+            that no request waits past it while the pool is held up.
     """
 
     def __init__(
@@ -140,6 +147,7 @@ class PostgresRunStore:
         keep_finished: int = DEFAULT_KEEP_FINISHED,
         prune_every: float = 10.0,
         command_timeout: float = 30.0,
+        call_timeout: float | None = None,
     ) -> None:
         try:
             import asyncpg
@@ -151,6 +159,8 @@ class PostgresRunStore:
             raise UsageError("dsn must be a postgresql:// URL")
         if keep_finished < 0:
             raise UsageError(f"keep_finished must be >= 0, got {keep_finished}")
+        if call_timeout is not None and not 0 < call_timeout < float("inf"):
+            raise UsageError(f"call_timeout must be > 0 seconds and finite, got {call_timeout}")
         if not 1 <= min_size <= max_size:
             raise UsageError(f"need 1 <= min_size <= max_size, got {min_size}, {max_size}")
         self._asyncpg = asyncpg
@@ -170,6 +180,7 @@ class PostgresRunStore:
         self._keep = keep_finished
         self._prune_every = prune_every
         self._timeout = command_timeout
+        self._call_timeout = call_timeout
         self._pool: Any = None
         self._opening = anyio.Lock()
         self._closed = False
@@ -277,9 +288,10 @@ class PostgresRunStore:
         (a dropped connection): the write stands, and the event is missed (listeners
         look at the store every few seconds anyway).
 
-        Waiting for a pooled connection has no deadline of its own and can be cancelled:
-        a burst of writes queues for the pool rather than fails, and every transaction
-        ahead in the queue is bounded by ``command_timeout``. The transaction itself is
+        Waiting for a pooled connection has no deadline of its own (unless
+        ``call_timeout``) and can be cancelled: a burst of writes queues for the pool rather
+        than fails, and every transaction ahead in the queue is bounded by
+        ``command_timeout``. The transaction itself is
         shielded from anyio cancellation (a cancel scope, a time limit): it takes effect
         once the transaction is over (committed or rolled back), never in the middle of
         it, which would leave a connection in an unknown state and the caller not knowing
@@ -295,13 +307,14 @@ class PostgresRunStore:
             pool = await self._connected()  # counted: a pool opened meanwhile is closed too
             failures = self._failures()
             began = time.monotonic()
+            limit = self._call_timeout
             try:
-                async with pool.acquire(timeout=self._timeout) as conn:
-                    left = self._timeout - (time.monotonic() - began)
+                async with pool.acquire(timeout=limit) as conn:
+                    left = self._left(limit, time.monotonic() - began)
                     with anyio.CancelScope(shield=True):
                         try:
                             async with conn.transaction():
-                                if left < self._timeout * 0.9:
+                                if left is not None:
                                     await self._within(conn, left)
                                 outcome = await op(conn, *args)
                         except failures as exc:
@@ -326,11 +339,19 @@ class PostgresRunStore:
         result: T = outcome
         return result
 
+    def _left(self, limit: float | None, waited: float) -> float | None:
+        """What is left of ``call_timeout`` for the statements, when the wait for the
+        connection took enough of it (a tenth) that ``command_timeout`` would overrun it."""
+        if limit is None:
+            return None
+        left = limit - waited
+        return left if left < 0.9 * min(limit, self._timeout) else None
+
     async def _within(self, conn: Any, left: float) -> None:
-        """One deadline per call: what waiting for a connection took (the pool full of
-        writes held up by a lock, say) is taken from what its statements may take, so a
-        call fails within about ``command_timeout``, not twice that. Only when the wait
-        was long: it costs a round trip."""
+        """One deadline per call (``call_timeout``): what waiting for a connection took
+        (the pool full of writes held up by a lock, say) is taken from what its statements
+        may take, so a call fails within about ``call_timeout``, not twice that. Only when
+        the wait took some of it: it costs a round trip."""
         if left <= 0.001:
             raise TimeoutError("no time was left after waiting for a pooled connection")
         await conn.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")

@@ -242,11 +242,12 @@ def open_store(where: str | os.PathLike[str], *, timeout: float = 10.0) -> RunSt
     else the path of a :class:`~toolnexus_async.durable.SqliteRunStore` file.
 
     ``timeout`` is how long one store call may take, a held lock included, before it fails
-    with :class:`~toolnexus_async.StoreUnavailableError` (PostgreSQL's ``command_timeout``,
-    SQLite's ``timeout``). Nothing is opened yet: the store connects on first use.
+    with :class:`~toolnexus_async.StoreUnavailableError` (PostgreSQL's ``command_timeout``
+    and ``call_timeout``, SQLite's ``timeout``). Nothing is opened yet: the store connects
+    on first use.
     """
     if not 0 < timeout < math.inf:
         raise UsageError(f"the store timeout must be > 0 seconds, and finite, got {timeout}")
     if isinstance(where, str) and where.startswith(("postgresql://", "postgres://")):
-        return PostgresRunStore(where, command_timeout=timeout)
+        return PostgresRunStore(where, command_timeout=timeout, call_timeout=timeout)
     return SqliteRunStore(where, timeout=timeout)
