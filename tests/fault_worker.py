@@ -1,10 +1,11 @@
 """One serve worker for the database fault tests, run as a child process by them.
 
-``python -m tests.fault_worker --dsn DSN --token TOKEN --lease SECONDS --ledger PATH
---store-timeout SECONDS [--work SECONDS]`` serves the approval inbox (``create_app``,
-``run_server`` on a free port, printing ``Open the inbox: <url>/`` once it listens) on a
-``PostgresRunStore(dsn, command_timeout=store_timeout, call_timeout=store_timeout)``, as
-``serve --store-timeout`` opens it.
+``python -m tests.fault_worker (--dsn DSN | --sqlite PATH) --token TOKEN --lease SECONDS
+--ledger PATH --store-timeout SECONDS [--work SECONDS]`` serves the approval inbox
+(``create_app``, ``run_server`` on a free port, printing ``Open the inbox: <url>/`` once it
+listens) on a ``PostgresRunStore(dsn, command_timeout=store_timeout,
+call_timeout=store_timeout)``, or on a ``SqliteRunStore(path, timeout=store_timeout)``, as
+``serve --store ... --store-timeout`` opens them.
 
 Rules of this module:
 
@@ -47,7 +48,7 @@ from toolnexus_async import (
     UserMessage,
     define_tool,
 )
-from toolnexus_async.durable import PostgresRunStore
+from toolnexus_async.durable import PostgresRunStore, RunStore, SqliteRunStore
 from toolnexus_async.serve import create_app, run_server
 
 
@@ -73,7 +74,9 @@ def append_line(ledger: str, line: str) -> None:
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.fault_worker")
-    parser.add_argument("--dsn", required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--dsn")
+    where.add_argument("--sqlite", help="the SQLite file of the store")
     parser.add_argument("--token", required=True)
     parser.add_argument("--lease", type=float, required=True)
     parser.add_argument("--ledger", required=True)
@@ -97,10 +100,15 @@ async def main(args: argparse.Namespace) -> None:
         logging.getLogger("fault_worker").info("paid %s (%s)", ctx.run_id, ctx.idempotency_key)
         return ToolResult.ok(f"paid {amount}")
 
-    async with (
+    store: RunStore = (
         PostgresRunStore(
             args.dsn, command_timeout=args.store_timeout, call_timeout=args.store_timeout
-        ) as store,
+        )
+        if args.dsn is not None
+        else SqliteRunStore(args.sqlite, timeout=args.store_timeout)
+    )
+    async with (
+        store,
         Toolkit.create(builtins=False, extra_tools=[pay]) as toolkit,
     ):
         app = create_app(

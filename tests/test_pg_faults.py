@@ -34,9 +34,9 @@ import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import anyio
@@ -98,7 +98,7 @@ def read_ledger(path: Path) -> list[tuple[str, str, int, float]]:
 
 
 class Clients:
-    """The test's clients of both workers: every call bounded by :data:`CALL_LIMIT`, every
+    """The test's clients of the workers: every call bounded by :data:`CALL_LIMIT`, every
     status counted, every call that hit the bound recorded as an overrun."""
 
     def __init__(self, workers: list[Server]) -> None:
@@ -140,11 +140,11 @@ class Clients:
     async def retrying(
         self, first: int, method: str, path: str, body: Any, done: Callable[[int], bool]
     ) -> tuple[int, Any] | None:
-        """Send until ``done(status)``, alternating workers from ``first``, pausing before
-        each retry; None if the deadline passed first."""
+        """Send until ``done(status)``, taking the workers in turn from ``first``, pausing
+        before each retry; None if the deadline passed first."""
         with anyio.move_on_after(FINISH):
             for attempt in range(first, first + 1_000_000):
-                got = await self.call(self.workers[attempt % 2], method, path, body)
+                got = await self.call(self.workers[attempt % len(self.workers)], method, path, body)
                 if got is not None and done(got[0]):
                     return got[0], got[1]
                 pause = RETRY_PAUSE if got is None else min(got[2] or RETRY_PAUSE, RETRY_PAUSE)
@@ -205,7 +205,7 @@ class Load:
             self.sending.discard(request_id)
 
     async def answer_all(self) -> None:
-        """Answer every released request as it is listed, by either worker, until stopped."""
+        """Answer every released request as it is listed, by any worker, until stopped."""
         limiter = anyio.CapacityLimiter(IN_FLIGHT)
 
         async def one(request_id: str, run_id: str, first: int) -> None:
@@ -216,7 +216,8 @@ class Load:
             for turn in range(1_000_000_000):
                 if self.stop.is_set():
                     break
-                got = await self.clients.call(self.clients.workers[turn % 2], "GET", "/requests")
+                workers = self.clients.workers
+                got = await self.clients.call(workers[turn % len(workers)], "GET", "/requests")
                 if got is not None and got[0] == 200:
                     for request in got[1]["requests"]:
                         request_id, run_id = request["id"], request["run_id"]
@@ -236,22 +237,54 @@ class Load:
             # Answers being sent still get their reply: a 200 counts once received.
 
 
-async def ended_runs(dsn: str, run_ids: list[str]) -> dict[str, tuple[str, str]] | None:
-    """run id -> (status, final text) of those of ``run_ids`` the store has as ended
-    (done, or failed: a failed run is never resumed by itself)."""
-    rows = await observe(
-        dsn,
-        "SELECT run_id, status, final FROM toolnexus.runs"
-        " WHERE run_id = ANY($1) AND status IN ('done', 'failed')",
-        run_ids,
-    )
-    if rows is None:
-        return None
-    # The store keeps the whole run as JSON; its text is what the model ended with.
-    return {
-        row[0]: (row[1], RunResult.from_dict(json.loads(row[2])).text or "" if row[2] else "")
-        for row in rows
-    }
+def final_text(final: str | None) -> str:
+    """What a run ended with, from its ``final`` column (the store keeps the whole run as
+    JSON; its text is what the model ended with)."""
+    return RunResult.from_dict(json.loads(final)).text or "" if final else ""
+
+
+class StoreView(Protocol):
+    """The store as the harness reads it, on a connection of its own: each answer is None
+    while the store cannot be read (the fault may not be over)."""
+
+    async def ended(self, run_ids: list[str]) -> dict[str, tuple[str, str]] | None:
+        """run id -> (status, final text) of those of ``run_ids`` the store has as ended
+        (done, or failed: a failed run is never resumed by itself)."""
+        ...
+
+    async def runs(self) -> list[tuple[Any, ...]] | None:
+        """Every run the store has: (run id, status, owner, error, prompt)."""
+        ...
+
+    async def asked(self) -> list[tuple[str, int]] | None:
+        """(run id, how many requests it made), for each run that made one."""
+        ...
+
+
+class PgStore:
+    """:class:`StoreView` of the ``toolnexus`` schema of the database at ``dsn``."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    async def ended(self, run_ids: list[str]) -> dict[str, tuple[str, str]] | None:
+        rows = await observe(
+            self.dsn,
+            "SELECT run_id, status, final FROM toolnexus.runs"
+            " WHERE run_id = ANY($1) AND status IN ('done', 'failed')",
+            run_ids,
+        )
+        return None if rows is None else {row[0]: (row[1], final_text(row[2])) for row in rows}
+
+    async def runs(self) -> list[tuple[Any, ...]] | None:
+        query = "SELECT run_id, status, owner, error, prompt FROM toolnexus.runs"
+        rows = await observe(self.dsn, query)
+        return None if rows is None else [tuple(row) for row in rows]
+
+    async def asked(self) -> list[tuple[str, int]] | None:
+        query = "SELECT run_id, count(*) FROM toolnexus.requests GROUP BY run_id"
+        rows = await observe(self.dsn, query)
+        return None if rows is None else [(row[0], row[1]) for row in rows]
 
 
 async def serving(clients: Clients, worker: Server) -> bool:
@@ -322,36 +355,60 @@ async def lock_runs(cluster: PgCluster, dsn: str, load: Load) -> dict[str, Any]:
     The last probe is let finish before the lock goes (one cut off would leave a run its
     client never heard of); a probe accepted all the same is one more run that must
     finish."""
-    clients = load.clients
     conn = await asyncpg.connect(dsn)
-    probes: Counter[str] = Counter()
     try:
         async with conn.transaction():
             await conn.execute("LOCK TABLE toolnexus.runs IN ACCESS EXCLUSIVE MODE")
-            until = time.monotonic() + LOCK_HOLD
-            for turn in range(1_000_000):
-                if time.monotonic() >= until:
-                    break
-                got = await clients.call(
-                    clients.workers[turn % 2], "POST", "/runs", {"prompt": "pay 0"}
-                )
-                probes["no answer" if got is None else str(got[0])] += 1
-                if got is not None and got[0] == 202:
-                    load.amount[got[1]["id"]] = 0
+            probes = await probe_starts(load, LOCK_HOLD)
     finally:
         await conn.close()
-    return {"probes while locked": dict(probes)}
+    return {"probes while locked": probes}
+
+
+async def probe_starts(load: Load, seconds: float) -> dict[str, int]:
+    """Ask the workers in turn ``POST /runs`` over and over for ``seconds``; how many
+    probes got each answer. The last probe finishes before this returns; a probe accepted
+    is one more run of ``load`` (``pay 0``) that must finish."""
+    clients = load.clients
+    probes: Counter[str] = Counter()
+    until = time.monotonic() + seconds
+    for turn in range(1_000_000):
+        if time.monotonic() >= until:
+            break
+        worker = clients.workers[turn % len(clients.workers)]
+        got = await clients.call(worker, "POST", "/runs", {"prompt": "pay 0"})
+        probes["no answer" if got is None else str(got[0])] += 1
+        if got is not None and got[0] == 202:
+            load.amount[got[1]["id"]] = 0
+    return dict(probes)
 
 
 async def exercise(cluster: PgCluster, tmp_path: Path, name: str, fault: Fault) -> dict[str, Any]:
-    """The harness: load, the fault, recovery; returns the figures (see :func:`judge`)."""
+    """:func:`drive` on PostgreSQL: two workers on a new database of ``cluster``."""
     dsn = await database(cluster)
     ledger = tmp_path / "ledger.txt"
+
+    async def at_the_database(load: Load) -> dict[str, Any]:
+        return await fault(cluster, dsn, load)
+
+    return await drive(
+        two_workers(dsn, tmp_path, ledger), PgStore(dsn), ledger, name, at_the_database
+    )
+
+
+async def drive(
+    started_workers: AbstractAsyncContextManager[list[Server]],
+    view: StoreView,
+    ledger: Path,
+    name: str,
+    fault: Callable[[Load], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """The harness: load on the workers (whose tool appends to ``ledger``), the fault
+    (which returns once it is over, with figures of its own), recovery; returns the
+    figures (see :func:`judge`)."""
     figures: dict[str, Any] = {"fault": name}
-    async with (
-        two_workers(dsn, tmp_path, ledger) as workers,
-        anyio.create_task_group() as tg,
-    ):
+    async with started_workers as workers, anyio.create_task_group() as tg:
+        figures["workers"] = len(workers)
         clients = Clients(workers)
         load = Load(clients)
         tg.start_soon(load.answer_all)
@@ -395,7 +452,7 @@ async def exercise(cluster: PgCluster, tmp_path: Path, name: str, fault: Fault) 
             "answers in flight": len(load.sending),
             "executing": sum(1 for line in read_ledger(ledger) if line[3] > began - WORK),
         }
-        figures.update(await fault(cluster, dsn, load))
+        figures.update(await fault(load))
         back = time.time()
         figures["fault seconds"] = round(back - began, 2)
         figures["fault from/to"] = f"{clock(began)} {clock(back)}"
@@ -415,7 +472,7 @@ async def exercise(cluster: PgCluster, tmp_path: Path, name: str, fault: Fault) 
         failed: set[str] = set()
 
         async def all_ended() -> bool:
-            for run_id, (status, text) in (await ended_runs(dsn, list(load.amount)) or {}).items():
+            for run_id, (status, text) in (await view.ended(list(load.amount)) or {}).items():
                 if status == "done":
                     finished_at.setdefault(run_id, time.time())
                     texts[run_id] = text
@@ -431,8 +488,8 @@ async def exercise(cluster: PgCluster, tmp_path: Path, name: str, fault: Fault) 
         load.stop.set()
         tg.cancel_scope.cancel()
 
-    store = await observe(dsn, "SELECT run_id, status, owner, error, prompt FROM toolnexus.runs")
-    asked = await observe(dsn, "SELECT run_id, count(*) FROM toolnexus.requests GROUP BY run_id")
+    store = await view.runs()
+    asked = await view.asked()
     lines = read_ledger(ledger)
     executions = Counter(key for _, key, _, _ in lines)
     runs_of_key = {key: run_id for run_id, key, _, _ in lines}
@@ -493,7 +550,7 @@ def judge(figures: dict[str, Any]) -> None:
         "starts refused": figures["starts refused"],
         "calls executed more than once": figures["twice"],
         "paid without an execution": figures["paid without execution"],
-        "workers not serving again": 2 - len(figures["serving again after"]),
+        "workers not serving again": figures["workers"] - len(figures["serving again after"]),
         "client calls past the store timeout + margin": figures["overruns"],
         "5xx other than 503": others,
         "probes while locked answered other than 503": {
