@@ -297,6 +297,39 @@ async def test_a_file_locked_by_another_process_past_the_timeout_is_unavailable(
     assert_no_leaks()
 
 
+async def test_a_write_queued_behind_a_locked_batch_fails_within_its_own_timeout(tmp_path):
+    """The file is locked; a write waits in the busy handler; a second write, made half-way
+    through (the scenario, not a synchronisation), queues behind that batch. It fails
+    within about its own timeout from its start (it took two timeouts before: the first
+    batch's, then its own), and is known not to be committed."""
+    path = tmp_path / "runs.db"
+    timeout = 1.0
+    took: list[float] = []
+    with _no_hang():
+        async with SqliteRunStore(path, timeout=timeout) as store:
+            await store.start(fresh_state("r1"), "w1", NOW + LEASE)
+            await store.start(fresh_state("r2"), "w1", NOW + LEASE)
+            child = await _lock(path)
+
+            async def write(run_id: str) -> None:
+                began = anyio.current_time()
+                with pytest.raises(StoreUnavailableError):
+                    await store.turn(fresh_state(run_id), 1, "w1")
+                took.append(anyio.current_time() - began)
+
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(write, "r1")
+                    await anyio.sleep(timeout / 2)
+                    tg.start_soon(write, "r2")
+            finally:
+                await _unlock(child)
+            assert (await store.load("r2")).turn == 0  # not committed
+    # Loose: only "about one timeout, not two" is asserted, not a speed.
+    assert len(took) == 2 and max(took) < timeout * 1.3, took
+    assert_no_leaks()
+
+
 async def test_the_conversation_store_tells_a_lock_the_same_way(tmp_path):
     path = tmp_path / "conversations.db"
     transcript = [UserMessage("hello")]

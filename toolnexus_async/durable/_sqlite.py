@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -50,7 +51,7 @@ from typing import Any, Literal, Self, TypeVar
 import anyio
 import anyio.to_thread
 
-from .._errors import StoreError, UsageError
+from .._errors import StoreError, StoreUnavailableError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._sqlite_file import spoilt, store_error, writable
 from .._types import Answer, Request
@@ -138,6 +139,10 @@ class SqliteRunStore:
         # or the close, would then use the connection beside it (SQLite can crash on that).
         self._using = threading.Lock()
         self._queue: list[Queued] = []
+        # When each queued write must be answered by (time.monotonic()), in queue order: a
+        # write queued behind a batch held up by a lock gets the rest of its own timeout,
+        # not a timeout of its own after that batch's.
+        self._due: list[float] = []
         self._teller = Teller()
         self._listeners: list[Callable[[StoreEvent], None]] = []
         self._committer: asyncio.Task[None] | None = None  # while the queue is not empty
@@ -291,6 +296,7 @@ class SqliteRunStore:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.append((op, args, future))
+        self._due.append(time.monotonic() + self._timeout)
         if self._committer is None:
             self._flushed = anyio.Event()
             self._committer = loop.create_task(self._commit_queue(), name=f"{self} commits")
@@ -301,12 +307,14 @@ class SqliteRunStore:
         try:
             while self._queue:
                 most = self._batch_max
-                batch = self._queue[:most]
-                del self._queue[:most]
-                await self._commit(batch)
+                batch, due = self._queue[:most], self._due[:most]
+                del self._queue[:most], self._due[:most]
+                live, budget = self._in_time(batch, due)
+                if live:
+                    await self._commit(live, budget)
         except BaseException as exc:
             # Cancelled itself: the event loop is closing. What is queued was not committed.
-            left, self._queue = self._queue, []
+            left, self._queue, self._due = self._queue, [], []
             for _, _, future in left:
                 if not future.done():
                     future.set_exception(self._interrupted(exc))
@@ -314,6 +322,26 @@ class SqliteRunStore:
         finally:
             self._committer = None
             self._flushed.set()
+
+    def _in_time(self, batch: list[Queued], due: list[float]) -> tuple[list[Queued], float]:
+        """The writes of ``batch`` still in time, and the seconds left to the earliest of
+        them; the others are failed, never tried (so known not to be committed)."""
+        now = time.monotonic()
+        live: list[Queued] = []
+        earliest = math.inf
+        for item, deadline in zip(batch, due, strict=True):
+            if deadline > now:
+                live.append(item)
+                earliest = min(earliest, deadline)
+            elif not item[2].done():
+                item[2].set_exception(
+                    StoreUnavailableError(
+                        f"{self._label} {self.path}: this write waited {self._timeout:g} s"
+                        " behind writes held up (the file locked by another process, a"
+                        " slow disk); it was not committed"
+                    )
+                )
+        return live, earliest - now
 
     def _interrupted(self, cause: BaseException) -> StoreError:
         """What a writer is told when the committer itself was stopped (the event loop is
@@ -323,10 +351,10 @@ class SqliteRunStore:
             " this write may or may not be committed"
         )
 
-    async def _commit(self, batch: list[Queued]) -> None:
+    async def _commit(self, batch: list[Queued], budget: float) -> None:
         keep = self._keep
         try:
-            outcomes = await self._run(lambda conn: apply(conn, batch, keep))
+            outcomes = await self._run(lambda conn: self._apply(conn, batch, keep, budget))
         except BaseException as exc:
             failure: BaseException = exc
             if isinstance(exc, sqlite3.Error):
@@ -340,6 +368,21 @@ class SqliteRunStore:
                 raise
             return
         self._teller.add(batch, outcomes)
+
+    def _apply(
+        self, conn: sqlite3.Connection, batch: list[Queued], keep: int, budget: float
+    ) -> list[Any]:
+        """``apply`` (in the worker thread), waiting for another process's lock no longer
+        than the batch's earliest write has left (only set when that is less than the
+        timeout the connection has: it is one more statement)."""
+        if budget >= 0.9 * self._timeout:
+            return apply(conn, batch, keep)
+        conn.execute(f"PRAGMA busy_timeout = {max(1, int(budget * 1000))}")
+        try:
+            return apply(conn, batch, keep)
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         self._check_open()
