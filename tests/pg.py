@@ -288,18 +288,24 @@ class _Cluster:
         shutil.rmtree(self.root)
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    """A throwaway PostgreSQL cluster for the session; see the module docstring."""
+def _new_cluster(what: str) -> _Cluster:
+    """A cluster's directory and tools, not started; skipped without the server binaries,
+    or failed when ``CI`` is set (CI never skips)."""
     bindir = find_bindir()
     if bindir is None:
         if os.environ.get("CI"):
             pytest.fail(MISSING_REASON, pytrace=False)
         pytest.skip(MISSING_REASON)
     try:
-        cluster = _Cluster(bindir)
+        return _Cluster(bindir)
     except (RuntimeError, OSError) as exc:
-        pytest.fail(f"the throwaway PostgreSQL cluster was not set up: {exc}", pytrace=False)
+        pytest.fail(f"{what} was not set up: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A throwaway PostgreSQL cluster for the session; see the module docstring."""
+    cluster = _new_cluster("the throwaway PostgreSQL cluster")
     try:
         server = _started(cluster)
         yield server
@@ -349,15 +355,7 @@ class PgCluster:
 @pytest.fixture
 def pg_cluster() -> Iterator[PgCluster]:
     """A throwaway cluster of the test's own; see the module docstring."""
-    bindir = find_bindir()
-    if bindir is None:
-        if os.environ.get("CI"):
-            pytest.fail(MISSING_REASON, pytrace=False)
-        pytest.skip(MISSING_REASON)
-    try:
-        cluster = _Cluster(bindir)
-    except (RuntimeError, OSError) as exc:
-        pytest.fail(f"the test's PostgreSQL cluster was not set up: {exc}", pytrace=False)
+    cluster = _new_cluster("the test's PostgreSQL cluster")
     try:
         yield PgCluster(cluster, _started(cluster))
     finally:

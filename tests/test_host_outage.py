@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 
 from tests.conftest import assert_no_leaks
 from tests.shared import raw_sql
@@ -28,6 +29,7 @@ from toolnexus_async import (
     LeaseLostError,
     LlmClient,
     Message,
+    Request,
     RunResult,
     StoreUnavailableError,
     Toolkit,
@@ -78,6 +80,31 @@ for _name in _CALLS:
 async def direct(store: Outage, name: str, *args: Any) -> Any:
     """A call on the store that is not cut off: what another worker that reaches it does."""
     return await getattr(MemoryRunStore, name)(store, *args)
+
+
+async def parked_then_cut_off(
+    host: DurableHost, store: Outage, tg: TaskGroup, *, lapse: float
+) -> tuple[Request, list[BaseException | RunResult]]:
+    """Start a run of "pay" on ``host`` (its result, or the ``LeaseLostError`` that stopped
+    it, goes into the list returned), wait until it parks, then cut the store off for
+    ``lapse`` seconds (the host's lease runs out meanwhile). Returns its request."""
+    outcome: list[BaseException | RunResult] = []
+
+    async def run() -> None:
+        try:
+            outcome.append(await host.run("pay"))
+        except LeaseLostError as exc:
+            outcome.append(exc)
+
+    tg.start_soon(run)
+    inbox = host.inbox
+    assert inbox is not None
+    await until(lambda: len(inbox) == 1)
+    (request,) = inbox.pending()
+    store.cut()
+    stale = time.time() + lapse
+    await until(lambda: time.time() > stale)
+    return request, outcome
 
 
 async def refusals(store: Outage, more: int) -> None:
@@ -151,28 +178,14 @@ async def test_a_lapsed_lease_is_proven_again_before_the_next_tool_call():
             host_for(client, pay, store, lease=0.6) as host,
             anyio.create_task_group() as tg,
         ):
-            outcome: list[BaseException | RunResult] = []
-
-            async def run() -> None:
-                try:
-                    outcome.append(await host.run("pay"))
-                except LeaseLostError as exc:
-                    outcome.append(exc)
-
-            tg.start_soon(run)
-            assert host.inbox is not None
-            inbox = host.inbox
-            await until(lambda: len(inbox) == 1)
-            (request,) = inbox.pending()
-            (run_id,) = [r.run_id for r in await store.runs()]
-            store.cut()
-            stale = time.time() + 0.7  # past the lease: the host's lease ran out by then
-            await until(lambda: time.time() > stale)
+            request, outcome = await parked_then_cut_off(host, store, tg, lapse=0.7)
+            (run_id,) = [r.run_id for r in await direct(store, "runs")]
             # Another worker, which reaches the store, takes the run over.
             taken = await direct(store, "claim", run_id, "thief", time.time() + 60, time.time())
             assert taken is not None
             store.mend()
-            inbox.answer(Answer(request.id, True))  # the answer reaches the parked run here
+            assert host.inbox is not None
+            host.inbox.answer(Answer(request.id, True))  # it reaches the parked run here
             await until(lambda: outcome)
     assert isinstance(outcome[0], LeaseLostError) and "thief" in str(outcome[0])
     assert pay.paid == []  # the call did not execute here: the thief's run will pay, once
@@ -190,25 +203,15 @@ async def test_a_lapsed_lease_nobody_took_goes_on_once_renewed(
             host_for(client, pay, store, lease=0.6) as host,
             anyio.create_task_group() as tg,
         ):
-            results: list[RunResult] = []
-
-            async def run() -> None:
-                results.append(await host.run("pay"))
-
-            tg.start_soon(run)
+            request, results = await parked_then_cut_off(host, store, tg, lapse=0.7)
             assert host.inbox is not None
-            inbox = host.inbox
-            await until(lambda: len(inbox) == 1)
-            (request,) = inbox.pending()
-            store.cut()
-            stale = time.time() + 0.7
-            await until(lambda: time.time() > stale)
-            inbox.answer(Answer(request.id, True))  # while the lease cannot be proven
+            host.inbox.answer(Answer(request.id, True))  # while the lease cannot be proven
             await refusals(store, 5)
             assert pay.paid == []  # the call waits for a renewal
             store.mend()
             await until(lambda: results)
-    assert results[0].text == "result: paid" and len(pay.paid) == 1
+    assert isinstance(results[0], RunResult) and results[0].text == "result: paid"
+    assert len(pay.paid) == 1
     # Renewals, sweeps and hand-overs all met the outage: not one traceback for it.
     assert not any(r.exc_info for r in caplog.records)
 
@@ -219,7 +222,6 @@ async def test_after_an_outage_a_live_workers_run_is_not_taken_over():
     time to renew. The run goes on where it was, and pays once."""
     pay_a, pay_b = Pay(), Pay()
     store = Outage()
-    results: list[RunResult] = []
     with anyio.fail_after(LIMIT):
         async with (
             store,
@@ -229,18 +231,8 @@ async def test_after_an_outage_a_live_workers_run_is_not_taken_over():
             host_for(client_b, pay_b, store, lease=1.2, worker="b") as b,
             anyio.create_task_group() as tg,
         ):
-
-            async def run() -> None:
-                results.append(await b.run("pay"))
-
-            tg.start_soon(run)
-            assert b.inbox is not None
-            inbox_b = b.inbox
-            await until(lambda: len(inbox_b) == 1)
-            (request,) = inbox_b.pending()
-            store.cut()
-            stale = time.time() + 1.4  # every lease ran out
-            await until(lambda: time.time() > stale)
+            # Past the lease: every lease in the store ran out.
+            request, results = await parked_then_cut_off(b, store, tg, lapse=1.4)
             store.mend()
             # Until a's grace is over, and a's sweep looked at the store twice after it.
             await until(lambda: a._tenure.may_take_over())
@@ -260,7 +252,7 @@ async def test_after_an_outage_a_live_workers_run_is_not_taken_over():
             assert stored.owner == "b"
             await a.answer(Answer(request.id, True))  # taken on a, handed over by b
             await until(lambda: results)
-    assert results[0].text == "result: paid"
+    assert isinstance(results[0], RunResult) and results[0].text == "result: paid"
     assert (len(pay_a.paid), len(pay_b.paid)) == (0, 1)
 
 
