@@ -13,6 +13,11 @@ Rules of this module:
   resolved result (after ``wait_for`` and the retry), or not at all when the run halts.
 - A tool hook that raises is reported to the model as an error result naming the hook, the
   same way a raising tool is; the other calls of the turn go on.
+- ``require_approval`` fails closed: what it is given is checked when it is built (a
+  string, an empty list or a non-string name is a :class:`UsageError`), and its names
+  against a toolkit as soon as it meets one: ``toolkit=`` at once, else at the start of
+  every run through a client whose ``before_tool`` it is (``check_gate``). A name that
+  is no tool would guard nothing while its tool, spelt right, runs unasked.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import attrs
 
 from ._errors import UsageError
 from ._messages import Message, ModelReply
+from ._toolkit import Toolkit
 from ._types import Request, Tool, ToolContext, ToolResult
 
 __all__ = ("GATE", "Hooks", "LlmCall", "require_approval")
@@ -101,6 +107,7 @@ def require_approval(
     tools: Iterable[str],
     *,
     prompt: Callable[[str, Mapping[str, Any]], str] | None = None,
+    toolkit: Toolkit | None = None,
 ) -> BeforeTool:
     """A ``before_tool`` hook that asks for approval before any of ``tools`` runs.
 
@@ -109,19 +116,65 @@ def require_approval(
     ``declined/expired: <prompt>`` and the tool never runs. Without ``wait_for`` the run
     halts on the request like on any other.
 
+    ``tools`` is a non-empty list of tool names; a string, an empty list or a name that is
+    not a string is a :class:`UsageError`. Every name must be a tool: with ``toolkit``
+    (a :class:`Toolkit`) that is checked here, and in any case at the start of each run
+    through a client whose ``Hooks(before_tool=...)`` this hook is, which fails with a
+    :class:`UsageError` naming the tools that exist before anything runs.
+
     >>> hook = require_approval(["bash"])
     >>> import asyncio
     >>> result = asyncio.run(hook("bash", {"command": "rm -rf build"}, ToolContext()))
     >>> result.metadata["pending"].data
     {'tool': 'bash', 'arguments': {'command': 'rm -rf build'}, 'gate': 'require_approval'}
     """
-    guarded = frozenset(tools)
+    gate = _Gate(_guarded(tools), prompt)
+    if toolkit is not None:
+        check_gate(gate, toolkit)
+    return gate
 
-    async def before_tool(name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult | None:
-        if name not in guarded:
+
+def _guarded(tools: object) -> frozenset[str]:
+    """The names ``tools`` lists, or the :class:`UsageError` saying what to pass."""
+    how = 'pass a list of tool names, such as require_approval(["bash"])'
+    if isinstance(tools, str | bytes):
+        # Iterated, "pay" would guard the tools "p", "a" and "y".
+        raise UsageError(f"require_approval got the string {tools!r}; {how}")
+    try:
+        names = list(tools)  # type: ignore[call-overload]
+    except TypeError:
+        raise UsageError(f"require_approval got {type(tools).__name__}; {how}") from None
+    if not names:
+        raise UsageError(f"require_approval got no tool names, so it would guard nothing; {how}")
+    for name in names:
+        if not isinstance(name, str):
+            raise UsageError(f"require_approval: a tool name must be a str, got {name!r}; {how}")
+    return frozenset(names)
+
+
+class _Gate:
+    """The hook ``require_approval`` returns: callable like any ``before_tool``, and
+    knowing its names, so a run can check them against its toolkit (``check_gate``)."""
+
+    __slots__ = ("guarded", "prompt")
+
+    def __init__(
+        self, guarded: frozenset[str], prompt: Callable[[str, Mapping[str, Any]], str] | None
+    ) -> None:
+        self.guarded = guarded
+        self.prompt = prompt
+
+    def __repr__(self) -> str:
+        return f"require_approval({sorted(self.guarded)!r})"
+
+    async def __call__(
+        self, name: str, args: dict[str, Any], ctx: ToolContext
+    ) -> ToolResult | None:
+        if name not in self.guarded:
             return None
         if ctx is not None and ctx.answer is not None and ctx.answer.ok:
             return None  # the retry after the approval: let the tool run
+        prompt = self.prompt
         text = prompt(name, args) if prompt is not None else f"Allow {name} with {args!r}?"
         return ToolResult.pending(
             Request(
@@ -135,4 +188,23 @@ def require_approval(
             )
         )
 
-    return before_tool
+
+def check_gate(hook: object, toolkit: Toolkit) -> None:
+    """Raise :class:`UsageError` if ``hook`` is a ``require_approval`` gate naming a tool
+    ``toolkit`` does not have; any other hook passes (its names cannot be known)."""
+    if not isinstance(hook, _Gate):
+        return
+    if not isinstance(toolkit, Toolkit):
+        raise UsageError(
+            f"require_approval: toolkit must be a Toolkit, got {type(toolkit).__name__}"
+        )
+    unknown = [name for name in hook.guarded if name not in toolkit]
+    if not unknown:
+        return
+    known = ", ".join(repr(tool.name) for tool in toolkit.tools()) or "none"
+    # An MCP server's tools are registered when the toolkit is entered, not before.
+    hint = " (MCP tools join when the toolkit is entered)" if toolkit.mcp_status else ""
+    raise UsageError(
+        f"require_approval names {', '.join(map(repr, sorted(unknown)))}, which the toolkit "
+        f"does not have, so it would guard nothing; the tools are: {known}{hint}"
+    )

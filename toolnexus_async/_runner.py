@@ -12,6 +12,9 @@ Rules of this module:
   module sleeps between attempts.
 - Every model request, tool execution and run is reported as a metric event; a suspension
   is reported as pending, never as an error.
+- A ``require_approval`` gate is checked against the run's toolkit before the run does
+  anything: a name that is no tool there ends the run with :class:`UsageError`, since the
+  tool it was meant to guard would run unasked.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import anyio
 from ._config import Limits
 from ._errors import ModelError, RunTimeoutError, TransportError
 from ._executor import Executor
-from ._hooks import BeforeLlm, Hooks, LlmCall, call_hook
+from ._hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate
 from ._journal import Journal
 from ._loop import CallModel, RunLoop, RunTools
 from ._messages import Message, ModelReply
@@ -92,6 +95,7 @@ class Runner:
         self.style = style
         self.resolver = resolver
         self.hooks = hooks
+        self._before_tool = hooks.before_tool if hooks is not None else None
         self.retry = retry
         self.on_error = retry.on_error
         self.timeout = limits.timeout
@@ -167,6 +171,9 @@ class Runner:
         # Asked once per run: a log.debug call asks the logger again on every turn.
         debug = log.isEnabledFor(logging.DEBUG)
         try:
+            if self._before_tool is not None:
+                # Each run: the client's runs may each bring a toolkit of their own.
+                check_gate(self._before_tool, toolkit)
             if resume is not None:
                 log.debug("%s: resuming with %d answer(s)", run_id, len(resume.answers))
                 executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
