@@ -3,8 +3,9 @@ type or a name that is no tool, is a ``UsageError`` naming what is known, never 
 that quietly guards nothing (issue 33).
 
 ``require_approval`` is checked when it is built, against a toolkit given up front, and
-against the run's toolkit when a run starts (where the tool must not run). Tools are real;
-the model is scripted.
+against the run's toolkit when a run starts (where the tool must not run). The built-in
+switches of ``Toolkit.create``, an MCP server's ``tools`` drop-list and the inbox's
+``allowed_hosts`` follow the same rule. Tools and servers are real; the model is scripted.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ import anyio
 import pytest
 
 from tests.conftest import assert_no_leaks
+from tests.mcp_servers.fixtures import config, stdio_server
 from toolnexus_async import (
     Answer,
     Hooks,
     LlmClient,
+    MemoryRunStore,
     Request,
     Toolkit,
     UsageError,
     define_tool,
     require_approval,
 )
+from toolnexus_async.serve import create_app, demo_client, new_token, serve_demo_tools
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 LIMIT = 10  # seconds; only reached when the rule under test is broken
@@ -143,3 +147,71 @@ async def test_an_unknown_name_is_refused_by_each_run_with_its_own_toolkit() -> 
         with pytest.raises(UsageError, match="'pay', which the toolkit does not have"):
             await client.run("hi", without)
     assert len(model.requests) == 1  # the failing run asked the model nothing
+
+
+# --- Toolkit.create(builtins=...) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("switch", [0, None, "off", "false"])
+def test_a_builtin_switch_that_is_not_a_bool_is_refused(switch: Any) -> None:
+    """Read as "anything but False is on", {"bash": 0} left bash on."""
+    with pytest.raises(UsageError, match=r"builtins\['tools'\]\['bash'\] must be True or False"):
+        Toolkit.create(builtins={"tools": {"bash": switch}})
+
+
+def test_an_unknown_builtin_is_refused_naming_the_builtins() -> None:
+    with pytest.raises(UsageError, match=r"built-in tool\(s\): bsh; the built-ins are bash, read"):
+        Toolkit.create(builtins={"tools": {"bsh": False}})
+
+
+# --- an MCP server's tools list ---------------------------------------------------------------
+
+
+async def test_an_mcp_drop_list_naming_no_tool_of_the_server_fails_the_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """{"eco": False} meant echo: loading the server would let echo run. It fails instead,
+    its status naming the tools it offers, and none of its tools is loaded."""
+    servers = config(demo={**stdio_server(), "tools": {"eco": False}})
+    with anyio.fail_after(LIMIT):
+        async with Toolkit.create(builtins=False, mcp=servers) as toolkit:
+            status = toolkit.mcp_status["demo"]
+            assert status.state == "failed" and status.tools == ()
+            assert status.error is not None
+            assert "drops 'eco', which it does not offer" in status.error
+            assert "'echo'" in status.error
+            assert len(toolkit) == 0
+    assert "MCP server 'demo' failed: its tools list drops 'eco'" in caplog.text
+    assert_no_leaks()
+
+
+async def test_an_mcp_drop_list_naming_the_servers_tools_loads_the_rest() -> None:
+    servers = config(demo={**stdio_server(), "tools": {"echo": False}})
+    with anyio.fail_after(LIMIT):
+        async with Toolkit.create(builtins=False, mcp=servers) as toolkit:
+            assert toolkit.mcp_status["demo"].state == "connected"
+            assert "demo_add" in toolkit and "demo_echo" not in toolkit
+
+
+# --- the inbox's allowed_hosts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("hosts", "problem"),
+    [
+        ("wiki", "must be a list of host names, got the string 'wiki'"),
+        ([5], r"a host name \(a str\), got 5"),
+    ],
+)
+def test_allowed_hosts_refuses_a_string_and_a_name_that_is_not_one(
+    hosts: Any, problem: str
+) -> None:
+    """Iterated, "wiki" would allow the hosts "w", "i" and "k"."""
+    with pytest.raises(UsageError, match=problem):
+        create_app(
+            make_client=demo_client,
+            toolkit=Toolkit.create(builtins=False, extra_tools=serve_demo_tools()),
+            store=MemoryRunStore(),
+            token=new_token(),
+            allowed_hosts=hosts,
+        )

@@ -15,6 +15,8 @@ Rules of this module:
   the tools that stays the same until the tools change, so the codecs render it once.
 - :meth:`Toolkit.create` is safe by default: the built-ins are confined to ``workdir`` and
   the acting ones ask before they act (``approve="ask"``); loosening either is explicit.
+  Its switches fail closed: an unknown built-in, a switch that is not a bool or a policy
+  that is not one is a :class:`UsageError`, never read as "leave it on".
 - MCP servers (``create(mcp=...)``) connect when the toolkit is entered (``async with``, or
   :meth:`start`) and their tools are registered then; a server that fails is reported in
   :attr:`mcp_status` and the toolkit loads without it. Leaving closes every session and
@@ -110,7 +112,8 @@ class Toolkit(FlagClosing):
 
         Args:
             builtins: ``True`` (all built-ins), ``False`` (none), or a mapping such as
-                ``{"tools": {"bash": False}}`` that turns single built-ins off.
+                ``{"tools": {"bash": False}}`` that turns single built-ins off; an unknown
+                name or a switch that is not a bool raises :class:`UsageError`.
             extra_tools: your tools. One with a built-in's name replaces that built-in;
                 among these the first of a name wins.
             workdir: the directory the file tools and ``bash`` work in (default: the
@@ -366,10 +369,14 @@ def _enabled_builtins(builtins: bool | Mapping[str, Any]) -> set[str]:
     switches = builtins.get("tools", {})
     if not isinstance(switches, Mapping):
         raise UsageError("builtins['tools'] must map tool names to True/False")
-    unknown = set(switches) - set(BUILTIN_NAMES)
+    unknown = [name for name in switches if name not in BUILTIN_NAMES]
     if unknown:
         raise UsageError(
-            f"unknown built-in tool(s): {', '.join(sorted(unknown))}; "
+            f"unknown built-in tool(s): {', '.join(map(str, unknown))}; "
             f"the built-ins are {', '.join(BUILTIN_NAMES)}"
         )
-    return {name for name in BUILTIN_NAMES if switches.get(name, True) is not False}
+    for name, on in switches.items():
+        if not isinstance(on, bool):
+            # Read as "not False", {"bash": 0} or {"bash": "off"} would leave bash on.
+            raise UsageError(f"builtins['tools'][{name!r}] must be True or False, got {on!r}")
+    return {name for name in BUILTIN_NAMES if switches.get(name, True)}

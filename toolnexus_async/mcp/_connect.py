@@ -16,6 +16,8 @@ Rules of this module:
   always (its questions become suspensions) and to an older one only when the toolkit has
   a ``wait_for`` to answer inline questions with; the SDK advertises whenever it has a
   callback, so :class:`_Session` narrows that one capability per version.
+- A ``tools`` drop-list naming a tool the server does not list fails the server, none
+  of its tools loaded: the name is a typo, and the tool meant would run.
 - Leaving closes every session; a local server's process group is ended by the SDK
   (stdin closed, then SIGTERM, then SIGKILL).
 - Secrets: header and environment values are expanded here, at connect time, and scrubbed
@@ -223,6 +225,7 @@ class McpServers:
             cursor = page.next_cursor
             if cursor is None:
                 break
+        _check_dropped(config, listed)
         connection.listed = listed
         connection.session = session
 
@@ -242,6 +245,21 @@ class McpServers:
         except HaltRun:
             return types.ElicitResult(action="cancel")
         return elicit_result(answer, form=isinstance(params, types.ElicitRequestFormParams))
+
+
+def _check_dropped(config: ServerConfig, listed: list[types.Tool]) -> None:
+    """Refuse a drop-list (``tools`` of ``false`` entries only) naming a tool the server
+    does not offer: the tool meant, spelt otherwise, would be loaded and run."""
+    tools = config.tools
+    if not tools or any(tools.values()):
+        return  # an allow-list loads only what it names: a stray name loads nothing
+    offered = [tool.name for tool in listed]
+    unknown = sorted(set(tools) - set(offered))
+    if unknown:
+        raise _Refused(
+            f"its tools list drops {', '.join(map(repr, unknown))}, which it does not "
+            f"offer; it offers: {', '.join(map(repr, offered)) or 'nothing'}"
+        )
 
 
 class _Refused(Exception):

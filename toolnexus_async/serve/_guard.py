@@ -5,7 +5,8 @@ routes included, so nothing can be probed from outside):
 
 1. **Host.** The ``Host`` header must name an allowed host, else 403. Allowed are the
    loopback names (``localhost``, ``127.0.0.1``, ``::1``), every IP literal, and the names
-   given as ``allowed_hosts``. A DNS-rebinding page reaches the server under the page's own
+   given as ``allowed_hosts`` (a list: a string or a name that is not one is a
+   :class:`UsageError`, as is a port). A DNS-rebinding page reaches the server under the page's own
    name, which is not on the list. An IP literal cannot be rebound: a page at
    ``http://192.0.2.7:8080`` *is* that address, so it is the server's own page, and allowing
    literals lets ``--host 0.0.0.0`` be used by address without more flags.
@@ -134,8 +135,15 @@ class Guard:
             )
         if token is not None and insecure_no_auth:
             raise UsageError("give a token or insecure_no_auth=True, not both")
+        if isinstance(allowed_hosts, str | bytes):
+            # Iterated, "wiki" would allow the hosts "w", "i" and "k".
+            raise UsageError(
+                f"allowed_hosts must be a list of host names, got the string {allowed_hosts!r}"
+            )
         names = set(LOOPBACK_NAMES)
         for name in allowed_hosts:
+            if not isinstance(name, str):
+                raise UsageError(f"an allowed host is a host name (a str), got {name!r}")
             parsed = (name.lower(), None) if _is_ip(name) else parse_host(name)
             if parsed is None or parsed[1] is not None:
                 raise UsageError(f"an allowed host is a host name without a port, got {name!r}")
