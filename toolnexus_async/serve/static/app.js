@@ -169,14 +169,16 @@ function buildRequestCard(request) {
     const warning = `⚠ This request contains ${count}, shown as ⟨U+…⟩.`;
     card.append(el("p", { class: "warning", role: "note", text: warning }));
   } else if (display.missing) {
-    const warning = "⚠ This request came without its display form: hidden characters are not marked.";
+    const warning =
+      "⚠ This request came without its display form: hidden characters are not marked.";
     card.append(el("p", { class: "warning", role: "note", text: warning }));
   }
   // A question's form shows each question itself: its prompt (the same questions in one
   // line) would say everything twice.
   const questions = request.kind === "question" && Array.isArray(request.data?.questions);
   if (!questions || request.data.questions.length === 0) {
-    card.append(el("div", { id: promptId, class: "prompt" }, ...shownLines(display.prompt, "auto")));
+    const lines = shownLines(display.prompt, "auto");
+    card.append(el("div", { id: promptId, class: "prompt" }, ...lines));
   }
   // Which run asks: its prompt, in words (the run id only until the prompt is known).
   const runPrompt = el("span", { class: "run-prompt" });
@@ -303,10 +305,13 @@ function shownDiff(lines) {
 }
 
 function shownField(field, value) {
-  if (field.kind === "diff") return el("dd", {}, shownDiff(Array.isArray(field.lines) ? field.lines : []));
+  if (field.kind === "diff") {
+    return el("dd", {}, shownDiff(Array.isArray(field.lines) ? field.lines : []));
+  }
   if (field.kind === "text" || field.kind === "json") {
     const code = field.kind === "json" || CODE_KEYS.has(field.key);
-    return el("dd", { class: code ? "shown code" : "shown" }, ...shownLines(field.lines, code ? "ltr" : "auto"));
+    const lines = shownLines(field.lines, code ? "ltr" : "auto");
+    return el("dd", { class: code ? "shown code" : "shown" }, ...lines);
   }
   return el("dd", { text: valueText(value) });
 }
