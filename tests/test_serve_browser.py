@@ -11,7 +11,10 @@ stays blocked), a DNS-rebinding name (403), and a link from another site to the 
 (the SameSite=Strict cookie is held back on that visit; the login page's own link opens
 the inbox). The framing site is a second server on 127.0.0.1; a route that Playwright
 fulfils stands in for the linking one, and Chromium maps the rebinding name to 127.0.0.1
-itself: nothing leaves this machine.
+itself: nothing leaves this machine. Three more run the real ``bash`` and ``apply_patch``
+behind the inbox (tests/serve_acting.py) and check that a request shows what would run: a
+bidi command as visible escapes with a warning, a newline command as two lines, a long
+patch as a diff with every line reachable.
 
 Needs ``/usr/bin/chromium`` (Debian's ``chromium`` package) and ``pip install playwright``;
 never ``playwright install``: no browser is downloaded. Without them the test is skipped,
@@ -74,9 +77,10 @@ class ServeProcess:
     token. Leaving the block stops it with SIGINT (Ctrl-C), which must end it cleanly.
     """
 
-    def __init__(self, store_path: Path) -> None:
-        command = [sys.executable, "-m", "toolnexus_async", "serve", "--port", "0"]
-        self._command = [*command, "--store", str(store_path)]
+    def __init__(self, store_path: Path, command: list[str] | None = None) -> None:
+        serve = [sys.executable, "-m", "toolnexus_async", "serve", "--port", "0"]
+        # Another program that prints the same line may stand in (tests/serve_acting.py).
+        self._command = command or [*serve, "--store", str(store_path)]
         env = {k: v for k, v in os.environ.items() if k != "TOOLNEXUS_TOKEN"}
         self._env = env
         self.url = self.base = ""
@@ -359,3 +363,153 @@ def test_reload_restart_and_a_declined_run_keep_telling_the_truth(tmp_path: Path
                 declined_run()
         finally:
             browser.close()
+
+
+# A command a model led by a prompt injection may send: with its bidi controls drawn as
+# the browser draws them, it reads "echo 'done # mitciv/. fr- mr ;' ; echo x".
+BIDI_COMMAND = "echo 'done \u202e; rm -rf ./victim #\u202c' ; \u2067echo x\u2069"
+BIDI_SHOWN = "echo 'done ⟨U+202E⟩; rm -rf ./victim #⟨U+202C⟩' ; ⟨U+2067⟩echo x⟨U+2069⟩"
+
+
+class ActingInbox:
+    """The page of an inbox over the real ``bash`` and ``apply_patch`` (tests/serve_acting.py),
+    in Chromium, logged in; ``workspace`` is where those tools act (if approved)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        from toolnexus_async.serve import new_token
+
+        self.workspace = tmp_path / "ws"
+        self.workspace.mkdir()
+        store = tmp_path / "runs.sqlite"
+        command = [sys.executable, "-m", "tests.serve_acting", str(store)]
+        self._server = ServeProcess(store, [*command, str(self.workspace), new_token()])
+
+    def __enter__(self) -> ActingInbox:
+        from playwright.sync_api import expect, sync_playwright
+
+        self._pw_context = sync_playwright()
+        self.server = self._server.__enter__()
+        try:
+            self._browser = launch(self._pw_context.__enter__())
+            self.page = self._browser.new_page(viewport={"width": 900, "height": 900})
+            self.page.goto(self.server.url)
+            expect(self.page.locator("#connection")).to_have_text("Live")
+        except BaseException:
+            self.__exit__()
+            raise
+        self.approval = self.page.locator('#requests > li[data-kind="approval"]')
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if hasattr(self, "_browser"):
+                self._browser.close()
+            self._pw_context.__exit__(None, None, None)
+        finally:
+            self._server.__exit__()
+
+    def ask(self, tool: str, arguments: dict[str, str]) -> dict[str, Any]:
+        """Start a run that calls ``tool``; its one request, as GET /requests has it."""
+        from playwright.sync_api import expect
+
+        self.page.get_by_label("What should the agent do?").fill(
+            json.dumps({"tool": tool, "arguments": arguments})
+        )
+        self.page.get_by_role("button", name="Start run").click()
+        expect(self.approval).to_have_count(1)
+        (request,) = json.loads(self.page.request.get(f"{self.server.base}/requests").text())[
+            "requests"
+        ]
+        # The API carries the arguments exactly as the model sent them.
+        assert request["data"]["arguments"] == arguments
+        return dict(request)
+
+    def row(self, label: str) -> Any:
+        """The value of the approval's data row labelled ``label``."""
+        return self.approval.locator(f'dt:text-is("{label}") + dd')
+
+    def decline(self) -> None:
+        from playwright.sync_api import expect
+
+        self.approval.get_by_role("button", name="Decline").click()
+        expect(self.approval).to_have_count(0)
+
+
+def test_bidi_controls_show_as_escapes_with_a_warning(tmp_path: Path) -> None:
+    """The bidi command shows its controls as visible ⟨U+…⟩ escapes in the prompt, the
+    arguments and the command, and the card says how many there are."""
+    if MISSING is not None:
+        pytest.fail(f"CI must install the browser test's tools: {MISSING}", pytrace=False)
+    from playwright.sync_api import expect
+
+    with ActingInbox(tmp_path) as inbox:
+        inbox.ask("bash", {"command": BIDI_COMMAND})
+        approval = inbox.approval
+        expect(approval.locator(".warning")).to_have_text(
+            "⚠ This request contains 12 invisible or direction-changing characters, shown as ⟨U+…⟩."
+        )
+        command = inbox.row("Command")
+        expect(command).to_have_text(BIDI_SHOWN)
+        assert "\u202e" not in (command.text_content() or "")
+        expect(approval.locator(".prompt")).to_contain_text(BIDI_SHOWN)
+        expect(inbox.row("Arguments")).to_contain_text(BIDI_SHOWN)
+        escapes = approval.locator(".escape")
+        expect(escapes).to_have_count(12)
+        expect(escapes.first).to_be_visible()
+        expect(escapes.first).to_have_attribute("title", "RIGHT-TO-LEFT OVERRIDE")
+        inbox.decline()
+
+
+def test_a_newline_in_a_command_shows_as_two_lines(tmp_path: Path) -> None:
+    """``echo ok\\nrm -rf ./victim`` is two lines, one under the other, never the harmless
+    looking ``echo ok rm -rf ./victim``."""
+    if MISSING is not None:
+        pytest.fail(f"CI must install the browser test's tools: {MISSING}", pytrace=False)
+    from playwright.sync_api import expect
+
+    with ActingInbox(tmp_path) as inbox:
+        inbox.ask("bash", {"command": "echo ok\nrm -rf ./victim"})
+        expect(inbox.approval.locator(".warning")).to_have_count(0)
+        lines = inbox.row("Command").locator(".line")
+        expect(lines).to_have_text(["echo ok", "rm -rf ./victim"])
+        first, second = lines.nth(0).bounding_box(), lines.nth(1).bounding_box()
+        assert first is not None and second is not None
+        assert second["y"] >= first["y"] + first["height"]
+        inbox.decline()
+
+
+def test_a_long_patch_shows_as_a_diff_and_all_of_it_is_reachable(tmp_path: Path) -> None:
+    """A patch whose diff is past the prompt's 4,000-character cut: the diff row has one
+    element per line, marked added or removed by class and gutter, cut at 200 lines with a
+    button that shows the rest; then every line of data["diff"] is on the page."""
+    if MISSING is not None:
+        pytest.fail(f"CI must install the browser test's tools: {MISSING}", pytrace=False)
+    from playwright.sync_api import expect
+
+    with ActingInbox(tmp_path) as inbox:
+        notes = inbox.workspace / "notes.txt"
+        notes.write_text("".join(f"old line {i} of the notes\n" for i in range(150)))
+        edits = [f"-old line {i} of the notes" for i in range(150)]
+        edits += [f"+new line {i} of the notes" for i in range(150)]
+        patch = "\n".join(["*** Begin Patch", "*** Update File: notes.txt", "@@", *edits])
+        request = inbox.ask("apply_patch", {"patchText": f"{patch}\n*** End Patch\n"})
+        diff = request["data"]["diff"]
+        assert len(diff) > 4000  # past the prompt's cut: the diff row is the full view
+        approval = inbox.approval
+        expect(approval.locator(".prompt")).to_contain_text("the diff goes on")
+        rows = approval.locator(".diff-line")
+        expect(rows).to_have_count(200)
+        expect(rows.nth(3)).to_have_attribute("data-mark", "del")
+        expect(rows.nth(3)).to_have_class("diff-line del")
+        expect(rows.nth(3).locator(".gutter")).to_have_text("-")
+        expect(rows.nth(3).locator(".code")).to_have_text("old line 0 of the notes")
+        show_all = approval.get_by_role("button", name="Show all 303 lines (103 more)")
+        show_all.click()
+        expect(rows).to_have_count(303)
+        expect(show_all).to_have_count(0)
+        expect(approval.locator(".diff-line.add")).to_have_count(150)
+        expect(approval.locator(".diff-line.del")).to_have_count(150)
+        expect(rows.last.locator(".gutter")).to_have_text("+")
+        assert rows.all_text_contents() == diff.rstrip("\n").split("\n")
+        inbox.decline()
+        assert notes.read_text().startswith("old line 0")

@@ -16,6 +16,8 @@ Rules of this module:
   keeps every run in it as it goes): ``GET /requests`` lists what the store has, and at
   startup the book is filled from the store, finished runs included, so a restarted
   server shows the runs it recovered. The book is the live view that publishes events.
+- A request goes out (``GET /requests``, the ``pending`` event) as ``Request.to_dict()``,
+  unchanged, plus its ``display`` (``_display``): one helper, :func:`shown`, for both.
 - A run another worker took over (this one lost its lease) is not an error here: the
   book marks it ``elsewhere`` and reads its status from the store when it is shown
   (:meth:`RunBook.refresh`), so the book never contradicts the store about it.
@@ -37,6 +39,7 @@ from .._types import Answer, Request
 from ..durable._store import LeaseLostError, RunSummary, StoredRequest
 from ..suspend import Inbox
 from ..suspend._inbox import _Slot
+from ._display import display_of
 from ._events import EventBus
 
 if TYPE_CHECKING:
@@ -51,6 +54,13 @@ log = logging.getLogger("toolnexus_async.serve")
 KEEP_FINISHED = 10_000
 
 Outcome = Literal["done", "incomplete", "error"]
+
+
+def shown(request: Request, **extra: Any) -> dict[str, Any]:
+    """A request as the API sends it: its wire form, ``extra`` (a listing's ``run_id``),
+    and its ``display``."""
+    wire = {**request.to_dict(), **extra}
+    return {**wire, "display": display_of(wire)}
 
 
 def _step(record: ToolCallRecord, returns: dict[str, ToolReturn]) -> dict[str, Any]:
@@ -193,10 +203,7 @@ class RunBook:
         The store is the source of truth: a request is listed once it was kept, and not
         after it was answered or expired, whichever worker parks its run.
         """
-        return [
-            {**stored.request.to_dict(), "run_id": stored.run_id}
-            for stored in await host.outstanding()
-        ]
+        return [shown(stored.request, run_id=stored.run_id) for stored in await host.outstanding()]
 
     # -- runs -------------------------------------------------------------------------------
 
@@ -298,7 +305,7 @@ class RunBook:
         record = self._runs.get(run_id) if run_id is not None else None
         if record is not None:
             record.waiting.add(request.id)
-        self.bus.publish("pending", {"run_id": run_id, "request": request.to_dict()})
+        self.bus.publish("pending", {"run_id": run_id, "request": shown(request)})
 
     def answered(self, answer: Answer) -> None:
         """A request got its answer (or expired): announced with ``answered``, once, whether

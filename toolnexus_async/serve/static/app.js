@@ -3,6 +3,12 @@
 // Plain JavaScript, no framework and no build step. Server data is only ever inserted as
 // text (el() below uses text nodes and setAttribute), never parsed as HTML, so a prompt
 // containing "<script>" shows up as those characters.
+//
+// What a request shows (its prompt, data and URL) is drawn from its `display`, the form the
+// server builds by the display rules (serve/_display.py, docs/security.md): hidden
+// characters arrive as escapes and are drawn as visible text, lines as separate elements;
+// this page decides none of that. It only cuts a long diff, and then says so and offers
+// the rest.
 "use strict";
 
 const requestsList = document.getElementById("requests");
@@ -154,11 +160,25 @@ function buildRequestCard(request) {
   card.append(
     el("h3", { id: headingId, text: KIND_TITLES[request.kind] || `Request: ${request.kind}` }),
   );
+  const display = displayOf(request);
+  if (display.hidden > 0) {
+    const count =
+      display.hidden === 1
+        ? "1 invisible or direction-changing character"
+        : `${display.hidden} invisible or direction-changing characters`;
+    const warning = `⚠ This request contains ${count}, shown as ⟨U+…⟩.`;
+    card.append(el("p", { class: "warning", role: "note", text: warning }));
+  } else if (display.missing) {
+    const warning =
+      "⚠ This request came without its display form: hidden characters are not marked.";
+    card.append(el("p", { class: "warning", role: "note", text: warning }));
+  }
   // A question's form shows each question itself: its prompt (the same questions in one
   // line) would say everything twice.
   const questions = request.kind === "question" && Array.isArray(request.data?.questions);
   if (!questions || request.data.questions.length === 0) {
-    card.append(el("p", { id: promptId, class: "prompt", text: request.prompt }));
+    const lines = shownLines(display.prompt, "auto");
+    card.append(el("div", { id: promptId, class: "prompt" }, ...lines));
   }
   // Which run asks: its prompt, in words (the run id only until the prompt is known).
   const runPrompt = el("span", { class: "run-prompt" });
@@ -226,16 +246,85 @@ function actionButton(label, onclick, describedBy, primary = false) {
   return el("button", { ...attrs, onclick }, label);
 }
 
+// ---- showing a request's display form ----
+
+// How many lines of a diff show before "Show all N lines".
+const DIFF_LINES_SHOWN = 200;
+// Data shown in a fixed-width font, where a space or a quote must be seen as it is.
+const CODE_KEYS = new Set(["command", "workdir", "path", "changes"]);
+
+/** The request's display form; one that lacks it is shown as plain text, with a warning. */
+function displayOf(request) {
+  const display = request.display;
+  if (display && Array.isArray(display.prompt) && Array.isArray(display.fields)) return display;
+  // Only a server older or newer than this page sends none: the prompt alone, not trusted.
+  return { hidden: 0, prompt: [[String(request.prompt ?? "")]], fields: [], missing: true };
+}
+
+/** One line of pieces: strings as text, escapes as marked visible text. */
+function shownLine(pieces, dir, tag = "span", className = "line") {
+  const line = el(tag, { class: className, dir });
+  for (const piece of pieces) {
+    if (typeof piece === "string") line.append(piece);
+    else if (piece && typeof piece.escape === "string") {
+      line.append(el("span", { class: "escape", title: piece.name, text: piece.escape }));
+    }
+  }
+  return line;
+}
+
+/** Lines of pieces as line elements; `dir` is "ltr" for code, "auto" for prose. */
+function shownLines(lines, dir) {
+  return (Array.isArray(lines) ? lines : []).map((pieces) => shownLine(pieces, dir));
+}
+
+/** A diff: one element per line, marked by class and by its +/- gutter, not by color. */
+function shownDiff(lines) {
+  const box = el("div", { class: "diff" });
+  const line = ({ mark, pieces }) => {
+    const row = el("div", { class: `diff-line ${mark}`, dir: "ltr", "data-mark": mark });
+    let rest = pieces;
+    if (["add", "del", "context"].includes(mark) && typeof pieces[0] === "string") {
+      row.append(el("span", { class: "gutter", text: pieces[0].charAt(0) }));
+      rest = [pieces[0].slice(1), ...pieces.slice(1)];
+    }
+    row.append(shownLine(rest, "ltr", "span", "code"));
+    return row;
+  };
+  box.append(...lines.slice(0, DIFF_LINES_SHOWN).map(line));
+  if (lines.length > DIFF_LINES_SHOWN) {
+    const more = lines.length - DIFF_LINES_SHOWN;
+    const button = el("button", { type: "button", class: "show-all" });
+    button.textContent = `Show all ${lines.length} lines (${more} more)`;
+    button.addEventListener("click", () => {
+      button.replaceWith(...lines.slice(DIFF_LINES_SHOWN).map(line));
+    });
+    box.append(button);
+  }
+  return box;
+}
+
+function shownField(field, value) {
+  if (field.kind === "diff") {
+    return el("dd", {}, shownDiff(Array.isArray(field.lines) ? field.lines : []));
+  }
+  if (field.kind === "text" || field.kind === "json") {
+    const code = field.kind === "json" || CODE_KEYS.has(field.key);
+    const lines = shownLines(field.lines, code ? "ltr" : "auto");
+    return el("dd", { class: code ? "shown code" : "shown" }, ...lines);
+  }
+  return el("dd", { text: valueText(value) });
+}
+
 /** Approve / Decline; also the fallback for kinds this page does not know. */
 function approvalControls(request, send, promptId) {
   const parts = [];
-  if (request.data && typeof request.data === "object" && !Array.isArray(request.data)) {
-    const details = el("dl", { class: "details" });
-    for (const [key, value] of Object.entries(request.data)) {
-      details.append(el("dt", { text: labelOf(key) }), el("dd", { text: valueText(value) }));
-    }
-    if (details.childElementCount) parts.push(details);
+  const data = request.data && typeof request.data === "object" ? request.data : {};
+  const details = el("dl", { class: "details" });
+  for (const field of displayOf(request).fields) {
+    details.append(el("dt", { text: labelOf(field.key) }), shownField(field, data[field.key]));
   }
+  if (details.childElementCount) parts.push(details);
   parts.push(
     el(
       "div",
@@ -290,6 +379,7 @@ function authorizationControls(request, send, promptId) {
           "Open the login page",
         ),
         el("span", { class: "hint", text: ` ${url.host} · opens in a new tab` }),
+        el("span", { class: "url" }, ...shownLines(displayOf(request).url, "ltr")),
       )
     : el("p", { class: "error", text: "This request came without a usable login link." });
   return [
