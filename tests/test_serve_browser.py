@@ -9,12 +9,14 @@ its steps, also after a reload and on a restarted server. The
 last plays the hostile pages: a page of another site that frames the inbox (the frame
 stays blocked), a DNS-rebinding name (403), and a link from another site to the token URL
 (the SameSite=Strict cookie is held back on that visit; the login page's own link opens
-the inbox). The framing site is a second server on 127.0.0.1; a route that Playwright
-fulfils stands in for the linking one, and Chromium maps the rebinding name to 127.0.0.1
-itself: nothing leaves this machine. Three more run the real ``bash`` and ``apply_patch``
-behind the inbox (tests/serve_acting.py) and check that a request shows what would run: a
-bidi command as visible escapes with a warning, a newline command as two lines, a long
-patch as a diff with every line reachable.
+the inbox). Another plays a page on another port of 127.0.0.1 that receives the session
+cookie and makes the browser POST an answer with it (403, by its Origin). The framing site
+is a second server on 127.0.0.1; a route that Playwright fulfils stands in for the
+linking one, and Chromium maps the rebinding name to 127.0.0.1 itself: nothing leaves
+this machine. Three more run the real ``bash`` and ``apply_patch`` behind the inbox
+(tests/serve_acting.py) and check that a request shows what would run: a bidi command as
+visible escapes with a warning, a newline command as two lines, a long patch as a diff
+with every line reachable.
 
 Needs ``/usr/bin/chromium`` (Debian's ``chromium`` package) and ``pip install playwright``;
 never ``playwright install``: no browser is downloaded. Without them the test is skipped,
@@ -123,10 +125,28 @@ class ServeProcess:
         return int(self.base.rsplit(":", 1)[1])
 
 
+# A page of another site that tries to answer the request its address names, with the
+# browser's cookies: as JSON (the browser asks first, and is refused), and as a "simple"
+# request, which the browser sends without asking. It tells what it saw in its title.
+ANSWER_PAGE = """<script>
+const [target, id] = decodeURIComponent(location.hash.slice(1)).split(" ");
+const url = `${target}/requests/${id}/answer`;
+const body = JSON.stringify({ ok: true });
+const json = fetch(url, {
+  method: "POST", credentials: "include", body,
+  headers: { "Content-Type": "application/json" },
+}).then((r) => `json ${r.status}`, () => "json blocked");
+const simple = fetch(url, { method: "POST", credentials: "include", mode: "no-cors", body })
+  .then(() => "simple sent", () => "simple blocked");
+Promise.all([json, simple]).then((seen) => { document.title = seen.join(", "); });
+</script>"""
+
+
 class OtherSite:
     """Another web site on 127.0.0.1 (a plain ``http.server`` in a thread): ``/decoy`` frames
     ``target`` nearly transparent over a button, beside ``/plain``, a page that may be
-    framed, so that a test can tell a blocked frame from one that loads."""
+    framed, so that a test can tell a blocked frame from one that loads; ``/answer`` is
+    :data:`ANSWER_PAGE`."""
 
     def __init__(self, target: str) -> None:
         decoy = (
@@ -134,10 +154,17 @@ class OtherSite:
             f'<iframe id="inbox" src="{target}/" style="opacity:0.01"></iframe>'
             '<iframe id="plain" src="/plain"></iframe>'
         )
-        pages = {"/decoy": decoy, "/plain": "<p id='shown'>a frame that loads</p>"}
+        pages = {
+            "/decoy": decoy,
+            "/plain": "<p id='shown'>a frame that loads</p>",
+            "/answer": ANSWER_PAGE,
+        }
+        self.cookies: list[str] = []  # the Cookie headers the browser sent here
+        cookies = self.cookies
 
         class Pages(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                cookies.extend(self.headers.get_all("Cookie", []))
                 body = pages.get(self.path, "").encode()
                 self.send_response(200 if body else 404)
                 self.send_header("Content-Type", "text/html")
@@ -231,9 +258,11 @@ def test_a_run_is_started_answered_and_finished_on_the_page(tmp_path: Path) -> N
             page.screenshot(path=str(SCREENSHOT), full_page=True)
             assert problems == []
 
-            # Logged out (the server restarted with a new token, say): the page says how to
-            # log in again instead of failing quietly.
-            page.context.clear_cookies()
+            # Log out: the session ends and the cookie goes; the page says how to log in
+            # again instead of failing quietly.
+            page.get_by_role("button", name="Log out").click()
+            expect(page.locator("#connection")).to_contain_text("Not logged in")
+            assert page.context.cookies() == []
             page.get_by_label("What should the agent do?").fill("one more")
             page.get_by_role("button", name="Start run").click()
             expect(page.locator("#start-form .error")).to_contain_text("HTTP 401")
@@ -287,6 +316,88 @@ def test_other_sites_can_neither_frame_the_page_nor_rebind_nor_log_in_for_you(
             expect(fresh.get_by_role("heading")).to_have_text("This inbox needs its token")
             fresh.get_by_role("link", name="open the inbox").click()
             expect(fresh.locator("#connection")).to_have_text("Live")
+        finally:
+            browser.close()
+
+
+def test_a_page_on_another_local_port_cannot_answer_with_the_login_cookie(
+    tmp_path: Path,
+) -> None:
+    """Logged in, the person visits a page on another port of 127.0.0.1: the same site, so
+    the browser sends the inbox's cookie along with that page's requests. It POSTs an answer
+    to the pending request with credentials; the server refuses (403, by its Origin) and
+    the request stays pending. The cookie the browser holds is no token: as a Bearer token
+    it is 401."""
+    if MISSING is not None:
+        pytest.fail(f"CI must install the browser test's tools: {MISSING}", pytrace=False)
+    from playwright.sync_api import expect, sync_playwright
+
+    with ServeProcess(tmp_path / "runs.sqlite") as server, sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = browser.new_page()
+            page.goto(server.url)
+            expect(page.locator("#connection")).to_have_text("Live")
+            page.get_by_role("button", name="Start run").click()
+            login = page.locator('#requests > li[data-kind="authorization"]')
+            expect(login).to_have_count(1)
+            pending = json.loads(page.request.get(f"{server.base}/requests").text())["requests"]
+            request_id = pending[0]["id"]
+
+            (cookie,) = page.context.cookies()
+            assert cookie["name"] == f"toolnexus_session_{server.port}"
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+            token = server.url.split("?token=", 1)[1]
+            assert token not in cookie["value"]
+
+            # What the server answered, read below the page: a refused reply never reaches it.
+            cdp = page.context.new_cdp_session(page)
+            cdp.send("Network.enable")
+            sent: dict[str, tuple[str, str]] = {}
+            statuses: dict[str, int] = {}
+            cdp.on(
+                "Network.requestWillBeSent",
+                lambda e: sent.update(
+                    {e["requestId"]: (e["request"]["method"], e["request"]["url"])}
+                ),
+            )
+            cdp.on(
+                "Network.responseReceivedExtraInfo",
+                lambda e: statuses.update({e["requestId"]: e["statusCode"]}),
+            )
+            other_site = OtherSite(server.base)
+            answer_url = f"{server.base}/requests/{request_id}/answer"
+            with (
+                other_site as other,
+                page.expect_event(  # the simple POST's reply came, and was kept from the page
+                    "requestfailed", lambda r: r.method == "POST" and r.url == answer_url
+                ),
+            ):
+                page.goto(f"{other}/answer#{server.base} {request_id}")
+                # Neither reply reaches the page: the JSON one is refused when the browser
+                # asks first, and CORP blocks the simple one's reply.
+                expect(page).to_have_title("json blocked, simple blocked")
+            # The other site did receive the inbox's cookie (cookies ignore ports) ...
+            assert f"{cookie['name']}={cookie['value']}" in " ".join(other_site.cookies)
+            # ... and its page made the browser send it, which the Origin check refused.
+            answered = [
+                (sent[i][0], status)
+                for i, status in statuses.items()
+                if sent.get(i, ("", ""))[1] == answer_url
+            ]
+            assert ("POST", 403) in answered and all(status != 200 for _, status in answered)
+
+            # A server that received the cookie sends its value as a token: not one (401).
+            stranger = pw.request.new_context()  # no cookies: only what it sends
+            answer = stranger.post(
+                f"{server.base}/requests/{request_id}/answer",
+                data={"ok": True},
+                headers={"Authorization": f"Bearer {cookie['value']}"},
+            )
+            assert answer.status == 401
+            stranger.dispose()
+            pending = json.loads(page.request.get(f"{server.base}/requests").text())["requests"]
+            assert [r["id"] for r in pending] == [request_id]
         finally:
             browser.close()
 

@@ -19,7 +19,7 @@ import pytest
 from tests.test_serve_api import AUTH, LIMIT, TOKEN, demo_app, events, serving
 from toolnexus_async import MemoryRunStore, Toolkit, UsageError
 from toolnexus_async.serve import create_app, demo_client, new_token, serve_demo_tools
-from toolnexus_async.serve._guard import GUARD, PAGE_CSP
+from toolnexus_async.serve._guard import GUARD, PAGE_CSP, Guard, Sessions
 
 STATIC = Path(__file__).resolve().parent.parent / "toolnexus_async" / "serve" / "static"
 
@@ -59,8 +59,10 @@ async def test_without_the_token_every_route_is_401_and_nothing_happens():
                 {"Authorization": "Bearer not-the-token-at-all"},
                 {"Authorization": f"Bearer {TOKEN}x"},
                 {"Authorization": f"Basic {TOKEN}"},
-                {"Cookie": f"toolnexus_token_{http.port}=not-the-token"},
-                {"Cookie": f"toolnexus_token_1={TOKEN}"},  # another server's cookie
+                {"Cookie": f"toolnexus_session_{http.port}=not-a-session"},
+                {"Cookie": f"toolnexus_session_{http.port}={TOKEN}"},  # a token is no session
+                {"Cookie": f"toolnexus_token_{http.port}={TOKEN}"},  # the old token cookie
+                {"Cookie": f"toolnexus_session_1={TOKEN}"},  # another server's cookie
             ):
                 for method, path, body, _ in ROUTES:
                     status = await status_of(http, method, path, body, headers=wrong)
@@ -88,20 +90,37 @@ async def test_the_bearer_token_opens_every_route():
                 pass
 
 
-async def test_logging_in_at_the_token_url_sets_the_cookie_and_drops_the_token():
+async def log_in(http: Any) -> str:
+    """Log in at the token URL as a browser does; the session id the cookie got."""
+    async with http.get("/", params={"token": TOKEN}, allow_redirects=False) as reply:
+        assert reply.status == 303
+        assert TOKEN not in str(reply.headers.getall("Set-Cookie"))
+        return str(
+            SimpleCookie(reply.headers["Set-Cookie"])[f"toolnexus_session_{http.port}"].value
+        )
+
+
+def own_origin(http: Any) -> dict[str, str]:
+    """The Origin header of the server's own page, as the browser sends it with a POST."""
+    return {"Origin": f"http://127.0.0.1:{http.port}"}
+
+
+async def test_logging_in_at_the_token_url_sets_a_session_cookie_and_drops_the_token():
     with anyio.fail_after(LIMIT):
         async with serving(demo_app(), headers=None) as http:
             async with http.get("/", params={"token": TOKEN}, allow_redirects=False) as reply:
                 assert reply.status == 303
                 assert reply.headers["Location"] == "/"
                 assert reply.headers["Cache-Control"] == "no-store"
+                set_cookies = reply.headers.getall("Set-Cookie")
                 cookie = SimpleCookie(reply.headers["Set-Cookie"])
-            name = f"toolnexus_token_{http.port}"
+            assert len(set_cookies) == 1 and TOKEN not in set_cookies[0]
+            name = f"toolnexus_session_{http.port}"
             morsel = cookie[name]
-            assert morsel.value == TOKEN
+            assert len(morsel.value) >= 43 and morsel.value != TOKEN  # 256 random bits
             assert morsel["httponly"] and morsel["path"] == "/"
             assert morsel["samesite"] == "Strict"
-            assert "Max-Age" not in reply.headers["Set-Cookie"]  # gone with the browser session
+            assert "Max-Age" not in set_cookies[0]  # gone with the browser session
 
             # The browser's view: the address it ends at holds no token.
             http.session.cookie_jar.clear()
@@ -113,10 +132,15 @@ async def test_logging_in_at_the_token_url_sets_the_cookie_and_drops_the_token()
             # From now on the cookie alone lets the page's own requests in.
             async with http.get("/requests") as reply:
                 assert reply.status == 200
-            async with http.post("/runs", json={"prompt": "by cookie"}) as reply:
+            mine = own_origin(http)
+            async with http.post("/runs", json={"prompt": "by cookie"}, headers=mine) as reply:
                 assert reply.status == 202
             async with events(http):
                 pass
+            # A POST by cookie without Origin is no page's: browsers send one with every POST.
+            async with http.post("/runs", json={"prompt": "no origin"}) as reply:
+                assert reply.status == 403
+                assert "Origin" in (await reply.json())["error"]
 
             http.session.cookie_jar.clear()
             async with http.get("/", params={"token": "wrong-" + TOKEN}) as reply:
@@ -124,6 +148,147 @@ async def test_logging_in_at_the_token_url_sets_the_cookie_and_drops_the_token()
                 assert "Set-Cookie" not in reply.headers
             async with http.get("/requests") as reply:
                 assert reply.status == 401
+
+
+async def test_the_session_cookie_is_not_a_bearer_token():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(), headers=None) as http:
+            session = await log_in(http)
+            http.session.cookie_jar.clear()
+            bearer = {"Authorization": f"Bearer {session}"}
+            for method, path, body, _ in ROUTES:
+                assert await status_of(http, method, path, body, headers=bearer) == 401, path
+            assert await no_runs(http)
+            cookie = {"Cookie": f"toolnexus_session_{http.port}={session}"}
+            assert await status_of(http, "GET", "/requests", None, headers=cookie) == 200
+
+
+async def test_logging_in_deletes_the_old_cookie_that_held_the_token():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(), headers=None) as http:
+            old = {"Cookie": f"toolnexus_token_{http.port}={TOKEN}"}
+            async with http.get(
+                "/", params={"token": TOKEN}, headers=old, allow_redirects=False
+            ) as reply:
+                cookies: SimpleCookie = SimpleCookie()
+                for header in reply.headers.getall("Set-Cookie"):
+                    cookies.load(header)
+            assert cookies[f"toolnexus_token_{http.port}"].value == ""
+            assert cookies[f"toolnexus_token_{http.port}"]["max-age"] == "0"
+            assert cookies[f"toolnexus_session_{http.port}"].value
+
+
+async def test_another_local_port_cannot_answer_with_the_session_cookie():
+    """What a page on another port of 127.0.0.1 can do with the cookie it makes the browser
+    send (same site, so SameSite=Strict lets it go along), and what a server there can do
+    with the cookie it received, as a Bearer token: neither answers the pending request."""
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(), headers=None) as http:
+            port = http.server.port
+            assert port is not None
+            session = await log_in(http)
+            async with events(http) as stream:  # the page's own stream, by cookie
+                mine = own_origin(http)
+                async with http.post("/runs", json={"prompt": "pay"}, headers=mine) as reply:
+                    run_id = (await reply.json())["id"]
+                request = (await stream.until("pending", run_id=run_id))["request"]
+            path = f"/requests/{request['id']}/answer"
+            other = f"http://127.0.0.1:{port + 1 if port < 65535 else port - 1}"
+            cookie = f"toolnexus_session_{port}={session}"
+            http.session.cookie_jar.clear()
+            for headers in (
+                {"Cookie": cookie, "Origin": other},  # fetch(..., {credentials: "include"})
+                {"Cookie": cookie, "Origin": "null"},  # the same page in a sandboxed frame
+                {"Cookie": cookie},  # a browser that left Origin out
+                {"Authorization": f"Bearer {session}"},  # the cookie's value, replayed
+            ):
+                status = await status_of(http, "POST", path, {"ok": True}, headers=headers)
+                assert status in (401, 403), headers
+            async with http.get("/requests", headers=AUTH) as reply:  # still waiting
+                assert [r["id"] for r in (await reply.json())["requests"]] == [request["id"]]
+            mine = {"Cookie": cookie, **own_origin(http)}
+            assert await status_of(http, "POST", path, {"ok": True}, headers=mine) == 200
+
+
+async def test_logging_out_ends_the_session():
+    with anyio.fail_after(LIMIT):
+        async with serving(demo_app(), headers=None) as http:
+            session, other = await log_in(http), await log_in(http)
+            http.session.cookie_jar.clear()
+            name = f"toolnexus_session_{http.port}"
+            cookie = {"Cookie": f"{name}={session}"}
+            # Only the page's own origin logs out: another port's page gets 403 and ends nothing.
+            foreign = {**cookie, "Origin": "http://127.0.0.1:1"}
+            assert await status_of(http, "POST", "/logout", None, headers=foreign) == 403
+            assert await status_of(http, "POST", "/logout", None, headers=cookie) == 403
+            assert await status_of(http, "GET", "/requests", None, headers=cookie) == 200
+
+            async with http.post("/logout", headers={**cookie, **own_origin(http)}) as reply:
+                assert reply.status == 204
+                assert reply.headers["Cache-Control"] == "no-store"
+                gone = SimpleCookie(reply.headers["Set-Cookie"])[name]
+            assert gone.value == "" and gone["max-age"] == "0" and gone["path"] == "/"
+            for method, path, body, _ in ROUTES:
+                assert await status_of(http, method, path, body, headers=cookie) == 401, path
+            assert await status_of(http, "GET", "/", None, headers=cookie) == 401
+            # Another browser's session goes on; logging out twice is a 401, like any request.
+            second = {"Cookie": f"{name}={other}"}
+            assert await status_of(http, "GET", "/requests", None, headers=second) == 200
+            again = {**cookie, **own_origin(http)}
+            assert await status_of(http, "POST", "/logout", None, headers=again) == 401
+            assert await status_of(http, "POST", "/logout", None, headers=AUTH) == 204
+
+
+class Clock:
+    """Seconds that pass when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_session_ends_when_idle_too_long_or_too_old():
+    clock = Clock()
+    sessions = Sessions(clock=clock, idle=10.0, lifetime=25.0)
+    idle, busy = sessions.start(), sessions.start()
+    clock.now += 6
+    assert sessions.check(busy)
+    clock.now += 5  # the idle one: 11 s unused; the busy one: 5 s
+    assert sessions.check(busy)
+    assert not sessions.check(idle)
+    assert not sessions.check(idle)  # gone for good, not only this once
+    for _ in range(2):
+        clock.now += 7  # 25 s old at the end, used 7 s ago
+        assert sessions.check(busy)
+    clock.now += 0.5  # 25.5 s old
+    assert not sessions.check(busy)
+    assert len(sessions) == 0
+    assert not sessions.check(TOKEN) and not sessions.check("\udcff")
+
+
+def test_sessions_are_bounded_and_a_new_one_ends_the_least_recently_used():
+    clock = Clock()
+    sessions = Sessions(clock=clock, limit=3, idle=100.0)
+    first, second, third = sessions.start(), sessions.start(), sessions.start()
+    clock.now += 1
+    assert sessions.check(first)  # now the second is the least recently used
+    fourth = sessions.start()
+    assert len(sessions) == 3
+    assert not sessions.check(second)
+    assert all(sessions.check(s) for s in (first, third, fourth))
+    # Idle ones go first, whatever the bound.
+    clock.now += 101
+    fifth = sessions.start()
+    assert len(sessions) == 1 and sessions.check(fifth)
+
+
+def test_no_session_id_or_token_shows_in_a_repr():
+    guard = Guard.create(TOKEN, insecure_no_auth=False, allowed_hosts=())
+    session = guard.sessions.start()
+    for text in (repr(guard), repr(guard.sessions), str(guard)):
+        assert session not in text and TOKEN not in text
 
 
 async def test_insecure_no_auth_serves_without_a_token_and_keeps_the_other_checks():

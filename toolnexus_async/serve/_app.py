@@ -52,7 +52,7 @@ from ..durable import DurableHost, RunStore
 from ..suspend import GcFreezer
 from ._bodies import MAX_BODY, ApiError, is_text, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
-from ._guard import GUARD, Guard, add_security_headers, guard_requests
+from ._guard import GUARD, Guard, add_security_headers, guard_requests, log_out
 from ._outage import OUTAGE, StoreOutage, retry_after, store_faults
 from ._runs import RunBook, ServeInbox, drive, load_stored, run_steps
 from ._workers import follow_workers
@@ -136,7 +136,7 @@ def create_app(
         lease: seconds a run held by this server may go without a renewal before another
             server on the store (or this one, restarted) takes it over.
         token: what every request must carry (``Authorization: Bearer <token>``, or the
-            cookie ``GET /?token=<token>`` sets): 16 to 512 letters, digits or ``-._~``;
+            session cookie ``GET /?token=<token>`` sets): 16 to 512 letters, digits or ``-._~``;
             :func:`new_token` makes one. Required unless ``insecure_no_auth``.
         insecure_no_auth: serve without a token check, for tests and experiments on your
             own machine (the host and origin checks and the headers stay).
@@ -200,6 +200,7 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/", index)
+    app.router.add_post("/logout", log_out)
     app.router.add_get("/static/{name}", static)
     return app
 

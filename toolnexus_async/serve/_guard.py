@@ -14,30 +14,43 @@ routes included, so nothing can be probed from outside):
    present must come from the server's own origin, the host and port of its ``Host``
    header, else 403. ``Origin: null`` (a sandboxed frame, a file) is foreign too.
 3. **Token.** Unless the app was created with ``insecure_no_auth=True``, the request must
-   carry the token, as ``Authorization: Bearer <token>`` or in the login cookie, else 401:
-   JSON for the API, a short HTML page for ``GET /``. ``GET /?token=<token>`` logs a
-   browser in: it sets the cookie (``HttpOnly; SameSite=Strict; Path=/``) and answers 303
-   to ``/``, so the token leaves the address bar; a wrong one is 401. The token in a query
-   is read on that route only. Tokens are compared in constant time. The cookie's name
-   carries the listening port, so two servers on one machine do not log each other out.
+   carry the token as ``Authorization: Bearer <token>``, or a live login session in the
+   login cookie, else 401: JSON for the API, a short HTML page for ``GET /``.
+   ``GET /?token=<token>`` logs a browser in: it starts a session and sets the cookie
+   (``HttpOnly; SameSite=Strict; Path=/``) to the session's id, and answers 303 to ``/``,
+   so the token leaves the address bar; a wrong one is 401. The token in a query is read on
+   that route only. Tokens are compared in constant time. The cookie's name carries the
+   listening port, so two servers on one machine do not log each other out.
    Exempt are exactly :data:`PROBES`, ``GET`` (or ``HEAD``) ``/healthz`` and ``/readyz``:
    a load balancer or an orchestrator asks them without a token, and they tell nothing but
    whether the server serves and whether its store answers. Rules 1 and 2 still apply.
-4. **Headers.** Every response the app prepares (errors, files and the event stream
+4. **Sessions.** The cookie never holds the token, and a session id is never a token: the
+   Bearer header accepts the token alone. Cookies ignore ports, so every server the browser
+   visits on this host receives the cookie; what it receives ends when the person logs out
+   (``POST /logout``), after :data:`SESSION_IDLE` seconds unused or :data:`SESSION_LIFETIME`
+   seconds in all, or when the server stops, and it never reveals the token. The server
+   keeps at most :data:`MAX_SESSIONS` sessions (a new one ends the least recently used),
+   by the SHA-256 of their ids, so no id is looked up by a comparison a clock could time.
+   A state-changing request that logs in by cookie must carry an ``Origin`` header (rule 2
+   has checked it is ours): browsers send one with every POST, so the cookie counts only
+   for requests a page of this origin makes.
+5. **Headers.** Every response the app prepares (errors, files and the event stream
    included) carries :data:`SECURITY_HEADERS`, and a Content-Security-Policy:
    :data:`PAGE_CSP` for HTML, which allows the page's own files and nothing inline,
    :data:`OTHER_CSP` for everything else. No response may be framed by any page.
 
-The token never reaches a log: the query string is left out of the access log (see
-``_server``) and out of every message here.
+Neither the token nor a session id reaches a log: the query string is left out of the access
+log (see ``_server``) and out of every message here, and neither is in a repr.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import re
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
@@ -49,15 +62,20 @@ from ._bodies import ApiError
 
 __all__ = (
     "GUARD",
+    "MAX_SESSIONS",
     "OTHER_CSP",
     "PAGE_CSP",
     "PROBES",
     "SECURITY_HEADERS",
+    "SESSION_IDLE",
+    "SESSION_LIFETIME",
     "TOKEN_ENV",
     "Guard",
+    "Sessions",
     "add_security_headers",
     "check_token",
     "guard_requests",
+    "log_out",
     "new_token",
     "security_headers",
 )
@@ -67,6 +85,13 @@ LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 STATE_CHANGING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The health probes: served without the token (rule 3).
 PROBES: Final = frozenset({"/healthz", "/readyz"})
+# Rule 4's bounds. A person logs in from a browser or two; the bound only stops a script
+# that logs in over and over from growing the table without end.
+MAX_SESSIONS: Final = 256
+# A day's work without a request ends the session, and so does a week in all: a copy of
+# the cookie (another local server received it) is not good for ever.
+SESSION_IDLE: Final = 12 * 3600.0
+SESSION_LIFETIME: Final = 7 * 24 * 3600.0
 
 PAGE_CSP: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -117,12 +142,66 @@ def check_token(token: str) -> str:
     return token
 
 
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "backslashreplace")).digest()
+
+
+@attrs.define
+class Sessions:
+    """The browsers logged in (rule 4): session ids, each with when it began and was last used.
+
+    ``clock`` is monotonic seconds, so a change of the wall clock neither ends nor prolongs
+    a session.
+    """
+
+    clock: Callable[[], float] = time.monotonic
+    limit: int = MAX_SESSIONS
+    idle: float = SESSION_IDLE
+    lifetime: float = SESSION_LIFETIME
+    # SHA-256 of an id -> (began, last used); least recently used first.
+    _live: dict[bytes, tuple[float, float]] = attrs.field(factory=dict, init=False, repr=False)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def start(self) -> str:
+        """A new session's id, for the cookie."""
+        now = self.clock()
+        for key, (_, used) in list(self._live.items()):
+            if now - used <= self.idle:
+                break  # the rest were used later still
+            del self._live[key]
+        while len(self._live) >= self.limit:
+            del self._live[next(iter(self._live))]
+        value = secrets.token_urlsafe(32)
+        self._live[_digest(value)] = (now, now)
+        return value
+
+    def check(self, value: str) -> bool:
+        """Whether ``value`` is a live session's id; a use keeps it from going idle."""
+        key, now = _digest(value), self.clock()
+        times = self._live.pop(key, None)
+        if times is None:
+            return False
+        began, used = times
+        if now - used > self.idle or now - began > self.lifetime:
+            return False  # ended: popped above for good
+        self._live[key] = (began, now)  # now the most recently used
+        return True
+
+    def end(self, value: str) -> None:
+        """Forget the session ``value`` names, if it is one."""
+        self._live.pop(_digest(value), None)
+
+
 @attrs.frozen
 class Guard:
-    """What an app checks: its token (None: no token check) and the host names it allows."""
+    """What an app checks: its token (None: no token check), the host names it allows, and
+    the browsers logged in."""
 
     token: str | None = attrs.field(repr=False)  # never in a log line, not even this way
     allowed_hosts: frozenset[str] = attrs.field()
+    sessions: Sessions = attrs.field(factory=Sessions, repr=False, eq=False)
 
     @classmethod
     def create(
@@ -204,13 +283,23 @@ def same_origin(origin: str, host: tuple[str, int | None]) -> bool:
     return name == host[0] and (port or default) == (host[1] or default)
 
 
-def cookie_name(request: web.BaseRequest) -> str:
-    """The login cookie's name: with the listening port, as cookies ignore ports."""
+def _port_suffix(request: web.BaseRequest) -> str:
     transport = request.transport
     address = transport.get_extra_info("sockname") if transport is not None else None
     if isinstance(address, tuple) and len(address) >= 2:
-        return f"toolnexus_token_{address[1]}"
-    return "toolnexus_token"
+        return f"_{address[1]}"
+    return ""
+
+
+def cookie_name(request: web.BaseRequest) -> str:
+    """The login cookie's name: with the listening port, as cookies ignore ports."""
+    return f"toolnexus_session{_port_suffix(request)}"
+
+
+def _old_cookie_name(request: web.BaseRequest) -> str:
+    # Before sessions, the login cookie held the token itself under this name; a login or a
+    # logout deletes it, so a browser stops handing the token to every local server.
+    return f"toolnexus_token{_port_suffix(request)}"
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -237,27 +326,43 @@ def _login_page() -> web.Response:
 
 
 def _log_in(request: web.Request, guard: Guard) -> web.Response:
-    """``GET /?token=...``: a cookie and a way back to ``/``, or the login page."""
+    """``GET /?token=...``: a session's cookie and a way back to ``/``, or the login page."""
     if not guard.matches(request.query.get("token")):
         return _login_page()
-    assert guard.token is not None  # matches() says so
     response = web.Response(status=303, headers={hdrs.LOCATION: "/", "Cache-Control": "no-store"})
     response.set_cookie(
         cookie_name(request),
-        guard.token,
+        guard.sessions.start(),
         path="/",
         httponly=True,
         samesite="Strict",
         secure=request.secure,
     )
+    _delete_old_cookie(request, response)
     return response
+
+
+async def log_out(request: web.Request) -> web.Response:
+    """``POST /logout``: ends the session of the request's cookie and deletes the cookie."""
+    cookie = request.cookies.get(cookie_name(request))
+    if cookie is not None:
+        request.app[GUARD].sessions.end(cookie)
+    response = web.Response(status=204, headers={"Cache-Control": "no-store"})
+    response.del_cookie(cookie_name(request), path="/", httponly=True, samesite="Strict")
+    _delete_old_cookie(request, response)
+    return response
+
+
+def _delete_old_cookie(request: web.Request, response: web.StreamResponse) -> None:
+    if _old_cookie_name(request) in request.cookies:
+        response.del_cookie(_old_cookie_name(request), path="/", httponly=True, samesite="Strict")
 
 
 @web.middleware
 async def guard_requests(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Rules 1 to 3 of the module docstring; the handler runs only if all pass."""
+    """Rules 1 to 4 of the module docstring; the handler runs only if all pass."""
     guard = request.app[GUARD]
     raw_host = request.headers.get(hdrs.HOST, "")
     host = parse_host(raw_host)
@@ -275,8 +380,16 @@ async def guard_requests(
         return await handler(request)
     if _is_page(request) and "token" in request.query:
         return _log_in(request, guard)
+    if guard.matches(_bearer(request)):
+        return await handler(request)
     cookie = request.cookies.get(cookie_name(request))
-    if guard.matches(_bearer(request)) or guard.matches(cookie):
+    if cookie is not None and guard.sessions.check(cookie):
+        if request.method in STATE_CHANGING and origin is None:
+            raise ApiError(
+                403,
+                "a request that logs in with the page's cookie must come from the page, "
+                "which sends Origin; a script sends Authorization: Bearer <token>",
+            )
         return await handler(request)
     if _is_page(request):
         return _login_page()
@@ -292,7 +405,7 @@ async def guard_requests(
 
 
 def security_headers(*, html: bool) -> dict[str, str]:
-    """The headers rule 4 puts on a response (an HTML one, or any other)."""
+    """The headers rule 5 puts on a response (an HTML one, or any other)."""
     headers = {**SECURITY_HEADERS, "Content-Security-Policy": PAGE_CSP if html else OTHER_CSP}
     if html:
         headers["Cross-Origin-Opener-Policy"] = "same-origin"
@@ -300,5 +413,5 @@ def security_headers(*, html: bool) -> dict[str, str]:
 
 
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare``: rule 4, on every response the app sends."""
+    """``on_response_prepare``: rule 5, on every response the app sends."""
     response.headers.update(security_headers(html=response.content_type == "text/html"))

@@ -16,6 +16,7 @@ const runsList = document.getElementById("runs");
 const startForm = document.getElementById("start-form");
 const promptBox = document.getElementById("prompt");
 const connection = document.getElementById("connection");
+const logoutButton = document.getElementById("logout");
 
 const requestCards = new Map(); // request id -> its <li>
 const answeredIds = new Set(); // so a re-sync that raced an answer cannot bring a card back
@@ -29,6 +30,7 @@ const LOGGED_OUT =
   "Not logged in: open the address that toolnexus-async serve printed (…/?token=…).";
 let nextId = 0;
 let loggedOut = false;
+let eventSource = null;
 
 // ---- small helpers ----
 
@@ -694,7 +696,9 @@ const HANDLERS = {
 };
 
 function connect() {
+  if (loggedOut && logoutButton.disabled) return; // logged out here: only the address logs in
   const source = new EventSource("/events");
+  eventSource = source;
   source.addEventListener("open", () => {
     loggedOut = false;
     connection.textContent = "Live";
@@ -729,6 +733,23 @@ function connect() {
     });
   }
 }
+
+// Logging out ends the session on the server too, so a copy of the cookie that another
+// server on this host received stops working as well.
+logoutButton.addEventListener("click", async () => {
+  logoutButton.disabled = true;
+  try {
+    const response = await fetch("/logout", { method: "POST" });
+    if (response.ok || response.status === 401) {
+      eventSource?.close();
+      noteStatus(401);
+      return;
+    }
+  } catch {
+    // Not reached: still logged in, so the button stays.
+  }
+  logoutButton.disabled = false;
+});
 
 startForm.addEventListener("submit", async (event) => {
   event.preventDefault();
