@@ -50,6 +50,17 @@ def _real_root(root: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(os.path.abspath(root)))
 
 
+def _realpath(candidate: str, given: str) -> str:
+    # A link swapped for a file between realpath's lstat and its readlink makes it raise
+    # (EINVAL on Python 3.11); looked at again, the path is what it has become.
+    for _ in range(3):
+        try:
+            return os.path.realpath(candidate)
+        except OSError:
+            continue
+    raise ValueError(f"path {given!r} kept changing while it was resolved; try again")
+
+
 @attrs.frozen
 class Workspace:
     """The directory the built-in tools work in, and whether they must stay inside it.
@@ -64,14 +75,15 @@ class Workspace:
     def resolve(self, path: str) -> Path:
         """The real absolute path ``path`` names; :class:`ConfinementError` if it escapes.
 
-        Raises ``ValueError`` for an empty path or one containing a NUL byte.
+        Raises ``ValueError`` for an empty path, one containing a NUL byte, or one that keeps
+        changing while it is resolved.
         """
         if not path:
             raise ValueError("path is empty")
         if "\0" in path:
             raise ValueError(f"path {path!r} contains a NUL byte")
         candidate = os.path.join(self.root, path)  # an absolute ``path`` replaces the root
-        real = Path(os.path.realpath(candidate))
+        real = Path(_realpath(candidate, path))
         if not self.confine or real.is_relative_to(self.root):
             return real
         # Tell the two kinds of escape apart: the text of the path itself leaves the root,
