@@ -341,11 +341,11 @@ async def test_a_failed_write_restores_what_was_written(
     real_write = write_regular
     calls: list[Path] = []
 
-    def flaky_write(path: Path, data: bytes, shown: str) -> None:
+    def flaky_write(path: Path, data: bytes, shown: str, *, within: Path | None) -> None:
         calls.append(path)
         if path.name == "notes.txt" and len(calls) < 4:
             raise OSError(28, "No space left on device")
-        real_write(path, data, shown)
+        real_write(path, data, shown, within=within)
 
     monkeypatch.setattr(apply_patch, "write_regular", flaky_write)
     result = await tool.execute(

@@ -14,9 +14,16 @@ Rules of this module:
   terminal never becomes our controlling terminal). A ``stat`` before the open refuses the
   obvious cases without opening them at all, since opening some devices has effects of its
   own (a tape rewinds, a watchdog arms).
+- Given ``within`` (the root of a confined workspace, which ``path`` lies under), the path
+  is opened through :mod:`._beneath`: component by component from a descriptor of the
+  root, never following a symlink out of it, so a symlink swapped in after the workspace
+  checked the path cannot lead the open outside. The ``stat`` before the open is then an
+  ``lstat`` of the last component in its directory. Without ``within`` (``confine=False``,
+  or a platform without ``dir_fd``) the path is opened as given.
 - A directory raises :class:`IsADirectoryError`, as ``open`` would; callers already word it.
 - Writes never truncate before the check: a regular file is truncated through its
-  descriptor once it is known to be one.
+  descriptor once it is known to be one. Writing creates missing parent directories
+  (beneath ``within`` when given).
 - Binary means a NUL byte among the first :data:`BINARY_PROBE` bytes (:func:`is_binary`),
   the one test every text tool uses.
 """
@@ -28,6 +35,8 @@ import os
 import stat
 from pathlib import Path
 from typing import BinaryIO
+
+from ._beneath import SUPPORTED, open_beneath
 
 __all__ = (
     "BINARY_PROBE",
@@ -74,24 +83,33 @@ def _refuse(mode: int, shown: str) -> None:
         raise SpecialFileError(f"{shown} is {kind}, not a regular file; refusing to use it")
 
 
-def open_regular(path: Path, shown: str, *, write: bool = False) -> BinaryIO:
+def open_regular(
+    path: Path, shown: str, *, write: bool = False, within: Path | None = None
+) -> BinaryIO:
     """``path`` opened for binary reading (or, with ``write``, emptied for writing).
 
-    Writing creates a missing file (mode 0o666 less the umask, as ``open`` does). Raises
+    Writing creates a missing file (mode 0o666 less the umask, as ``open`` does) and its
+    missing parents. ``within`` confines the open to that directory (see the module's
+    rules; :class:`ConfinementError` for a symlink leading out). Raises
     :class:`SpecialFileError` for anything but a regular file, ``IsADirectoryError`` for a
     directory, and ``OSError`` as ``open`` would otherwise.
     """
-    try:
-        _refuse(os.stat(path).st_mode, shown)
-    except FileNotFoundError:
-        if not write:
-            raise
     flags = _COMMON | (os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY)
     try:
-        fd = os.open(path, flags, 0o666)
+        if within is not None and SUPPORTED:
+            fd = open_beneath(
+                within,
+                path.relative_to(within),
+                flags,
+                shown,
+                make_parents=write,
+                check=lambda found: _refuse(found.st_mode, shown),
+            )
+        else:
+            fd = _open_path(path, shown, flags, write=write)
     except OSError as exc:
         # A FIFO without a reader, opened to write, or a socket: it was swapped in after
-        # the stat above.
+        # the stat before the open.
         if exc.errno == errno.ENXIO:
             raise SpecialFileError(
                 f"{shown} is a FIFO or a socket, not a regular file; refusing to use it"
@@ -108,13 +126,24 @@ def open_regular(path: Path, shown: str, *, write: bool = False) -> BinaryIO:
         raise
 
 
-def read_regular(path: Path, shown: str) -> bytes:
+def _open_path(path: Path, shown: str, flags: int, *, write: bool) -> int:
+    try:
+        _refuse(os.stat(path).st_mode, shown)
+    except FileNotFoundError:
+        if not write:
+            raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, flags, 0o666)
+
+
+def read_regular(path: Path, shown: str, *, within: Path | None = None) -> bytes:
     """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
-    with open_regular(path, shown) as stream:
+    with open_regular(path, shown, within=within) as stream:
         return stream.read()
 
 
-def write_regular(path: Path, data: bytes, shown: str) -> None:
-    """Replace the content of the regular file ``path`` with ``data``, creating it."""
-    with open_regular(path, shown, write=True) as stream:
+def write_regular(path: Path, data: bytes, shown: str, *, within: Path | None = None) -> None:
+    """Replace the content of the regular file ``path`` with ``data``, creating it (and its
+    parents)."""
+    with open_regular(path, shown, write=True, within=within) as stream:
         stream.write(data)

@@ -1,18 +1,28 @@
 """Where the built-in tools may act, and how they read their arguments.
 
-Rule of this module: every path a built-in touches goes through :meth:`Workspace.resolve`
-(or :meth:`Workspace.resolve_dir`). With ``confine=True``, the default, the answer is always
-the real path of something under ``root``: ``..`` escapes, absolute paths elsewhere and
-symlinks leading out (at any point of the path, the last component included) raise
-:class:`ConfinementError` instead. Resolution reads the file system (symlinks), so tools
-call it from a worker thread, never on the event loop.
+Rules of this module:
 
-Confined is the default here as in ``Toolkit.create``: a tool built without a workspace
-stays in the current directory; ``Workspace(root, confine=False)`` lets paths lead anywhere.
+- Every path a built-in touches goes through :meth:`Workspace.resolve` (or
+  :meth:`Workspace.resolve_dir`). With ``confine=True``, the default, the answer is always
+  the real path of something under ``root``: ``..`` escapes, absolute paths elsewhere and
+  symlinks leading out (at any point of the path, the last component included) raise
+  :class:`ConfinementError` instead. Resolution reads the file system (symlinks), so tools
+  call it from a worker thread, never on the event loop.
+- That answer is a check, and names the file for the model; the file tools then *use* the
+  path only through :attr:`Workspace.within` (handed to :mod:`._regular`) and the
+  workspace's own :meth:`~Workspace.stat`, :meth:`~Workspace.is_dir`,
+  :meth:`~Workspace.exists` and :meth:`~Workspace.unlink`. Confined, these walk the path
+  from a descriptor of the root without following a symlink out of it (:mod:`._beneath`),
+  so a symlink swapped in between the check and the use is refused, not followed. Where
+  the platform lacks ``dir_fd`` and ``O_NOFOLLOW`` (:data:`._beneath.SUPPORTED` is False)
+  they use the path as checked, and such a race is not stopped.
+- Confined is the default here as in ``Toolkit.create``: a tool built without a workspace
+  stays in the current directory; ``Workspace(root, confine=False)`` lets paths lead
+  anywhere, and every use is by plain path.
 
-Confinement is a guard against a model's mistakes, not a sandbox: the check and the later
-open are two steps, so a process racing to swap a symlink in between is not stopped, and
-``bash`` can reach anything the user running it can.
+Confinement covers the file tools, not ``bash``: its working directory is checked, then
+handed to the new process by path, and the command can reach anything the user running it
+can.
 
 The argument helpers raise :class:`ArgumentError` naming the field; every built-in turns it
 into an error result, so a malformed call never raises across ``execute``.
@@ -21,6 +31,7 @@ into an error result, so a malformed call never raises across ``execute``.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +39,7 @@ from typing import Any
 import attrs
 
 from ..._errors import ConfinementError
+from ._beneath import SUPPORTED, stat_beneath, unlink_beneath
 
 __all__ = (
     "ArgumentError",
@@ -50,6 +62,17 @@ def _real_root(root: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(os.path.abspath(root)))
 
 
+def _realpath(candidate: str, given: str) -> str:
+    # A link swapped for a file between realpath's lstat and its readlink makes it raise
+    # (EINVAL on Python 3.11); looked at again, the path is what it has become.
+    for _ in range(3):
+        try:
+            return os.path.realpath(candidate)
+        except OSError:
+            continue
+    raise ValueError(f"path {given!r} kept changing while it was resolved; try again")
+
+
 @attrs.frozen
 class Workspace:
     """The directory the built-in tools work in, and whether they must stay inside it.
@@ -64,14 +87,15 @@ class Workspace:
     def resolve(self, path: str) -> Path:
         """The real absolute path ``path`` names; :class:`ConfinementError` if it escapes.
 
-        Raises ``ValueError`` for an empty path or one containing a NUL byte.
+        Raises ``ValueError`` for an empty path, one containing a NUL byte, or one that keeps
+        changing while it is resolved.
         """
         if not path:
             raise ValueError("path is empty")
         if "\0" in path:
             raise ValueError(f"path {path!r} contains a NUL byte")
         candidate = os.path.join(self.root, path)  # an absolute ``path`` replaces the root
-        real = Path(os.path.realpath(candidate))
+        real = Path(_realpath(candidate, path))
         if not self.confine or real.is_relative_to(self.root):
             return real
         # Tell the two kinds of escape apart: the text of the path itself leaves the root,
@@ -91,6 +115,43 @@ class Workspace:
             what = "does not exist" if not directory.exists() else "is not a directory"
             raise ValueError(f"directory {path!r} {what}")
         return directory
+
+    @property
+    def within(self) -> Path | None:
+        """The root every use of a path must stay beneath: ``root`` when confined on a
+        platform that can enforce it, else None (paths are used as given)."""
+        return self.root if self.confine and SUPPORTED else None
+
+    def stat(self, path: Path) -> os.stat_result:
+        """What the resolved ``path`` is now, its symlinks followed (inside ``root`` only,
+        when confined: :class:`ConfinementError` for one leading out)."""
+        within = self.within
+        if within is None:
+            return os.stat(path)
+        return stat_beneath(within, path.relative_to(within), self.display(path))
+
+    def is_dir(self, path: Path) -> bool:
+        """``path`` is a directory now (False when it is missing or leads out)."""
+        try:
+            return stat.S_ISDIR(self.stat(path).st_mode)
+        except (OSError, ValueError):
+            return False
+
+    def exists(self, path: Path) -> bool:
+        """Something is at ``path`` now (False when it leads out)."""
+        try:
+            self.stat(path)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def unlink(self, path: Path) -> None:
+        """Remove the file ``path``; a symlink there is removed itself, never followed."""
+        within = self.within
+        if within is None:
+            path.unlink()
+        else:
+            unlink_beneath(within, path.relative_to(within), self.display(path))
 
     def display(self, path: Path) -> str:
         """``path`` as the model should see it: relative to ``root`` when under it."""

@@ -10,12 +10,15 @@ Rules of this module:
 - That in-memory plan is also the dry run the approval shows (:mod:`._approval`): the
   request carries the unified diff of every file the patch touches, and on the approved
   retry the plan is made again and written only if its digest is the one approved.
-- Files are read and written through :mod:`._regular`: a FIFO, device or socket in the
-  patch is refused, and nothing is written.
+- Files are read and written through :mod:`._regular`, and deleted through the
+  :class:`Workspace`, both with its confinement held at the use (a symlink swapped in to
+  lead out is refused, not followed): a FIFO, device or socket in the patch is refused,
+  and nothing is written. A move is a write of the target and a deletion of the source.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -71,10 +74,10 @@ class _Plan:
 
     def current(self, path: Path, shown: str) -> bytes | None:
         if path not in self.after:
-            if path.is_dir():
+            if self.workspace.is_dir(path):
                 raise PatchError(f"{shown} is a directory")
             try:
-                data: bytes | None = read_regular(path, shown)
+                data: bytes | None = read_regular(path, shown, within=self.workspace.within)
             except FileNotFoundError:
                 data = None
             except OSError as exc:
@@ -103,11 +106,11 @@ class _Plan:
                 touched.append(path)
                 data = self.after[path]
                 if data is None:
-                    path.unlink()
+                    self.workspace.unlink(path)
                 else:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    write_regular(path, data, self.workspace.display(path))
-        except (OSError, ValueError) as exc:  # ValueError: a FIFO or device swapped in
+                    shown = self.workspace.display(path)
+                    write_regular(path, data, shown, within=self.workspace.within)
+        except (OSError, ValueError) as exc:  # ValueError: a FIFO, device or link out swapped in
             failed = self._restore(touched)
             shown = self.workspace.display(touched[-1])
             problem = describe_os_error(exc, shown) if isinstance(exc, OSError) else str(exc)
@@ -126,9 +129,11 @@ class _Plan:
             original = self.before[path]
             try:
                 if original is None:
-                    path.unlink(missing_ok=True)
+                    with contextlib.suppress(FileNotFoundError):
+                        self.workspace.unlink(path)
                 else:
-                    write_regular(path, original, self.workspace.display(path))
+                    shown = self.workspace.display(path)
+                    write_regular(path, original, shown, within=self.workspace.within)
             except (OSError, ValueError):
                 failed.append(self.workspace.display(path))
         return failed

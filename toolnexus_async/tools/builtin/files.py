@@ -3,8 +3,9 @@
 Rules of this module:
 
 - Every path goes through the :class:`Workspace` (and so its confinement), every file is
-  opened through :mod:`._regular` (regular files only: never a FIFO, device or socket), and
-  all file work runs in a worker thread, never on the event loop.
+  opened through :mod:`._regular` with the workspace's ``within`` (regular files only, and
+  never through a symlink swapped in to lead out), and all file work runs in a worker
+  thread, never on the event loop.
 - Text means UTF-8. A file with a NUL byte in its first 8 KiB, or one that does not decode,
   is binary: it is refused, never shown garbled or rewritten.
 - ``write`` and ``edit`` change files, so they ask first (:mod:`._approval`): the request
@@ -77,10 +78,10 @@ def decode_text(data: bytes, shown: str) -> str:
         raise NotTextError(f"{shown} is not UTF-8 text (bad byte at {exc.start})") from None
 
 
-def read_text(path: Path, shown: str) -> str:
+def read_text(path: Path, shown: str, *, within: Path | None = None) -> str:
     """The UTF-8 text of the regular file ``path``; :class:`NotTextError` for binary content,
     ``SpecialFileError`` for a FIFO, device or socket, else OSError."""
-    return decode_text(read_regular(path, shown), shown)
+    return decode_text(read_regular(path, shown, within=within), shown)
 
 
 def describe_os_error(exc: OSError, shown: str) -> str:
@@ -104,10 +105,10 @@ def _fail(tool: str, exc: Exception, shown: str) -> ToolResult:
     return ToolResult.error(f"{tool}: {exc}")
 
 
-def _current(path: Path, shown: str) -> bytes | None:
+def _current(path: Path, shown: str, within: Path | None) -> bytes | None:
     """What ``path`` holds now, or None when there is no such file."""
     try:
-        return read_regular(path, shown)
+        return read_regular(path, shown, within=within)
     except FileNotFoundError:
         return None
 
@@ -168,13 +169,11 @@ class ReadTool(WorkspaceTool):
         try:
             path = self.workspace.resolve(given)
             shown = self.workspace.display(path)
-            if path.is_dir():
-                return ToolResult.error(f"read: {shown} is a directory; use glob to list it")
             lines: list[str] = []
             count = 0
             more = False
             # Streamed, so that reading the first lines of a huge log costs only those lines.
-            with open_regular(path, shown) as raw:
+            with open_regular(path, shown, within=self.workspace.within) as raw:
                 if is_binary(raw.read(BINARY_PROBE)):
                     return ToolResult.error(f"read: {shown} is a binary file; not shown")
                 raw.seek(0)
@@ -186,6 +185,8 @@ class ReadTool(WorkspaceTool):
                         if count >= offset:
                             text = _cut(line.rstrip("\n"))
                             lines.append(f"{count:>6}\t{text}")
+        except IsADirectoryError:
+            return ToolResult.error(f"read: {shown} is a directory; use glob to list it")
         except UnicodeDecodeError:
             return ToolResult.error(f"read: {shown} is not UTF-8 text (binary?); not shown")
         except (OSError, ValueError) as exc:
@@ -251,10 +252,11 @@ class WriteTool(ActingTool):
             with MUTATION_LOCK:
                 path = self.workspace.resolve(given)
                 shown = self.workspace.display(path)
-                if path.is_dir():
+                within = self.workspace.within
+                if self.workspace.is_dir(path):
                     return ToolResult.error(f"write: {shown} is a directory")
                 if decision.needs_preview:
-                    before = _current(path, shown)
+                    before = _current(path, shown, within)
                     existed = before is not None
                     verb = "overwrite" if existed else "create"
                     preview = _change_preview("write", verb, path, shown, before, data)
@@ -262,9 +264,8 @@ class WriteTool(ActingTool):
                     if stop is not None:
                         return stop
                 else:
-                    existed = path.exists()
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_regular(path, data, shown)
+                    existed = self.workspace.exists(path)
+                write_regular(path, data, shown, within=within)
         except (OSError, ValueError) as exc:
             return _fail("write", exc, given)
         how = "overwrote" if existed else "created"
@@ -328,7 +329,8 @@ class EditTool(ActingTool):
             with MUTATION_LOCK:
                 path = self.workspace.resolve(given)
                 shown = self.workspace.display(path)
-                before = read_regular(path, shown)
+                within = self.workspace.within
+                before = read_regular(path, shown, within=within)
                 text = decode_text(before, shown)
                 count = text.count(old)
                 if count == 0 and "\r\n" in text and "\r" not in old:
@@ -353,7 +355,7 @@ class EditTool(ActingTool):
                     stop = decision.check(self.name, args, preview)
                     if stop is not None:
                         return stop
-                write_regular(path, after, shown)
+                write_regular(path, after, shown, within=within)
         except (OSError, ValueError) as exc:
             return _fail("edit", exc, given)
         noun = "occurrence" if done == 1 else "occurrences"

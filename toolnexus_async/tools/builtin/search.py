@@ -7,7 +7,9 @@ Rules of this module:
   promptly instead of finishing the walk.
 - The walk never follows a symlinked directory (no loops, no escapes) and skips version
   control directories (``.git``, ``.hg``, ``.svn``). Under confinement a symlinked file that
-  leads out of the root is skipped as if absent.
+  leads out of the root is skipped as if absent, and each directory is opened and listed
+  through the workspace's root descriptor (:mod:`._beneath`): one swapped for a symlink
+  after its parent was listed is skipped, never listed through the link.
 - Only regular files are searched and listed: FIFOs, devices and sockets met on the walk are
   skipped, and ``grep`` opens every file through :mod:`._regular`, so one swapped in after
   the walk saw it is skipped too. ``grep`` given such a path itself says so.
@@ -20,18 +22,21 @@ Rules of this module:
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol, cast
+from typing import Any, BinaryIO, NamedTuple, Protocol, cast
 
 import anyio
 import anyio.from_thread
 import re2
 
 from ..._types import ToolContext, ToolResult
+from ._beneath import SUPPORTED, open_beneath
 from ._regular import BINARY_PROBE, SpecialFileError, is_binary, open_regular
 from ._workspace import (
     ArgumentError,
+    ConfinementError,
     Workspace,
     WorkspaceTool,
     optional_int,
@@ -218,9 +223,50 @@ def _check_pattern(pattern: str, field: str) -> None:
         )
 
 
+class _Entry(NamedTuple):
+    """What the walk needs of a directory entry, taken while its listing is open: a listing
+    of a descriptor answers ``is_file()`` through that descriptor, closed with it."""
+
+    name: str
+    is_dir: bool
+    is_link: bool
+    is_file: bool
+
+
+def _list(workspace: Workspace, directory: Path) -> list[_Entry]:
+    """The entries of ``directory`` in name order; OSError if it cannot be listed."""
+    within = workspace.within
+    if within is None or not SUPPORTED:
+        with os.scandir(directory) as scan:
+            entries = [_entry(entry) for entry in scan]
+    else:
+        fd = open_beneath(
+            within,
+            directory.relative_to(within),
+            os.O_RDONLY | os.O_DIRECTORY,
+            workspace.display(directory),
+            follow_last=False,
+        )
+        try:
+            with os.scandir(fd) as scan:
+                entries = [_entry(entry) for entry in scan]
+        finally:
+            os.close(fd)
+    return sorted(entries, key=lambda entry: entry.name)
+
+
+def _entry(entry: os.DirEntry[str]) -> _Entry:
+    return _Entry(
+        entry.name,
+        entry.is_dir(follow_symlinks=False),
+        entry.is_symlink(),
+        entry.is_file(follow_symlinks=False),
+    )
+
+
 def _files(workspace: Workspace, base: Path) -> Iterator[Path]:
     """Every regular file under ``base`` (``base`` itself when it is a file), in walk order."""
-    if not base.is_dir():
+    if not workspace.is_dir(base):
         yield base
         return
     stack = [base]
@@ -228,31 +274,33 @@ def _files(workspace: Workspace, base: Path) -> Iterator[Path]:
         anyio.from_thread.check_cancelled()
         directory = stack.pop()
         try:
-            with os.scandir(directory) as scan:
-                entries = sorted(scan, key=lambda entry: entry.name)
-        except OSError:
-            continue  # unreadable or vanished: a search shows what it can reach
+            entries = _list(workspace, directory)
+        except (OSError, ValueError):
+            continue  # unreadable, vanished or swapped: a search shows what it can reach
         subdirs: list[Path] = []
         for entry in entries:
             anyio.from_thread.check_cancelled()
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name not in _SKIP_DIRS:
-                        subdirs.append(Path(entry.path))
-                    continue
-                if not entry.is_file():
-                    continue  # sockets, FIFOs, devices, dangling links
-                if entry.is_symlink() and workspace.confine:
-                    workspace.resolve(entry.path)  # ConfinementError: it leads out
-            except (OSError, ValueError):
+            path = directory / entry.name
+            if entry.is_dir:
+                if entry.name not in _SKIP_DIRS:
+                    subdirs.append(path)
                 continue
-            yield Path(entry.path)
+            if entry.is_link:
+                try:
+                    # Followed through the workspace: ConfinementError when it leads out.
+                    if not stat.S_ISREG(workspace.stat(path).st_mode):
+                        continue  # a directory (never followed), a FIFO, a device
+                except (OSError, ValueError):
+                    continue  # dangling, or leading out
+            elif not entry.is_file:
+                continue  # sockets, FIFOs, devices
+            yield path
         stack.extend(reversed(subdirs))
 
 
 def _base(workspace: Workspace, path: str | None) -> Path:
     base = workspace.resolve(path) if path else workspace.root
-    if not base.exists():
+    if not workspace.exists(base):
         raise ValueError(f"path {path!r} does not exist")
     return base
 
@@ -417,7 +465,7 @@ class GrepTool(WorkspaceTool):
             shown = self.workspace.display(file)
             try:
                 self._search(regex, file, shown, found, limit)
-            except SpecialFileError as exc:
+            except (SpecialFileError, ConfinementError) as exc:
                 if file == base:
                     return ToolResult.error(f"grep: {exc}")
                 continue  # swapped in after the walk looked: skipped like the others
@@ -433,10 +481,11 @@ class GrepTool(WorkspaceTool):
             text += f"\n\n(stopped after {limit} matches; narrow the search or raise 'limit')"
         return ToolResult.ok(text, {"matches": min(len(found), limit), "truncated": more})
 
-    @staticmethod
-    def _search(regex: _Compiled, file: Path, shown: str, found: list[str], limit: int) -> None:
+    def _search(
+        self, regex: _Compiled, file: Path, shown: str, found: list[str], limit: int
+    ) -> None:
         """Append ``file``'s matching lines to ``found`` until it holds ``limit + 1``."""
-        with open_regular(file, shown) as stream:
+        with open_regular(file, shown, within=self.workspace.within) as stream:
             if is_binary(stream.read(BINARY_PROBE)):
                 return
             stream.seek(0)
@@ -500,7 +549,7 @@ class GlobTool(WorkspaceTool):
             base = _base(self.workspace, path)
         except ValueError as exc:
             return ToolResult.error(f"glob: {exc}")
-        if not base.is_dir():
+        if not self.workspace.is_dir(base):
             return ToolResult.error(f"glob: path {path!r} is not a directory")
         found = sorted(
             self.workspace.display(file)
