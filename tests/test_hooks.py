@@ -35,6 +35,7 @@ from toolnexus_async import (
     pending_of,
     require_approval,
 )
+from toolnexus_async._hooks import call_digest
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 LIMIT = 5  # seconds; only reached when the rule under test is broken
@@ -462,6 +463,7 @@ async def test_require_approval_suspends_before_the_tool_and_runs_it_once_approv
         "tool": "deploy",
         "arguments": {"env": "prod"},
         "gate": "require_approval",
+        "digest": call_digest("deploy", {"env": "prod"}),
     }
     assert runs_before == 0, "the tool ran before it was approved"
     assert deploy.arguments == [{"env": "prod"}]
@@ -528,6 +530,7 @@ async def test_require_approval_without_wait_for_halts_and_resume_decides(approv
                 "tool": "deploy",
                 "arguments": {"env": "prod"},
                 "gate": "require_approval",
+                "digest": call_digest("deploy", {"env": "prod"}),
             }
             assert deploy.calls == []
             done = await client.resume(halted, tk, Answer(halted.pending.id, approve))

@@ -140,7 +140,9 @@ class RequestExpiredError(AnswerError):
 
 
 class AnswerMismatchError(AnswerError):
-    """Resuming: the answer's id echoes none of the halted run's outstanding requests."""
+    """The answer does not fit its request: resuming, its id echoes none of the halted run's
+    outstanding requests; or it approves, by ``data["digest"]``, another call than the
+    approval request shows. Nothing was taken."""
 
 
 class AlreadyResumedError(AnswerError):

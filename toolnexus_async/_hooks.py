@@ -22,7 +22,9 @@ Rules of this module:
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
@@ -125,8 +127,9 @@ def require_approval(
     >>> hook = require_approval(["bash"])
     >>> import asyncio
     >>> result = asyncio.run(hook("bash", {"command": "rm -rf build"}, ToolContext()))
-    >>> result.metadata["pending"].data
-    {'tool': 'bash', 'arguments': {'command': 'rm -rf build'}, 'gate': 'require_approval'}
+    >>> data = result.metadata["pending"].data
+    >>> data["tool"], data["arguments"], data["gate"], data["digest"][:7]
+    ('bash', {'command': 'rm -rf build'}, 'require_approval', 'sha256:')
     """
     gate = _Gate(_guarded(tools), prompt)
     if toolkit is not None:
@@ -184,9 +187,28 @@ class _Gate:
                 # "gate" marks the request as the hook's, not the tool's, so that a run
                 # halted on it and resumed (maybe in another process) still runs the tool
                 # without handing it this approval as its own answer.
-                data={"tool": name, "arguments": dict(args), "gate": GATE},
+                data={
+                    "tool": name,
+                    "arguments": dict(args),
+                    "gate": GATE,
+                    "digest": call_digest(name, args),
+                },
             )
         )
+
+
+def call_digest(tool: str, args: Mapping[str, Any]) -> str:
+    """``sha256:`` over the tool's name and its arguments as canonical JSON (sorted keys, no
+    spaces): what a ``require_approval`` request asks about, which an answer may echo in
+    ``data["digest"]`` to approve exactly that call."""
+    canonical = json.dumps(
+        {"tool": tool, "arguments": dict(args)},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=repr,
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def check_gate(hook: object, toolkit: Toolkit) -> None:

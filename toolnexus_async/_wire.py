@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import PayloadError
+from ._errors import AnswerMismatchError, PayloadError
 from ._fastinit import fast_init
 
 __all__ = ("Answer", "Request")
@@ -228,3 +228,31 @@ class Answer:
             data=_optional(payload, "data", dict, "Answer"),
             reason=_optional(payload, "reason", str, "Answer"),
         )
+
+
+def named_digest(answer: Answer) -> str | None:
+    """The digest an approving answer says it approves (``data["digest"]``), if it names one.
+
+    An approval request of the acting built-ins and of ``require_approval`` carries
+    ``data["digest"]``, a SHA-256 over exactly what will run; a client that echoes it in its
+    answer binds the answer to what it showed (:func:`digest_refusal`)."""
+    if not answer.ok or answer.data is None:
+        return None
+    digest = answer.data.get("digest")
+    return digest if isinstance(digest, str) else None
+
+
+def digest_refusal(request: Request, named: str | None) -> AnswerMismatchError | None:
+    """The refusal of an answer that approves another call than ``request`` shows: it names
+    a digest, and the request's is another (a stale page, a crossed answer). An answer that
+    names none is not refused here."""
+    if named is None or request.data is None:
+        return None
+    shown = request.data.get("digest")
+    if not isinstance(shown, str) or shown == named:
+        return None
+    return AnswerMismatchError(
+        request.id,
+        f"the answer to request {request.id!r} approves {named!r}, but the request is for "
+        f"{shown!r}: what was approved is not what would run, so nothing was taken",
+    )

@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from .._errors import DamagedRunError, StoreError, UnknownRequestError, UsageError
+from .._wire import digest_refusal
 from ._decide import Saved, accepted, damaged_reason, judge
 from ._pg_queries import load
 from ._store import Accepted, LeaseLostError, StoredRun, StoreEvent
@@ -284,7 +285,13 @@ class PgOps:
     # -- answers and leases ---------------------------------------------------------------
 
     async def accept(
-        self, conn: Any, answer_id: str, answer: str, now: float, delivered: bool
+        self,
+        conn: Any,
+        answer_id: str,
+        answer: str,
+        now: float,
+        delivered: bool,
+        digest: str | None = None,
     ) -> Accepted | Exception:
         # FOR UPDATE OF q: a second answer to the same request waits here until the first
         # committed, then reads its outcome.
@@ -308,6 +315,9 @@ class PgOps:
             return refusal
         assert values is not None
         taken = accepted(values)  # before the write: a damaged row is refused, changing nothing
+        mismatch = digest_refusal(taken.request, digest)
+        if mismatch is not None:
+            return mismatch  # it approves another call: nothing taken, the request waits
         await conn.execute(
             f"UPDATE {self.s}.requests SET status = 'answered', answer = $2, delivered = $3"
             " WHERE request_id = $1 AND status = 'pending'",

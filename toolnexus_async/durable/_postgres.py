@@ -32,6 +32,7 @@ from .._errors import StoreError, StoreUnavailableError, ToolnexusError, UsageEr
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._secrets import Scrubber
 from .._types import Answer, Request
+from .._wire import named_digest
 from . import _pg_queries as pg_queries
 from ._decide import saved
 from ._pg_ops import CHANNEL, PgOps, event_payload
@@ -434,7 +435,7 @@ class PostgresRunStore:
             return StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered)
 
         return await self._in_transaction(
-            self._ops.accept, answer.id, text, now, delivered, tell=answered
+            self._ops.accept, answer.id, text, now, delivered, named_digest(answer), tell=answered
         )
 
     async def claim(

@@ -41,6 +41,7 @@ from .._client import LlmClient
 from .._errors import (
     AlreadyAnsweredError,
     AlreadyResumedError,
+    AnswerMismatchError,
     RequestExpiredError,
     UnknownRequestError,
     UsageError,
@@ -363,7 +364,12 @@ async def post_answer(request: web.Request) -> web.Response:
         await host.answer(answer)
     except UnknownRequestError as exc:
         raise ApiError(404, str(exc)) from None
-    except (AlreadyAnsweredError, AlreadyResumedError, RequestExpiredError) as exc:
+    except (
+        AlreadyAnsweredError,
+        AlreadyResumedError,
+        AnswerMismatchError,
+        RequestExpiredError,
+    ) as exc:
         raise ApiError(409, str(exc)) from None
     serve.book.answered(answer)
     return web.json_response({"id": request_id, "ok": answer.ok})

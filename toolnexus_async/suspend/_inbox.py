@@ -44,6 +44,7 @@ from .._errors import (
     UsageError,
 )
 from .._types import Answer, HaltRun, Request
+from .._wire import digest_refusal, named_digest
 
 __all__ = ("Inbox",)
 
@@ -203,6 +204,8 @@ class Inbox:
                 halted instead: answer the halted run, or its durable host).
             AlreadyAnsweredError: that request was answered before.
             RequestExpiredError: that request expired before this answer came.
+            AnswerMismatchError: it approves another call than its request shows (it names
+                a ``data["digest"]`` that is not the request's); the run still waits.
         """
         if not isinstance(answer, Answer):
             raise UsageError(
@@ -212,6 +215,9 @@ class Inbox:
         slot = self._slots.get(answer.id)
         if slot is None or slot.done():
             raise self._refusal(answer.id)
+        mismatch = digest_refusal(slot.request, named_digest(answer))
+        if mismatch is not None:
+            raise mismatch  # the request stays parked: a fitting answer may still come
         del self._slots[answer.id]
         self._drop_timers(slot)
         self._record(answer.id, "answered")

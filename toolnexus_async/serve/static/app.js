@@ -243,6 +243,11 @@ async function answer(request, card, errorBox, body) {
   }
 }
 
+function approving(data) {
+  if (typeof data.digest !== "string") return { ok: true };
+  return { ok: true, data: { digest: data.digest } };
+}
+
 function actionButton(label, onclick, describedBy, primary = false) {
   const attrs = { type: "button", class: primary ? "primary" : null, "aria-describedby": describedBy };
   return el("button", { ...attrs, onclick }, label);
@@ -331,7 +336,9 @@ function approvalControls(request, send, promptId) {
     el(
       "div",
       { class: "actions" },
-      actionButton("Approve", () => send({ ok: true }), promptId, true),
+      // The approval names the digest of what this card showed: the server refuses it
+      // if the request is for anything else (a stale page, a crossed answer).
+      actionButton("Approve", () => send(approving(data)), promptId, true),
       actionButton("Decline", () => send({ ok: false, reason: "declined" }), promptId),
     ),
   );
