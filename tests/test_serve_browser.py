@@ -571,6 +571,24 @@ def test_bidi_controls_show_as_escapes_with_a_warning(tmp_path: Path) -> None:
         inbox.decline()
 
 
+def test_approving_on_the_page_names_the_digest_of_what_it_showed(tmp_path: Path) -> None:
+    """The page's approval echoes the request's digest, so it approves exactly the call on
+    the card; the server takes it and the command runs."""
+    if MISSING is not None:
+        pytest.fail(f"CI must install the browser test's tools: {MISSING}", pytrace=False)
+    from playwright.sync_api import expect
+
+    with ActingInbox(tmp_path) as inbox:
+        request = inbox.ask("bash", {"command": "echo approved"})
+        with inbox.page.expect_request(lambda r: r.url.endswith("/answer")) as sent:
+            inbox.approval.get_by_role("button", name="Approve").click()
+        assert sent.value.post_data_json == {
+            "ok": True,
+            "data": {"digest": request["data"]["digest"]},
+        }
+        expect(inbox.approval).to_have_count(0)
+
+
 def test_a_newline_in_a_command_shows_as_two_lines(tmp_path: Path) -> None:
     """``echo ok\\nrm -rf ./victim`` is two lines, one under the other, never the harmless
     looking ``echo ok rm -rf ./victim``."""
