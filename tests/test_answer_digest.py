@@ -10,6 +10,8 @@ store (``DurableHost.answer`` on a halted run, as after a restart on another wor
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -24,6 +26,7 @@ from toolnexus_async import (
     Hooks,
     Inbox,
     LlmClient,
+    Request,
     RunResult,
     Toolkit,
     ToolResult,
@@ -65,8 +68,10 @@ async def test_the_digest_is_of_the_tool_and_its_canonical_arguments():
     assert a.startswith("sha256:") and len(a) == 7 + 64
 
 
-async def test_a_parked_run_refuses_an_answer_for_another_call_and_still_waits():
-    pay = Pay()
+@asynccontextmanager
+async def parked(pay: Pay) -> AsyncIterator[tuple[Inbox, Request, list[RunResult]]]:
+    """A run of "pay" parked on the gate's request in an Inbox: ``(inbox, request,
+    results)``; on the way out, waits until the run ended (its result in ``results``)."""
     inbox = Inbox()
     results: list[RunResult] = []
     with anyio.fail_after(LIMIT):
@@ -78,14 +83,20 @@ async def test_a_parked_run_refuses_an_answer_for_another_call_and_still_waits()
             tg.start_soon(run)
             await until(lambda: len(inbox) == 1)
             (request,) = inbox.pending()
-            assert request.data is not None
-            digest = request.data["digest"]
-            assert digest == call_digest("pay", request.data["arguments"])
-            with pytest.raises(AnswerMismatchError, match="not what would run"):
-                inbox.answer(Answer(request.id, True, data={"digest": WRONG}))
-            assert inbox.pending() == [request] and pay.paid == []  # nothing was taken
-            inbox.answer(Answer(request.id, True, data={"digest": digest}))
+            yield inbox, request, results
             await until(lambda: results)
+
+
+async def test_a_parked_run_refuses_an_answer_for_another_call_and_still_waits():
+    pay = Pay()
+    async with parked(pay) as (inbox, request, results):
+        assert request.data is not None
+        digest = request.data["digest"]
+        assert digest == call_digest("pay", request.data["arguments"])
+        with pytest.raises(AnswerMismatchError, match="not what would run"):
+            inbox.answer(Answer(request.id, True, data={"digest": WRONG}))
+        assert inbox.pending() == [request] and pay.paid == []  # nothing was taken
+        inbox.answer(Answer(request.id, True, data={"digest": digest}))
     assert results[0].text == "result: paid" and len(pay.paid) == 1
 
 
@@ -111,19 +122,8 @@ async def test_a_stored_run_refuses_an_answer_for_another_call_and_takes_nothing
 
 async def test_an_answer_naming_no_digest_is_taken_as_before():
     pay = Pay()
-    inbox = Inbox()
-    results: list[RunResult] = []
-    with anyio.fail_after(LIMIT):
-        async with gated(pay, wait_for=inbox) as client, anyio.create_task_group() as tg:
-
-            async def run() -> None:
-                results.append(await client.run("pay", pay.toolkit))
-
-            tg.start_soon(run)
-            await until(lambda: len(inbox) == 1)
-            (request,) = inbox.pending()
-            inbox.answer(Answer(request.id, True))
-            await until(lambda: results)
+    async with parked(pay) as (inbox, request, _):
+        inbox.answer(Answer(request.id, True))
     assert len(pay.paid) == 1
 
 
