@@ -30,6 +30,7 @@ from toolnexus_async.tools.builtin import (
     search,
 )
 from toolnexus_async.tools.builtin._regular import open_regular
+from toolnexus_async.tools.builtin._walk import _files
 
 WATCHDOG_S = 5
 
@@ -148,7 +149,7 @@ async def test_grep_skips_a_file_swapped_for_a_fifo_after_the_walk(
 ) -> None:
     """The open refuses too: a FIFO that replaced a file the walk saw is skipped."""
     (root / "later.txt").write_text("needle\n")
-    walked = await anyio.to_thread.run_sync(lambda: list(search._files(Workspace(root), root)))
+    walked = await anyio.to_thread.run_sync(lambda: list(_files(Workspace(root), root)))
     assert root / "later.txt" in walked
     (root / "later.txt").unlink()
     os.mkfifo(root / "later.txt")
