@@ -16,7 +16,7 @@ import pytest
 from tests.test_store import LEASE, NOW, fresh_state
 from toolnexus_async import StoreError, StoreUnavailableError
 from toolnexus_async.durable import PostgresRunStore
-from toolnexus_async.durable._postgres import _where
+from toolnexus_async.durable._pg_errors import where
 
 
 def _closed_port() -> int:
@@ -50,7 +50,7 @@ async def test_a_database_that_is_not_there_is_unavailable_not_broken():
     ],
 )
 def test_messages_name_the_real_server(dsn: str, named: str):
-    assert _where(dsn) == named
+    assert where(dsn) == named
 
 
 async def test_a_connection_ended_by_the_server_is_a_passing_fault(pg_dsn: str):
