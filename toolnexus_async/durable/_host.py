@@ -12,9 +12,10 @@ Rules of this module:
   here wakes; a run held by another live worker is woken by that worker (told by the store,
   or at its next look: ``_deliveries``); a run nobody holds is claimed and resumed here.
 - **Resuming is a lease.** The host holds each run it drives until a deadline it renews in
-  the background; if the process dies the lease runs out and any host on the store (a
-  restart, another worker) finds the run and goes on with what was kept, answers included.
-  The same background sweep resumes runs whose requests expired while nobody held them.
+  the background (``_upkeep``); if the process dies the lease runs out and any host on the
+  store (a restart, another worker) finds the run and goes on with what was kept, answers
+  included. The same background sweep resumes runs whose requests expired while nobody
+  held them.
 - A run that raises is recorded as failed and not resumed by itself; a run cancelled while
   the host shuts down is let go, so that the next host goes on with it.
 - **The store's faults are waited out, never recorded** (``_tenure``, ``_journal``): a run
@@ -23,7 +24,7 @@ Rules of this module:
   run until the live ones have renewed; no tool call starts on a lease the host cannot
   prove. A run the host must give up (it is closing, or its failure cannot be written
   now) is never left held here and not driven: releasing it, or recording its failure,
-  is retried in the background until the store takes it (``_letting_go``).
+  is retried in the background until the store takes it (``_upkeep``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from .._errors import (
     DamagedRunError,
     StoreError,
     StoreUnavailableError,
-    UnknownRequestError,
     UsageError,
 )
 from .._hooks import call_hook
@@ -60,16 +60,14 @@ from ._deliveries import Deliveries
 from ._driving import Driving
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun
-from ._tenure import Backoff, Tenure
+from ._tenure import Tenure
+from ._upkeep import Upkeep
 
 __all__ = ("DurableHost",)
 
 log = logging.getLogger("toolnexus_async.durable")
 
 OnResult = Callable[[RunResult], Any]
-
-# Stored runs claimed per sweep; the rest wait for the next sweep.
-_SWEEP_BATCH = 100
 
 # The failure of a run begun while the store failed: its caller was told it was not kept.
 _NOT_STARTED = "not started: the store failed while keeping it, and its caller was told so"
@@ -149,9 +147,18 @@ class DurableHost:
         )
         self._unlisten: Callable[[], None] = lambda: None
         self._closing = False
-        # Runs this host gave up driving whose release (None) or failure (its message) the
-        # store has not taken yet: retried in the background, so none stays held here.
-        self._letting_go: dict[str, str | None] = {}
+        # Renewing, sweeping, letting go of runs given up here: in the background.
+        self._upkeep = Upkeep(
+            store,
+            self.worker,
+            self._tenure,
+            lease=self._lease,
+            sweep=self._sweep,
+            claim=self._claim,
+            adopt=self._adopt,
+            closing=lambda: self._closing,
+            deliveries=self._deliveries,
+        )
 
     def __repr__(self) -> str:
         return f"<DurableHost worker={self.worker!r} runs={len(self._driving)}>"
@@ -165,7 +172,7 @@ class DurableHost:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._background = anyio.CancelScope()
-        self._tg.start_soon(self._keep_up, name=f"durable host {self.worker}")
+        self._tg.start_soon(self._upkeep.run, self._background, name=f"durable host {self.worker}")
         try:
             self._resumes = await TaskOwner.open_in(
                 self._tg, f"the resumes of durable host {self.worker}"
@@ -202,80 +209,6 @@ class DurableHost:
         from now on is let go for the next host. Returns how many parked runs halted."""
         self._closing = True
         return self.inbox.halt_all() if self.inbox is not None else 0
-
-    async def _keep_up(self) -> None:
-        """Renew leases, sweep for runs that can go on, hand over answers: in the background."""
-        assert self._background is not None
-        with self._background:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._renewing)
-                tg.start_soon(self._every, self._sweep, self._sweep_once)
-                tg.start_soon(self._every, self._sweep, self._let_go)
-                if self._deliveries is not None:
-                    tg.start_soon(self._deliveries.run)
-
-    async def _every(self, seconds: float, job: Callable[[], Any]) -> None:
-        while True:
-            try:
-                await job()
-            except StoreUnavailableError as exc:
-                self._tenure.store_down(exc)  # one line per outage, not one per look
-            except Exception:
-                log.exception("durable host %s: background job failed; retrying", self.worker)
-            await anyio.sleep(seconds)
-
-    async def _renewing(self) -> None:
-        """Renew every third of the lease; after a failure, again soon (backoff), so that
-        the lease outlives a short outage and is proven again as soon as the store is back."""
-        backoff: Backoff | None = None
-        while True:
-            try:
-                await self._renew()
-            except StoreUnavailableError as exc:
-                self._tenure.store_down(exc)
-            except Exception:
-                log.exception("durable host %s: renewing its lease failed", self.worker)
-            else:
-                backoff = None
-                await anyio.sleep(self._lease / 3)
-                continue
-            backoff = backoff or Backoff(self._tenure.retry_cap)
-            await anyio.sleep(backoff.next())
-
-    async def _renew(self) -> None:
-        started = time.time()
-        await self.store.renew(self.worker, started + self._lease)
-        self._tenure.renewed(started)
-
-    async def _sweep_once(self) -> None:
-        if not self._tenure.may_take_over():
-            # Just after an outage every lease in the store has run out, the live workers'
-            # too: they renew within the grace, and only then is a stale lease a dead one.
-            return
-        now = time.time()
-        for run_id in await self.store.ready(now, _SWEEP_BATCH):
-            if self._closing:
-                return
-            try:
-                stored = await self._claim(run_id, now)
-            except DamagedRunError as exc:
-                log.warning("durable host %s: %s", self.worker, exc)
-                continue
-            if stored is not None:
-                await self._adopt(stored)
-
-    async def _let_go(self) -> None:
-        """Release, or record the failure of, each run given up here that the store did
-        not take yet."""
-        for run_id, error in list(self._letting_go.items()):
-            try:
-                if error is None:
-                    await self.store.release(run_id, self.worker)
-                else:
-                    await self.store.fail(run_id, error, self.worker)
-            except (LeaseLostError, UnknownRequestError):
-                pass  # another worker holds it, or it was never kept: nothing to let go
-            self._letting_go.pop(run_id, None)
 
     async def _claim(self, run_id: str, now: float) -> StoredRun | None:
         """Claim ``run_id`` for this host, unless it drives (or claims) it already.
@@ -369,7 +302,7 @@ class DurableHost:
         except StoreUnavailableError:
             # Its caller is told it was not kept; if it was all the same (the reply was
             # lost), it must not run unacknowledged, nor stay held here: failed, later.
-            self._letting_go[loop.run_id] = _NOT_STARTED
+            self._upkeep.give_up(loop.run_id, _NOT_STARTED)
             raise
         return BegunRun(self, loop, journal)
 
@@ -392,16 +325,16 @@ class DurableHost:
             raise
         except Exception as exc:
             with anyio.CancelScope(shield=True):
-                await self._record_failure(loop, journal, exc)
+                await self._upkeep.record_failure(loop, journal, exc)
             raise
         except BaseException:
             # Cancelled: at shutdown, let the next host go on with it; otherwise the caller
             # gave up on it, and it ends here.
             with anyio.CancelScope(shield=True):
                 if self._closing:
-                    await self._release(journal)
+                    await self._upkeep.release(journal)
                 else:
-                    await self._record_failure(loop, journal, None)
+                    await self._upkeep.record_failure(loop, journal, None)
             raise
         finally:
             self._driving.discard(run_id)
@@ -412,33 +345,6 @@ class DurableHost:
         left = await self._driving.settle(patience)
         if left:
             log.warning("shutting down with %d run(s) still busy; they are let go", left)
-
-    async def _record_failure(
-        self, loop: RunLoop, journal: RunJournal, exc: BaseException | None
-    ) -> None:
-        """Record what the run itself did wrong; under a shield, so bounded: a store that
-        does not take it soon gets it from the background (``_let_go``)."""
-        message = "cancelled" if exc is None else f"{type(exc).__name__}: {exc}"
-        with anyio.move_on_after(self._tenure.grace):
-            try:
-                await journal.failed(loop, message)
-            except LeaseLostError:
-                pass
-            except Exception:
-                log.exception("run %s failed and its failure could not be recorded", loop.run_id)
-            else:
-                return
-        if journal.written:
-            self._letting_go[loop.run_id] = message
-
-    async def _release(self, journal: RunJournal) -> None:
-        """Let the next host go on with the run; one try (the host is closing), and the
-        background tries again while the host lives (its lease ends with it anyway)."""
-        try:
-            await journal.release()
-        except StoreError as exc:
-            log.warning("run %s could not be let go now: %s", journal.run_id, exc)
-            self._letting_go[journal.run_id] = None
 
     async def keep(self, run: RunResult) -> None:
         """Keep a run that halted elsewhere (a plain ``client.run``), so that :meth:`answer`
@@ -487,7 +393,7 @@ class DurableHost:
         if held:
             return  # its worker hands it over
         if accepted.owner is not None and not self._tenure.may_take_over():
-            return  # just after an outage: its worker is likely alive (see _sweep_once)
+            return  # just after an outage: its worker is likely alive (see Upkeep._sweep_once)
         try:
             stored = await self._claim(accepted.run_id, now)
         except DamagedRunError:
