@@ -25,7 +25,7 @@ from tests.conftest import assert_no_leaks
 from tests.shared import raw_sql
 from toolnexus_async import StoreError, UsageError
 from toolnexus_async._loop import RunLoop
-from toolnexus_async.durable import SqliteRunStore, _sqlite
+from toolnexus_async.durable import SqliteRunStore, _committer
 from toolnexus_async.durable._batch import apply as real_apply
 
 NOW = 1_900_000_000.0
@@ -41,10 +41,10 @@ async def test_a_burst_commits_in_bounded_batches_in_queue_order(
         sizes.append(len(batch))
         return real_apply(conn, batch, keep)
 
-    monkeypatch.setattr(_sqlite, "apply", apply)
+    monkeypatch.setattr(_committer, "apply", apply)
     path = tmp_path / "runs.sqlite"
     store = SqliteRunStore(path)
-    store._batch_max = BOUND
+    store._commits.batch_max = BOUND
     runs = [f"run_{n:02}" for n in range(50)]
     refused: list[str] = []
 
@@ -76,10 +76,10 @@ import sys, time
 import anyio
 
 from toolnexus_async._loop import RunLoop
-from toolnexus_async.durable import SqliteRunStore, _sqlite
+from toolnexus_async.durable import SqliteRunStore, _committer
 
 DB, RUNS, BOUND = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-real_apply = _sqlite.apply
+real_apply = _committer.apply
 
 
 def slow_apply(conn, batch, keep):
@@ -87,12 +87,12 @@ def slow_apply(conn, batch, keep):
     return real_apply(conn, batch, keep)
 
 
-_sqlite.apply = slow_apply
+_committer.apply = slow_apply
 
 
 async def main():
     store = SqliteRunStore(DB)
-    store._batch_max = BOUND
+    store._commits.batch_max = BOUND
 
     async def start(n):
         run_id = f"run_{n:04}"
@@ -151,7 +151,7 @@ class HeldBurst:
                 self.release.wait(10)
             return real_apply(conn, batch, keep)
 
-        monkeypatch.setattr(_sqlite, "apply", apply)
+        monkeypatch.setattr(_committer, "apply", apply)
 
     async def start(
         self, store: SqliteRunStore
@@ -160,7 +160,7 @@ class HeldBurst:
         first = asyncio.create_task(start(store, "run_first"))
         await anyio.to_thread.run_sync(self.in_commit.wait)
         behind = [asyncio.create_task(start(store, f"run_{n}")) for n in range(3)]
-        while len(store._queue) < len(behind):
+        while len(store._commits._queue) < len(behind):
             await anyio.lowlevel.checkpoint()
         return first, behind
 
@@ -201,14 +201,14 @@ async def test_a_cancelled_committer_tells_every_writer_it_may_not_be_committed(
     async with SqliteRunStore(path) as store:
         with anyio.fail_after(10):
             first, behind = await held.start(store)
-            committer = store._committer
+            committer = store._commits._committer
             assert committer is not None
             committer.cancel()
             held.release.set()
             outcomes = await asyncio.gather(first, *behind, return_exceptions=True)
             assert all(isinstance(o, StoreError) for o in outcomes), outcomes
             assert all("may or may not be committed" in str(o) for o in outcomes)
-            assert store._queue == []
+            assert store._commits._queue == []
             await start(store, "run_after")
         assert_no_leaks()
     stored = {row[0] for row in raw_sql(path, "SELECT run_id FROM runs")}
@@ -239,13 +239,13 @@ async def test_a_job_left_running_by_a_native_cancel_has_the_connection_to_itsel
                 inside.clear()
         return real_apply(conn, batch, keep)
 
-    monkeypatch.setattr(_sqlite, "apply", apply)
+    monkeypatch.setattr(_committer, "apply", apply)
     path = tmp_path / "runs.sqlite"
     async with SqliteRunStore(path) as store:
         with anyio.fail_after(10):
             first = asyncio.create_task(start(store, "run_first"))
             await anyio.to_thread.run_sync(inside.wait)
-            committer = store._committer
+            committer = store._commits._committer
             assert committer is not None
             committer.cancel()  # natively, as asyncio does to every task as a loop closes
             with contextlib.suppress(StoreError):

@@ -2,28 +2,22 @@
 
 Rules of this module:
 
-- **Group commit.** Every write is queued; the store's committer task (started by the
-  first write to find none running, ended when the queue is empty) commits the queue in
-  one ``BEGIN IMMEDIATE`` transaction, then the writes queued meanwhile in the next one,
-  at most ``_batch_max`` writes per transaction, in the order they were queued. Under
-  load many suspensions and answers share one commit; alone, a write waits for nothing.
-  A refused write changes nothing (``_ops`` checks before it writes), so it does not undo
-  the others. A write's caller resumes only after its transaction committed: with WAL
+- **Group commit.** Every write is queued and committed with others in one transaction
+  by the store's committer (``_committer.GroupCommit``, whose rules hold here), never by
+  its caller. A write's caller resumes only after its transaction committed: with WAL
   and ``synchronous=FULL`` what it wrote survives ``kill -9`` of the process (and power
   loss); ``synchronous="NORMAL"`` keeps the first and trades the second for speed.
 - ``BEGIN IMMEDIATE`` takes SQLite's write lock up front, so two processes (or two tasks)
   answering the same request are serialised by SQLite: exactly one is accepted.
 - One ``sqlite3`` connection per store, used by one worker thread at a time (a capacity
-  limiter of one), never on the event loop. A queued write commits with its batch even if
-  its caller is cancelled meanwhile, however (an anyio scope, ``asyncio.timeout``): no
-  caller commits, so no caller's cancellation can leave a batch half done or strand the
-  writes queued behind it. ``sqlite3`` errors become :class:`StoreError` naming the file
+  limiter of one), never on the event loop; the committer's batches run on it through
+  ``_run`` like every read. ``sqlite3`` errors become :class:`StoreError` naming the file
   (``_sqlite_file.store_error``).
 - **Passing faults.** The file locked by another process past ``timeout``, a full disk, a
   read-only file, an I/O error, no memory: :class:`StoreUnavailableError`, naming the file
   and the cause. Every write of a batch that failed so is failed with it, none is
   committed (but after an I/O error, which may strike after the commit record is written)
-  and none is retried here: the committer goes on with the next batch. A connection the
+  and none is retried (``_committer``). A connection the
   fault may have spoilt (``_sqlite_file.spoilt``), or one left inside a transaction, is
   closed and the next call opens the file afresh, so the same store object works again
   once the fault is gone. :class:`MemoryRunStore` keeps its connection (closing it would
@@ -37,10 +31,8 @@ Rules of this module:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import math
 import os
 import sqlite3
 import threading
@@ -51,13 +43,13 @@ from typing import Any, Literal, Self, TypeVar
 import anyio
 import anyio.to_thread
 
-from .._errors import StoreError, StoreUnavailableError, UsageError
+from .._errors import StoreError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._sqlite_file import spoilt, store_error, writable
 from .._types import Answer, Request
 from .._wire import named_digest
 from . import _queries as queries
-from ._batch import Queued, Teller, apply
+from ._committer import GroupCommit
 from ._decide import saved
 from ._ops import Ops, migrate
 from ._schema import APPLICATION_ID, SCHEMA_VERSION, create, encode, prompt_of, state_text
@@ -98,15 +90,6 @@ class SqliteRunStore:
     """
 
     _label = "run store"
-    # The most writes one transaction takes. Telling a batch's callers, and building its
-    # outcomes, costs the loop time in proportion to the batch in one go: unbounded, a
-    # burst of 100,000 answers queued behind one commit became one batch, and the loop
-    # stopped for 50 to 100 ms to take in its outcomes. Bounded, that step stays a few
-    # milliseconds, the next batch's commit starts while the callers of this one go on, and
-    # the first writes of a burst are told after one bounded commit, not after the whole
-    # burst's. (Parking 10,000 runs at once was as fast with 4,096 as without a bound,
-    # within the noise; 256 was slower.)
-    _batch_max = 4096
 
     def __init__(
         self,
@@ -139,16 +122,15 @@ class SqliteRunStore:
         # do not stop) lets go of it while its job goes on in the thread, and the next job,
         # or the close, would then use the connection beside it (SQLite can crash on that).
         self._using = threading.Lock()
-        self._queue: list[Queued] = []
-        # When each queued write must be answered by (time.monotonic()), in queue order: a
-        # write queued behind a batch held up by a lock gets the rest of its own timeout,
-        # not a timeout of its own after that batch's.
-        self._due: list[float] = []
-        self._teller = Teller()
+        self._commits = GroupCommit(
+            self._run,
+            lambda exc: self._error(exc, writing=True),
+            name=f"{self._label} {self.path}",
+            task_name=f"{self} commits",
+            timeout=timeout,
+            keep=keep_finished,
+        )
         self._listeners: list[Callable[[StoreEvent], None]] = []
-        self._committer: asyncio.Task[None] | None = None  # while the queue is not empty
-        self._flushed = anyio.Event()  # set whenever no write is in flight
-        self._flushed.set()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
@@ -178,7 +160,7 @@ class SqliteRunStore:
                     conn.close()
 
         with anyio.CancelScope(shield=True):
-            await self._flushed.wait()
+            await self._commits.flushed()
             await anyio.to_thread.run_sync(close, limiter=self._thread)
 
     def _connect(self) -> sqlite3.Connection:
@@ -280,110 +262,13 @@ class SqliteRunStore:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
 
-    # -- writes: group commit ----------------------------------------------------------------
+    # -- writes and reads -------------------------------------------------------------------
 
     def _write(self, op: Callable[..., T | Exception], args: tuple[Any, ...]) -> Awaitable[T]:
-        """Queue ``op(ops, *args)``; the future is done once the transaction it went into
-        committed.
-
-        The caller awaits the future directly (no frame of the store's while it waits).
-        The queue is committed by the store's committer task, never by a caller: a task
-        that ``asyncio.timeout`` or ``wait_for`` cancels is cancelled natively, through any
-        anyio shield, and a caller that committed would then strand the writes queued
-        behind its own. A cancelled caller is told nothing more; its write commits with its
-        batch all the same.
-        """
+        """Queue ``op(ops, *args)`` for the committer (``GroupCommit.write``); the future
+        is done once the transaction it went into committed."""
         self._check_open()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((op, args, future))
-        self._due.append(time.monotonic() + self._timeout)
-        if self._committer is None:
-            self._flushed = anyio.Event()
-            self._committer = loop.create_task(self._commit_queue(), name=f"{self} commits")
-        return future
-
-    async def _commit_queue(self) -> None:
-        """Commit the queue, batch after batch, until it is empty (the committer task)."""
-        try:
-            while self._queue:
-                most = self._batch_max
-                batch, due = self._queue[:most], self._due[:most]
-                del self._queue[:most], self._due[:most]
-                live, budget = self._in_time(batch, due)
-                if live:
-                    await self._commit(live, budget)
-        except BaseException as exc:
-            # Cancelled itself: the event loop is closing. What is queued was not committed.
-            left, self._queue, self._due = self._queue, [], []
-            for _, _, future in left:
-                if not future.done():
-                    future.set_exception(self._interrupted(exc))
-            raise
-        finally:
-            self._committer = None
-            self._flushed.set()
-
-    def _in_time(self, batch: list[Queued], due: list[float]) -> tuple[list[Queued], float]:
-        """The writes of ``batch`` still in time, and the seconds left to the earliest of
-        them; the others are failed, never tried (so known not to be committed)."""
-        now = time.monotonic()
-        live: list[Queued] = []
-        earliest = math.inf
-        for item, deadline in zip(batch, due, strict=True):
-            if deadline > now:
-                live.append(item)
-                earliest = min(earliest, deadline)
-            elif not item[2].done():
-                item[2].set_exception(
-                    StoreUnavailableError(
-                        f"{self._label} {self.path}: this write waited {self._timeout:g} s"
-                        " behind writes held up (the file locked by another process, a"
-                        " slow disk); it was not committed"
-                    )
-                )
-        return live, earliest - now
-
-    def _interrupted(self, cause: BaseException) -> StoreError:
-        """What a writer is told when the committer itself was stopped (the event loop is
-        closing): a batch in the worker thread may commit all the same, the rest did not."""
-        return StoreError(
-            f"{self._label} {self.path}: the commit was interrupted ({type(cause).__name__});"
-            " this write may or may not be committed"
-        )
-
-    async def _commit(self, batch: list[Queued], budget: float) -> None:
-        keep = self._keep
-        try:
-            outcomes = await self._run(lambda conn: self._apply(conn, batch, keep, budget))
-        except BaseException as exc:
-            failure: BaseException = exc
-            if isinstance(exc, sqlite3.Error):
-                failure = self._error(exc, writing=True)
-            elif not isinstance(exc, Exception):
-                failure = self._interrupted(exc)
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(failure)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        self._teller.add(batch, outcomes)
-
-    def _apply(
-        self, conn: sqlite3.Connection, batch: list[Queued], keep: int, budget: float
-    ) -> list[Any]:
-        """``apply`` (in the worker thread), waiting for another process's lock no longer
-        than the batch's earliest write has left (only set when that is less than the
-        timeout the connection has: it is one more statement)."""
-        if budget >= 0.9 * self._timeout:
-            return apply(conn, batch, keep)
-        conn.execute(f"PRAGMA busy_timeout = {max(1, int(budget * 1000))}")
-        try:
-            return apply(conn, batch, keep)
-        finally:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        return self._commits.write(op, args)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         self._check_open()
