@@ -191,11 +191,12 @@ async def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(cap
             await store.ping_ok.wait()  # the probe's ping: no request was sent
             told = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
             assert len(told) == 2, told
-            assert told[0] == (
-                f"the run store is unavailable: {DOWN}; requests that need it are answered "
-                "503 until it is back"
+            assert re.fullmatch(
+                rf"worker \S+: the run store is unavailable \({re.escape(DOWN)}\); runs wait, "
+                "and what needs the store is refused, until it is back",
+                told[0],
             )
-            assert re.fullmatch(r"the run store is back, after \d+\.\d s unavailable", told[1])
+            assert re.fullmatch(r"worker \S+: the run store is back after \d+\.\d s", told[1])
             assert not any(r.exc_info for r in caplog.records)
 
             # A second outage is told again; this time the readiness check sees its end.
@@ -207,8 +208,8 @@ async def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(cap
             assert (await reply_of(http, "GET", "/readyz"))[0] == 200
             told = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
             assert len(told) == 2, told
-            assert told[0].startswith("the run store is unavailable")
-            assert told[1].startswith("the run store is back")
+            assert "the run store is unavailable" in told[0]
+            assert "the run store is back" in told[1]
 
 
 async def test_a_healthy_store_is_not_reported(caplog):
@@ -261,7 +262,7 @@ async def test_readyz_waits_for_the_store_no_longer_than_the_store_timeout(caplo
                 assert await reply.json() == {"status": "unavailable"}
             assert anyio.current_time() - started < 2
             store.hang = False
-    assert "the run store is unavailable: the run store did not answer within 0.2 s" in (
+    assert "the run store is unavailable (the run store did not answer within 0.2 s)" in (
         caplog.text
     )
 
@@ -470,3 +471,40 @@ async def test_sigterm_gives_a_busy_tool_its_grace_and_no_more(tmp_path, grace, 
     else:
         assert status == "running"  # let go, not failed: the next server goes on with it
         assert "the grace of 0.5 s is over" in err
+
+
+class FaultyEverywhere(FaultyStore):
+    """``FaultyStore`` whose host-side calls fail too (its look for answers to hand over,
+    renewals): the durable host sees the outage as well as the requests do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host_met_it = anyio.Event()
+
+    async def deliveries(self, owner: str) -> list[tuple[str, Answer]]:
+        if self.fault is not None:
+            self.host_met_it.set()
+        self._check()
+        return await super().deliveries(owner)
+
+    async def renew(self, owner: str, lease_until: float) -> None:
+        self._check()
+        await super().renew(owner, lease_until)
+
+
+async def test_the_host_and_the_requests_tell_one_outage_once(caplog):
+    """The host's sweep and the server's requests both meet the outage: the process logs
+    one line when it starts and one when it ends, not one per party."""
+    caplog.set_level(logging.INFO)
+    with anyio.fail_after(LIMIT):
+        async with FaultyEverywhere() as store, serving(demo_app(store)) as http:
+            await parked_run(http)
+            store.fault = down()
+            assert (await reply_of(http, "GET", "/requests"))[0] == 503
+            await store.host_met_it.wait()  # the host met it too
+            assert (await reply_of(http, "GET", "/readyz"))[0] == 503
+            store.fault = None
+            assert (await reply_of(http, "GET", "/readyz"))[0] == 200
+    told = [r.getMessage() for r in caplog.records if "the run store is" in r.getMessage()]
+    assert len(told) == 2, told
+    assert "unavailable" in told[0] and "is back" in told[1]

@@ -160,6 +160,13 @@ class DurableHost:
             deliveries=self._deliveries,
         )
 
+    @property
+    def store_health(self) -> Tenure:
+        """Whether the run store is down as this host last saw it (``.down``); report a
+        failure or a recovery seen elsewhere with ``.store_down(exc)`` / ``.store_up()``,
+        so that an outage is logged once, whoever sees it first."""
+        return self._tenure
+
     def __repr__(self) -> str:
         return f"<DurableHost worker={self.worker!r} runs={len(self._driving)}>"
 

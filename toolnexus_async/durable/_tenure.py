@@ -18,8 +18,10 @@ Rules of this module:
 - **Retries queue.** At most a couple of retried writes are in flight at once, however
   many runs wait: the rest of the pool stays free for new calls, which fail fast (503)
   instead of queueing behind retries for the store timeout.
-- **One line per outage.** The first failure is logged as a warning, the recovery as one
-  line with how long the outage lasted; nothing per retried call.
+- **One line per outage**, for the whole process: the first failure is logged as a
+  warning, the recovery as one line with how long the outage lasted; nothing per retried
+  call. ``serve`` reports what its requests and its probe see into the host's tenure
+  (``DurableHost.store_health``), not into a log of its own.
 """
 
 from __future__ import annotations
@@ -116,8 +118,8 @@ class Tenure:
         if self._down_since is None:
             self._down_since = time.monotonic()
             log.warning(
-                "worker %s: the run store is unavailable (%s); runs wait and writes are "
-                "retried until it is back",
+                "worker %s: the run store is unavailable (%s); runs wait, and what needs "
+                "the store is refused, until it is back",
                 self.worker,
                 error,
             )

@@ -225,6 +225,7 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
         )
         async with anyio.create_task_group() as tg, host:
             with _freezing(serve, inbox):
+                app[OUTAGE].attach(host.store_health)  # one outage state, one log line
                 tg.start_soon(app[OUTAGE].watch, name="the probe of the run store")
                 await load_stored(serve.book, serve.store)
                 unfollow = await follow_workers(serve.store, host, serve.book, tg)

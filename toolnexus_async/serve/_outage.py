@@ -3,15 +3,16 @@
 Rules of this module:
 
 - A store call that fails with :class:`StoreUnavailableError`, in a request handler or in
-  the readiness check, marks the store down. The first such failure logs one WARNING with
-  the store's message; the others while it is down log nothing. A client that retries in a
+  the readiness check, marks the store down in the durable host's tenure, which the host's
+  own retries report into too: the first failure of an outage, whoever sees it, logs one
+  WARNING with the store's message; the others log nothing. A client that retries in a
   loop must not flood the log, and a passing fault has no traceback worth reading.
 - While the store is down, :meth:`StoreOutage.watch` (a task in the app's task group) pings
-  it every :data:`PROBE_EVERY` seconds. The first ping that succeeds, the probe's or the
-  readiness check's, marks it up and logs one WARNING saying how long it lasted: a WARNING
-  too, so that it shows wherever the first did (``serve`` configures no logging, and
-  Python's last-resort handler prints WARNING and above). While the store is up the probe
-  sleeps: a healthy server sends the store nothing extra.
+  it every :data:`PROBE_EVERY` seconds. The first success, the probe's, the readiness
+  check's or a host renewal's, marks it up and logs one WARNING saying how long it lasted
+  (a WARNING too, so that it shows wherever the first did: ``serve`` configures no logging,
+  and Python's last-resort handler prints WARNING and above). While the store is up the
+  probe sleeps: a healthy server sends the store nothing extra.
 - A store error that escapes a handler is answered here, in one place
   (:func:`store_faults`): :class:`StoreUnavailableError` is 503 with ``Retry-After`` (whole
   seconds, at least 1), :class:`DamagedRunError` is 409 naming the run, any other
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -31,6 +31,7 @@ from aiohttp import web
 
 from .._errors import DamagedRunError, StoreError, StoreUnavailableError
 from ..durable import RunStore
+from ..durable._tenure import Tenure
 from ._bodies import ApiError
 
 __all__ = ("OUTAGE", "PROBE_EVERY", "StoreOutage", "retry_after", "store_faults")
@@ -49,13 +50,17 @@ def retry_after(exc: StoreUnavailableError) -> int:
 
 
 class StoreOutage:
-    """Whether the run store is down, as this server last saw it, and since when.
+    """The probe of the run store, and the outage state this server reports into.
 
     Args:
         store: the app's run store.
         timeout: seconds one ping may take before it counts as a failure (a store that
             hangs is as unavailable as one that refuses).
         probe_every: seconds between two pings while the store is down.
+
+    The state is the durable host's (:attr:`DurableHost.store_health`, given to
+    :meth:`attach` when the host opens), so that the host's retries and the server's
+    requests tell one outage once, in one log line each way.
     """
 
     def __init__(
@@ -64,35 +69,30 @@ class StoreOutage:
         self._store = store
         self._timeout = timeout
         self._probe_every = probe_every
-        self._since: float | None = None  # time.monotonic() of the first failure
+        self._health: Tenure | None = None
         # Set when the store goes down, to wake the probe; made by watch(), which runs on
         # the loop, as an anyio Event must be.
         self._wake: anyio.Event | None = None
 
+    def attach(self, health: Tenure) -> None:
+        """Report into ``health`` (the host's) from now on."""
+        self._health = health
+
     @property
     def down(self) -> bool:
-        return self._since is not None
+        return self._health is not None and self._health.down
 
     def failed(self, exc: StoreUnavailableError) -> None:
         """A store call failed with ``exc``: the outage starts, unless it had."""
-        if self._since is not None:
-            return
-        self._since = time.monotonic()
-        log.warning(
-            "the run store is unavailable: %s; requests that need it are answered 503 "
-            "until it is back",
-            exc,
-        )
+        if self._health is not None:
+            self._health.store_down(exc)
         if self._wake is not None:
             self._wake.set()
 
     def recovered(self) -> None:
         """A store call succeeded: the outage, if there was one, is over."""
-        if self._since is None:
-            return
-        lasted = time.monotonic() - self._since
-        self._since = None
-        log.warning("the run store is back, after %.1f s unavailable", lasted)
+        if self._health is not None:
+            self._health.store_up()
 
     async def ping(self) -> StoreUnavailableError | None:
         """Reach the store once, within the timeout: None if it answered, else why not.
