@@ -241,6 +241,13 @@ def test_serve_refuses_bad_lock_flags(capsys, monkeypatch, tmp_path, argv, messa
         (["--park-timeout", "0"], "park_timeout must be > 0 seconds, got 0.0"),
         (["--port", "70000"], "--port must be 0 to 65535, got 70000"),
         (["--port", "-1"], "--port must be 0 to 65535, got -1"),
+        (["--grace", "-1"], "--grace must be 0 or more seconds, got -1.0"),
+        (["--grace", "nan"], "--grace must be 0 or more seconds, got nan"),
+        (["--grace", "inf"], "--grace must be 0 or more seconds, got inf"),
+        (["--store-timeout", "0"], "--store-timeout must be more than 0 seconds, got 0.0"),
+        (["--store-timeout", "-2"], "--store-timeout must be more than 0 seconds, got -2.0"),
+        (["--store-timeout", "nan"], "--store-timeout must be more than 0 seconds, got nan"),
+        (["--store-timeout", "inf"], "--store-timeout must be more than 0 seconds, got inf"),
     ],
 )
 def test_serve_refuses_bad_numbers_in_one_line(capsys, monkeypatch, tmp_path, argv, message):
@@ -254,6 +261,7 @@ def test_serve_refuses_bad_numbers_in_one_line(capsys, monkeypatch, tmp_path, ar
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     assert main(["serve", "--store", str(tmp_path / "runs.sqlite"), *argv]) == 2
     assert capsys.readouterr().err == f"toolnexus-async serve: {message}\n"
+    assert not (tmp_path / "runs.sqlite").exists()
 
 
 def test_serve_prints_its_endpoint_without_the_credentials_in_it(capsys, monkeypatch, tmp_path):

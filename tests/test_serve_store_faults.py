@@ -310,33 +310,6 @@ def test_grace_and_store_timeout_are_checked_by_create_app():
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--grace", "-1"], "--grace must be 0 or more seconds, got -1.0"),
-        (["--grace", "nan"], "--grace must be 0 or more seconds, got nan"),
-        (["--grace", "inf"], "--grace must be 0 or more seconds, got inf"),
-        (["--store-timeout", "0"], "--store-timeout must be more than 0 seconds, got 0.0"),
-        (["--store-timeout", "-2"], "--store-timeout must be more than 0 seconds, got -2.0"),
-        (["--store-timeout", "nan"], "--store-timeout must be more than 0 seconds, got nan"),
-        (["--store-timeout", "inf"], "--store-timeout must be more than 0 seconds, got inf"),
-    ],
-)
-def test_serve_refuses_a_bad_grace_or_store_timeout_in_one_line(
-    capsys, monkeypatch, tmp_path, argv, message
-):
-    import toolnexus_async.serve as serve
-
-    def must_not_serve(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("served")
-
-    monkeypatch.setattr(serve, "run_server", must_not_serve)
-    monkeypatch.delenv(TOKEN_ENV, raising=False)
-    assert main(["serve", "--store", str(tmp_path / "runs.sqlite"), *argv]) == 2
-    assert capsys.readouterr().err == f"toolnexus-async serve: {message}\n"
-    assert not (tmp_path / "runs.sqlite").exists()
-
-
-@pytest.mark.parametrize(
     ("argv", "grace", "timeout"),
     [([], 30.0, 10.0), (["--grace", "0", "--store-timeout", "2.5"], 0.0, 2.5)],
 )
