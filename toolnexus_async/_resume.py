@@ -27,7 +27,7 @@ from ._messages import ZERO_USAGE, Message
 from ._results import RunResult
 from ._toolkit import Toolkit
 from ._types import Answer, Request, ToolResult
-from ._wire import digest_refusal, named_digest
+from ._wire import approval_claim, claim_refusal
 
 __all__ = ("ResumePlan", "Resuming", "plan_from_transcript", "plan_resume")
 
@@ -82,7 +82,7 @@ def plan_resume(halted: RunResult, answers: Answer | Iterable[Answer]) -> Resume
             )
         if record.call.id in by_call:
             raise UsageError(f"two answers for request {answer.id!r}")
-        mismatch = digest_refusal(record.request, named_digest(answer))
+        mismatch = claim_refusal(record.request, approval_claim(answer))
         if mismatch is not None:
             raise mismatch
         by_call[record.call.id] = (record.request, answer)
@@ -98,7 +98,7 @@ def plan_from_transcript(
         raise AnswerMismatchError(
             answer.id, f"answer {answer.id!r} does not echo the pending request {pending.id!r}"
         )
-    mismatch = digest_refusal(pending, named_digest(answer))
+    mismatch = claim_refusal(pending, approval_claim(answer))
     if mismatch is not None:
         raise mismatch
     turn = HaltedTurn.of(history)

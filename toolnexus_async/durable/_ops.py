@@ -26,7 +26,7 @@ from typing import Any
 
 from .._errors import DamagedRunError, PayloadError, StoreError, UnknownRequestError, UsageError
 from .._results import RunResult
-from .._wire import digest_refusal
+from .._wire import ApprovalClaim, claim_refusal
 from ._decide import Saved, accepted, damaged_reason, judge, saved
 from ._queries import load
 from ._schema import ENDED, OPEN, create
@@ -251,7 +251,12 @@ class Ops:
     # -- answers and leases ---------------------------------------------------------------
 
     def accept(
-        self, answer_id: str, answer: str, now: float, delivered: bool, digest: str | None = None
+        self,
+        answer_id: str,
+        answer: str,
+        now: float,
+        delivered: bool,
+        claim: ApprovalClaim | None = None,
     ) -> Accepted | Exception:
         row = self._one(
             "SELECT q.body, q.run_id, q.call_id, q.status, q.expires_at, r.owner,"
@@ -270,7 +275,7 @@ class Ops:
         if refusal is not None:
             return refusal
         taken = accepted(row)  # before the write: a damaged row is refused, changing nothing
-        mismatch = digest_refusal(taken.request, digest)
+        mismatch = claim_refusal(taken.request, claim)
         if mismatch is not None:
             return mismatch  # it approves another call: nothing taken, the request waits
         self.conn.execute(

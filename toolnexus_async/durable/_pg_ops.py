@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from .._errors import DamagedRunError, StoreError, UnknownRequestError, UsageError
-from .._wire import digest_refusal
+from .._wire import ApprovalClaim, claim_refusal
 from ._decide import Saved, accepted, damaged_reason, judge
 from ._pg_queries import load
 from ._store import Accepted, LeaseLostError, StoredRun, StoreEvent
@@ -291,7 +291,7 @@ class PgOps:
         answer: str,
         now: float,
         delivered: bool,
-        digest: str | None = None,
+        claim: ApprovalClaim | None = None,
     ) -> Accepted | Exception:
         # FOR UPDATE OF q: a second answer to the same request waits here until the first
         # committed, then reads its outcome.
@@ -315,7 +315,7 @@ class PgOps:
             return refusal
         assert values is not None
         taken = accepted(values)  # before the write: a damaged row is refused, changing nothing
-        mismatch = digest_refusal(taken.request, digest)
+        mismatch = claim_refusal(taken.request, claim)
         if mismatch is not None:
             return mismatch  # it approves another call: nothing taken, the request waits
         await conn.execute(

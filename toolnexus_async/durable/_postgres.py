@@ -21,7 +21,7 @@ from typing import Any, Self
 from .._errors import UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._types import Answer, Request
-from .._wire import named_digest
+from .._wire import approval_claim
 from . import _pg_queries as pg_queries
 from ._decide import saved
 from ._pg_ops import PgOps
@@ -202,7 +202,7 @@ class PostgresRunStore:
             return StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered)
 
         return await self._in_transaction(
-            self._ops.accept, answer.id, text, now, delivered, named_digest(answer), tell=answered
+            self._ops.accept, answer.id, text, now, delivered, approval_claim(answer), tell=answered
         )
 
     async def claim(

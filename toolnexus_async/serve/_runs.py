@@ -69,15 +69,17 @@ def _step(record: ToolCallRecord, returns: dict[str, ToolReturn]) -> dict[str, A
     given = returns.get(record.call.id)
     output = given.output if given is not None else record.result.output
     is_error = given.is_error if given is not None else record.result.is_error
-    declined = record.answered_ok is False
-    return {
+    step = {
         "id": record.call.id,
         "name": record.call.name,
         "arguments": record.call.arguments,
         "output": output,
         "is_error": is_error,
-        "declined": declined,
+        "declined": record.answered_ok is False,
     }
+    if record.changed_arguments is not None:  # a hook or the approver changed them
+        step["changed_arguments"] = record.changed_arguments
+    return step
 
 
 def steps_of(result: RunResult) -> list[dict[str, Any]]:
