@@ -430,7 +430,7 @@ async def drive(begun: BegunRun, book: RunBook, record: RunRecord) -> None:
     the 109 objects the collector walked per parked run).
     """
     try:
-        result = await begun._run_with(_Publisher(book.bus, record.id))
+        result = await begun.run(_Publisher(book.bus, record.id))
     except LeaseLostError as exc:
         log.warning("run %s went on on another worker (this one lost its lease)", record.id)
         book.failed(record.id, exc)
