@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import anyio
-import anyio.to_thread
 
 from . import __version__
 from ._client import LlmClient
@@ -28,6 +27,7 @@ from ._demo import DEMO_PROMPT, demo_model, demo_tools
 from ._errors import StoreError, UsageError
 from ._messages import AssistantMessage, Message
 from ._secrets import redact_url
+from ._terminal import terminal_input
 from ._toolkit import Toolkit
 from ._types import Answer, Request, Tool, ToolContext, ToolResult, request_in
 
@@ -97,7 +97,7 @@ class _Terminal:
             return default
         # The prompt goes to the narration stream, so a captured transcript shows it too.
         print(prompt, end="", file=self._out, flush=True)
-        text: str = await anyio.to_thread.run_sync(input, abandon_on_cancel=True)
+        text = await terminal_input()  # not input() in a thread: that holds up Ctrl-C
         return text.strip() or default
 
     async def _confirm(self, request: Request) -> Answer:
