@@ -44,6 +44,7 @@ from .tools.builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_too
 if TYPE_CHECKING:
     from .mcp import McpStatus
     from .mcp._connect import McpServers
+    from .mcp._connection import Connection
 
 __all__ = ("Toolkit",)
 
@@ -177,22 +178,50 @@ class Toolkit(FlagClosing):
         """Connect the MCP servers and register their tools (``async with`` does this).
 
         Returns when every enabled server is connected or has failed; see
-        :attr:`mcp_status`. Call :meth:`aclose` from the same task. Idempotent.
+        :attr:`mcp_status`. Call :meth:`aclose` from the same task. Called again, it
+        connects again every enabled server that is not connected (one whose session
+        ended, or that failed to start), and returns when each has connected or failed.
         """
         self._check_open()
         servers = self._mcp
-        if servers is None or servers.started:
+        if servers is None:
+            return
+        if servers.started:
+            await servers.reconnect()
             return
         await servers.start()
-        from .mcp._tool import tools_of
-
-        taken: set[str] = set()
-        others = dict(self._tools)
+        # In the config's order, so that names are the same on every start; later
+        # changes (a reconnect, a server's list_changed) are applied as they come.
         for connection in servers.connections:
-            if connection.session is None:
-                continue
-            for tool in tools_of(connection, taken, others):
-                self.register(tool)
+            if connection.session is not None:
+                self._mcp_tools(connection)
+        servers.on_tools = self._mcp_tools
+
+    def _mcp_tools(self, connection: Connection) -> None:
+        """Offer the tools ``connection``'s server lists now, in place of those it listed
+        before (a tool it still lists keeps its place)."""
+        if self._closed:
+            return
+        from .mcp._tool import McpTool, tools_of
+
+        taken = {
+            name
+            for name, tool in self._tools.items()
+            if isinstance(tool, McpTool) and tool.connection is not connection
+        }
+        others = {name: tool for name, tool in self._tools.items() if not isinstance(tool, McpTool)}
+        fresh = {tool.name: tool for tool in tools_of(connection, taken, others)}
+        tools: dict[str, Tool] = {}
+        for name, tool in self._tools.items():
+            if isinstance(tool, McpTool) and tool.connection is connection:
+                self._validators.pop(name, None)
+                if name in fresh:
+                    tools[name] = fresh.pop(name)
+            else:
+                tools[name] = tool
+        tools.update(fresh)
+        self._tools = tools
+        self._spec_tuple = tuple(tools.values())
 
     @property
     def mcp_status(self) -> dict[str, McpStatus]:
@@ -211,7 +240,14 @@ class Toolkit(FlagClosing):
                 if getattr(tool, "connection", None) is connection
             )
             status[connection.config.name] = McpStatus(
-                connection.state, connection.error, connection.protocol, mine
+                connection.state,
+                connection.error,
+                connection.protocol,
+                mine,
+                transport=connection.transport,
+                reconnects=connection.reconnects,
+                ended=connection.ended,
+                unsupported=connection.unsupported,
             )
         return status
 
