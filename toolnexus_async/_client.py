@@ -136,18 +136,22 @@ class LlmClient(Resuming, Closing):
             )
         request_headers = {**codec.headers(self.__api_key), **(headers or {})}
         check_headers(request_headers)  # before anything is opened
-        if url_secrets(base) and any(k.lower() == "authorization" for k in request_headers):
-            # aiohttp refuses both at every request: a client that could never work.
-            raise UsageError(
-                "base_url carries credentials (user:password@) and the requests also carry "
-                "an Authorization header (from api_key or headers=): both would be the "
-                "Authorization header; keep one"
-            )
         if transport is None:
             transport = AiohttpTransport()
         elif not isinstance(transport, Transport):
             raise UsageError(
                 f"transport must have send(), stream() and aclose(), got {type(transport).__name__}"
+            )
+        if (
+            isinstance(transport, AiohttpTransport)
+            and url_secrets(base)
+            and any(k.lower() == "authorization" for k in request_headers)
+        ):
+            # aiohttp refuses both at every request: a client that could never work.
+            raise UsageError(
+                "base_url carries credentials (user:password@) and the requests also carry "
+                "an Authorization header (from api_key or headers=): both would be the "
+                "Authorization header; keep one"
             )
         self._transport: Transport | None = transport
         model_impl = HttpModel(
