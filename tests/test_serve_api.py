@@ -65,15 +65,18 @@ class Events:
         self.response = response
         self.comments: list[str] = []
         self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.ids: list[int | None] = []  # the SSE id of each event of ``seen``
 
     async def next(self) -> tuple[str, dict[str, Any]]:
-        name, data = "", ""
+        name, data, seq = "", "", None
         while True:
             line = (await self.response.content.readline()).decode()
             assert line, "the event stream ended"
             line = line.rstrip("\n")
             if line.startswith(":"):
                 self.comments.append(line)
+            elif line.startswith("id: "):
+                seq = int(line.removeprefix("id: "))
             elif line.startswith("event: "):
                 name = line.removeprefix("event: ")
             elif line.startswith("data: "):
@@ -81,6 +84,7 @@ class Events:
             elif line == "" and name:
                 event = (name, json.loads(data))
                 self.seen.append(event)
+                self.ids.append(seq)
                 return event
 
     async def until(self, name: str, **match: Any) -> dict[str, Any]:
