@@ -9,6 +9,7 @@ or a PostgreSQL database of tests/pg.py).
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from toolnexus_async import (
     define_tool,
 )
 from toolnexus_async.durable import PostgresRunStore, RunStore, SqliteRunStore
+from toolnexus_async.serve._app import OPENAPI
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -248,3 +250,16 @@ def test_a_bad_max_active_runs_is_refused():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(UsageError, match="max_active_runs"):
             app_with(model, [ask], max_active_runs=bad)
+
+
+def test_the_openapi_description_has_the_lists_parameters_and_the_429():
+    spec = json.loads(OPENAPI.read_text())
+    paths = spec["paths"]
+    names = [p["name"] for p in paths["/runs"]["get"]["parameters"]]
+    assert names == ["limit", "cursor", "status", "q"]
+    names = [p["name"] for p in paths["/requests"]["get"]["parameters"]]
+    assert names == ["limit", "cursor", "kind", "q", "run"]
+    assert "Retry-After" in paths["/runs"]["post"]["responses"]["429"]["headers"]
+    for listed in ("RunList", "RequestList"):
+        assert spec["components"]["schemas"][listed]["required"][1:] == ["next", "total", "counts"]
+    assert "Last-Event-ID" in paths["/events"]["get"]["description"]
