@@ -41,6 +41,14 @@ async def stream_of(worker: Server, last_id: int | None = None) -> AsyncIterator
         yield Events(response)
 
 
+async def two_workers(stack: AsyncExitStack, dsn: str, tmp_path: Path) -> tuple[Server, Server]:
+    """Workers ``a`` and ``b`` on ``dsn`` (the effects table their tool writes made first),
+    stopped with ``stack``."""
+    await stack.enter_async_context(database(dsn))
+    a = await stack.enter_async_context(start(dsn, tmp_path, "a"))
+    return a, await stack.enter_async_context(start(dsn, tmp_path, "b"))
+
+
 def start(dsn: str, tmp_path: Path, name: str) -> Any:
     command = [sys.executable, "-m", "tests.serve_worker", dsn, TOKEN, LEASE]
     return server(command, tmp_path / f"{name}.log")
@@ -79,9 +87,7 @@ def per_run(stream: Events, run_id: str) -> list[str]:
 async def test_three_workers_show_every_run_as_the_store_has_it(pg_dsn: str, tmp_path: Path):
     with anyio.fail_after(LIMIT):
         async with AsyncExitStack() as stack:
-            await stack.enter_async_context(database(pg_dsn))  # the workers' effects table
-            a = await stack.enter_async_context(start(pg_dsn, tmp_path, "a"))
-            b = await stack.enter_async_context(start(pg_dsn, tmp_path, "b"))
+            a, b = await two_workers(stack, pg_dsn, tmp_path)
             on_a = await stack.enter_async_context(stream_of(a))
             on_b = await stack.enter_async_context(stream_of(b))
 
@@ -119,7 +125,7 @@ async def test_three_workers_show_every_run_as_the_store_has_it(pg_dsn: str, tmp
                 dict.fromkeys(runs, ("done", "done"))
             )
             pids = {w.name: w.process.pid for w in (a, b, c)}
-            shown = {}
+            shown: dict[str, list[dict[str, Any]]] = {}
             for worker in (a, b, c):
                 listed = await worker.runs()
                 assert {r: listed[r]["status"] for r in runs} == dict.fromkeys(runs, "done")
@@ -149,9 +155,7 @@ async def test_three_workers_show_every_run_as_the_store_has_it(pg_dsn: str, tmp
 async def test_a_stream_resumed_on_another_worker_misses_nothing(pg_dsn: str, tmp_path: Path):
     with anyio.fail_after(LIMIT):
         async with AsyncExitStack() as stack:
-            await stack.enter_async_context(database(pg_dsn))  # the workers' effects table
-            a = await stack.enter_async_context(start(pg_dsn, tmp_path, "a"))
-            b = await stack.enter_async_context(start(pg_dsn, tmp_path, "b"))
+            a, b = await two_workers(stack, pg_dsn, tmp_path)
             whole = await stack.enter_async_context(stream_of(a))
             first = await a.start_run("pay 1")
             async with stream_of(b) as cut:
