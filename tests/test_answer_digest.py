@@ -10,7 +10,8 @@ store (``DurableHost.answer`` on a halted run, as after a restart on another wor
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -55,9 +56,10 @@ class Pay:
         self.toolkit = Toolkit.create(builtins=False, extra_tools=[pay])
 
 
-def gated(pay: Pay, **kw: Any) -> LlmClient:
+def gated(pay: Pay, wait_for: Inbox | None = None, **kw: Any) -> LlmClient:
     """A client whose ``pay`` tool runs only once ``require_approval`` is answered."""
-    return LlmClient.in_process(model, hooks=Hooks(before_tool=require_approval(["pay"])), **kw)
+    gate = Hooks(before_tool=require_approval(["pay"]))
+    return LlmClient.in_process(model, hooks=gate, wait_for=wait_for, **kw)
 
 
 async def test_the_digest_is_of_the_tool_and_its_canonical_arguments():
@@ -69,16 +71,18 @@ async def test_the_digest_is_of_the_tool_and_its_canonical_arguments():
 
 
 @asynccontextmanager
-async def parked(pay: Pay) -> AsyncIterator[tuple[Inbox, Request, list[RunResult]]]:
-    """A run of "pay" parked on the gate's request in an Inbox: ``(inbox, request,
-    results)``; on the way out, waits until the run ended (its result in ``results``)."""
+async def parked(
+    toolkit: Toolkit, make_client: Callable[[Inbox], LlmClient]
+) -> AsyncIterator[tuple[Inbox, Request, list[RunResult]]]:
+    """A run of "pay" parked on one request in an Inbox: ``(inbox, request, results)``;
+    on the way out, waits until the run ended (its result in ``results``)."""
     inbox = Inbox()
     results: list[RunResult] = []
     with anyio.fail_after(LIMIT):
-        async with gated(pay, wait_for=inbox) as client, anyio.create_task_group() as tg:
+        async with make_client(inbox) as client, anyio.create_task_group() as tg:
 
             async def run() -> None:
-                results.append(await client.run("pay", pay.toolkit))
+                results.append(await client.run("pay", toolkit))
 
             tg.start_soon(run)
             await until(lambda: len(inbox) == 1)
@@ -89,7 +93,11 @@ async def parked(pay: Pay) -> AsyncIterator[tuple[Inbox, Request, list[RunResult
 
 async def test_a_parked_run_refuses_an_answer_for_another_call_and_still_waits():
     pay = Pay()
-    async with parked(pay) as (inbox, request, results):
+    async with parked(pay.toolkit, functools.partial(gated, pay)) as (
+        inbox,
+        request,
+        results,
+    ):
         assert request.data is not None
         digest = request.data["digest"]
         assert digest == call_digest("pay", request.data["arguments"])
@@ -122,21 +130,20 @@ async def test_a_stored_run_refuses_an_answer_for_another_call_and_takes_nothing
 
 async def test_an_answer_naming_no_digest_is_taken_as_before():
     pay = Pay()
-    async with parked(pay) as (inbox, request, _):
+    async with parked(pay.toolkit, functools.partial(gated, pay)) as (inbox, request, _):
         inbox.answer(Answer(request.id, True))
     assert len(pay.paid) == 1
 
 
-async def test_serve_answers_409_to_an_approval_of_another_call():
-    """Over HTTP: the request lists its digest; an answer naming another is 409 and the
-    run still waits; the answer the page sends (the digest it showed) goes through."""
-    pay = Pay()
+@asynccontextmanager
+async def served(
+    toolkit: Toolkit, make_client: Callable[[Inbox], LlmClient]
+) -> AsyncIterator[tuple[Any, Any, str, dict[str, Any]]]:
+    """serve with a run of "pay" parked on one request: ``(http, stream, run id, the
+    request as listed)``."""
     app = closing(
         create_app(
-            make_client=lambda inbox: gated(pay, wait_for=inbox),
-            toolkit=pay.toolkit,
-            store=(store := MemoryRunStore()),
-            token=TOKEN,
+            make_client=make_client, toolkit=toolkit, store=(store := MemoryRunStore()), token=TOKEN
         ),
         store,
     )
@@ -145,16 +152,24 @@ async def test_serve_answers_409_to_an_approval_of_another_call():
             status, started = await post(http, "/runs", {"prompt": "pay"})
             assert status == 202
             pending = (await stream.until("pending", run_id=started["id"]))["request"]
-            digest = pending["data"]["digest"]
-            path = f"/requests/{pending['id']}/answer"
-            status, body = await post(http, path, {"ok": True, "data": {"digest": WRONG}})
-            assert status == 409 and "not what would run" in body["error"]
-            assert pay.paid == []
-            assert await post(http, path, {"ok": True, "data": {"digest": digest}}) == (
-                200,
-                {"id": pending["id"], "ok": True},
-            )
-            await stream.until("done", run_id=started["id"])
+            yield http, stream, started["id"], pending
+
+
+async def test_serve_answers_409_to_an_approval_of_another_call():
+    """Over HTTP: the request lists its digest; an answer naming another is 409 and the
+    run still waits; the answer the page sends (the digest it showed) goes through."""
+    pay = Pay()
+    async with served(pay.toolkit, functools.partial(gated, pay)) as (http, stream, run, pending):
+        digest = pending["data"]["digest"]
+        path = f"/requests/{pending['id']}/answer"
+        status, body = await post(http, path, {"ok": True, "data": {"digest": WRONG}})
+        assert status == 409 and "not what would run" in body["error"]
+        assert pay.paid == []
+        assert await post(http, path, {"ok": True, "data": {"digest": digest}}) == (
+            200,
+            {"id": pending["id"], "ok": True},
+        )
+        await stream.until("done", run_id=run)
     assert pay.paid == ["paid"]
 
 

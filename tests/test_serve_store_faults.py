@@ -358,8 +358,10 @@ def test_serve_hands_the_grace_and_the_store_timeout_on(
 
 
 async def test_serve_with_a_store_it_cannot_open_says_so_in_one_line(tmp_path):
+    """A file that is no database (a path that can name none: tests/test_serve_log.py)."""
+    (tmp_path / "runs.sqlite").write_text("not a database, " * 512)
     command = [sys.executable, "-m", "toolnexus_async", "serve", "--port", "0"]
-    command += ["--store", str(tmp_path / "missing" / "runs.sqlite")]
+    command += ["--store", str(tmp_path / "runs.sqlite")]
     with anyio.fail_after(60):
         done = await anyio.run_process(command, check=False)
     err = done.stderr.decode()

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import anyio
-import anyio.to_thread
 
 from . import __version__
 from ._client import LlmClient
@@ -28,6 +27,7 @@ from ._demo import DEMO_PROMPT, demo_model, demo_tools
 from ._errors import StoreError, UsageError
 from ._messages import AssistantMessage, Message
 from ._secrets import redact_url
+from ._terminal import terminal_input
 from ._toolkit import Toolkit
 from ._types import Answer, Request, Tool, ToolContext, ToolResult, request_in
 
@@ -97,7 +97,7 @@ class _Terminal:
             return default
         # The prompt goes to the narration stream, so a captured transcript shows it too.
         print(prompt, end="", file=self._out, flush=True)
-        text: str = await anyio.to_thread.run_sync(input, abandon_on_cancel=True)
+        text = await terminal_input()  # not input() in a thread: that holds up Ctrl-C
         return text.strip() or default
 
     async def _confirm(self, request: Request) -> Answer:
@@ -180,6 +180,7 @@ async def run_demo(*, assume_yes: bool, prompt: str, out: TextIO | None = None) 
 def run_serve(args: argparse.Namespace) -> int:
     """``toolnexus-async serve``: the approval inbox on the demo model or a real endpoint."""
     from .serve import TOKEN_ENV, ServeInbox, new_token, open_store, run_server, serve_demo_app
+    from .serve._server import serve_logging
 
     style = args.style or "openai"
     url_env = "ANTHROPIC_BASE_URL" if style == "anthropic" else "OPENAI_BASE_URL"
@@ -286,7 +287,8 @@ def run_serve(args: argparse.Namespace) -> int:
         shutdown_timeout=args.grace,
     )
     try:
-        anyio.run(serving)
+        with serve_logging(sys.stderr, access=not args.quiet):
+            anyio.run(serving)
     except OSError as exc:
         print(f"toolnexus-async serve: {_bind_failure(exc, args.host, args.port)}", file=sys.stderr)
         return 1
@@ -420,6 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="keep parked runs out of Python's full garbage collections (a GcFreezer), so "
         "that many parked runs do not stop the server for one (the default; "
         "--no-freeze-gc leaves the collector alone); see docs/serve.md",
+    )
+    serve.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no access log: without it, each request is one line on stderr (client, "
+        "method, path without its query, status, size, time; never a token)",
     )
     serve.add_argument(
         "--insecure-no-auth",

@@ -60,6 +60,8 @@ class _Executes(Protocol):
 
     def get(self, name: str) -> Tool | None: ...
 
+    def check_arguments(self, name: str, args: dict[str, Any]) -> str | None: ...
+
     async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None: ...
 
 
@@ -201,10 +203,11 @@ class Executor:
             if isinstance(action, Settle):
                 # A call the model made counts in the metrics, even when the tool never ran.
                 self._report(call.name, action.outcome.result, time.perf_counter())
+        changed: dict[str, Any] | None = None  # what the latest execution ran with instead
         while True:
             if isinstance(action, Execute):
                 last = action
-                result, by_gate = await self._invoke(call, action)
+                result, by_gate, changed = await self._invoke(call, action)
                 action = rule.executed(result, by_gate=by_gate)
                 del result
             elif isinstance(action, Ask):
@@ -241,11 +244,11 @@ class Executor:
                         await self._journal.suspended(call, pending)
                     if self._on_event is not None:
                         self._on_event(StreamPending(pending, call.id, call.name))
-                return action.outcome
+                return _with_changed(action.outcome, changed)
             else:
                 if action.refusal is not None:
                     await self._tell_refused(call, action.outcome.request, action.refusal)
-                return await self._final(call, last, action.outcome)
+                return await self._final(call, last, _with_changed(action.outcome, changed))
 
     async def _ask(self, rule: CallRule, ask: Ask) -> Settle | Halt | Execute | Ask:
         """Ask a resolver that is not a parking one (or with a wait budget to pause)."""
@@ -275,10 +278,13 @@ class Executor:
                 budget.resume()
         return rule.answered(answer)
 
-    async def _invoke(self, call: ToolCall, action: Execute) -> tuple[ToolResult, bool]:
+    async def _invoke(
+        self, call: ToolCall, action: Execute
+    ) -> tuple[ToolResult, bool, dict[str, Any] | None]:
         """``before_tool`` (if any), then the tool; reports the execution to metrics.
 
-        Returns the result and whether the hook (not the tool) gave it.
+        Returns the result, whether the hook (not the tool) gave it, and the arguments the
+        hook gave instead of the model's (``None``: it changed nothing).
         """
         if self._journal is not None:
             fence = self._journal.fence()
@@ -288,6 +294,7 @@ class Executor:
         ctx = self._context(call, action)
         result: ToolResult | None = None
         by_gate = False
+        changed: dict[str, Any] | None = None
         args = call.arguments
         hooks = self._hooks
         if hooks is not None and hooks.before_tool is not None:
@@ -312,12 +319,19 @@ class Executor:
                 if isinstance(verdict, ToolResult):
                     result = verdict
                     by_gate = request_in(verdict) is not None
-                elif isinstance(verdict, dict):
-                    args = verdict
+                elif isinstance(verdict, dict) and verdict != args:
+                    # Checked even when the toolkit does not validate the model's calls: these
+                    # arguments come from a hook or an approver, after the model's were shown.
+                    args = changed = verdict
+                    problem = self._toolkit.check_arguments(call.name, args)
+                    if problem is not None:
+                        result = ToolResult.error(
+                            f"{problem} (they were changed by a before_tool hook or on approval)"
+                        )
         if result is None:
             result = await self._toolkit.execute(call.name, args, ctx)
         self._report(call.name, result, started)
-        return result, by_gate
+        return result, by_gate, changed
 
     def _report(self, name: str, result: ToolResult, started: float) -> None:
         """One tool execution to metrics: a suspension is "pending", never "error"."""
@@ -396,6 +410,13 @@ async def _loud(turn: Coroutine[Any, Any, list[CallOutcome]]) -> list[CallOutcom
         while isinstance(first, BaseExceptionGroup):
             first = first.exceptions[0]
         raise first from None
+
+
+def _with_changed(outcome: CallOutcome, changed: dict[str, Any] | None) -> CallOutcome:
+    """``outcome``, saying which arguments the tool ran with instead of the model's."""
+    if changed is None:
+        return outcome
+    return CallOutcome(outcome.result, outcome.request, outcome.answered_ok, changed)
 
 
 async def _ready(outcome: CallOutcome) -> CallOutcome:

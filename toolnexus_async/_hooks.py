@@ -110,13 +110,23 @@ def require_approval(
     *,
     prompt: Callable[[str, Mapping[str, Any]], str] | None = None,
     toolkit: Toolkit | None = None,
+    editable: bool = False,
 ) -> BeforeTool:
     """A ``before_tool`` hook that asks for approval before any of ``tools`` runs.
 
-    The call suspends with ``kind="approval"`` (``data`` holds the tool name and the
-    arguments); approved, it runs with those arguments; declined, the model is told
-    ``declined/expired: <prompt>`` and the tool never runs. Without ``wait_for`` the run
-    halts on the request like on any other.
+    The call suspends with ``kind="approval"`` (``data`` holds the tool name, the
+    arguments and their ``digest``); approved, it runs with those arguments; declined, the
+    model is told ``declined/expired: <prompt>`` and the tool never runs. Without
+    ``wait_for`` the run halts on the request like on any other.
+
+    ``editable=True`` lets the approver change the arguments: the request says so
+    (``data["editable"]``), and an approving answer may carry ``data["arguments"]`` (with
+    the request's ``data["digest"]``, naming the call it changes). The tool then runs with
+    those, once they pass its ``input_schema`` (else it does not run and the model is told
+    why), and the call's :class:`ToolCallRecord` keeps both (``arguments`` and
+    ``changed_arguments``). Without it, an answer that changes the arguments is refused
+    (:class:`AnswerMismatchError` from an inbox or a store; an error result, nothing run,
+    when a ``wait_for`` resolver returns it).
 
     ``tools`` is a non-empty list of tool names; a string, an empty list or a name that is
     not a string is a :class:`UsageError`. Every name must be a tool: with ``toolkit``
@@ -131,7 +141,10 @@ def require_approval(
     >>> data["tool"], data["arguments"], data["gate"], data["digest"][:7]
     ('bash', {'command': 'rm -rf build'}, 'require_approval', 'sha256:')
     """
-    gate = _Gate(_guarded(tools), prompt)
+    if not isinstance(editable, bool):
+        # A string "no" would be truthy: what decides who may change a call fails closed.
+        raise UsageError(f"require_approval: editable must be True or False, got {editable!r}")
+    gate = _Gate(_guarded(tools), prompt, editable)
     if toolkit is not None:
         check_gate(gate, toolkit)
     return gate
@@ -159,42 +172,65 @@ class _Gate:
     """The hook ``require_approval`` returns: callable like any ``before_tool``, and
     knowing its names, so a run can check them against its toolkit (``check_gate``)."""
 
-    __slots__ = ("guarded", "prompt")
+    __slots__ = ("editable", "guarded", "prompt")
 
     def __init__(
-        self, guarded: frozenset[str], prompt: Callable[[str, Mapping[str, Any]], str] | None
+        self,
+        guarded: frozenset[str],
+        prompt: Callable[[str, Mapping[str, Any]], str] | None,
+        editable: bool = False,
     ) -> None:
         self.guarded = guarded
         self.prompt = prompt
+        self.editable = editable
 
     def __repr__(self) -> str:
-        return f"require_approval({sorted(self.guarded)!r})"
+        edits = ", editable=True" if self.editable else ""
+        return f"require_approval({sorted(self.guarded)!r}{edits})"
 
     async def __call__(
         self, name: str, args: dict[str, Any], ctx: ToolContext
-    ) -> ToolResult | None:
+    ) -> ToolResult | dict[str, Any] | None:
         if name not in self.guarded:
             return None
         if ctx is not None and ctx.answer is not None and ctx.answer.ok:
-            return None  # the retry after the approval: let the tool run
+            return self._approved(name, args, ctx.answer.data)
         prompt = self.prompt
         text = prompt(name, args) if prompt is not None else f"Allow {name} with {args!r}?"
-        return ToolResult.pending(
-            Request(
-                "",
-                "approval",
-                text,
-                # "gate" marks the request as the hook's, not the tool's, so that a run
-                # halted on it and resumed (maybe in another process) still runs the tool
-                # without handing it this approval as its own answer.
-                data={
-                    "tool": name,
-                    "arguments": dict(args),
-                    "gate": GATE,
-                    "digest": call_digest(name, args),
-                },
+        data: dict[str, Any] = {
+            "tool": name,
+            "arguments": dict(args),
+            # "gate" marks the request as the hook's, not the tool's, so that a run halted
+            # on it and resumed (maybe in another process) still runs the tool without
+            # handing it this approval as its own answer.
+            "gate": GATE,
+            "digest": call_digest(name, args),
+        }
+        if self.editable:
+            data["editable"] = True
+        return ToolResult.pending(Request("", "approval", text, data=data))
+
+    def _approved(
+        self, name: str, args: dict[str, Any], data: Mapping[str, Any] | None
+    ) -> ToolResult | dict[str, Any] | None:
+        """The retry after the approval: the tool runs as shown (``None``), with the
+        approver's arguments, or not at all when they may not be changed."""
+        if data is None or "arguments" not in data or data["arguments"] == args:
+            return None
+        changed = data["arguments"]
+        # An inbox or a store refuses such an answer; a wait_for resolver's is seen here.
+        if not self.editable:
+            return ToolResult.error(
+                f"the approval of {name!r} changed its arguments, but this require_approval "
+                f"gate was not made with editable=True, so only the arguments shown may run; "
+                f"nothing ran"
             )
-        )
+        if not isinstance(changed, dict):
+            return ToolResult.error(
+                f"the approval of {name!r} gave arguments as {type(changed).__name__}, not "
+                f"an object; nothing ran"
+            )
+        return dict(changed)
 
 
 def call_digest(tool: str, args: Mapping[str, Any]) -> str:

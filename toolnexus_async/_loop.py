@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -84,6 +85,9 @@ class CallOutcome:
     result: ToolResult
     request: Request | None = None
     answered_ok: bool | None = None
+    # What the tool was given instead of the model's arguments (a hook or an approver changed
+    # them); None when it got the model's.
+    changed_arguments: dict[str, Any] | None = None
 
 
 @attrs.define
@@ -113,9 +117,12 @@ Action = CallModel | RunTools | Finish
 
 
 # One executed call, until its ToolCallRecord is needed: (call, turn, request, answered_ok,
-# kept), where ``kept`` is the tool's result, or the ToolReturn it was copied into when that
-# says it all (a plain ToolResult without metadata).
-_Entry = tuple[ToolCall, int, Request | None, bool | None, ToolResult | ToolReturn]
+# kept, changed), where ``kept`` is the tool's result, or the ToolReturn it was copied into
+# when that says it all (a plain ToolResult without metadata), and ``changed`` the
+# arguments the tool got instead of the model's (None: the model's).
+_Entry = tuple[
+    ToolCall, int, Request | None, bool | None, ToolResult | ToolReturn, dict[str, Any] | None
+]
 
 # The stop reasons of a reply cut by the model's output limit: openai's finish_reason,
 # anthropic's stop_reason.
@@ -260,11 +267,13 @@ class RunLoop:
         if entries:
             if self._records is _NO_RECORDS:
                 self._records = []
-            for call, turn, request, answered_ok, kept in entries:
+            for call, turn, request, answered_ok, kept, changed in entries:
                 result = (
                     kept if isinstance(kept, ToolResult) else ToolResult(kept.output, kept.is_error)
                 )
-                self._records.append(ToolCallRecord(call, result, turn, request, answered_ok))
+                self._records.append(
+                    ToolCallRecord(call, result, turn, request, answered_ok, changed)
+                )
             entries.clear()
         return self._records
 
@@ -340,7 +349,16 @@ class RunLoop:
                     kept = message  # the same output and flag: the result is rebuilt from it
             else:
                 suspended = True
-            entries.append((call, self.turns, outcome.request or still, outcome.answered_ok, kept))
+            entries.append(
+                (
+                    call,
+                    self.turns,
+                    outcome.request or still,
+                    outcome.answered_ok,
+                    kept,
+                    outcome.changed_arguments,
+                )
+            )
         self._calls = ()
         if suspended:
             # The suspended calls stay without a result: the transcript alone says where the

@@ -38,6 +38,11 @@ class ToolCallRecord:
 
     ``request`` is the suspension the call raised, if any; ``answered_ok`` says how the
     host answered it (``None`` when it was not answered).
+
+    ``arguments`` are always the model's. ``changed_arguments`` are those the tool was given
+    instead, when a ``before_tool`` hook or an approver (``require_approval(...,
+    editable=True)``) changed them; ``None`` when the tool got the model's. Both are kept,
+    so the history shows what was asked and what ran.
     """
 
     call: ToolCall
@@ -45,6 +50,7 @@ class ToolCallRecord:
     turn: int
     request: Request | None = None
     answered_ok: bool | None = None
+    changed_arguments: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -180,6 +186,8 @@ def record_to_json(record: ToolCallRecord) -> dict[str, Any]:
         out["request"] = record.request.to_dict()
     if record.answered_ok is not None:
         out["answered_ok"] = record.answered_ok
+    if record.changed_arguments is not None:
+        out["changed_arguments"] = record.changed_arguments
     return out
 
 
@@ -193,12 +201,16 @@ def record_from_json(item: object, where: str) -> ToolCallRecord:
     if answered is not None and not isinstance(answered, bool):
         raise PayloadError(f"{where}.answered_ok must be a bool")
     request = item.get("request")
+    changed = item.get("changed_arguments")
+    if changed is not None and not isinstance(changed, dict):
+        raise PayloadError(f"{where}.changed_arguments must be an object")
     return ToolCallRecord(
         call_from_json(item.get("call"), f"{where}.call"),
         _result_from_json(item.get("result"), f"{where}.result"),
         turn,
         Request.from_dict(request) if request is not None else None,
         answered,
+        changed,
     )
 
 

@@ -261,8 +261,7 @@ class Toolkit(FlagClosing):
             self._check_open()
         tool = self._tools.get(name)
         if tool is None:
-            known = ", ".join(self._tools) or "none"
-            return ToolResult.error(f"unknown tool {name!r}; available tools: {known}")
+            return ToolResult.error(self._unknown(name))
         if self._validate:
             problem = self._check_arguments(tool, args)
             if problem is not None:
@@ -302,6 +301,22 @@ class Toolkit(FlagClosing):
             # The type only: an exception's text may carry what the tool was sent.
             log.warning("tool %r raised %s in refused(); ignored", name, type(exc).__name__)
             log.debug("tool %r raised in refused()", name, exc_info=True)
+
+    def check_arguments(self, name: str, args: dict[str, Any]) -> str | None:
+        """What is wrong with calling the tool ``name`` with ``args`` (unknown tool, or
+        arguments its ``input_schema`` refuses), or ``None`` when nothing is. Checks even
+        when the toolkit was made with ``validate=False``.
+
+        >>> Toolkit().check_arguments("nope", {})
+        "unknown tool 'nope'; available tools: none"
+        """
+        tool = self._tools.get(name)
+        if tool is None:
+            return self._unknown(name)
+        return self._check_arguments(tool, args)
+
+    def _unknown(self, name: str) -> str:
+        return f"unknown tool {name!r}; available tools: {', '.join(self._tools) or 'none'}"
 
     def _check_arguments(self, tool: Tool, args: dict[str, Any]) -> str | None:
         check = self._validators.get(tool.name)

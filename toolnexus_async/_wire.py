@@ -230,29 +230,78 @@ class Answer:
         )
 
 
-def named_digest(answer: Answer) -> str | None:
-    """The digest an approving answer says it approves (``data["digest"]``), if it names one.
+@fast_init
+@attrs.frozen
+class ApprovalClaim:
+    """What an approving answer says about the call it approves: the ``digest`` it names
+    (``data["digest"]``), and the ``arguments`` it gives (``data["arguments"]``) when
+    ``edits`` (the key is present). Checked against the request by :func:`claim_refusal`,
+    wherever an answer is taken (an inbox, a store, a resume)."""
+
+    digest: str | None
+    arguments: object = None
+    edits: bool = False
+
+
+def approval_claim(answer: Answer) -> ApprovalClaim | None:
+    """The claim an approving answer makes, or ``None`` when it makes none.
 
     An approval request of the acting built-ins and of ``require_approval`` carries
     ``data["digest"]``, a SHA-256 over exactly what will run; a client that echoes it in its
-    answer binds the answer to what it showed (:func:`digest_refusal`)."""
-    if not answer.ok or answer.data is None:
+    answer binds the answer to what it showed. An answer to a ``require_approval(...,
+    editable=True)`` request may also carry changed ``data["arguments"]``."""
+    data = answer.data
+    if not answer.ok or data is None:
         return None
-    digest = answer.data.get("digest")
-    return digest if isinstance(digest, str) else None
+    digest = data.get("digest")
+    named = digest if isinstance(digest, str) else None
+    if "arguments" in data:
+        return ApprovalClaim(named, data["arguments"], edits=True)
+    return ApprovalClaim(named) if named is not None else None
 
 
-def digest_refusal(request: Request, named: str | None) -> AnswerMismatchError | None:
-    """The refusal of an answer that approves another call than ``request`` shows: it names
-    a digest, and the request's is another (a stale page, a crossed answer). An answer that
-    names none is not refused here."""
-    if named is None or request.data is None:
+def claim_refusal(request: Request, claim: ApprovalClaim | None) -> AnswerMismatchError | None:
+    """The refusal of an answer that approves another call than ``request`` shows, or
+    ``None`` when it may be taken.
+
+    Refused: a named digest that is not the request's (a stale page, a crossed answer);
+    changed arguments for a request that does not take them (only a ``require_approval(...,
+    editable=True)`` request does), that are not a JSON object, or that do not name the
+    digest of the call they change. Arguments equal to the request's are no change. An
+    answer that names nothing is not refused here."""
+    if claim is None:
         return None
-    shown = request.data.get("digest")
-    if not isinstance(shown, str) or shown == named:
+    data = request.data or {}
+    shown = data.get("digest")
+    if claim.digest is not None and isinstance(shown, str) and shown != claim.digest:
+        return _refused(
+            request,
+            f"the answer to request {request.id!r} approves {claim.digest!r}, but the request "
+            f"is for {shown!r}: what was approved is not what would run",
+        )
+    if not claim.edits or claim.arguments == data.get("arguments"):
         return None
-    return AnswerMismatchError(
-        request.id,
-        f"the answer to request {request.id!r} approves {named!r}, but the request is for "
-        f"{shown!r}: what was approved is not what would run, so nothing was taken",
-    )
+    if data.get("editable") is not True:
+        return _refused(
+            request,
+            f"the answer to request {request.id!r} changes the arguments, but the request "
+            f"does not take changed arguments (only require_approval(..., editable=True) "
+            f"does): approve it as shown, without data['arguments'], or decline it",
+        )
+    if not isinstance(claim.arguments, dict):
+        return _refused(
+            request,
+            f"the answer to request {request.id!r} gives data['arguments'] as "
+            f"{type(claim.arguments).__name__}; changed arguments must be a JSON object",
+        )
+    if claim.digest is None:
+        return _refused(
+            request,
+            f"the answer to request {request.id!r} changes the arguments without naming the "
+            f"call it changes: echo the request's data['digest'] with them",
+        )
+    return None
+
+
+def _refused(request: Request, why: str) -> AnswerMismatchError:
+    return AnswerMismatchError(request.id, f"{why}, so nothing was taken")

@@ -113,7 +113,12 @@ class RunJournal:
 
     def settled(self, call: ToolCall, outcome: CallOutcome) -> Awaitable[None]:
         record = ToolCallRecord(
-            call, outcome.result, self._turn, outcome.request, outcome.answered_ok
+            call,
+            outcome.result,
+            self._turn,
+            outcome.request,
+            outcome.answered_ok,
+            outcome.changed_arguments,
         )
         return self._kept(lambda: self._store.record(self._run_id, record, self._owner))
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._errors import DamagedRunError, PayloadError, StoreError, UnknownRequestError, UsageError
 from .._results import RunResult
-from .._wire import digest_refusal
+from .._wire import ApprovalClaim, claim_refusal
 from ._decide import Saved, accepted, damaged_reason, judge, saved
 from ._queries import load
 from ._run_events import EVENTS_KEEP, EventRow, answered, failed
@@ -312,7 +312,7 @@ class Ops:
         answer: str,
         now: float,
         delivered: bool,
-        digest: str | None = None,
+        claim: ApprovalClaim | None = None,
         ok: bool = True,
         reason: str | None = None,
         by: str | None = None,
@@ -335,7 +335,7 @@ class Ops:
         if refusal is not None:
             return refusal
         taken = accepted(row)  # before the write: a damaged row is refused, changing nothing
-        mismatch = digest_refusal(taken.request, digest)
+        mismatch = claim_refusal(taken.request, claim)
         if mismatch is not None:
             return mismatch  # it approves another call: nothing taken, the request waits
         self.conn.execute(

@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from .._errors import DamagedRunError, StoreError, UnknownRequestError, UsageError
-from .._wire import digest_refusal
+from .._wire import ApprovalClaim, claim_refusal
 from ._decide import Saved, accepted, damaged_reason, judge
 from ._pg_queries import load
 from ._run_events import EVENTS_KEEP, EventRow, answered, failed
@@ -356,7 +356,7 @@ class PgOps:
         answer: str,
         now: float,
         delivered: bool,
-        digest: str | None = None,
+        claim: ApprovalClaim | None = None,
         ok: bool = True,
         reason: str | None = None,
         by: str | None = None,
@@ -386,7 +386,7 @@ class PgOps:
             return refusal
         assert values is not None
         taken = accepted(values)  # before the write: a damaged row is refused, changing nothing
-        mismatch = digest_refusal(taken.request, digest)
+        mismatch = claim_refusal(taken.request, claim)
         if mismatch is not None:
             return mismatch  # it approves another call: nothing taken, the request waits
         await conn.execute(

@@ -21,7 +21,7 @@ from typing import Any, Self
 from .._errors import UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._types import Answer, Request
-from .._wire import named_digest
+from .._wire import approval_claim
 from . import _pg_queries as pg_queries
 from . import _run_events as run_events
 from ._decide import saved
@@ -230,7 +230,7 @@ class PostgresRunStore:
             text,
             now,
             delivered,
-            named_digest(answer),
+            approval_claim(answer),
             answer.ok,
             answer.reason,
             by,

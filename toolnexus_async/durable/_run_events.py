@@ -142,9 +142,8 @@ def tool_result(run_id: str, record: ToolCallRecord) -> EventRow:
         "is_error": result.is_error,
         "declined": record.answered_ok is False,
     }
-    changed = getattr(record, "changed_arguments", None)
-    if changed is not None:
-        data["changed_arguments"] = changed
+    if record.changed_arguments is not None:
+        data["changed_arguments"] = record.changed_arguments
     return _row(run_id, "tool_result", data)
 
 

@@ -47,7 +47,7 @@ from .._errors import StoreError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._sqlite_file import spoilt, store_error, writable
 from .._types import Answer, Request
-from .._wire import named_digest
+from .._wire import approval_claim
 from . import _listing as listing
 from . import _queries as queries
 from . import _run_events as run_events
@@ -357,7 +357,7 @@ class SqliteRunStore:
         text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
         taken: Accepted = await self._write(
             Ops.accept,
-            (answer.id, text, now, delivered, named_digest(answer), answer.ok, answer.reason, by),
+            (answer.id, text, now, delivered, approval_claim(answer), answer.ok, answer.reason, by),
         )
         self._tell(StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered))
         return taken

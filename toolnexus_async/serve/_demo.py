@@ -21,6 +21,7 @@ import math
 import os
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -246,10 +247,28 @@ def open_store(where: str | os.PathLike[str], *, timeout: float = 10.0) -> RunSt
     ``timeout`` is how long one store call may take, a held lock included, before it fails
     with :class:`~toolnexus_async.StoreUnavailableError` (PostgreSQL's ``command_timeout``
     and ``call_timeout``, SQLite's ``timeout``). Nothing is opened yet: the store connects
-    on first use.
+    on first use. A path that cannot name a SQLite file, in a folder that does not exist or
+    naming a folder, is a :class:`~toolnexus_async.UsageError` saying so: no retry mends it.
     """
     if not 0 < timeout < math.inf:
         raise UsageError(f"the store timeout must be > 0 seconds, and finite, got {timeout}")
     if isinstance(where, str) and where.startswith(("postgresql://", "postgres://")):
         return PostgresRunStore(where, command_timeout=timeout, call_timeout=timeout)
+    _check_file(Path(where))
     return SqliteRunStore(where, timeout=timeout)
+
+
+def _check_file(path: Path) -> None:
+    if path.is_dir():
+        raise UsageError(
+            f"run store {path} is a folder, not a file: name a file in it, such as "
+            f"{path / 'toolnexus-runs.sqlite'}"
+        )
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"run store {path}: {folder} is a file, not a folder")
+    if not folder.exists():
+        raise UsageError(
+            f"run store {path}: the folder {folder} does not exist; create it, or name a "
+            "file in a folder that exists"
+        )

@@ -101,10 +101,8 @@ def _step(
         "declined": record.answered_ok is False,
         "turn": record.turn,
     }
-    # ToolCallRecord.changed_arguments is on its way (the lead's change); shown once it is.
-    changed = getattr(record, "changed_arguments", None)
-    if changed is not None:
-        step["changed_arguments"] = changed
+    if record.changed_arguments is not None:  # a hook or the approver changed them
+        step["changed_arguments"] = record.changed_arguments
     row = asked.get((record.turn, record.call.id))
     request = record.request or (row.request if row is not None else None)
     if request is not None:

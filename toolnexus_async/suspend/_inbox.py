@@ -44,7 +44,7 @@ from .._errors import (
     UsageError,
 )
 from .._types import Answer, HaltRun, Request
-from .._wire import digest_refusal, named_digest
+from .._wire import approval_claim, claim_refusal
 
 __all__ = ("Inbox",)
 
@@ -215,7 +215,7 @@ class Inbox:
         slot = self._slots.get(answer.id)
         if slot is None or slot.done():
             raise self._refusal(answer.id)
-        mismatch = digest_refusal(slot.request, named_digest(answer))
+        mismatch = claim_refusal(slot.request, approval_claim(answer))
         if mismatch is not None:
             raise mismatch  # the request stays parked: a fitting answer may still come
         del self._slots[answer.id]
