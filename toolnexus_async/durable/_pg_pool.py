@@ -29,6 +29,7 @@ from .._errors import ToolnexusError, UsageError
 from ._pg_errors import PgErrors
 from ._pg_ops import CHANNEL, event_payload
 from ._pg_schema import ensure
+from ._run_events import Watchers
 from ._store import StoreEvent
 
 __all__ = ("PgConnections",)
@@ -88,7 +89,8 @@ class PgConnections:
         self._idle = anyio.Event()
         self._idle.set()
         self._listeners: list[Callable[[StoreEvent], None]] = []
-        self._watchers: list[Callable[[], None]] = []
+        # Told after each write here, and each event heard: a write of this store ended.
+        self.committed = Watchers()
         self._listening: Any = None  # the LISTEN connection, once a listener came
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -281,16 +283,7 @@ class PgConnections:
 
     def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
         """``callback()`` after each write here (:meth:`committed`) and each event heard."""
-        self._watchers.append(callback)
-        return lambda: self._watchers.remove(callback) if callback in self._watchers else None
-
-    def committed(self) -> None:
-        """A write of this store ended (committed or not): the watchers look."""
-        for callback in tuple(self._watchers):
-            try:
-                callback()
-            except Exception:
-                log.exception("a run store watcher raised")
+        return self.committed.add(callback)
 
     def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         self.committed()

@@ -23,6 +23,8 @@ Rules of this module:
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -38,6 +40,7 @@ __all__ = (
     "EventRow",
     "EventTail",
     "StoredEvent",
+    "Watchers",
     "answered",
     "done",
     "expired_request",
@@ -49,6 +52,8 @@ __all__ = (
     "tool_calls",
     "tool_result",
 )
+
+log = logging.getLogger("toolnexus_async.durable")
 
 # Events kept in the store (the newest): a client reconnecting with an older id is told
 # to fetch the lists again (a ``snapshot``). At a few hundred bytes each, tens of MB.
@@ -76,6 +81,28 @@ class EventRead:
 
     events: tuple[StoredEvent, ...]
     in_progress: frozenset[int] = frozenset()
+
+
+class Watchers:
+    """The callbacks of a store's ``watch``: each told, quickly, that new events may have
+    been committed; one that raises is logged and the others are still told."""
+
+    __slots__ = ("_callbacks",)
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[], None]] = []
+
+    def add(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Watch from now on; returns the function that stops it."""
+        self._callbacks.append(callback)
+        return lambda: self._callbacks.remove(callback) if callback in self._callbacks else None
+
+    def __call__(self) -> None:
+        for callback in tuple(self._callbacks):
+            try:
+                callback()
+            except Exception:
+                log.exception("a run store watcher raised")
 
 
 class EventTail:

@@ -55,7 +55,7 @@ from ._committer import GroupCommit
 from ._decide import saved
 from ._listing import RequestPage, RequestQuery, RunPage, RunQuery, RunView
 from ._ops import Ops, migrate
-from ._run_events import EventRead, expired_request, saved_events, started_events
+from ._run_events import EventRead, Watchers, expired_request, saved_events, started_events
 from ._schema import APPLICATION_ID, SCHEMA_VERSION, create, encode, plain, prompt_of, state_text
 from ._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 
@@ -126,6 +126,7 @@ class SqliteRunStore:
         # do not stop) lets go of it while its job goes on in the thread, and the next job,
         # or the close, would then use the connection beside it (SQLite can crash on that).
         self._using = threading.Lock()
+        self._committed = Watchers()
         self._commits = GroupCommit(
             self._run,
             lambda exc: self._error(exc, writing=True),
@@ -136,7 +137,6 @@ class SqliteRunStore:
             committed=self._committed,
         )
         self._listeners: list[Callable[[StoreEvent], None]] = []
-        self._watchers: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
@@ -417,15 +417,7 @@ class SqliteRunStore:
     def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
         """``callback()`` after each commit of this store object's writes (events of
         another process's writes to the same file are found by reading)."""
-        self._watchers.append(callback)
-        return lambda: self._watchers.remove(callback) if callback in self._watchers else None
-
-    def _committed(self) -> None:
-        for callback in tuple(self._watchers):
-            try:
-                callback()
-            except Exception:
-                log.exception("a run store watcher raised")
+        return self._committed.add(callback)
 
     async def ping(self) -> None:
         """Read the file's header once; :class:`StoreUnavailableError` if it cannot."""
