@@ -90,14 +90,15 @@ const runFetches = new Map();
 // When the page asked for a fetched run (performance.now()): events since then are newer.
 export const ASKED = Symbol("asked");
 
-export function getRun(runId) {
-  let promise = runFetches.get(runId);
+/** A run's detail; `fresh` asks again rather than share a fetch that began earlier. */
+export function getRun(runId, fresh = false) {
+  let promise = fresh ? null : runFetches.get(runId);
   if (!promise) {
     const asked = performance.now();
     promise = getJSON(`/runs/${encodeURIComponent(runId)}`)
       .then((run) => Object.assign(run, { [ASKED]: asked }))
       .finally(() => {
-        runFetches.delete(runId);
+        if (runFetches.get(runId) === promise) runFetches.delete(runId);
       });
     runFetches.set(runId, promise);
   }

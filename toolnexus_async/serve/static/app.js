@@ -133,15 +133,24 @@ class Pager {
   countOf(page) {
     const counts = {};
     for (const item of page[this.itemsKey] ?? []) {
-      const key = this.name === "requests" ? item.kind : item.status;
+      const key = this.countKey(item);
       counts[key] = (counts[key] ?? 0) + 1;
     }
     return counts;
   }
 
-  /** An item that arrived by an event: shown if it belongs here and the last page is shown. */
+  /** The count an item belongs to (its kind or its status). */
+  countKey(item) {
+    return this.name === "requests" ? item.kind : item.status;
+  }
+
+  /** An item that arrived by an event: shown if it belongs here and the last page is shown.
+   * The counts change at once; the server's come a moment later (refreshCounts). */
   add(item, atTop = false) {
-    if (this.nodes.has(item.id) || !this.matches(item)) return;
+    if (this.nodes.has(item.id)) return;
+    const key = this.countKey(item);
+    this.counts[key] = (this.counts[key] ?? 0) + 1;
+    if (!this.matches(item)) return this.drawChips();
     this.total += 1;
     if (!atTop && this.next) return this.draw(); // it belongs on a later page
     const node = this.render(item);
@@ -253,8 +262,10 @@ function requestGone(id) {
   const card = requests.nodes.get(id);
   if (!card) return null;
   const runId = card.dataset.run;
+  const kind = card.dataset.kind;
   requests.remove(id);
   requests.total = Math.max(requests.total - 1, 0);
+  if (requests.counts[kind] > 0) requests.counts[kind] -= 1;
   requests.draw();
   return runId;
 }

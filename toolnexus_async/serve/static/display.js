@@ -105,7 +105,10 @@ export function shownLines(lines, dir) {
 export function shownText(text, { tag = "div", code = false, inline = false, className } = {}) {
   const classes = ["shown", code ? "code" : null, inline ? "inline" : null, className];
   const box = el(inline ? "span" : tag, { class: classes.filter(Boolean).join(" ") });
-  box.append(...shownLines(escapeLines(text), code ? "ltr" : "auto"));
+  const lines = shownLines(escapeLines(text), code ? "ltr" : "auto");
+  // Inline, each line is an inline element and a kept "\n" (white-space: pre-wrap) breaks
+  // between them, so a one-line text flows with the words around it.
+  lines.forEach((line, i) => box.append(...(inline && i > 0 ? ["\n", line] : [line])));
   return box;
 }
 

@@ -250,7 +250,7 @@ export async function openRun(runId) {
 async function redrawDetail(runId) {
   let run;
   try {
-    run = await getRun(runId);
+    run = await getRun(runId, true); // what the person opens now, not an older fetch
   } catch (err) {
     if (detailRunId === runId) {
       detailBody.replaceChildren(el("p", { class: "error", text: `Could not load the run: ${err.message}` }));
@@ -300,7 +300,8 @@ function detailOf(run) {
     parts.push(el("p", { class: "waiting" }, `Waiting for ${waiting} answer${waiting === 1 ? "" : "s"}. `, show));
   }
   const steps = Array.isArray(run.steps) ? run.steps : [];
-  parts.push(el("h3", { text: steps.length ? `History (${steps.length} steps)` : "No steps yet" }));
+  const count = steps.length === 1 ? "1 step" : `${steps.length} steps`;
+  parts.push(el("h3", { text: steps.length ? `History (${count})` : "No steps yet" }));
   parts.push(el("ol", { class: "history" }, ...steps.map(stepDetail)));
   if (run.text) parts.push(el("h3", { text: "Final answer" }), shownText(run.text, { className: "result" }));
   if (run.error) parts.push(el("h3", { text: "Error" }), shownText(run.error, { className: "error" }));
@@ -337,14 +338,25 @@ function stepDetail(step) {
     if (a.at !== undefined && a.at !== null) by.push(`at ${timeText(a.at)}`);
     if (a.worker) by.push(`through ${a.worker}`);
     facts.append(el("dt", { text: "Answer" }), el("dd", { class: "answer", text: by.join(" · ") }));
-    const fields = answerFields(step);
-    if (fields) facts.append(el("dt", { text: "Answered with" }), el("dd", {}, fields));
   }
-  if (typeof step.output === "string") {
+  const fields = step.declined ? null : answerFields(step);
+  if (fields) facts.append(el("dt", { text: "Answered with" }), el("dd", {}, fields));
+  // A question's output is its answer's JSON: the fields above say it, in words.
+  if (typeof step.output === "string" && !(fields && isAnswerJSON(step))) {
     facts.append(el("dt", { text: "Output" }), el("dd", {}, longText(step.output)));
   }
   item.append(facts);
   return item;
+}
+
+/** Whether a step's output is just the JSON of the answer it got (the question tool's). */
+function isAnswerJSON(step) {
+  try {
+    const given = JSON.parse(step.output);
+    return !step.answer?.data || JSON.stringify(given) === JSON.stringify(step.answer.data);
+  } catch {
+    return false;
+  }
 }
 
 /** A long text by the rules, cut with a button that shows the whole. */
@@ -354,6 +366,7 @@ function longText(text) {
   if (!cut) return box;
   const button = el("button", { type: "button", class: "show-all" });
   button.textContent = `Show all ${Array.from(text).length.toLocaleString()} characters`;
-  button.addEventListener("click", () => box.replaceWith(shownText(text, { className: "output" })));
-  return el("div", {}, box, button);
+  const whole = el("div", {}, box, button);
+  button.addEventListener("click", () => whole.replaceWith(shownText(text, { className: "output" })));
+  return whole;
 }
