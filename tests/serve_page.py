@@ -3,9 +3,10 @@
 
 ``python -m tests.serve_page STORE TOKEN [PORT]`` serves the inbox (``create_app``,
 ``run_server`` on 127.0.0.1, port ``PORT`` or any free one, printing ``Open the inbox:
-<url>/?token=<token>`` when it listens) on a SQLite store at ``STORE``. The model is
-scripted by the prompt: a JSON object ``{"tool": name, "arguments": {...}}`` makes it call
-that tool once, exactly so, then end with ``"<tool>: <output>"``. The tools:
+<url>/?token=<token>`` when it listens) on a SQLite store at ``STORE``. The model
+(``tests/serve_acting.py``'s) is scripted by the prompt: a JSON object ``{"tool": name,
+"arguments": {...}}`` makes it call that tool once, exactly so, then end with
+``"<tool>: <output>"``. The tools:
 
 - ``question``: the built-in, so its options and answers are the real ones;
 - ``form``: an ``input`` request whose form is ``arguments["schema"]``;
@@ -21,23 +22,18 @@ import hashlib
 import inspect
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import anyio
 
+from tests.serve_acting import model  # the prompt's one call, then its result as the final text
 from toolnexus_async import (
-    AssistantMessage,
     LlmClient,
-    Message,
     Request,
     Tool,
-    ToolCall,
     ToolContext,
     Toolkit,
     ToolResult,
-    ToolReturn,
-    UserMessage,
     define_tool,
 )
 from toolnexus_async.durable import SqliteRunStore
@@ -47,16 +43,6 @@ from toolnexus_async.tools.builtin.question import QuestionTool
 # Runs parked at once in the page benchmark: an admission limit, where the server has
 # one, must not turn them away.
 MAX_ACTIVE = 5_000
-
-
-def model(messages: Sequence[Message], tools: Any) -> AssistantMessage | str:
-    """The prompt's one call, then its result as the final text."""
-    done = [m for m in messages if isinstance(m, ToolReturn)]
-    if done:
-        return f"{done[0].name}: {done[0].output}"
-    prompt = next(m.text for m in messages if isinstance(m, UserMessage))
-    call = json.loads(prompt or "{}")
-    return AssistantMessage(None, (ToolCall("c1", call["tool"], call["arguments"]),))
 
 
 def _digest(tool: str, arguments: dict[str, Any]) -> str:
