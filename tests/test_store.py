@@ -50,7 +50,7 @@ from toolnexus_async.durable import (
     SqliteRunStore,
     StoreEvent,
 )
-from toolnexus_async.durable._schema import APPLICATION_ID
+from toolnexus_async.durable._schema import APPLICATION_ID, SCHEMA_VERSION
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 StoreFactory = Callable[..., RunStore]
@@ -518,7 +518,7 @@ async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path, case):
         db.execute("PRAGMA user_version = 1")
     async with SqliteRunStore(path) as store:
         assert [r.id for r in await store.requests()] == case.ids
-    assert raw_sql(path, "PRAGMA user_version") == [(2,)]
+    assert raw_sql(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
 
 
 async def test_a_corrupt_run_fails_alone_naming_it(tmp_path: Path, case):

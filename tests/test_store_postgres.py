@@ -22,6 +22,7 @@ from toolnexus_async import (
     UsageError,
 )
 from toolnexus_async.durable import PostgresRunStore, StoreEvent
+from toolnexus_async.durable._pg_schema import SCHEMA_VERSION
 
 LIMIT = 10
 
@@ -145,7 +146,7 @@ async def test_schema_creation_by_many_workers_at_once_happens_once(pg_dsn: str)
         await conn.close()
     assert [tuple(row) for row in meta] == [
         ("application", "toolnexus_async run store"),
-        ("version", "1"),
+        ("version", str(SCHEMA_VERSION)),
     ]
 
 

@@ -219,6 +219,13 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.max_active_runs < 1:
+        print(
+            "toolnexus-async serve: --max-active-runs must be 1 or more, got "
+            f"{args.max_active_runs}",
+            file=sys.stderr,
+        )
+        return 2
     if args.insecure_no_auth and args.token:
         print("--token and --insecure-no-auth do not go together", file=sys.stderr)
         return 2
@@ -242,6 +249,7 @@ def run_serve(args: argparse.Namespace) -> int:
             freeze_gc=args.freeze_gc,
             grace=args.grace,
             store_timeout=args.store_timeout,
+            max_active_runs=args.max_active_runs,
         )
     except UsageError as exc:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
@@ -366,6 +374,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="SECONDS",
         help="how long one store call may take, a held lock included, before it counts as "
         "the store being unavailable (503 with Retry-After until it is back; default 10)",
+    )
+    serve.add_argument(
+        "--max-active-runs",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="the most runs started on this server that may be running or waiting in "
+        "memory at once (about 9 to 15 KiB each); beyond it POST /runs answers 429 with "
+        "Retry-After (default 10000)",
     )
     serve.add_argument(
         "--base-url", help="an OpenAI- or Anthropic-style endpoint instead of the demo model"

@@ -388,7 +388,7 @@ class DurableHost:
             )
         deliveries = self._deliveries
         if deliveries is None:
-            accepted = await self.store.accept(answer, time.time())
+            accepted = await self.store.accept(answer, time.time(), by=self.worker)
         else:
             accepted = await deliveries.take(answer)
             if accepted.owner == self.worker:

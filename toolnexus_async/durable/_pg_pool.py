@@ -88,6 +88,7 @@ class PgConnections:
         self._idle = anyio.Event()
         self._idle.set()
         self._listeners: list[Callable[[StoreEvent], None]] = []
+        self._watchers: list[Callable[[], None]] = []
         self._listening: Any = None  # the LISTEN connection, once a listener came
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -278,7 +279,21 @@ class PgConnections:
             if stale is not None:
                 await self._quietly(stale.close())
 
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """``callback()`` after each write here (:meth:`committed`) and each event heard."""
+        self._watchers.append(callback)
+        return lambda: self._watchers.remove(callback) if callback in self._watchers else None
+
+    def committed(self) -> None:
+        """A write of this store ended (committed or not): the watchers look."""
+        for callback in tuple(self._watchers):
+            try:
+                callback()
+            except Exception:
+                log.exception("a run store watcher raised")
+
     def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        self.committed()
         try:
             data = json.loads(payload)
             event = StoreEvent(

@@ -34,7 +34,7 @@ from .._types import Tool, ToolContext, ToolResult
 from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
-from ._app import GRACE, MakeClient, create_app
+from ._app import GRACE, MAX_ACTIVE_RUNS, MakeClient, create_app
 from ._runs import ServeInbox
 
 __all__ = (
@@ -197,17 +197,18 @@ def serve_demo_app(
     freeze_gc: bool = False,
     grace: float = GRACE,
     store_timeout: float = 10.0,
+    max_active_runs: int = MAX_ACTIVE_RUNS,
 ) -> web.Application:
     """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
 
     ``store`` is a run store, a SQLite file's path, or a ``postgresql://`` DSN for a
     :class:`~toolnexus_async.durable.PostgresRunStore` (see :func:`open_store`).
     ``make_client`` replaces the demo model (a real endpoint, say); the demo tools stay.
-    ``token``, ``insecure_no_auth``, ``allowed_hosts``, ``lease``, ``freeze_gc``, ``grace``
-    and ``store_timeout`` are as for :func:`create_app`; a store opened here from a path or
-    DSN is given ``store_timeout`` too. ``mcp`` adds the tools of MCP servers (an
-    ``mcpServers`` config or its file, see docs/mcp.md), connected at startup: the
-    questions of 2026-07-28 servers are requests on the page like any tool's.
+    ``token``, ``insecure_no_auth``, ``allowed_hosts``, ``lease``, ``freeze_gc``, ``grace``,
+    ``store_timeout`` and ``max_active_runs`` are as for :func:`create_app`; a store opened
+    here from a path or DSN is given ``store_timeout`` too. ``mcp`` adds the tools of MCP
+    servers (an ``mcpServers`` config or its file, see docs/mcp.md), connected at startup:
+    the questions of 2026-07-28 servers are requests on the page like any tool's.
     The app owns the toolkit and the store (given or made here) and closes them on shutdown.
     """
     toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools(), mcp=mcp)
@@ -225,6 +226,7 @@ def serve_demo_app(
         freeze_gc=freeze_gc,
         grace=grace,
         store_timeout=store_timeout,
+        max_active_runs=max_active_runs,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:
