@@ -115,7 +115,7 @@ def test_counts_filters_search_and_paging(tmp_path: Path) -> None:
         expect(chip(page, "requests", "Questions").locator(".count")).to_have_text("3")
         expect(chip(page, "requests", "Forms").locator(".count")).to_have_text("2")
         expect(page.locator("#requests-summary")).to_have_text("Showing 100 of 135")
-        more = page.get_by_role("button", name="Show more (35 more)")
+        more = page.get_by_role("button", name="Show more requests (35 more)")
         with page.expect_request(lambda r: "/requests?" in r.url and "cursor=" in r.url):
             more.click()
         expect(cards).to_have_count(135)
@@ -138,7 +138,7 @@ def test_counts_filters_search_and_paging(tmp_path: Path) -> None:
         with page.expect_request(lambda r: "/requests?" in r.url and "q=INVOICE+17" in r.url):
             page.get_by_placeholder("Search what is asked").fill("INVOICE 17")
         expect(cards).to_have_count(1)
-        expect(cards.first.locator(".prompt")).to_have_text("Pay invoice 17 to Globex?")
+        expect(cards.first.locator(".prompt")).to_have_text("Pay invoice 17 to ACME?")
         page.get_by_placeholder("Search what is asked").fill("")
         expect(cards).to_have_count(100)
 

@@ -176,7 +176,8 @@ class Pager {
     this.summary.textContent =
       this.total > shown ? `Showing ${shown.toLocaleString()} of ${this.total.toLocaleString()}` : "";
     this.more.hidden = !this.next;
-    this.more.textContent = `Show more (${Math.max(this.total - shown, 0).toLocaleString()} more)`;
+    const left = Math.max(this.total - shown, 0).toLocaleString();
+    this.more.textContent = `Show more ${this.name} (${left} more)`;
     this.drawChips();
   }
 
