@@ -14,6 +14,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import gc
+import json
 import math
 import os
 import platform
@@ -42,7 +43,41 @@ from toolnexus_async import (
 if TYPE_CHECKING:
     import multiprocessing.connection
 
+    import aiohttp
     from aiohttp import web
+
+# --------------------------------------------------------------------------------------
+# serve's paged lists.
+
+
+async def get_every_page(
+    http: aiohttp.ClientSession, path: str, key: str, page: int = 500
+) -> tuple[list[Any], int, float]:
+    """Every item of serve's paged list ``path`` (``GET /requests``, ``GET /runs``), its
+    pages followed by their ``next`` cursor as a client of the API must: the items, the
+    bytes read and the seconds it took. A server that does not page (the benchmarks'
+    floors) answers once with no ``next``.
+
+    Raises:
+        RuntimeError: a page answered other than 200.
+    """
+    from urllib.parse import quote
+
+    items: list[Any] = []
+    size, start, cursor = 0, time.perf_counter(), None
+    while True:
+        url = f"{path}?limit={page}" + (f"&cursor={quote(cursor)}" if cursor else "")
+        async with http.get(url) as reply:
+            raw = await reply.read()
+            if reply.status != 200:
+                raise RuntimeError(f"GET {url}: {reply.status} {raw[:200]!r}")
+        body = json.loads(raw)
+        items.extend(body[key])
+        size += len(raw)
+        cursor = body.get("next")
+        if not cursor:
+            return items, size, time.perf_counter() - start
+
 
 # --------------------------------------------------------------------------------------
 # Statistics and verdicts.

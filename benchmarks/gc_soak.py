@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import dataclasses
 import gc
-import json
 import multiprocessing.connection
 import sys
 import tempfile
@@ -54,6 +53,7 @@ from _common import (
     PROMPT,
     ChildServer,
     GcWatch,
+    get_every_page,
     invoice_approval,
     print_footer,
     print_header,
@@ -244,8 +244,7 @@ class Load:
         """Until ``GET /requests`` lists ``count`` requests; new ones join the queue."""
         deadline = time.monotonic() + 60
         while True:
-            async with self.http.get("/requests") as reply:
-                listing = json.loads(await reply.read())["requests"]
+            listing, _, _ = await get_every_page(self.http, "/requests", "requests")
             if len(listing) >= count:
                 break
             if time.monotonic() > deadline:
