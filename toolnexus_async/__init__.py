@@ -70,6 +70,7 @@ from ._terminal import terminal_input
 from ._toolkit import Toolkit
 from ._transport import AiohttpTransport
 from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
+from ._version import __version__ as __version__
 from .durable import (
     DurableHost,
     LeaseLostError,
@@ -82,8 +83,6 @@ from .durable import (
 from .suspend import Inbox
 from .tools.http import HttpTool, http_tool
 from .tools.native import FunctionTool, define_tool
-
-__version__ = "0.1.0"
 
 __all__ = (
     # wire data and results

@@ -21,7 +21,6 @@ from typing import Any, TextIO
 
 import anyio
 
-from . import __version__
 from ._client import LlmClient
 from ._demo import DEMO_PROMPT, demo_model, demo_tools
 from ._errors import StoreError, UsageError
@@ -30,6 +29,7 @@ from ._secrets import redact_url
 from ._terminal import terminal_input
 from ._toolkit import Toolkit
 from ._types import Answer, Request, Tool, ToolContext, ToolResult, request_in
+from ._version import __version__
 
 # ``serve --store``: a SQLite file by default; the variable keeps a DSN's password off the
 # command line.

@@ -1,0 +1,4 @@
+"""The package's version, in a module of its own so that any layer can name it without
+importing the package root (which imports every layer)."""
+
+__version__ = "0.1.0"
