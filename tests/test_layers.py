@@ -1,9 +1,17 @@
-"""The package's seams hold: no package reaches into another's private names.
+"""The package's layers hold, read from the source with ``ast`` (no import needed):
 
-A private name (one leading underscore, not a dunder) belongs to the package that defines
-it: ``durable/`` drives runs through ``client.engine``, not ``client._execute``; serve
-starts a begun run with ``begun.run(...)``, not ``begun._run_with(...)``. Read from the
-source with ``ast``, so the check costs no import and sees every module.
+- **The pure core** (messages, wire data, results, the run loop, the suspension rule, the
+  codecs, retries, validation) imports nothing above it and no event loop or I/O library:
+  it is tested with plain calls.
+- **The fronts**: only serve (and the CLI) imports ``serve``; only the fronts above the
+  engine (serve, the CLI, the package root) import ``durable``. The engine never does.
+- **No import cycles**, counting imports made inside functions (not those only for type
+  checkers).
+- **No package reaches into another's private names**: a private name (one leading
+  underscore, not a dunder) belongs to the package that defines it; ``durable/`` drives
+  runs through ``client.engine``, not ``client._execute``.
+
+Each rule has a test on the real tree and one that shows the check catches a breach.
 """
 
 from __future__ import annotations
@@ -15,6 +23,174 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "toolnexus_async"
+
+
+PACKAGE = "toolnexus_async"
+CORE = {
+    f"{PACKAGE}.{name}"
+    for name in (
+        "_codecs",
+        "_config",
+        "_errors",
+        "_fastinit",
+        "_halted",
+        "_ids",
+        "_json",
+        "_loop",
+        "_messages",
+        "_results",
+        "_resume",
+        "_retry",
+        "_secrets",
+        "_suspension",
+        "_types",
+        "_validation",
+        "_version",
+        "_wire",
+    )
+}
+# What the pure core may not import: an event loop, a network or a database.
+IO = {"asyncio", "anyio", "aiohttp", "asyncpg", "sqlite3", "mcp", "socket", "subprocess"}
+# Who may import these packages: their own modules and the fronts above them.
+FRONTS = {
+    f"{PACKAGE}.serve": {f"{PACKAGE}.serve", f"{PACKAGE}._cli"},
+    f"{PACKAGE}.durable": {f"{PACKAGE}.durable", f"{PACKAGE}.serve", f"{PACKAGE}._cli", PACKAGE},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.with_suffix("").relative_to(ROOT.parent).parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _typing_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:`` (never imported at run time)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(inner) for inner in ast.walk(node))
+    return skipped
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Per module of the package: the package's modules it imports (at its top or inside
+    a function) and the top-level names of the other libraries it imports."""
+    modules = {_module_name(path): path for path in ROOT.rglob("*.py")}
+    inner: dict[str, set[str]] = {}
+    outer: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skipped = _typing_only(tree)
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        libraries: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if _in(alias.name, PACKAGE):
+                        found.add(alias.name)
+                    else:
+                        libraries.add(alias.name.partition(".")[0])
+            elif isinstance(node, ast.ImportFrom):
+                if node.level == 0 and not _in(node.module or "", PACKAGE):
+                    libraries.add((node.module or "").partition(".")[0])
+                    continue
+                base = here.split(".")
+                base = base[: len(base) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                if not node.level:
+                    target = node.module or ""
+                submodules = [f"{target}.{a.name}" for a in node.names]
+                submodules = [m for m in submodules if m in modules]
+                found.update(submodules)
+                if len(submodules) < len(node.names) and target in modules:
+                    found.add(target)
+        inner[name] = found - {name}
+        outer[name] = libraries
+    return inner, outer
+
+
+def layer_breaches(inner: dict[str, set[str]], outer: dict[str, set[str]]) -> list[str]:
+    """Each import that crosses a layer the wrong way (see the module's docstring)."""
+    found = []
+    for module, imported in sorted(inner.items()):
+        core = any(_in(module, c) for c in CORE)
+        for target in sorted(imported):
+            if core and not any(_in(target, c) for c in CORE):
+                found.append(f"{module} (the pure core) imports {target}")
+            for front, allowed in FRONTS.items():
+                if _in(target, front) and not any(
+                    module == a or (_in(module, a) and a != PACKAGE) for a in allowed
+                ):
+                    found.append(f"{module} imports {target}, a front above it")
+        if core:
+            found.extend(
+                f"{module} (the pure core) imports {lib}" for lib in sorted(outer[module] & IO)
+            )
+    return found
+
+
+def cycles(inner: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``inner`` (its strongly connected parts of more than one)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's algorithm
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in inner.get(module, ()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            part = []
+            while True:
+                top = stack.pop()
+                part.append(top)
+                if top == module:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for module in sorted(inner):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_layers_hold() -> None:
+    assert layer_breaches(*import_graph()) == []
+
+
+def test_there_is_no_import_cycle() -> None:
+    inner, _ = import_graph()
+    assert cycles(inner) == []
+
+
+def test_the_checks_see_a_breach() -> None:
+    """A lower layer importing a higher one, the core importing an event loop, and a
+    cycle are each reported."""
+    inner, outer = import_graph()
+    inner = {module: set(targets) for module, targets in inner.items()}
+    outer = {module: set(libraries) for module, libraries in outer.items()}
+    inner[f"{PACKAGE}._loop"].add(f"{PACKAGE}._engine")
+    inner[f"{PACKAGE}._engine"].add(f"{PACKAGE}.serve._app")
+    outer[f"{PACKAGE}._wire"].add("asyncio")
+    breaches = layer_breaches(inner, outer)
+    assert f"{PACKAGE}._loop (the pure core) imports {PACKAGE}._engine" in breaches
+    assert f"{PACKAGE}._engine imports {PACKAGE}.serve._app, a front above it" in breaches
+    assert f"{PACKAGE}._wire (the pure core) imports asyncio" in breaches
+    assert any(f"{PACKAGE}._loop" in part for part in cycles(inner))
 
 
 def _private(name: str) -> bool:

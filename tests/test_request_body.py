@@ -61,7 +61,7 @@ def _expected(client: LlmClient, prompt: str, toolkit: Toolkit) -> Any:
 
     body = codec.encode(
         [UserMessage(prompt)],
-        toolkit._specs(),
+        toolkit.specs,
         model="m",
         max_tokens=model._max_tokens,  # type: ignore[attr-defined]
         max_tokens_field=model._max_tokens_field,  # type: ignore[attr-defined]
@@ -126,14 +126,14 @@ async def test_a_body_without_tools() -> None:
 
 def test_a_rendering_stops_being_shared_when_the_cache_drops_it() -> None:
     toolkits = [Toolkit.create(builtins=False, extra_tools=[weather]) for _ in range(_REMEMBER)]
-    first = render_openai(toolkits[0]._specs())
+    first = render_openai(toolkits[0].specs)
     text = shared_json(first)
     assert text is not None and json.loads(text) == first
     assert shared_json(first) is text  # encoded once
     for toolkit in toolkits[1:]:
-        render_openai(toolkit._specs())
+        render_openai(toolkit.specs)
     assert shared_json(first) is text  # _REMEMBER renderings are remembered
-    render_openai(Toolkit.create(builtins=False, extra_tools=[add])._specs())
+    render_openai(Toolkit.create(builtins=False, extra_tools=[add]).specs)
     assert shared_json(first) is None
     assert shared_json(list(first)) is None  # equal is not the same
     assert shared_json(None) is None
@@ -145,7 +145,7 @@ def test_the_text_of_a_dropped_rendering_is_never_given_for_a_new_one() -> None:
     text is the JSON of its own rendering."""
     for n in range(4 * _REMEMBER):
         tools = [weather] if n % 2 else [add, weather]
-        rendered = render_openai(Toolkit.create(builtins=False, extra_tools=tools)._specs())
+        rendered = render_openai(Toolkit.create(builtins=False, extra_tools=tools).specs)
         text = shared_json(rendered)
         assert text is not None and json.loads(text) == rendered
 

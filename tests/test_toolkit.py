@@ -346,12 +346,12 @@ def test_wire_tools_are_rendered_once_until_register():
     """The codecs render the toolkit's tools once and reuse it until a tool is registered."""
     toolkit = Toolkit.create(builtins=False, extra_tools=[EchoTool("a")])
     renderers = (render_openai, render_anthropic, render_gemini)
-    cached = [render(toolkit._specs()) for render in renderers]
+    cached = [render(toolkit.specs) for render in renderers]
     for render, wire in zip(renderers, cached, strict=True):
-        assert render(toolkit._specs()) is wire
+        assert render(toolkit.specs) is wire
     toolkit.register(EchoTool("b"))
     for render, wire in zip(renderers, cached, strict=True):
-        assert render(toolkit._specs()) is not wire
+        assert render(toolkit.specs) is not wire
     assert [t["function"]["name"] for t in toolkit.to_openai()] == ["a", "b"]
     assert [t["name"] for t in toolkit.to_anthropic()] == ["a", "b"]
     assert [t["name"] for t in toolkit.to_gemini()] == ["a", "b"]
@@ -365,7 +365,7 @@ def test_public_adapters_hand_out_copies():
         first.clear()
         assert len(adapter()) == 1
     toolkit.to_openai()[0]["function"]["name"] = "changed"
-    assert render_openai(toolkit._specs())[0]["function"]["name"] == "a"
+    assert render_openai(toolkit.specs)[0]["function"]["name"] == "a"
 
 
 def test_adapters_of_defined_tools():

@@ -49,6 +49,7 @@ from ._resume import ResumePlan
 from ._retry import RetryPolicy
 from ._streaming import Sink, StreamReasoning, StreamText, StreamToolCall, StreamUsage
 from ._toolkit import Toolkit
+from ._types import Tool
 
 __all__ = ("Engine", "RunSpec")
 
@@ -251,9 +252,9 @@ class Engine:
                         failure: ModelError | None = None
                         try:
                             reply = await (
-                                self.model.request(messages, toolkit)
+                                self.model.request(messages, toolkit.specs)
                                 if sink is None and self._plain
-                                else self._attempt(messages, toolkit, sink, streamed)
+                                else self._attempt(messages, toolkit.specs, sink, streamed)
                             )
                         except ModelError as exc:
                             failure = exc
@@ -261,7 +262,7 @@ class Engine:
                             self._report_reply(reply, request_started)
                         else:
                             reply = await self._retry(
-                                failure, request_started, messages, toolkit, sink, streamed
+                                failure, request_started, messages, toolkit.specs, sink, streamed
                             )
                             failure = None
                         if hooks is not None and hooks.after_llm is not None:
@@ -345,7 +346,7 @@ class Engine:
         failure: ModelError,
         started: float,
         messages: Sequence[Message],
-        toolkit: Toolkit,
+        tools: Sequence[Tool],
         sink: Sink | None,
         streamed: list[str],
     ) -> ModelReply:
@@ -371,7 +372,7 @@ class Engine:
             attempt += 1
             started = time.perf_counter()
             try:
-                reply = await self._attempt(messages, toolkit, sink, streamed)
+                reply = await self._attempt(messages, tools, sink, streamed)
             except ModelError as exc:
                 failure = exc
                 continue
@@ -382,20 +383,28 @@ class Engine:
     # two coroutine objects fewer per request on the hot path.
 
     def _attempt(
-        self, messages: Sequence[Message], toolkit: Toolkit, sink: Sink | None, streamed: list[str]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        sink: Sink | None,
+        streamed: list[str],
     ) -> Awaitable[ModelReply]:
         limit = self.request_timeout
-        call = self._ask_model(messages, toolkit, sink, streamed)
+        call = self._ask_model(messages, tools, sink, streamed)
         if limit is None or self.model.enforces_timeout:
             # An HTTP model has the limit in its session: no cancel scope per request.
             return call
         return _limited(call, limit)
 
     def _ask_model(
-        self, messages: Sequence[Message], toolkit: Toolkit, sink: Sink | None, streamed: list[str]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        sink: Sink | None,
+        streamed: list[str],
     ) -> Awaitable[ModelReply]:
         if sink is None:
-            return self.model.request(messages, toolkit)
+            return self.model.request(messages, tools)
 
         def on_text(text: str) -> None:
             streamed.append(text)
@@ -405,7 +414,7 @@ class Engine:
             streamed.append(text)  # shown to someone: the request is not retried either
             sink(StreamReasoning(text))
 
-        return self.model.stream(messages, toolkit, on_text, on_reasoning)
+        return self.model.stream(messages, tools, on_text, on_reasoning)
 
 
 async def _limited(call: Awaitable[ModelReply], limit: float) -> ModelReply:

@@ -32,13 +32,11 @@ import attrs
 
 from ._errors import UsageError
 from ._messages import Message, ModelReply
+from ._suspension import GATE
 from ._toolkit import Toolkit
 from ._types import Request, Tool, ToolContext, ToolResult
 
 __all__ = ("GATE", "Hooks", "LlmCall", "require_approval")
-
-# The value of data["gate"] in require_approval's requests.
-GATE = "require_approval"
 
 
 @attrs.frozen

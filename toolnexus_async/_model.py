@@ -1,6 +1,6 @@
 """Where a model reply comes from: an HTTP provider (codec + transport) or a Python function.
 
-Rule of this module: a model turns a transcript and a toolkit into one
+Rule of this module: a model turns a transcript and the tools' specs into one
 :class:`~toolnexus_async._loop.ModelReply`; it does not loop, execute tools or keep state
 between requests. The client drives it.
 """
@@ -21,7 +21,6 @@ from ._http import HttpRequest, HttpResponse, Transport
 from ._json import compact, loads
 from ._messages import AssistantMessage, Message, ModelReply
 from ._secrets import Scrubber, redact_url
-from ._toolkit import Toolkit
 from ._types import Tool
 
 __all__ = ("FunctionModel", "Generate", "HttpModel", "Model", "hints_for")
@@ -63,12 +62,14 @@ class Model(Protocol):
     # True when the model applies the request time limit itself (an HTTP session timeout).
     enforces_timeout: bool
 
-    def request(self, messages: Sequence[Message], toolkit: Toolkit) -> Awaitable[ModelReply]: ...
+    def request(
+        self, messages: Sequence[Message], tools: Sequence[Tool]
+    ) -> Awaitable[ModelReply]: ...
 
     async def stream(
         self,
         messages: Sequence[Message],
-        toolkit: Toolkit,
+        tools: Sequence[Tool],
         on_text: OnText,
         on_reasoning: OnText | None = None,
     ) -> ModelReply: ...
@@ -165,10 +166,12 @@ class HttpModel:
     def scrub(self, text: str) -> str:
         return self._scrub(text)
 
-    def _request(self, messages: Sequence[Message], toolkit: Toolkit, stream: bool) -> HttpRequest:
+    def _request(
+        self, messages: Sequence[Message], tools: Sequence[Tool], stream: bool
+    ) -> HttpRequest:
         body = self._codec.encode(
             messages,
-            toolkit._specs(),
+            tools,
             model=self.name,
             max_tokens=self._max_tokens,
             max_tokens_field=self._max_tokens_field,
@@ -179,7 +182,7 @@ class HttpModel:
             "POST", self._url, self._headers, _body_bytes(body), self._timeout, self._max_bytes
         )
 
-    async def request(self, messages: Sequence[Message], toolkit: Toolkit) -> ModelReply:
+    async def request(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
         # The body goes straight into the request, not into a local: no frame of this run
         # holds its dicts while the request is in flight, so the garbage collector, which
         # visits every live container of every run in flight, does not visit them over and
@@ -187,7 +190,7 @@ class HttpModel:
         failure: str | None = None
         cause: OSError | None = None
         try:
-            response = await self._transport.send(self._request(messages, toolkit, False))
+            response = await self._transport.send(self._request(messages, tools, False))
         except TransportError as exc:
             failure = self._scrub(str(exc))  # raised below, outside the except block
             cause = self._os_cause(exc)
@@ -218,7 +221,7 @@ class HttpModel:
     async def stream(
         self,
         messages: Sequence[Message],
-        toolkit: Toolkit,
+        tools: Sequence[Tool],
         on_text: OnText,
         on_reasoning: OnText | None = None,
     ) -> ModelReply:
@@ -231,7 +234,7 @@ class HttpModel:
         parser = SSEParser()
         decoder = self._codec.stream_decoder(self._shown)
         failure: ModelError | None = None
-        chunks = self._transport.stream(self._request(messages, toolkit, True))
+        chunks = self._transport.stream(self._request(messages, tools, True))
         left = self._max_bytes
         try:
             async with contextlib.aclosing(chunks):  # type: ignore[type-var]
@@ -331,9 +334,9 @@ class FunctionModel:
         self._generate = generate
         self.name = model
 
-    async def request(self, messages: Sequence[Message], toolkit: Toolkit) -> ModelReply:
+    async def request(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
         # A copy: the function may keep or mutate what it gets without touching the run.
-        reply: object = self._generate(list(messages), toolkit.tools())
+        reply: object = self._generate(list(messages), list(tools))
         if inspect.isawaitable(reply):
             reply = await reply
         if isinstance(reply, ModelReply):
@@ -350,12 +353,12 @@ class FunctionModel:
     async def stream(
         self,
         messages: Sequence[Message],
-        toolkit: Toolkit,
+        tools: Sequence[Tool],
         on_text: OnText,
         on_reasoning: OnText | None = None,
     ) -> ModelReply:
         """The function's reply; its reasoning and text are handed over in one piece each."""
-        reply = await self.request(messages, toolkit)
+        reply = await self.request(messages, tools)
         if on_reasoning is not None:
             for thought in reply.message.reasoning:
                 if thought.text:

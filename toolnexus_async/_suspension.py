@@ -55,7 +55,6 @@ import enum
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from ._hooks import GATE
 from ._loop import CallOutcome
 from ._messages import ToolCall
 from ._types import Answer, Request, ToolResult, request_in
@@ -145,6 +144,11 @@ class _State(enum.Enum):
     RETRYING = "running the call again with the answer"
     GATED = "running the call after its gate was approved"
     OVER = "over"
+
+
+# The value of data["gate"] in require_approval's requests: the rule runs such a call's
+# tool after the approval without handing the tool an answer it never asked for.
+GATE = "require_approval"
 
 
 def is_gate(request: Request) -> bool:

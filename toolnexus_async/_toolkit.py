@@ -367,8 +367,10 @@ class Toolkit(FlagClosing):
             return None
         return f"invalid arguments for tool {tool.name!r}: {problem}; the tool did not run"
 
-    def _specs(self) -> tuple[Tool, ...]:
-        """The tools, as the one tuple the codecs render (the same until tools change)."""
+    @property
+    def specs(self) -> tuple[Tool, ...]:
+        """The tools, as the one tuple a model request renders: the same object until the
+        tools change, so a codec renders it once (see ``_codecs._tools``)."""
         return self._spec_tuple
 
     def to_openai(self) -> list[dict[str, Any]]:
