@@ -7,6 +7,7 @@ Ordering between concurrent asks is forced with anyio events and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -153,11 +154,11 @@ async def test_concurrent_asks_on_one_id_are_serialised_in_arrival_order() -> No
             LlmClient.in_process(generate) as client,
             anyio.create_task_group() as tg,
         ):
-            tg.start_soon(client.ask, "first", tk, "shared")
+            tg.start_soon(functools.partial(client.ask, "first", tk, conversation_id="shared"))
             await first_started.wait()
-            tg.start_soon(client.ask, "second", tk, "shared")
+            tg.start_soon(functools.partial(client.ask, "second", tk, conversation_id="shared"))
             await anyio.wait_all_tasks_blocked()
-            tg.start_soon(client.ask, "third", tk, "shared")
+            tg.start_soon(functools.partial(client.ask, "third", tk, conversation_id="shared"))
             await anyio.wait_all_tasks_blocked()
             assert log == ["start first"], "a second ask on the id ran while the first did"
             release_first.set()
@@ -196,8 +197,8 @@ async def test_asks_on_different_ids_run_concurrently() -> None:
             LlmClient.in_process(generate) as client,
             anyio.create_task_group() as tg,
         ):
-            tg.start_soon(client.ask, "a", tk, "id-a")
-            tg.start_soon(client.ask, "b", tk, "id-b")
+            tg.start_soon(functools.partial(client.ask, "a", tk, conversation_id="id-a"))
+            tg.start_soon(functools.partial(client.ask, "b", tk, conversation_id="id-b"))
     assert_no_leaks()
 
 

@@ -28,7 +28,8 @@ from toolnexus_async import (
     define_tool,
     require_approval,
 )
-from toolnexus_async.serve import create_app, demo_client, new_token, serve_demo_tools
+from toolnexus_async.serve import create_app, new_token
+from toolnexus_async.serve.demo import demo_client, serve_demo_tools
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 LIMIT = 10  # seconds; only reached when the rule under test is broken

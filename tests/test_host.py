@@ -156,6 +156,38 @@ async def test_without_a_wait_for_every_suspension_halts_into_the_store():
     assert results[0].text == "result: paid"
 
 
+async def test_a_resumed_run_that_fails_is_told_to_on_failure_and_kept_failed():
+    """``on_failure(run_id, error)`` gets the end of a run the host resumed that raised;
+    ``on_result`` is not called for it, and the store has it failed."""
+
+    def breaks_after_the_tool(messages: list[Message], tools: list[Any]) -> Any:
+        if isinstance(messages[-1], ToolReturn):
+            raise RuntimeError("the model broke")
+        return model(messages, tools)
+
+    pay = Pay()
+    results: list[RunResult] = []
+    failures: list[tuple[str, BaseException]] = []
+
+    async def failed(run_id: str, error: BaseException) -> None:  # async, as allowed
+        failures.append((run_id, error))
+
+    with anyio.fail_after(LIMIT):
+        async with (
+            MemoryRunStore() as store,
+            LlmClient.in_process(breaks_after_the_tool) as client,
+            host_for(client, pay, store, on_result=results.append, on_failure=failed) as host,
+        ):
+            halted = await host.run("pay")
+            assert halted.pending is not None
+            await host.answer(Answer(halted.pending.id, True))
+            await until(lambda: bool(failures))
+            (summary,) = [r for r in await store.runs() if r.run_id == halted.run_id]
+    ((run_id, error),) = failures
+    assert run_id == halted.run_id and "the model broke" in str(error)
+    assert results == [] and pay.paid and summary.status == "error"
+
+
 async def test_a_new_host_on_the_same_store_resumes_what_an_old_one_kept(tmp_path: Path):
     pay = Pay()
     path = tmp_path / "runs.db"

@@ -41,16 +41,11 @@ from toolnexus_async import (
     define_tool,
 )
 from toolnexus_async.durable import StoredRun
-from toolnexus_async.serve import (
-    ServeInbox,
-    ServeRunner,
-    create_app,
-    demo_client,
-    serve_demo_tools,
-)
+from toolnexus_async.serve import ServeInbox, ServeRunner, create_app
 from toolnexus_async.serve import _app as serve_app
 from toolnexus_async.serve import _events as serve_events
 from toolnexus_async.serve._app import SERVE
+from toolnexus_async.serve.demo import demo_client, serve_demo_tools
 
 LIMIT = 10  # seconds any one test may take
 # The token of every app these tests build, and the header that carries it.

@@ -35,7 +35,8 @@ from toolnexus_async import Answer, AssistantMessage, MemoryRunStore, SqliteRunS
 from toolnexus_async.serve import _app as serve_app
 from toolnexus_async.serve import _bodies as serve_bodies
 from toolnexus_async.serve import _events as serve_events
-from toolnexus_async.serve import run_server, serve_demo_app
+from toolnexus_async.serve import run_server
+from toolnexus_async.serve.demo import serve_demo_app
 
 JSON = {"Content-Type": "application/json"}
 

@@ -45,8 +45,9 @@ from toolnexus_async import (
 )
 from toolnexus_async._cli import main
 from toolnexus_async.durable import Accepted
-from toolnexus_async.serve import TOKEN_ENV, create_app, demo_client, run_server
+from toolnexus_async.serve import TOKEN_ENV, create_app, run_server
 from toolnexus_async.serve._app import SERVE
+from toolnexus_async.serve.demo import demo_client
 
 # What a PostgreSQL store says when its server is down (it names the server, never a
 # password), and the hint it gives.

@@ -179,8 +179,9 @@ async def run_demo(*, assume_yes: bool, prompt: str, out: TextIO | None = None) 
 
 def run_serve(args: argparse.Namespace) -> int:
     """``toolnexus-async serve``: the approval inbox on the demo model or a real endpoint."""
-    from .serve import TOKEN_ENV, ServeInbox, new_token, open_store, run_server, serve_demo_app
+    from .serve import TOKEN_ENV, ServeInbox, new_token, open_store, run_server
     from .serve._server import serve_logging
+    from .serve.demo import serve_demo_app
 
     style = args.style or "openai"
     url_env = "ANTHROPIC_BASE_URL" if style == "anthropic" else "OPENAI_BASE_URL"

@@ -305,8 +305,8 @@ class LlmClient(Resuming, Closing):
         self,
         prompt: str | None,
         toolkit: Toolkit,
-        history: Sequence[Message] | None = None,
         *,
+        history: Sequence[Message] | None = None,
         run_id: str | None = None,
     ) -> RunResult:
         """Run the tool-calling loop on ``prompt`` until the model answers or a limit stops it.
@@ -333,8 +333,8 @@ class LlmClient(Resuming, Closing):
         self,
         prompt: str | None,
         toolkit: Toolkit,
-        history: Sequence[Message] | None = None,
         *,
+        history: Sequence[Message] | None = None,
         run_id: str | None = None,
     ) -> RunStream:
         """:meth:`run`, reported step by step as typed events.
@@ -366,8 +366,8 @@ class LlmClient(Resuming, Closing):
         self,
         prompt: str | None,
         toolkit: Toolkit,
-        history: Sequence[Message] | None = None,
         *,
+        history: Sequence[Message] | None = None,
         run_id: str | None = None,
     ) -> RunHandle:
         """:meth:`run`, held while it goes: ``async with client.start(...) as run:``.
@@ -392,6 +392,7 @@ class LlmClient(Resuming, Closing):
         self,
         prompt: str,
         toolkit: Toolkit,
+        *,
         conversation_id: str | None = None,
     ) -> RunResult:
         """A run that continues a stored conversation and saves it back.

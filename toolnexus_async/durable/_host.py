@@ -97,7 +97,7 @@ class DurableHost:
         store: the journal of every run; opened and closed by its owner.
         on_result: ``(result) -> None``, sync or async: the result of every run the host
             resumed from the store (whoever called :meth:`run` got its result already).
-        on_error: ``(run_id, error) -> None``, sync or async: a run the host resumed
+        on_failure: ``(run_id, error) -> None``, sync or async: a run the host resumed
             raised ``error`` (it is recorded as failed in the store).
         lease: seconds a run is held by this host without a renewal; another host takes
             it over once this long has passed since this one was last heard of.
@@ -115,7 +115,7 @@ class DurableHost:
         store: RunStore,
         *,
         on_result: OnResult | None = None,
-        on_error: Callable[[str, BaseException], Any] | None = None,
+        on_failure: Callable[[str, BaseException], Any] | None = None,
         lease: float = 30.0,
         sweep: float = 1.0,
         poll: float = 0.5,
@@ -129,7 +129,7 @@ class DurableHost:
         self.store = store
         self.worker = worker or worker_name()
         self._on_result = on_result
-        self._on_error = on_error
+        self._on_failure = on_failure
         self._lease = float(lease)
         self._sweep = float(sweep)
         self._poll = float(poll)
@@ -440,11 +440,11 @@ class DurableHost:
             result = await self._drive(loop, journal, plan)
         except Exception as exc:
             log.warning("resumed run %s failed: %r", stored.run_id, exc)
-            if self._on_error is not None:
+            if self._on_failure is not None:
                 try:
-                    await call_hook(self._on_error, stored.run_id, exc)
+                    await call_hook(self._on_failure, stored.run_id, exc)
                 except Exception:
-                    log.exception("on_error raised for run %s", stored.run_id)
+                    log.exception("on_failure raised for run %s", stored.run_id)
             return
         if self._on_result is not None:
             try:
