@@ -42,8 +42,8 @@ from .tools._session import SharedSession
 from .tools.builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_tools, check_policy
 
 if TYPE_CHECKING:
-    from .mcp import McpStatus
-    from .mcp._connect import McpServers
+    from .mcp import McpStatus, TokenStore
+    from .mcp._connect import Connection, McpServers
 
 __all__ = ("Toolkit",)
 
@@ -107,6 +107,8 @@ class Toolkit(FlagClosing):
         validate: bool = True,
         mcp: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         wait_for: WaitFor | None = None,
+        mcp_tokens: TokenStore | None = None,
+        mcp_redirect_uri: str | None = None,
     ) -> Toolkit:
         """Assemble a toolkit from the built-ins and ``extra_tools``.
 
@@ -139,6 +141,13 @@ class Toolkit(FlagClosing):
                 asks inline during a call (``async (request) -> Answer``, or an Inbox).
                 Without it such servers are not offered elicitation. Questions of
                 2026-07-28 servers need no ``wait_for`` here: they suspend the call.
+            mcp_tokens: where remote servers' sign-ins are kept (a
+                :class:`~toolnexus_async.mcp.TokenStore`; default: in memory, so a restart
+                signs in again; ``RunStoreTokens(store)`` keeps them in a run store).
+            mcp_redirect_uri: where an authorization server sends the person back after a
+                sign-in, for the servers whose ``oauth`` config names none (serve's
+                ``/oauth/callback``, or a URL of yours that calls
+                :func:`~toolnexus_async.mcp.sign_in_answer`).
         """
         approve = check_policy(approve)
         servers = None
@@ -148,9 +157,16 @@ class Toolkit(FlagClosing):
             require_sdk()
             from .mcp._connect import McpServers
 
-            servers = McpServers(load_config(mcp), Resolver.of(wait_for))
-        elif wait_for is not None:
-            raise UsageError("wait_for is for the questions of MCP servers; pass mcp= too")
+            servers = McpServers(
+                load_config(mcp),
+                Resolver.of(wait_for),
+                tokens=mcp_tokens,
+                redirect_uri=mcp_redirect_uri,
+            )
+        elif wait_for is not None or mcp_tokens is not None or mcp_redirect_uri is not None:
+            raise UsageError(
+                "wait_for, mcp_tokens and mcp_redirect_uri are for MCP servers; pass mcp= too"
+            )
         extras: dict[str, Tool] = {}
         for tool in extra_tools:
             tool = _check_tool(tool)
@@ -183,16 +199,27 @@ class Toolkit(FlagClosing):
         servers = self._mcp
         if servers is None or servers.started:
             return
+        servers.on_tools = self._mcp_tools
         await servers.start()
+        for connection in servers.connections:
+            self._mcp_tools(connection)
+
+    def _mcp_tools(self, connection: Connection) -> None:
+        """Offer what ``connection`` offers now (its tools, or its sign-in tool), in place
+        of what it offered before."""
         from .mcp._tool import tools_of
 
-        taken: set[str] = set()
-        others = dict(self._tools)
-        for connection in servers.connections:
-            if connection.session is None:
-                continue
-            for tool in tools_of(connection, taken, others):
-                self.register(tool)
+        def of(tool: Tool, c: object) -> bool:
+            return getattr(tool, "connection", None) is c
+
+        for name in [name for name, tool in self._tools.items() if of(tool, connection)]:
+            del self._tools[name]
+            self._validators.pop(name, None)
+        taken = {name for name, tool in self._tools.items() if getattr(tool, "source", "") == "mcp"}
+        others = {name: tool for name, tool in self._tools.items() if name not in taken}
+        for tool in tools_of(connection, taken, others):
+            self.register(tool)
+        self._spec_tuple = tuple(self._tools.values())
 
     @property
     def mcp_status(self) -> dict[str, McpStatus]:

@@ -29,7 +29,7 @@ from .._results import RunResult
 from .._wire import ApprovalClaim, claim_refusal
 from ._decide import Saved, accepted, damaged_reason, judge, saved
 from ._queries import load
-from ._schema import ENDED, OPEN, create
+from ._schema import ENDED, MCP_TOKENS, OPEN, SCHEMA_VERSION, create
 from ._store import Accepted, LeaseLostError, StoredRun
 
 __all__ = ("Ops", "migrate")
@@ -327,6 +327,16 @@ class Ops:
     def renew(self, owner: str, lease_until: float) -> None:
         self._alive(owner, lease_until)
 
+    def set_mcp_token(self, key: str, value: str | None, now: float) -> None:
+        if value is None:
+            self.conn.execute("DELETE FROM mcp_tokens WHERE key = ?", (key,))
+        else:
+            self.conn.execute(
+                "INSERT INTO mcp_tokens (key, value, updated) VALUES (?, ?, ?) ON CONFLICT(key)"
+                " DO UPDATE SET value = excluded.value, updated = excluded.updated",
+                (key, value, now),
+            )
+
     def delivered(self, request_ids: Iterable[str]) -> None:
         self.conn.executemany(
             "UPDATE requests SET delivered = 1 WHERE request_id = ? AND delivered = 0",
@@ -336,6 +346,10 @@ class Ops:
 
 def migrate(conn: sqlite3.Connection, version: int, path: str) -> None:
     """Bring a file of an earlier schema to the current one, in the caller's transaction."""
+    if version == 2:  # version 3 added a table, and nothing else
+        conn.execute(MCP_TOKENS)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return
     if version != 1:
         raise StoreError(f"run store {path} has schema version {version}, which is unknown")
     old = conn.execute("SELECT body FROM runs ORDER BY seq").fetchall()

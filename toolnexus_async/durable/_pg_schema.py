@@ -7,7 +7,8 @@ Rules of this module:
   that the two stores keep one contract and one set of queries in two dialects.
 - ``meta`` holds the application's name and the schema version. A schema that holds
   other tables but no ``meta`` row of ours is refused, as is a version newer than this
-  release reads; an older version would be migrated here (there is none yet).
+  release reads; an older version is migrated here, under the same lock (version 2 added
+  ``mcp_tokens``, the sign-in state of remote MCP servers).
 - Creating the tables takes a transaction-scoped advisory lock first, so that several
   workers starting at once create them once and all see them.
 """
@@ -22,12 +23,17 @@ from .._errors import StoreError, UsageError
 __all__ = ("APPLICATION", "SCHEMA_VERSION", "ensure", "qualified")
 
 APPLICATION = "toolnexus_async run store"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Any 64-bit number of our own: the advisory lock that serialises schema creation.
 _CREATE_LOCK = 0x546E7841_0001
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+_MCP_TOKENS = """CREATE TABLE {s}.mcp_tokens (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL,
+        updated DOUBLE PRECISION NOT NULL)"""
 
 _TABLES = (
     """CREATE TABLE {s}.meta (
@@ -72,6 +78,7 @@ _TABLES = (
     "CREATE INDEX requests_expiring ON {s}.requests (expires_at)"
     " WHERE status = 'pending' AND expires_at IS NOT NULL",
     "CREATE INDEX requests_undelivered ON {s}.requests (run_id) WHERE delivered = 0",
+    _MCP_TOKENS,
 )
 
 
@@ -121,5 +128,10 @@ async def ensure(conn: Any, schema: str, where: str) -> None:
                 f"{where}: schema {schema!r} has run store version {version}, from a newer"
                 f" release; this release reads version {SCHEMA_VERSION}"
             )
-        if version < SCHEMA_VERSION:  # no older version exists yet
+        if version == 1:  # version 2 added a table, and nothing else
+            await conn.execute(_MCP_TOKENS.format(s=schema))
+            await conn.execute(
+                f"UPDATE {schema}.meta SET value = $1 WHERE key = 'version'", str(SCHEMA_VERSION)
+            )
+        elif version < SCHEMA_VERSION:
             raise StoreError(f"{where}: schema {schema!r} has unknown version {version}")

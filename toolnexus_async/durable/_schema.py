@@ -2,13 +2,15 @@
 
 Rules of this module:
 
-- The tables (schema version 2): ``runs`` (one row per run: status, owner, the current
+- The tables (schema version 3): ``runs`` (one row per run: status, owner, the current
   turn, the run's state through that turn as JSON, its final JSON), ``workers`` (each
   worker's lease: one row covers every run it holds), ``results`` (the current turn's
   recorded calls), ``requests`` (every request of a run, pending, answered, expired or
   closed, with its answer and whether its run has it; kept after the run ends, so a late
-  answer is told what happened). Version 1 files (halted runs only) are migrated when
-  opened (``_ops.migrate``).
+  answer is told what happened), ``mcp_tokens`` (the sign-in state of remote MCP servers,
+  :class:`toolnexus_async.mcp.RunStoreTokens`'s: opaque JSON by key). Version 1 files
+  (halted runs only) and version 2 files (no ``mcp_tokens``) are migrated when opened
+  (``_ops.migrate``).
 - The indexes are partial where a query only ever looks at a few rows (held runs, runs
   let go, ended runs, pending, expiring and undelivered requests), so that the periodic
   queries of a host (what can go on, what to hand over) cost what they find, not what the
@@ -32,12 +34,18 @@ __all__ = ("APPLICATION_ID", "ENCODE", "SCHEMA_VERSION", "create")
 
 # "TnxA": SQLite's header field for telling one application's files from another's.
 APPLICATION_ID = 0x546E7841
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # The statuses of a run that is not over, and of one that is. Queries spell them exactly
 # so: SQLite uses a partial index only for a query whose WHERE implies the index's.
 OPEN = "('running', 'halted')"
 ENDED = "('done', 'failed')"
+
+# Version 3: the sign-in state of remote MCP servers (secrets: never logged).
+MCP_TOKENS = """CREATE TABLE mcp_tokens (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL,
+        updated REAL NOT NULL)"""
 
 SCHEMA = (
     """CREATE TABLE runs (
@@ -83,6 +91,7 @@ SCHEMA = (
     "CREATE INDEX requests_expiring ON requests(expires_at)"
     " WHERE status = 'pending' AND expires_at IS NOT NULL",
     "CREATE INDEX requests_undelivered ON requests(run_id) WHERE delivered = 0",
+    MCP_TOKENS,
 )
 
 ENCODE = compact_encoder(ensure_ascii=True)

@@ -17,7 +17,12 @@ Rules of this module:
   the inverse alias ``disabled``. ``timeout`` is in milliseconds (default 30000) and bounds
   each phase of connecting (start, handshake, each page of the tool list) on its own.
 - Header and environment values are secrets: a :class:`ServerConfig`'s ``repr`` names their
-  keys only.
+  keys only; so is an ``oauth`` client secret (its ``repr`` says whether there is one).
+- ``oauth`` (remote servers; opencode's keys ``clientId``, ``clientSecret``, ``scope``, and
+  ours, ``redirectUri``): absent, sign-in is used when the server asks for it (a 401), unless
+  the headers carry an ``Authorization`` of their own; ``false`` turns it off; an object
+  configures it (``clientId`` for a pre-registered client, else the client registers itself
+  dynamically). ``${NAME}`` in ``clientId`` or ``clientSecret`` is expanded at connect time.
 """
 
 from __future__ import annotations
@@ -32,7 +37,14 @@ import attrs
 
 from .._errors import UsageError
 
-__all__ = ("DEFAULT_TIMEOUT_MS", "McpStatus", "ServerConfig", "load_config", "parse_config")
+__all__ = (
+    "DEFAULT_TIMEOUT_MS",
+    "McpStatus",
+    "OAuthConfig",
+    "ServerConfig",
+    "load_config",
+    "parse_config",
+)
 
 DEFAULT_TIMEOUT_MS = 30_000
 _WRAPPERS = ("mcpServers", "servers", "mcp")
@@ -51,12 +63,38 @@ _FIELDS = frozenset(
         "disabled",
         "timeout",
         "tools",
+        "oauth",
     }
 )
+_OAUTH_FIELDS = frozenset({"clientId", "clientSecret", "scope", "redirectUri"})
 
 
 def _names(values: Mapping[str, str]) -> str:
     return repr(sorted(values))
+
+
+def _secret(value: str | None) -> str:
+    return "None" if value is None else "'[set]'"
+
+
+@attrs.frozen
+class OAuthConfig:
+    """How a remote server's sign-in (OAuth 2.1 with PKCE, docs/mcp.md) is set up.
+
+    Attributes:
+        client_id: a client registered beforehand with the server's authorization server;
+            without one the client registers itself (dynamic client registration).
+        client_secret: that client's secret, if it has one (``${NAME}`` expanded).
+        scope: the scopes to ask for, space-separated; without it, what the server says.
+        redirect_uri: where the authorization server sends the person back with the code
+            (serve's ``/oauth/callback``, or your host's); without it, the toolkit's
+            ``mcp_redirect_uri``.
+    """
+
+    client_id: str | None = None
+    client_secret: str | None = attrs.field(default=None, repr=_secret)
+    scope: str | None = None
+    redirect_uri: str | None = None
 
 
 @attrs.frozen
@@ -75,6 +113,8 @@ class ServerConfig:
         enabled: False leaves the server out (its status says ``disabled``).
         timeout: seconds each phase of connecting may take.
         tools: an allow- or drop-list on the server's own tool names (see :func:`parse_config`).
+        oauth: for a remote server, its sign-in; ``None`` when it has none (``oauth: false``,
+            or headers with an ``Authorization``).
     """
 
     name: str
@@ -87,6 +127,7 @@ class ServerConfig:
     enabled: bool = True
     timeout: float = DEFAULT_TIMEOUT_MS / 1000
     tools: Mapping[str, bool] | None = None
+    oauth: OAuthConfig | None = None
 
     def exposes(self, tool: str) -> bool:
         """Whether the server's tool ``tool`` (its own name) is loaded: every tool without a
@@ -104,14 +145,16 @@ class McpStatus:
     """Where one configured MCP server stands (``Toolkit.mcp_status``).
 
     Attributes:
-        state: ``"connected"``, ``"disabled"`` (``enabled: false``) or ``"failed"`` (it did
-            not start, answer or list its tools in time, or its session ended).
+        state: ``"connected"``, ``"disabled"`` (``enabled: false``), ``"needs_auth"`` (a
+            remote server that wants a sign-in first: its one tool, ``<server>_sign_in``,
+            asks for it) or ``"failed"`` (it did not start, answer or list its tools in
+            time, or its session ended).
         error: for ``failed``, what went wrong (secrets scrubbed).
         protocol: the protocol version negotiated (``"2026-07-28"``, ``"2025-11-25"``, ...).
         tools: the toolkit names of the tools it contributed.
     """
 
-    state: Literal["connected", "disabled", "failed"]
+    state: Literal["connected", "disabled", "needs_auth", "failed"]
     error: str | None = None
     protocol: str | None = None
     tools: tuple[str, ...] = ()
@@ -180,6 +223,34 @@ def _tools(server: str, value: object) -> dict[str, bool] | None:
     return dict(value)
 
 
+def _oauth(server: str, value: object, headers: Mapping[str, str]) -> OAuthConfig | None:
+    if value is False:
+        return None
+    if value is None or value is True:
+        # A server given its own Authorization header is signed in already.
+        if any(key.lower() == "authorization" for key in headers):
+            return None
+        return OAuthConfig()
+    if not isinstance(value, Mapping):
+        raise _fail(server, "oauth must be false or an object")
+    unknown = set(value) - _OAUTH_FIELDS
+    if unknown:
+        raise _fail(server, f"unknown oauth field(s) {', '.join(sorted(unknown))}")
+    fields: dict[str, str | None] = {}
+    for key in sorted(_OAUTH_FIELDS):
+        given = value.get(key)
+        if given is not None and (not isinstance(given, str) or not given):
+            # Not shown: a client secret is a secret.
+            raise _fail(server, f"oauth.{key} must be a non-empty string")
+        fields[key] = given
+    redirect = fields["redirectUri"]
+    if redirect is not None and not redirect.startswith(("http://", "https://")):
+        raise _fail(server, "oauth.redirectUri must be an http:// or https:// URL")
+    if fields["clientSecret"] is not None and fields["clientId"] is None:
+        raise _fail(server, "oauth.clientSecret needs oauth.clientId")
+    return OAuthConfig(fields["clientId"], fields["clientSecret"], fields["scope"], redirect)
+
+
 def _server(name: str, spec: object) -> ServerConfig:
     if not isinstance(spec, Mapping):
         raise _fail(name, f"must be an object, got {type(spec).__name__}")
@@ -206,8 +277,8 @@ def _server(name: str, spec: object) -> ServerConfig:
         "tools": _tools(name, spec.get("tools")),
     }
     if kind == "local":
-        if "url" in spec or headers:
-            raise _fail(name, "a local server takes command, not url or headers")
+        if "url" in spec or headers or "oauth" in spec:
+            raise _fail(name, "a local server takes command, not url, headers or oauth")
         command = _command(name, spec)
         return ServerConfig(name, "local", command, environment, cwd, **common)
     url = spec.get("url")
@@ -215,7 +286,8 @@ def _server(name: str, spec: object) -> ServerConfig:
         raise _fail(name, "url must be an http:// or https:// URL")
     if "command" in spec or environment or cwd is not None:
         raise _fail(name, "a remote server takes url and headers, not command, env or cwd")
-    return ServerConfig(name, "remote", url=url, headers=headers, **common)
+    oauth = _oauth(name, spec.get("oauth"), headers)
+    return ServerConfig(name, "remote", url=url, headers=headers, oauth=oauth, **common)
 
 
 def parse_config(config: Mapping[str, Any]) -> tuple[ServerConfig, ...]:

@@ -20,6 +20,10 @@ Rules of this module:
   of its tools loaded: the name is a typo, and the tool meant would run.
 - Leaving closes every session; a local server's process group is ended by the SDK
   (stdin closed, then SIGTERM, then SIGKILL).
+- Sign-in (:mod:`._oauth`): a remote server with ``oauth`` gets that module's auth on its
+  HTTP client. A handshake refused for want of a sign-in leaves it ``needs_auth``, and its
+  task waits: once a sign-in completes, :meth:`Connection.connect_again` has it connect
+  once more, and ``on_tools`` tells the toolkit of the tools it lists then.
 - Secrets: header and environment values are expanded here, at connect time, and scrubbed
   from every error text this module keeps and every result the tools return. Every header
   value but the descriptive ones (as for HTTP tools) is a secret; of the environment, the
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, AsyncExitStack
 from typing import Any, Literal
 
@@ -50,13 +55,15 @@ from .._secrets import Scrubber
 from .._types import HaltRun
 from ..tools.http import expand_headers
 from ._config import ServerConfig
+from ._oauth import ServerSignIn
 from ._questions import elicit_result, inline_request
+from ._tokens import MemoryTokens, TokenStore
 
 __all__ = ("Connection", "McpServers")
 
 log = logging.getLogger("toolnexus_async.mcp")
 
-State = Literal["connected", "disabled", "failed"]
+State = Literal["connected", "disabled", "needs_auth", "failed"]
 _CLIENT = types.Implementation(name="toolnexus-async", version=__version__)
 _PAGES = 100  # a server whose tool list never ends is cut here
 
@@ -89,19 +96,51 @@ class Connection:
         self.doing = ""  # the phase of connecting under way, for a timeout's message
         self.stop = anyio.Event()
         self.ready = anyio.Event()
+        # -- sign-in (._oauth) --
+        self.sign_in: ServerSignIn | None = None
+        self.again = anyio.Event()  # a sign-in completed (or the toolkit closes)
+        self.attempted = anyio.Event()  # set when the attempt under way is over
 
     def fail(self, problem: str) -> None:
         self.state, self.error, self.session = "failed", self.scrub(problem), None
+
+    def tool_names(self) -> list[str]:
+        return [tool.name for tool in self.listed if self.config.exposes(tool.name)]
+
+    async def connect_again(self) -> None:
+        """Have a server that waits for its sign-in connect once more; return when that
+        attempt is over (see :attr:`state`)."""
+        if self.state != "needs_auth":
+            return
+        attempted = self.attempted
+        self.again.set()
+        await attempted.wait()
 
 
 class McpServers:
     """The configured servers, connected while the toolkit is open."""
 
-    def __init__(self, configs: tuple[ServerConfig, ...], wait_for: Resolver | None) -> None:
+    def __init__(
+        self,
+        configs: tuple[ServerConfig, ...],
+        wait_for: Resolver | None,
+        *,
+        tokens: TokenStore | None = None,
+        redirect_uri: str | None = None,
+    ) -> None:
         self._connections = [Connection(config, Scrubber(())) for config in configs]
         self._resolver = wait_for
         self._group: anyio.abc.TaskGroup | None = None
         self._started = False
+        self.tokens = MemoryTokens() if tokens is None else tokens
+        for connection in self._connections:
+            oauth = connection.config.oauth
+            if oauth is not None:
+                connection.sign_in = ServerSignIn(
+                    connection.config, oauth, self.tokens, redirect_uri
+                )
+        # Told when a server connects after a sign-in: the toolkit offers its tools then.
+        self.on_tools: Callable[[Connection], None] = lambda connection: None
 
     @property
     def started(self) -> bool:
@@ -140,15 +179,32 @@ class McpServers:
             return
         for connection in self._connections:
             connection.stop.set()
+            connection.again.set()
         await group.__aexit__(None, None, None)
 
     async def _serve(self, connection: Connection) -> None:
+        """Connect; while the server waits for a sign-in, connect again after each one."""
+        await self._attempt(connection, first=True)
+        while connection.state == "needs_auth":
+            await connection.again.wait()
+            connection.again = anyio.Event()
+            if connection.stop.is_set():
+                return
+            await self._attempt(connection, first=False)
+
+    async def _attempt(self, connection: Connection, *, first: bool) -> None:
         config = connection.config
         try:
             async with AsyncExitStack() as stack:
                 await self._connect(connection, stack)
                 connection.state, connection.error = "connected", None
                 connection.ready.set()
+                if not first:  # the toolkit took the tools of the first attempt itself
+                    try:
+                        self.on_tools(connection)
+                    except Exception:  # the toolkit's bookkeeping must not end the session
+                        log.exception("MCP server %r: registering its tools failed", config.name)
+                _attempted(connection)
                 log.info(
                     "MCP server %r connected (%s, %d tools)",
                     config.name,
@@ -158,7 +214,12 @@ class McpServers:
                 await connection.stop.wait()
                 connection.session = None
         except Exception as exc:
-            if isinstance(_innermost(exc), TimeoutError):
+            sign_in = connection.sign_in
+            if sign_in is not None and sign_in.needed:
+                connection.state, connection.error = "needs_auth", sign_in.why()
+                if sign_in.redirect is None:
+                    connection.state = "failed"
+            elif isinstance(_innermost(exc), TimeoutError):
                 connection.fail(f"timed out after {config.timeout:g} s {connection.doing}")
             else:
                 connection.fail(_problem(exc))
@@ -166,7 +227,10 @@ class McpServers:
             connection.session = None
             if connection.state == "failed":
                 log.warning("MCP server %r failed: %s", config.name, connection.error)
+            elif connection.state == "needs_auth":
+                log.info("MCP server %r: %s", config.name, connection.error)
             connection.ready.set()
+            _attempted(connection)
 
     async def _connect(self, connection: Connection, stack: AsyncExitStack) -> None:
         config = connection.config
@@ -196,8 +260,11 @@ class McpServers:
                 raise _Refused(expanded)
             headers, secrets, _ = expanded
             connection.scrub = Scrubber(secrets)
+            auth = None if connection.sign_in is None else connection.sign_in.auth()
+            if isinstance(auth, str):
+                raise _Refused(auth)
             http = httpx2.AsyncClient(
-                headers=headers, timeout=httpx2.Timeout(config.timeout, read=300)
+                headers=headers, timeout=httpx2.Timeout(config.timeout, read=300), auth=auth
             )
             await stack.enter_async_context(http)
             # Connecting is lazy (the first request opens it): the handshake is bounded.
@@ -228,6 +295,8 @@ class McpServers:
         _check_dropped(config, listed)
         connection.listed = listed
         connection.session = session
+        if connection.sign_in is not None:
+            connection.sign_in.interactive = True  # a call refused now gets a link
 
     async def _inline_question(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
@@ -245,6 +314,12 @@ class McpServers:
         except HaltRun:
             return types.ElicitResult(action="cancel")
         return elicit_result(answer, form=isinstance(params, types.ElicitRequestFormParams))
+
+
+def _attempted(connection: Connection) -> None:
+    """Tell whoever waits for the attempt under way that it is over."""
+    attempted, connection.attempted = connection.attempted, anyio.Event()
+    attempted.set()
 
 
 def _check_dropped(config: ServerConfig, listed: list[types.Tool]) -> None:

@@ -20,6 +20,10 @@ Rules of this module:
   the server answers is not shown to anyone.
 - Secrets: the server's secret values (:mod:`._connect` says which) are scrubbed from the
   text the model sees, results included.
+- Sign-in (:mod:`._oauth`): a call refused for want of a sign-in (a 401, or a 403 asking for
+  more scopes) suspends with the sign-in link the refusal made; the retry after the answer
+  exchanges the code, then calls again. A server waiting for its first sign-in contributes
+  its ``<server>_sign_in`` tool only.
 - Every failure (the server gone, a protocol error, a refused ``requestState``) is an error
   result naming the server and the tool, secrets scrubbed; only cancellation propagates.
   A closed connection (the process ended, say) also marks the server ``failed``: later
@@ -43,6 +47,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from .._types import Answer, ToolContext, ToolResult
 from ._connect import Connection
+from ._oauth import SignInTool, link_request, sign_in_of
 from ._questions import question_of, request_for, responses_for
 
 __all__ = ("McpTool", "result_of", "tool_name", "tools_of")
@@ -134,6 +139,12 @@ class McpTool:
         )
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+        sign_in = self._connection.sign_in
+        if sign_in is not None and ctx is not None and ctx.answer is not None:
+            state = sign_in_of(ctx.request, self.server)
+            if state is not None:
+                problem = await sign_in.complete(state, ctx.answer)
+                return self._fail(problem) if problem else await self._call(args, None, None)
         question = None
         if ctx is not None and ctx.answer is not None:
             question = question_of(ctx.request, self.server, self.remote)
@@ -144,6 +155,10 @@ class McpTool:
     async def refused(self, args: dict[str, Any], ctx: ToolContext) -> None:
         """This call's question ended without an ok answer: tell the server, as a retry
         with ``decline`` (declined) or ``cancel`` (expired, cancelled, late)."""
+        sign_in, state = self._connection.sign_in, sign_in_of(ctx.request, self.server)
+        if sign_in is not None and state is not None:
+            await sign_in.forget(state)
+            return
         question = question_of(ctx.request, self.server, self.remote)
         answer = ctx.answer
         if question is None or answer is None:
@@ -165,6 +180,9 @@ class McpTool:
             return self._fail(f"the server is not available: {why}")
         given: dict[str, types.InputResponse] | None = dict(responses) if responses else None
         delay = 0.05
+        sign_in = self._connection.sign_in
+        if sign_in is not None:
+            sign_in.needed = False
         try:
             for _ in range(_ROUNDS):
                 result = await session.call_tool(
@@ -184,6 +202,11 @@ class McpTool:
                 delay = min(delay * 2, 0.25)
         except Exception as exc:
             log.debug("MCP tool %r failed", self.name, exc_info=True)
+            if sign_in is not None and sign_in.needed:
+                link = sign_in.take_link()
+                if link is not None:
+                    return ToolResult.pending(link_request(self.server, link))
+                return self._fail(sign_in.why())
             problem = f"{type(exc).__name__}: {exc}"
             if _closed(exc):  # the server is gone: say so in the status, and to later calls
                 self._connection.fail(f"its session ended ({problem})")
@@ -204,11 +227,18 @@ class McpTool:
 
 def tools_of(
     connection: Connection, taken: set[str], others: Mapping[str, object]
-) -> list[McpTool]:
+) -> list[McpTool | SignInTool]:
     """The tools ``connection`` contributes, named so that no MCP tool's name in ``taken``
     repeats (``taken`` grows by the names given); one whose name a tool in ``others`` (not
     from MCP) has is left out, with a warning."""
-    tools = []
+    if connection.state == "needs_auth" and connection.sign_in is not None:
+        name = tool_name(connection.config.name, "sign_in", taken)
+        if name in others:
+            log.warning("MCP server %r: its sign-in tool is left out: %r is taken", name, name)
+            return []
+        taken.add(name)
+        return [SignInTool(name, connection, connection.sign_in)]
+    tools: list[McpTool | SignInTool] = []
     offered = {listed.name for listed in connection.listed}
     for unknown in sorted(set(connection.config.tools or ()) - offered):
         server = connection.config.name

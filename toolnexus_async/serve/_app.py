@@ -54,6 +54,7 @@ from ..suspend import GcFreezer
 from ._bodies import MAX_BODY, ApiError, is_text, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
 from ._guard import GUARD, Guard, add_security_headers, guard_requests, log_out
+from ._oauth import CALLBACK, oauth_callback
 from ._outage import OUTAGE, StoreOutage, retry_after, store_faults
 from ._runs import RunBook, ServeInbox, drive, load_stored, run_steps
 from ._workers import follow_workers
@@ -199,6 +200,7 @@ def create_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get(CALLBACK, oauth_callback)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/", index)
     app.router.add_post("/logout", log_out)
