@@ -73,7 +73,9 @@ class Provider:
         self.clients[client_info.client_id] = client_info  # type: ignore[index]
         self.stats["registered"] += 1
 
-    async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+    async def authorize(
+        self, client: OAuthClientInformationFull, params: AuthorizationParams
+    ) -> str:
         key = secrets.token_urlsafe(16)
         self.asked[key] = (client.client_id or "", params)
         return f"{self.issuer}/login?asked={key}"
@@ -89,7 +91,9 @@ class Provider:
     ) -> OAuthToken:
         del self.codes[authorization_code.code]
         self.stats["exchanged"] += 1
-        return self._issue(client.client_id or "", authorization_code.scopes, authorization_code.resource)
+        return self._issue(
+            client.client_id or "", authorization_code.scopes, authorization_code.resource
+        )
 
     async def load_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: str
@@ -147,8 +151,10 @@ class Provider:
             redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
             resource=params.resource,
         )
+        # RFC 9207: iss exactly as the metadata spells the issuer (with its root slash).
+        iss = str(AnyHttpUrl(self.issuer))
         target = construct_redirect_uri(
-            str(params.redirect_uri), code=code, state=params.state, iss=self.issuer
+            str(params.redirect_uri), code=code, state=params.state, iss=iss
         )
         return RedirectResponse(target, status_code=302)
 

@@ -48,6 +48,7 @@ from mcp.shared.auth import (
     OAuthClientMetadata,
     OAuthMetadata,
     OAuthToken,
+    ProtectedResourceMetadata,
 )
 from mcp.shared.auth_utils import calculate_token_expiry
 
@@ -161,7 +162,16 @@ class _Provider(OAuthClientProvider):
 
     async def _initialize(self) -> None:
         await super()._initialize()
-        self.context.token_expiry_time = (await self._sign_in.record()).get("expires_at")
+        # What the SDK keeps in memory only, from the sign-in that brought the tokens: a
+        # refresh after a restart must reach the token endpoint discovered then.
+        record = await self._sign_in.record()
+        context = self.context
+        context.token_expiry_time = record.get("expires_at")
+        if context.oauth_metadata is None and record.get("metadata") is not None:
+            context.oauth_metadata = OAuthMetadata.model_validate(record["metadata"])
+        kept = record.get("resource_metadata")
+        if context.protected_resource_metadata is None and kept is not None:
+            context.protected_resource_metadata = ProtectedResourceMetadata.model_validate(kept)
 
     async def _perform_authorization_code_grant(self) -> tuple[str, str]:
         sign_in = self._sign_in
@@ -211,6 +221,11 @@ class _Provider(OAuthClientProvider):
                 "resource": resource,
                 "scope": scope,
                 "metadata": None if metadata is None else metadata.model_dump(mode="json"),
+                "resource_metadata": (
+                    None
+                    if context.protected_resource_metadata is None
+                    else context.protected_resource_metadata.model_dump(mode="json")
+                ),
                 "made": time.time(),
             },
         )
@@ -450,6 +465,11 @@ class ServerSignIn:
         context.current_tokens = token
         context.update_token_expiry(token)
         await context.storage.set_tokens(token)
+        await self.update(
+            metadata=entry.get("metadata"), resource_metadata=entry.get("resource_metadata")
+        )
+        if context.oauth_metadata is None and entry.get("metadata") is not None:
+            context.oauth_metadata = OAuthMetadata.model_validate(entry["metadata"])
         self.needed = False
         log.info("MCP server %r: signed in", self.config.name)
         return None
