@@ -1,6 +1,6 @@
 """Signing in to a remote MCP server: the sign-in link is a suspension.
 
-The servers are real and started here (tests/mcp_servers/oauth.py): an authorization server
+The servers are real and started here (examples/mcp_oauth_servers.py): an authorization server
 made of the SDK's own OAuth routes, and the SDK's MCPServer protecting its tools with the
 tokens it issues. The person is played by an HTTP GET of the authorization URL, which the
 authorization server answers with a redirect carrying the code and the state, as a browser
@@ -25,8 +25,17 @@ import pytest
 
 from tests.conftest import assert_no_leaks
 from tests.mcp_servers.fixtures import ROOT, config
-from toolnexus_async import Answer, Inbox, LlmClient, Message, Request, Toolkit, ToolReturn
-from toolnexus_async import UsageError, UserMessage
+from toolnexus_async import (
+    Answer,
+    Inbox,
+    LlmClient,
+    Message,
+    Request,
+    Toolkit,
+    ToolReturn,
+    UsageError,
+    UserMessage,
+)
 from toolnexus_async.durable import DurableHost, SqliteRunStore
 from toolnexus_async.mcp import MemoryTokens, RunStoreTokens, parse_config, sign_in_answer
 from toolnexus_async.testing import reply, tool_call
@@ -39,7 +48,7 @@ REDIRECT = "http://127.0.0.1:9/oauth/callback"  # never visited: the test takes 
 def oauth_servers(**env: str) -> Iterator[tuple[str, str]]:
     """The authorization server and the MCP server it protects: (issuer, MCP endpoint)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.mcp_servers.oauth"],
+        [sys.executable, "examples/mcp_oauth_servers.py"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": ROOT, **env},
         stdout=subprocess.PIPE,

@@ -1,6 +1,8 @@
-"""An authorization server and an MCP server it protects, on two loopback ports: the sign-in
-tests' counterpart. Run as ``python -m tests.mcp_servers.oauth``; it prints
-``READY <authorization server URL> <MCP endpoint URL>`` once both listen.
+"""An authorization server and an MCP server it protects, on two loopback ports, to try the
+sign-in of docs/mcp.md with (and the sign-in tests' counterpart). Run as
+``python examples/mcp_oauth_servers.py``; it prints
+``READY <authorization server URL> <MCP endpoint URL>`` once both listen. For trying only:
+everything is in memory, and whoever opens a sign-in link is signed in at once.
 
 - The authorization server is the SDK's own routes (``create_auth_routes``: metadata,
   dynamic registration, authorize, token with PKCE, refresh, revoke) over the in-memory
@@ -33,8 +35,10 @@ from mcp.server.auth.provider import (
     AccessToken,
     AuthorizationCode,
     AuthorizationParams,
+    IdentityAssertionParams,
     ProviderTokenVerifier,
     RefreshToken,
+    TokenError,
     construct_redirect_uri,
 )
 from mcp.server.auth.routes import create_auth_routes
@@ -70,7 +74,7 @@ class Provider:
         # Registered for every scope this server knows: asking for more later (step-up)
         # needs no new registration.
         client_info.scope = " ".join(SCOPES)
-        self.clients[client_info.client_id] = client_info  # type: ignore[index]
+        self.clients[client_info.client_id or ""] = client_info
         self.stats["registered"] += 1
 
     async def authorize(
@@ -109,6 +113,11 @@ class Provider:
         return self._issue(
             client.client_id or "", scopes or refresh_token.scopes, refresh_token.resource
         )
+
+    async def exchange_identity_assertion(
+        self, client: OAuthClientInformationFull, params: IdentityAssertionParams
+    ) -> OAuthToken:
+        raise TokenError("unsupported_grant_type", "this server signs people in by link only")
 
     async def load_access_token(self, token: str) -> AccessToken | None:
         found = self.tokens.get(token)
@@ -257,7 +266,7 @@ async def main() -> None:
 
     server = MCPServer(
         "guarded",
-        token_verifier=ProviderTokenVerifier(provider),  # type: ignore[arg-type]
+        token_verifier=ProviderTokenVerifier(provider),
         auth=AuthSettings(
             issuer_url=AnyHttpUrl(issuer),
             resource_server_url=AnyHttpUrl(resource),
