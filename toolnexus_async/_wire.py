@@ -230,6 +230,7 @@ class Answer:
         )
 
 
+@fast_init
 @attrs.frozen
 class ApprovalClaim:
     """What an approving answer says about the call it approves: the ``digest`` it names
