@@ -82,6 +82,7 @@ BENCHMARKS = {
     "serve_load": "benchmarks/serve_load.py",
     "workers": "benchmarks/workers.py",  # starts a throwaway PostgreSQL cluster of its own
     "hostile": "benchmarks/hostile.py",  # the loop's longest stall under hostile input
+    "serve_page": "benchmarks/serve_page.py",  # the page in Chromium, 1,000 requests waiting
 }
 # Run only when named: ten minutes or more with their defaults.
 BY_NAME = {
@@ -97,8 +98,9 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench`` runs every benchmark with its defaults; ``nox -s bench -- --quick``
     passes the arguments to each (``--quick`` and ``--help`` are common to all);
     ``nox -s bench -- park --runs 20000`` runs only the named one, with its own flags
-    (``overhead``, ``park``, ``serve_load``, ``workers`` or ``hostile``; ``workers`` and
-    ``park --store postgres`` need the PostgreSQL server binaries, as the tests do).
+    (``overhead``, ``park``, ``serve_load``, ``workers``, ``hostile`` or ``serve_page``;
+    ``workers`` and ``park --store postgres`` need the PostgreSQL server binaries, as the
+    tests do; ``serve_page`` needs Debian's Chromium, as the page's tests do).
     ``nox -s bench -- gc_soak`` runs the memory soak, and ``nox -s bench -- instructions``
     the instruction count under callgrind; these two only run when named.
     """

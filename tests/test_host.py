@@ -347,10 +347,12 @@ async def test_a_store_failure_on_answer_is_the_callers_and_takes_nothing():
     failures = [StoreError("database is locked")]
 
     class Flaky(MemoryRunStore):
-        async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Any:
+        async def accept(
+            self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+        ) -> Any:
             if failures:
                 raise failures.pop()
-            return await super().accept(answer, now, delivered=delivered)
+            return await super().accept(answer, now, delivered=delivered, by=by)
 
     results: list[RunResult] = []
     with anyio.fail_after(LIMIT):

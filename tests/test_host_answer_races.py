@@ -44,8 +44,10 @@ class LateAck(SqliteRunStore):
         self.committed = anyio.Event()
         self.tell = anyio.Event()
 
-    async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Accepted:
-        taken = await super().accept(answer, now, delivered=delivered)
+    async def accept(
+        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+    ) -> Accepted:
+        taken = await super().accept(answer, now, delivered=delivered, by=by)
         self.committed.set()
         await self.tell.wait()
         return taken

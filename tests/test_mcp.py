@@ -195,13 +195,19 @@ async def test_a_failing_server_is_reported_and_the_rest_of_the_toolkit_works(tm
             status["missing"].error or ""
         )
         await check_demo(tk)
-        assert len(status["demo"].tools) == 10  # every page of three was read
-        # A server that dies mid-call: an error result, then its status says so.
+        assert len(status["demo"].tools) == 15  # every page of three was read
+        # A server that dies mid-call: an error result, then its status says so, and the
+        # next call starts it again.
         crashed = await tk.execute("demo_crash", {})
         assert crashed.is_error and "Connection closed" in crashed.output
-        assert tk.mcp_status["demo"].state == "failed"
+        assert "its session ended during the call" in crashed.output
+        gone = tk.mcp_status["demo"]
+        assert (gone.state, gone.ended) == ("failed", "its process ended")
+        assert "the next call connects again" in (gone.error or "")
         after = await tk.execute("demo_echo", {"text": "hi"})
-        assert after.is_error and "not available: its session ended" in after.output
+        assert (after.output, after.is_error) == ("hi", False)
+        back = tk.mcp_status["demo"]
+        assert (back.state, back.reconnects, back.ended) == ("connected", 1, "its process ended")
     assert child_pids() == before
     assert_no_leaks()
 

@@ -35,6 +35,7 @@ from toolnexus_async import (
     ToolReturn,
     UsageError,
     UserMessage,
+    pending_of,
 )
 from toolnexus_async.durable import DurableHost, SqliteRunStore
 from toolnexus_async.mcp import MemoryTokens, RunStoreTokens, parse_config, sign_in_answer
@@ -231,6 +232,37 @@ def ctx_for(request: Request, answer: Answer) -> Any:
     from toolnexus_async import ToolContext
 
     return ToolContext(answer=answer, request=request)
+
+
+async def test_a_reconnect_refused_for_want_of_a_sign_in_asks_through_the_next_call(servers):
+    """The session ended and the sign-in is gone (forgotten by the token store): connecting
+    again is refused, the server is ``needs_auth`` and keeps its tools, and the call that
+    asked for the new session suspends with a link; once answered, it connects and runs."""
+    _, url = servers
+    tokens = MemoryTokens()
+    async with Toolkit.create(builtins=False, mcp=guarded(url), mcp_tokens=tokens) as toolkit:
+        first = await toolkit.execute("guarded_sign_in", {})
+        request = pending_of(first)
+        assert request is not None
+        answer = await sign_in_answer(toolkit, await follow(request))
+        assert not (await toolkit.execute("guarded_sign_in", {}, ctx_for(request, answer))).is_error
+        await tokens.set(f"mcp-oauth guarded {url}", None)
+        assert toolkit._mcp is not None
+        [connection] = toolkit._mcp.connections
+        assert connection.session is not None
+        connection.end(connection.session, "ended by the test")
+        halted = await toolkit.execute("guarded_whoami", {})
+        again = pending_of(halted)
+        assert again is not None and again.kind == "authorization", halted.output
+        status = toolkit.mcp_status["guarded"]
+        assert status.state == "needs_auth" and "guarded_whoami" in status.tools
+        assert "the next call of its tools asks the person" in (status.error or "")
+        answer = await sign_in_answer(toolkit, await follow(again))
+        retry = await toolkit.execute("guarded_whoami", {}, ctx_for(again, answer))
+        assert (retry.is_error, retry.output) == (False, SIGNED_IN)
+        status = toolkit.mcp_status["guarded"]
+        assert (status.state, status.reconnects) == ("connected", 1)
+    assert_no_leaks()
 
 
 async def test_an_expired_token_is_refreshed_and_kept_in_the_run_store(servers, tmp_path: Path):

@@ -7,6 +7,8 @@ and the SDK-written demo MCP server (tests/mcp_servers/demo.py) over stdio.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +103,29 @@ def test_serve_mcp_with_a_bad_config_says_what_is_wrong(
     assert main(["serve", "--store", str(tmp_path / "runs.sqlite"), "--mcp", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert "MCP server 'demo': command must be a list" in err
+
+
+async def test_serve_needs_no_restart_when_an_mcp_server_process_dies():
+    from tests.mcp_servers.fixtures import child_pids
+    from tests.test_mcp_resilience import wait_exited
+
+    before = child_pids()
+    app = serve_demo_app(
+        MemoryRunStore(),
+        make_client=mcp_client,
+        token=TOKEN,
+        mcp=config(demo=stdio_server()),
+    )
+    with anyio.fail_after(LIMIT):
+        async with serving(app) as http, events(http) as stream:
+            [pid] = child_pids() - before
+            os.kill(pid, signal.SIGKILL)
+            await wait_exited(pid)
+            # echo says it only reads (readOnlyHint): were the end of the old process not
+            # yet read when the call is sent, it is sent again on the new one.
+            status, started = await post(http, "/runs", {"prompt": 'demo_echo {"text": "up"}'})
+            assert status == 202
+            done = await stream.until("done", run_id=started["id"])
+            assert done["text"] == "up"
+            assert app[SERVE].toolkit.mcp_status["demo"].reconnects == 1
+    assert child_pids() == before

@@ -65,3 +65,18 @@ def test_readme_shown_blocks_compile():
     assert shown
     for line, body in shown:
         compile_block(README, line, body)
+
+
+def test_extras_install_from_the_checkout():
+    """The package is on no index: README.md and docs/ install an extra from the checkout
+    (``pip install -e '.[mcp]'``), never by the package's name."""
+    pages = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    by_name = [
+        f"{page.name}: {line.strip()}"
+        for page in pages
+        for line in page.read_text(encoding="utf-8").splitlines()
+        if "pip install" in line and "toolnexus-async[" in line
+    ]
+    assert by_name == []
+    said = "\n".join(page.read_text(encoding="utf-8") for page in pages)
+    assert "pip install -e '.[mcp]'" in said and "pip install -e '.[postgres]'" in said

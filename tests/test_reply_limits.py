@@ -213,6 +213,22 @@ async def test_credentials_in_base_url_never_show():
     assert "[redacted]@127.0.0.1" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "auth", [{"api_key": "sk-0123456789abcdef"}, {"headers": {"authorization": "Bearer t0k3n"}}]
+)
+async def test_credentials_in_base_url_beside_an_authorization_header_are_refused_at_once(
+    auth: dict[str, Any],
+) -> None:
+    """aiohttp refuses both on every request: such a client could never work, so it is
+    refused when it is made, without the secret; anthropic's key is another header."""
+    url = "http://bob:hunter2-secret@127.0.0.1:9/v1"
+    with pytest.raises(UsageError, match="both would be the Authorization header") as caught:
+        LlmClient(url, model="m", **auth)
+    assert "hunter2" not in str(caught.value)
+    async with LlmClient(url, style="anthropic", model="m", api_key="sk-0123456789abcdef"):
+        pass
+
+
 async def test_credentials_in_base_url_are_scrubbed_from_provider_errors():
     async def handle(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": {"message": "bad auth hunter2-secret"}}, status=401)

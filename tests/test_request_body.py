@@ -55,7 +55,7 @@ def _client(style: str, transport: MockTransport, **kwargs: Any) -> LlmClient:
 
 def _expected(client: LlmClient, prompt: str, toolkit: Toolkit) -> Any:
     """What the codec builds for a first request, through the json module."""
-    model = client._runner.model
+    model = client.engine.model
     codec = model._codec  # type: ignore[attr-defined]
     from toolnexus_async._messages import UserMessage
 

@@ -51,8 +51,6 @@ from toolnexus_async.serve import (
 from toolnexus_async.serve import _app as serve_app
 from toolnexus_async.serve import _events as serve_events
 from toolnexus_async.serve._app import SERVE
-from toolnexus_async.serve._events import EventBus
-from toolnexus_async.serve._runs import RunBook
 
 LIMIT = 10  # seconds any one test may take
 # The token of every app these tests build, and the header that carries it.
@@ -67,15 +65,18 @@ class Events:
         self.response = response
         self.comments: list[str] = []
         self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.ids: list[int | None] = []  # the SSE id of each event of ``seen``
 
     async def next(self) -> tuple[str, dict[str, Any]]:
-        name, data = "", ""
+        name, data, seq = "", "", None
         while True:
             line = (await self.response.content.readline()).decode()
             assert line, "the event stream ended"
             line = line.rstrip("\n")
             if line.startswith(":"):
                 self.comments.append(line)
+            elif line.startswith("id: "):
+                seq = int(line.removeprefix("id: "))
             elif line.startswith("event: "):
                 name = line.removeprefix("event: ")
             elif line.startswith("data: "):
@@ -83,6 +84,7 @@ class Events:
             elif line == "" and name:
                 event = (name, json.loads(data))
                 self.seen.append(event)
+                self.ids.append(seq)
                 return event
 
     async def until(self, name: str, **match: Any) -> dict[str, Any]:
@@ -194,7 +196,14 @@ async def test_a_run_is_started_answered_and_finished_over_http():
 
             async with http.get(f"/runs/{run_id}") as reply:
                 assert reply.status == 200
-                assert await reply.json() == {
+                got = await reply.json()
+                old = ("id", "status", "prompt", "text", "error", "declined", "steps")
+                keys = ("id", "name", "arguments", "output", "is_error", "declined")
+                shown = {k: got[k] for k in old}
+                shown["steps"] = [{k: step[k] for k in keys} for step in got["steps"]]
+                assert [step["turn"] for step in got["steps"]] == [1, 2, 3]
+                assert [step["answer"]["ok"] for step in got["steps"]] == [True] * 3
+                assert shown == {
                     "id": run_id,
                     "status": "done",
                     "prompt": "Dinner for my team",
@@ -213,7 +222,7 @@ async def test_a_run_is_started_answered_and_finished_over_http():
                         for n, (name, step) in enumerate(
                             zip(
                                 ("check_login", "question", "book_table"),
-                                (await reply.json())["steps"],
+                                got["steps"],
                                 strict=True,
                             ),
                             start=1,
@@ -233,7 +242,25 @@ async def test_a_run_is_started_answered_and_finished_over_http():
             }
             assert names.index("tool_call") < names.index("pending")
             async with http.get("/requests") as reply:
-                assert await reply.json() == {"requests": []}
+                assert await reply.json() == {
+                    "requests": [],
+                    "next": None,
+                    "total": 0,
+                    "counts": {},
+                }
+
+
+async def all_runs(http: Any) -> list[dict[str, Any]]:
+    """Every run ``GET /runs`` lists, page after page."""
+    runs: list[dict[str, Any]] = []
+    cursor = ""
+    while True:
+        async with http.get("/runs", params={"limit": "500", "cursor": cursor}) as reply:
+            page = await reply.json()
+        runs.extend(page["runs"])
+        if page["next"] is None:
+            return runs
+        cursor = page["next"]
 
 
 async def answer_demo_from(
@@ -245,10 +272,8 @@ async def answer_demo_from(
         200,
         {"id": request_id, "ok": True},
     )
-    assert await stream.until("answered", request_id=request_id) == {
-        "request_id": request_id,
-        "ok": True,
-    }
+    answered = await stream.until("answered", request_id=request_id)
+    assert {"request_id": request_id, "ok": True, "run_id": run_id}.items() <= answered.items()
     for body in ({"ok": True, "data": {"answers": ["Sakura", "4"]}}, {"ok": True}):
         pending = await stream.until("pending", run_id=run_id)
         status, _ = await post(http, f"/requests/{pending['request']['id']}/answer", body)
@@ -303,7 +328,7 @@ async def test_a_malformed_run_is_422(body, message):
                 assert reply.status == 422
                 assert message in (await reply.json())["error"]
             async with http.get("/runs") as reply:
-                assert await reply.json() == {"runs": []}
+                assert await reply.json() == {"runs": [], "next": None, "total": 0, "counts": {}}
 
 
 async def test_a_run_of_exactly_the_longest_prompt_is_accepted():
@@ -334,7 +359,7 @@ async def test_bodies_over_max_body_are_413_and_non_json_bodies_415():
             async with http.post("/requests/r1/answer", data=b'{"ok": true}') as reply:
                 assert reply.status == 415
             async with http.get("/runs") as reply:
-                assert await reply.json() == {"runs": []}
+                assert await reply.json() == {"runs": [], "next": None, "total": 0, "counts": {}}
 
 
 async def test_unknown_routes_and_methods_answer_json_errors():
@@ -437,11 +462,9 @@ async def test_an_expired_request_is_announced_and_then_409():
         async with serving(app) as http, events(http) as stream:
             run_id = (await post(http, "/runs", {"prompt": "pay"}))[1]["id"]
             request_id = (await stream.until("pending", run_id=run_id))["request"]["id"]
-            assert await stream.until("answered", request_id=request_id) == {
-                "request_id": request_id,
-                "ok": False,
-                "reason": "expired",
-            }
+            answered = await stream.until("answered", request_id=request_id)
+            expired = {"request_id": request_id, "ok": False, "reason": "expired"}
+            assert expired.items() <= answered.items()
             status, error = await post(http, f"/requests/{request_id}/answer", {"ok": True})
             assert status == 409 and "expired" in error["error"]
             done = await stream.until("done", run_id=run_id)
@@ -455,7 +478,7 @@ async def test_a_failing_run_is_error_and_a_limited_one_incomplete():
     with anyio.fail_after(LIMIT):
         async with serving(app_with(broken, [])) as http, events(http) as stream:
             run_id = (await post(http, "/runs", {"prompt": "hi"}))[1]["id"]
-            failed = await stream.until("error", run_id=run_id)
+            failed = await stream.until("failed", run_id=run_id)
             assert "the model fell over" in failed["message"]
             async with http.get(f"/runs/{run_id}") as reply:
                 run = await reply.json()
@@ -576,8 +599,7 @@ async def test_a_subscriber_that_never_reads_is_dropped_and_runs_go_on(monkeypat
                     while not parked >= set(started):
                         await progress.wait()
                     tg.cancel_scope.cancel()
-                async with http.get("/runs") as reply:
-                    runs = (await reply.json())["runs"]
+                runs = await all_runs(http)
                 assert [r["id"] for r in runs] == started[::-1]
                 assert {r["status"] for r in runs} == {"pending"}
                 # The dropped client finds its connection closed after what was sent.
@@ -747,7 +769,7 @@ async def test_the_page_and_its_files_are_served_and_nothing_else(monkeypatch, t
 
 async def test_the_client_must_park_in_the_apps_inbox():
     def stray(inbox: ServeInbox) -> LlmClient:
-        return demo_client(ServeInbox(RunBook(EventBus()), 1.0))
+        return demo_client(ServeInbox(1.0))
 
     app = create_app(
         make_client=stray,

@@ -180,18 +180,25 @@ class Server:
     async def answer(self, request_id: str, body: dict[str, Any]) -> tuple[int, Any]:
         return await self.post(f"/requests/{request_id}/answer", body)
 
+    async def all_of(self, path: str, key: str) -> list[dict[str, Any]]:
+        """Every item of a paged list (``GET /runs``, ``GET /requests``), page after page."""
+        items: list[dict[str, Any]] = []
+        cursor = ""
+        while True:
+            status, body = await self.get(f"{path}?limit=500&cursor={cursor}")
+            assert status == 200, body
+            items.extend(body[key])
+            if body["next"] is None:
+                return items
+            cursor = body["next"]
+
     async def requests(self) -> list[dict[str, Any]]:
         """``GET /requests``: what the store has outstanding."""
-        status, body = await self.get("/requests")
-        assert status == 200, body
-        listed: list[dict[str, Any]] = body["requests"]
-        return listed
+        return await self.all_of("/requests", "requests")
 
     async def runs(self) -> dict[str, dict[str, Any]]:
         """``GET /runs``, by run id."""
-        status, body = await self.get("/runs")
-        assert status == 200, body
-        return {run["id"]: run for run in body["runs"]}
+        return {run["id"]: run for run in await self.all_of("/runs", "runs")}
 
     async def run(self, run_id: str) -> dict[str, Any]:
         status, body = await self.get(f"/runs/{run_id}")

@@ -48,7 +48,7 @@ async def status_of(http: Any, method: str, path: str, body: Any, **kwargs: Any)
 
 async def no_runs(http: Any) -> bool:
     async with http.get("/runs", headers=AUTH) as reply:
-        return bool(await reply.json() == {"runs": []})
+        return bool((await reply.json())["runs"] == [])
 
 
 async def test_without_the_token_every_route_is_401_and_nothing_happens():

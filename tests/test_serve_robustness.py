@@ -32,10 +32,10 @@ from tests.test_serve_api import (
     serving,
 )
 from toolnexus_async import Answer, AssistantMessage, MemoryRunStore, SqliteRunStore
+from toolnexus_async.serve import _app as serve_app
 from toolnexus_async.serve import _bodies as serve_bodies
 from toolnexus_async.serve import _events as serve_events
 from toolnexus_async.serve import run_server, serve_demo_app
-from toolnexus_async.serve._runs import RunBook
 
 JSON = {"Content-Type": "application/json"}
 
@@ -91,7 +91,7 @@ async def test_a_lone_surrogate_is_422_no_run_is_recorded_and_the_stream_goes_on
                 status, error = await raw_post(http, "/runs", body)
                 assert status == 422 and "lone surrogate" in error["error"], body
             async with http.get("/runs") as reply:
-                assert await reply.json() == {"runs": []}
+                assert (await reply.json())["runs"] == []
 
             # A real pair is one character, and fine; the stream's next event is its run.
             status, run = await raw_post(http, "/runs", rb'{"prompt": "dinner \ud83c\udf5d"}')
@@ -146,9 +146,11 @@ class AskedStore(MemoryRunStore):
         super().__init__()
         self.asked: list[str] = []
 
-    async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Any:
+    async def accept(
+        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+    ) -> Any:
         self.asked.append(answer.id)
-        return await super().accept(answer, now, delivered=delivered)
+        return await super().accept(answer, now, delivered=delivered, by=by)
 
 
 async def test_nul_is_not_text_in_a_body_or_a_request_id():
@@ -161,7 +163,7 @@ async def test_nul_is_not_text_in_a_body_or_a_request_id():
                 status, error = await raw_post(http, "/runs", body)
                 assert status == 422 and "U+0000" in error["error"], body
             async with http.get("/runs") as reply:
-                assert await reply.json() == {"runs": []}
+                assert (await reply.json())["runs"] == []
             status, error = await raw_post(http, "/requests/req_%00x/answer", b'{"ok": true}')
             assert (status, error) == (404, {"error": "no run waits for request 'req_\\x00x'"})
             assert store.asked == []
@@ -205,10 +207,10 @@ async def test_the_bus_never_raises_on_publish(caplog: pytest.LogCaptureFixture)
 
 
 async def test_an_unexpected_exception_is_a_json_500(monkeypatch, caplog):
-    def boom(self: RunBook) -> list[Any]:
+    def boom(params: Any) -> Any:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(RunBook, "newest_first", boom)
+    monkeypatch.setattr(serve_app, "run_query", boom)
     with anyio.fail_after(LIMIT):
         async with serving(demo_app()) as http:
             async with http.get("/runs") as reply:
@@ -270,7 +272,7 @@ async def test_a_trickled_body_is_408_and_the_connection_closed(monkeypatch):
             )
             await close(writer)
             async with http.get("/runs") as listed:
-                assert await listed.json() == {"runs": []}
+                assert (await listed.json())["runs"] == []
 
 
 async def test_half_a_request_line_or_nothing_is_disconnected_after_the_header_timeout():
@@ -316,7 +318,7 @@ async def test_an_idle_keep_alive_connection_is_closed():
                     line.split(b":")[1] for line in head.split(b"\r\n")
                     if line.lower().startswith(b"content-length:")
                 ))  # fmt: skip
-                assert json.loads(await reader.readexactly(length)) == {"runs": []}
+                assert json.loads(await reader.readexactly(length))["runs"] == []
             # Idle now: the server hangs up, long before the 30 s header timeout (LIMIT).
             assert await until_closed(reader) == b""
             await close(writer)

@@ -59,7 +59,7 @@ SERVE_LOG = "toolnexus_async.serve"
 
 class FaultyStore(MemoryRunStore):
     """A memory store whose calls behind the routes (``start`` behind ``POST /runs``,
-    ``accept`` behind an answer, ``outstanding``, ``load`` and ``ping``) raise ``fault``
+    ``accept`` behind an answer, the listings, ``load`` and ``ping``) raise ``fault``
     while it is set. ``ping_ok`` is set by each ping that succeeds; ``hang`` makes a ping
     wait for ever (a store that does not answer)."""
 
@@ -77,9 +77,11 @@ class FaultyStore(MemoryRunStore):
         self._check()
         await super().start(state, owner, lease_until, turn)
 
-    async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Accepted:
+    async def accept(
+        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+    ) -> Accepted:
         self._check()
-        return await super().accept(answer, now, delivered=delivered)
+        return await super().accept(answer, now, delivered=delivered, by=by)
 
     async def outstanding(self, now: float | None = None) -> Any:
         self._check()
@@ -88,6 +90,18 @@ class FaultyStore(MemoryRunStore):
     async def load(self, run_id: str) -> Any:
         self._check()
         return await super().load(run_id)
+
+    async def list_runs(self, query: Any) -> Any:
+        self._check()
+        return await super().list_runs(query)
+
+    async def list_requests(self, query: Any) -> Any:
+        self._check()
+        return await super().list_requests(query)
+
+    async def run_view(self, run_id: str) -> Any:
+        self._check()
+        return await super().run_view(run_id)
 
     async def ping(self) -> None:
         if self.hang:
@@ -127,7 +141,8 @@ def assert_unavailable(status: int, body: Any, headers: Any, *, seconds: str = "
 
 
 async def test_each_store_route_is_503_with_retry_after_while_down_and_works_after():
-    """POST /runs, GET /requests and POST /requests/{id}/answer while the store is down:
+    """POST /runs, GET /runs, GET /requests and POST /requests/{id}/answer while the store
+    is down:
     503, Retry-After, the JSON error that names the store's server; once it is back, each
     works, and the answer that failed is taken when sent again."""
     with anyio.fail_after(LIMIT):
@@ -143,9 +158,9 @@ async def test_each_store_route_is_503_with_retry_after_while_down_and_works_aft
                 assert await reply.json() == {"status": "unavailable"}
             async with http.get("/healthz") as reply:  # the process still serves
                 assert (reply.status, await reply.json()) == (200, {"status": "ok"})
-            async with http.get("/runs") as reply:  # from memory: no store needed
-                assert reply.status == 200
-                assert [r["id"] for r in (await reply.json())["runs"]] == [run_id]
+            # The store is the source of truth for every read (issue 34): no stale listing.
+            assert_unavailable(*await reply_of(http, "GET", "/runs"))
+            assert_unavailable(*await reply_of(http, "GET", f"/runs/{run_id}"))
 
             store.fault = None
             status, listing, _ = await reply_of(http, "GET", "/requests")
@@ -343,8 +358,10 @@ def test_serve_hands_the_grace_and_the_store_timeout_on(
 
 
 async def test_serve_with_a_store_it_cannot_open_says_so_in_one_line(tmp_path):
+    """A file that is no database (a path that can name none: tests/test_serve_log.py)."""
+    (tmp_path / "runs.sqlite").write_text("not a database, " * 512)
     command = [sys.executable, "-m", "toolnexus_async", "serve", "--port", "0"]
-    command += ["--store", str(tmp_path / "missing" / "runs.sqlite")]
+    command += ["--store", str(tmp_path / "runs.sqlite")]
     with anyio.fail_after(60):
         done = await anyio.run_process(command, check=False)
     err = done.stderr.decode()

@@ -355,7 +355,7 @@ async def test_a_request_asked_on_one_worker_shows_on_anothers_event_stream(
             assert reply == (200, {"id": request["id"], "ok": True})
             with anyio.fail_after(WAIT):
                 answered = await stream.until("answered", request_id=request["id"])
-            assert answered == {"request_id": request["id"], "ok": True}
+            assert {"request_id": request["id"], "ok": True}.items() <= answered.items()
 
             async def paid() -> dict[str, Any] | None:
                 run = await a.run(run_id)

@@ -50,7 +50,7 @@ from toolnexus_async.durable import (
     SqliteRunStore,
     StoreEvent,
 )
-from toolnexus_async.durable._schema import APPLICATION_ID
+from toolnexus_async.durable._schema import APPLICATION_ID, SCHEMA_VERSION
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 StoreFactory = Callable[..., RunStore]
@@ -518,16 +518,18 @@ async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path, case):
         db.execute("PRAGMA user_version = 1")
     async with SqliteRunStore(path) as store:
         assert [r.id for r in await store.requests()] == case.ids
-    assert raw_sql(path, "PRAGMA user_version") == [(3,)]
+        await store.set_mcp_token("k", '{"a": 1}')
+        assert await store.mcp_token("k") == '{"a": 1}'
+    assert raw_sql(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
 
 
-async def test_a_version_2_file_gains_the_mcp_tokens_table_and_keeps_its_runs(tmp_path: Path, case):
-    """Version 3 added ``mcp_tokens`` (the sign-in state of remote MCP servers), nothing else."""
-    path = tmp_path / "v2.db"
+async def test_a_version_3_file_gains_the_mcp_tokens_table_and_keeps_its_runs(tmp_path: Path, case):
+    """Version 4 added ``mcp_tokens`` (the sign-in state of remote MCP servers), nothing else."""
+    path = tmp_path / "v3.db"
     async with SqliteRunStore(path) as store:
         await store.save(case.halted)
     raw_sql(path, "DROP TABLE mcp_tokens")
-    raw_sql(path, "PRAGMA user_version = 2")
+    raw_sql(path, "PRAGMA user_version = 3")
     async with SqliteRunStore(path) as store:
         assert [r.id for r in await store.requests()] == case.ids
         assert await store.mcp_token("k") is None
@@ -535,7 +537,7 @@ async def test_a_version_2_file_gains_the_mcp_tokens_table_and_keeps_its_runs(tm
         assert await store.mcp_token("k") == '{"a": 1}'
         await store.set_mcp_token("k", None)
         assert await store.mcp_token("k") is None
-    assert raw_sql(path, "PRAGMA user_version") == [(3,)]
+    assert raw_sql(path, "PRAGMA user_version") == [(4,)]
     assert_no_leaks()
 
 

@@ -22,6 +22,7 @@ from toolnexus_async import (
     UsageError,
 )
 from toolnexus_async.durable import PostgresRunStore, StoreEvent
+from toolnexus_async.durable._pg_schema import SCHEMA_VERSION
 
 LIMIT = 10
 
@@ -94,13 +95,14 @@ async def test_a_schema_not_ours_or_newer_is_refused_and_not_touched(pg_dsn: str
         PostgresRunStore(pg_dsn, schema="ours; DROP TABLE x")
 
 
-async def test_a_version_1_schema_gains_the_mcp_tokens_table(pg_dsn: str, case: Case):
+async def test_a_version_2_schema_gains_the_mcp_tokens_table(pg_dsn: str, case: Case):
+    """Version 3 added ``mcp_tokens`` (the sign-in state of remote MCP servers), nothing else."""
     async with PostgresRunStore(pg_dsn, schema="older") as store:
         await store.save(case.halted)
     conn = await asyncpg.connect(pg_dsn)
     try:
         await conn.execute("DROP TABLE older.mcp_tokens")
-        await conn.execute("UPDATE older.meta SET value = '1' WHERE key = 'version'")
+        await conn.execute("UPDATE older.meta SET value = '2' WHERE key = 'version'")
         async with PostgresRunStore(pg_dsn, schema="older") as store:
             assert [r.id for r in await store.requests()] == case.ids
             await store.set_mcp_token("k", '{"a": 1}')
@@ -109,7 +111,7 @@ async def test_a_version_1_schema_gains_the_mcp_tokens_table(pg_dsn: str, case: 
             await store.set_mcp_token("k", None)
             assert await store.mcp_token("k") is None
         version = await conn.fetchval("SELECT value FROM older.meta WHERE key = 'version'")
-        assert version == "2"
+        assert version == "3"
     finally:
         await conn.close()
 
@@ -165,7 +167,7 @@ async def test_schema_creation_by_many_workers_at_once_happens_once(pg_dsn: str)
         await conn.close()
     assert [tuple(row) for row in meta] == [
         ("application", "toolnexus_async run store"),
-        ("version", "2"),
+        ("version", str(SCHEMA_VERSION)),
     ]
 
 

@@ -66,6 +66,7 @@ from ._streaming import (
     StreamToolResult,
     StreamUsage,
 )
+from ._terminal import terminal_input
 from ._toolkit import Toolkit
 from ._transport import AiohttpTransport
 from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
@@ -109,6 +110,7 @@ __all__ = (
     "HttpResponse",
     "RunHandle",
     "Inbox",
+    "terminal_input",
     "DurableHost",
     "PostgresRunStore",
     "RunStore",

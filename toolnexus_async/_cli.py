@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import anyio
-import anyio.to_thread
 
 from . import __version__
 from ._client import LlmClient
@@ -28,6 +27,7 @@ from ._demo import DEMO_PROMPT, demo_model, demo_tools
 from ._errors import StoreError, UsageError
 from ._messages import AssistantMessage, Message
 from ._secrets import redact_url
+from ._terminal import terminal_input
 from ._toolkit import Toolkit
 from ._types import Answer, Request, Tool, ToolContext, ToolResult, request_in
 
@@ -97,7 +97,7 @@ class _Terminal:
             return default
         # The prompt goes to the narration stream, so a captured transcript shows it too.
         print(prompt, end="", file=self._out, flush=True)
-        text: str = await anyio.to_thread.run_sync(input, abandon_on_cancel=True)
+        text = await terminal_input()  # not input() in a thread: that holds up Ctrl-C
         return text.strip() or default
 
     async def _confirm(self, request: Request) -> Answer:
@@ -180,6 +180,7 @@ async def run_demo(*, assume_yes: bool, prompt: str, out: TextIO | None = None) 
 def run_serve(args: argparse.Namespace) -> int:
     """``toolnexus-async serve``: the approval inbox on the demo model or a real endpoint."""
     from .serve import TOKEN_ENV, ServeInbox, new_token, open_store, run_server, serve_demo_app
+    from .serve._server import serve_logging
 
     style = args.style or "openai"
     url_env = "ANTHROPIC_BASE_URL" if style == "anthropic" else "OPENAI_BASE_URL"
@@ -219,6 +220,13 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.max_active_runs < 1:
+        print(
+            "toolnexus-async serve: --max-active-runs must be 1 or more, got "
+            f"{args.max_active_runs}",
+            file=sys.stderr,
+        )
+        return 2
     if args.insecure_no_auth and args.token:
         print("--token and --insecure-no-auth do not go together", file=sys.stderr)
         return 2
@@ -242,6 +250,7 @@ def run_serve(args: argparse.Namespace) -> int:
             freeze_gc=args.freeze_gc,
             grace=args.grace,
             store_timeout=args.store_timeout,
+            max_active_runs=args.max_active_runs,
         )
     except UsageError as exc:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
@@ -278,7 +287,8 @@ def run_serve(args: argparse.Namespace) -> int:
         shutdown_timeout=args.grace,
     )
     try:
-        anyio.run(serving)
+        with serve_logging(sys.stderr, access=not args.quiet):
+            anyio.run(serving)
     except OSError as exc:
         print(f"toolnexus-async serve: {_bind_failure(exc, args.host, args.port)}", file=sys.stderr)
         return 1
@@ -368,6 +378,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the store being unavailable (503 with Retry-After until it is back; default 10)",
     )
     serve.add_argument(
+        "--max-active-runs",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="the most runs started on this server that may be running or waiting in "
+        "memory at once (about 9 to 15 KiB each); beyond it POST /runs answers 429 with "
+        "Retry-After (default 10000)",
+    )
+    serve.add_argument(
         "--base-url", help="an OpenAI- or Anthropic-style endpoint instead of the demo model"
     )
     serve.add_argument(
@@ -403,6 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="keep parked runs out of Python's full garbage collections (a GcFreezer), so "
         "that many parked runs do not stop the server for one (the default; "
         "--no-freeze-gc leaves the collector alone); see docs/serve.md",
+    )
+    serve.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no access log: without it, each request is one line on stderr (client, "
+        "method, path without its query, status, size, time; never a token)",
     )
     serve.add_argument(
         "--insecure-no-auth",

@@ -7,8 +7,9 @@ Rules of this module:
 - The client owns its :class:`Transport` (the default :class:`AiohttpTransport`, or the
   one passed as ``transport=``) and closes it with :meth:`LlmClient.aclose` or
   ``async with``; a session the transport borrows stays open.
-- :meth:`LlmClient.run` is the shell around the sans-IO :class:`RunLoop`: it asks for the
-  next action, performs it, feeds the outcome back. Nothing else decides anything.
+- A run is a :class:`RunSpec` driven by the client's :class:`Engine` (``client.engine``),
+  which the durable host and serve drive their runs through too; the client's methods only
+  check their arguments and build the spec.
 """
 
 from __future__ import annotations
@@ -17,29 +18,26 @@ import enum
 import logging
 import os
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Self
 
 from ._closing import Closing
 from ._codecs import codec_for
 from ._config import IN_PROCESS_LIMITS, Limits, ModelSettings
 from ._conversations import ConversationRuns, ConversationStore, MemoryConversationStore
+from ._engine import Engine, RunSpec
 from ._errors import UsageError
 from ._handle import RunHandle
 from ._hooks import Hooks
 from ._http import Transport, check_headers
-from ._ids import new_run_id
-from ._journal import Journal
-from ._loop import RunLoop
 from ._messages import Message
 from ._metric_events import Reporter
 from ._metrics import MetricsRegistry
 from ._model import FunctionModel, Generate, HttpModel, Model, hints_for
 from ._resolver import Resolver, WaitFor
 from ._results import RunResult
-from ._resume import ResumePlan, Resuming
+from ._resuming import Resuming
 from ._retry import RetryPolicy
-from ._runner import Runner
 from ._secrets import redact_url, url_secrets
 from ._streaming import RunStream, Sink
 from ._toolkit import Toolkit
@@ -144,6 +142,17 @@ class LlmClient(Resuming, Closing):
             raise UsageError(
                 f"transport must have send(), stream() and aclose(), got {type(transport).__name__}"
             )
+        if (
+            isinstance(transport, AiohttpTransport)
+            and url_secrets(base)
+            and any(k.lower() == "authorization" for k in request_headers)
+        ):
+            # aiohttp refuses both at every request: a client that could never work.
+            raise UsageError(
+                "base_url carries credentials (user:password@) and the requests also carry "
+                "an Authorization header (from api_key or headers=): both would be the "
+                "Authorization header; keep one"
+            )
         self._transport: Transport | None = transport
         model_impl = HttpModel(
             codec,
@@ -234,14 +243,12 @@ class LlmClient(Resuming, Closing):
         self.style = style
         self.base_url = base_url
         self.wait_for = wait_for
-        self.system_prompt = system_prompt
-        self.max_turns = max_turns
         self.limits = limits
         self._metrics = MetricsRegistry()
         self._conversation_runs = ConversationRuns(
             conversations if conversations is not None else MemoryConversationStore()
         )
-        self._runner = Runner(
+        self._engine = Engine(
             model,
             style,
             resolver=resolver,
@@ -249,6 +256,8 @@ class LlmClient(Resuming, Closing):
             retry=retry,
             limits=limits,
             report=Reporter(self._metrics, hooks.on_metric if hooks is not None else None),
+            system_prompt=system_prompt,
+            max_turns=max_turns,
         )
         self._state = _State.OPEN
 
@@ -256,6 +265,27 @@ class LlmClient(Resuming, Closing):
     def model(self) -> str:
         """The configured model name."""
         return self._model.name
+
+    @property
+    def system_prompt(self) -> str | None:
+        """The instructions sent first in every request."""
+        return self._engine.system_prompt
+
+    @property
+    def max_turns(self) -> int:
+        """The most model requests one run may make."""
+        return self._engine.max_turns
+
+    @property
+    def engine(self) -> Engine:
+        """What drives this client's runs; the durable host and serve drive theirs through
+        it too (see ``_engine``). Not for applications: its interface may change.
+
+        Raises:
+            UsageError: the client is closed.
+        """
+        self._check_open()
+        return self._engine
 
     @property
     def transport(self) -> Transport | None:
@@ -295,8 +325,9 @@ class LlmClient(Resuming, Closing):
             TransportError: the provider could not be reached.
             UsageError: the client is closed, or ``history`` ends with unanswered calls.
         """
-        loop = self._new_loop("run", prompt, history, run_id)
-        return await self._execute(loop, toolkit)
+        engine = self.engine
+        loop = engine.new_loop(prompt, history=history, run_id=run_id)
+        return await engine.drive(RunSpec(loop, toolkit))
 
     def stream(
         self,
@@ -323,10 +354,11 @@ class LlmClient(Resuming, Closing):
         the tool tasks are cancelled. Iterating without ``async with`` is refused
         (:class:`UsageError`), since nothing could stop the run if the loop broke off.
         """
-        loop = self._new_loop("stream", prompt, history, run_id)
+        engine = self.engine
+        loop = engine.new_loop(prompt, history=history, run_id=run_id, entry="stream")
 
         async def start(sink: Sink) -> RunResult:
-            return await self._execute(loop, toolkit, sink=sink)
+            return await engine.drive(RunSpec(loop, toolkit, stream=sink))
 
         return RunStream(start)
 
@@ -344,48 +376,17 @@ class LlmClient(Resuming, Closing):
         ``await run.result()`` and ``cancel()``; the run is a task of its own task group,
         started and ended by the block (see ``_handle``). ``run_id`` and errors: as :meth:`run`.
         """
-        loop = self._new_loop("start", prompt, history, run_id)
+        engine = self.engine
+        loop = engine.new_loop(prompt, history=history, run_id=run_id, entry="start")
 
         def begin(observe: Sink) -> Awaitable[RunResult]:
-            return self._runner.execute(loop, toolkit, observe=observe)
+            return engine.drive(RunSpec(loop, toolkit, observe=observe))
 
         return RunHandle(loop.run_id, begin)
-
-    def _new_loop(
-        self,
-        entry: str,
-        prompt: str | None,
-        history: Sequence[Message] | None,
-        run_id: str | None,
-    ) -> RunLoop:
-        """A fresh run's loop, after the checks ``run`` and ``stream`` share."""
-        self._check_open()
-        if prompt is None and not history:
-            raise UsageError(f"{entry}(None, ...) continues a history; pass history=")
-        return RunLoop(
-            prompt,
-            history=history or (),
-            system_prompt=self.system_prompt,
-            max_turns=self.max_turns,
-            run_id=run_id or new_run_id(),
-            style=self.style,
-        )
 
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:
             raise UsageError("this client is closed; create a new LlmClient")
-
-    def _execute(
-        self,
-        loop: RunLoop,
-        toolkit: Toolkit,
-        resume: ResumePlan | None = None,
-        on_tools_done: Callable[[RunResult], Any] | None = None,
-        sink: Sink | None = None,
-        journal: Journal | None = None,
-    ) -> Awaitable[RunResult]:
-        # Not a coroutine: no frame of its own for a run to hold while it is parked.
-        return self._runner.execute(loop, toolkit, resume, sink, on_tools_done, journal)
 
     async def ask(
         self,

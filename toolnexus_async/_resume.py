@@ -6,30 +6,28 @@ Rules of this module:
   turn, else :class:`AnswerMismatchError` before anything runs; two answers for one request, or
   none at all, are a :class:`UsageError`. From a transcript alone, the answer belongs to
   the first unanswered call: that is the call ``RunResult.pending`` always comes from.
-- A plan becomes a resumed :class:`RunLoop`, driven like any other run by the client's
-  runner; what an answer then does to its call is the suspension rule's business
-  (``_suspension.py``: a late "yes" to an expired request counts as expired, there too).
+- A plan becomes a resumed :class:`RunLoop`, driven like any other run by the engine
+  (``_resuming.py`` does it for the client); what an answer then does to its call is the
+  suspension rule's business (``_suspension.py``: a late "yes" to an expired request
+  counts as expired, there too).
 - Keeping halted runs in a store, claiming them and putting them back is the durable
   host's (``durable/_host.py``), not this module's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
 
 import attrs
 
 from ._errors import AnswerMismatchError, UsageError
-from ._ids import new_run_id
-from ._loop import HaltedTurn, RunLoop
-from ._messages import ZERO_USAGE, Message
+from ._loop import HaltedTurn
+from ._messages import Message
 from ._results import RunResult
-from ._toolkit import Toolkit
 from ._types import Answer, Request, ToolResult
 from ._wire import approval_claim, claim_refusal
 
-__all__ = ("ResumePlan", "Resuming", "plan_from_transcript", "plan_resume")
+__all__ = ("ResumePlan", "plan_from_transcript", "plan_resume")
 
 
 @attrs.frozen
@@ -103,112 +101,3 @@ def plan_from_transcript(
         raise mismatch
     turn = HaltedTurn.of(history)
     return ResumePlan(turn, {turn.open[0].id: (pending, answer)})
-
-
-class Resuming:
-    """``resume`` and ``run_with_answer``, for :class:`LlmClient`."""
-
-    if TYPE_CHECKING:  # provided by LlmClient
-        max_turns: int
-        style: str
-
-        def _check_open(self) -> None: ...
-
-        def _execute(
-            self,
-            loop: RunLoop,
-            toolkit: Toolkit,
-            resume: ResumePlan | None = None,
-            on_tools_done: Callable[[RunResult], Any] | None = None,
-        ) -> Awaitable[RunResult]: ...
-
-        async def _after_resume(self, halted: RunResult, result: RunResult) -> None: ...
-
-    async def resume(
-        self,
-        halted: RunResult,
-        toolkit: Toolkit,
-        answers: Answer | Iterable[Answer],
-        *,
-        on_tools_done: Callable[[RunResult], Any] | None = None,
-    ) -> RunResult:
-        """Continue a run that halted with ``status == "pending"``, given answers to it.
-
-        Each answer must echo the id of one of the halted turn's outstanding requests
-        (``halted.suspended``). The calls of that turn that completed are never executed
-        again; each answered call runs again with ``ctx.answer`` (or gets
-        ``"declined/expired: <prompt>"``, its tool told through ``refused`` if it has
-        one); the other suspended calls run again and may
-        suspend again, halting the run once more on the first in call order. The model then
-        sees exactly one result per call of the turn and no new user message. An answer to
-        a request whose ``expires_at`` has passed counts as ``Answer(ok=False,
-        reason="expired")``, whatever it says.
-
-        ``on_tools_done`` (sync or async) is called once the halted turn's calls have run,
-        before the model is asked again, with the run as it stands (``status ==
-        "incomplete"``, ``limit == "resumed"``): from then on the halted state must not be
-        resumed again, or the answered calls would run twice. A durable host uses it to
-        know; :func:`resume_stored` does.
-
-        Raises:
-            AnswerMismatchError: an answer echoes no outstanding request; nothing was executed.
-            UsageError: ``halted`` is not a halted run, no answer was given, or two answers
-                share an id.
-        """
-        self._check_open()
-        given: object = toolkit  # typed as a Toolkit, but callers swap arguments
-        if not isinstance(given, Toolkit):
-            swapped = " (the arguments look swapped)" if isinstance(answers, Toolkit) else ""
-            raise UsageError(
-                f"resume(halted, toolkit, answers) takes a Toolkit second, got "
-                f"{type(given).__name__}{swapped}: the answers come third"
-            )
-        plan = plan_resume(halted, answers)
-        loop = RunLoop.resume(
-            plan.turn,
-            turns=halted.turns,
-            usage=halted.usage,
-            model=halted.model,
-            records=halted.tool_calls,
-            max_turns=self.max_turns,
-            run_id=halted.run_id or new_run_id(),
-            style=self.style,
-        )
-        result = await self._execute(loop, toolkit, plan, on_tools_done)
-        await self._after_resume(halted, result)
-        return result
-
-    async def run_with_answer(
-        self,
-        history: Sequence[Message],
-        toolkit: Toolkit,
-        pending: Request,
-        answer: Answer,
-    ) -> RunResult:
-        """Resume from a halted transcript and its pending request alone.
-
-        ``history`` is a halted run's ``messages`` (completed results included, suspended
-        calls unanswered) and ``pending`` its ``pending`` request. A transcript does not say
-        which request each unanswered call raised, so the answer goes to the **first**
-        unanswered call, the one ``RunResult.pending`` always belongs to; to answer another
-        call of the turn, use :meth:`resume`. The rules are those of :meth:`resume`. Turn
-        counts and usage start afresh (the resumed turn's records carry turn 0), since a
-        transcript does not carry them.
-
-        Raises:
-            AnswerMismatchError: ``answer.id`` is not ``pending.id``.
-            UsageError: ``history`` is not a halted transcript.
-        """
-        self._check_open()
-        plan = plan_from_transcript(history, pending, answer)
-        loop = RunLoop.resume(
-            plan.turn,
-            turns=0,
-            usage=ZERO_USAGE,
-            model=None,
-            records=(),
-            max_turns=self.max_turns,
-            run_id=new_run_id(),
-            style=self.style,
-        )
-        return await self._execute(loop, toolkit, plan)

@@ -43,7 +43,8 @@ from .tools.builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_too
 
 if TYPE_CHECKING:
     from .mcp import McpStatus, TokenStore
-    from .mcp._connect import Connection, McpServers
+    from .mcp._connect import McpServers
+    from .mcp._connection import Connection
 
 __all__ = ("Toolkit",)
 
@@ -193,33 +194,53 @@ class Toolkit(FlagClosing):
         """Connect the MCP servers and register their tools (``async with`` does this).
 
         Returns when every enabled server is connected or has failed; see
-        :attr:`mcp_status`. Call :meth:`aclose` from the same task. Idempotent.
+        :attr:`mcp_status`. Call :meth:`aclose` from the same task. Called again, it
+        connects again every enabled server that is not connected (one whose session
+        ended, or that failed to start), and returns when each has connected or failed.
         """
         self._check_open()
         servers = self._mcp
-        if servers is None or servers.started:
+        if servers is None:
             return
-        servers.on_tools = self._mcp_tools
+        if servers.started:
+            await servers.reconnect()
+            return
         await servers.start()
+        # In the config's order, so that names are the same on every start; later
+        # changes (a reconnect, a server's list_changed) are applied as they come.
         for connection in servers.connections:
-            self._mcp_tools(connection)
+            if connection.session is not None or connection.state == "needs_auth":
+                self._mcp_tools(connection)
+        servers.on_tools = self._mcp_tools
 
     def _mcp_tools(self, connection: Connection) -> None:
-        """Offer what ``connection`` offers now (its tools, or its sign-in tool), in place
-        of what it offered before."""
-        from .mcp._tool import tools_of
+        """Offer the tools ``connection``'s server lists now (or its sign-in tool, while it
+        waits for its first sign-in), in place of those it offered before (a tool it still
+        lists keeps its place)."""
+        if self._closed:
+            return
+        from .mcp._oauth import SignInTool
+        from .mcp._tool import McpTool, tools_of
 
-        def of(tool: Tool, c: object) -> bool:
-            return getattr(tool, "connection", None) is c
+        def server_of(tool: Tool) -> Connection | None:
+            return tool.connection if isinstance(tool, McpTool | SignInTool) else None
 
-        for name in [name for name, tool in self._tools.items() if of(tool, connection)]:
-            del self._tools[name]
-            self._validators.pop(name, None)
-        taken = {name for name, tool in self._tools.items() if getattr(tool, "source", "") == "mcp"}
-        others = {name: tool for name, tool in self._tools.items() if name not in taken}
-        for tool in tools_of(connection, taken, others):
-            self.register(tool)
-        self._spec_tuple = tuple(self._tools.values())
+        taken = {
+            name for name, tool in self._tools.items() if server_of(tool) not in (None, connection)
+        }
+        others = {name: tool for name, tool in self._tools.items() if server_of(tool) is None}
+        fresh = {tool.name: tool for tool in tools_of(connection, taken, others)}
+        tools: dict[str, Tool] = {}
+        for name, tool in self._tools.items():
+            if server_of(tool) is connection:
+                self._validators.pop(name, None)
+                if name in fresh:
+                    tools[name] = fresh.pop(name)
+            else:
+                tools[name] = tool
+        tools.update(fresh)
+        self._tools = tools
+        self._spec_tuple = tuple(tools.values())
 
     @property
     def mcp_status(self) -> dict[str, McpStatus]:
@@ -238,7 +259,14 @@ class Toolkit(FlagClosing):
                 if getattr(tool, "connection", None) is connection
             )
             status[connection.config.name] = McpStatus(
-                connection.state, connection.error, connection.protocol, mine
+                connection.state,
+                connection.error,
+                connection.protocol,
+                mine,
+                transport=connection.transport,
+                reconnects=connection.reconnects,
+                ended=connection.ended,
+                unsupported=connection.unsupported,
             )
         return status
 

@@ -13,11 +13,16 @@ Environment:
                        (``{"tool", "action", "content"}``), for the tests to read.
     DEMO_NAME          the server's name (default ``demo``).
     DEMO_PAGE_SIZE     list the tools this many a page (``nextCursor``), not all at once.
+    DEMO_SIGNAL        a Unix socket the test listens on: ``hang`` says ``started`` there
+                       when it starts and ``cancelled`` when the client cancels it.
 
 Tools: ``echo``, ``add`` (plain text), ``stats`` (structured content), ``fail`` (isError),
 ``book`` (a form question), ``login`` (a URL question), ``nag`` (asks again on its retry),
 ``pair`` (two questions at once), ``whoami`` (the headers it was sent, over HTTP),
-``crash`` (the process ends mid-call).
+``crash`` (the process ends mid-call), ``big`` (a text of the size asked), ``hang``
+(never answers), ``grow`` (adds the tool ``extra``, drops ``pair``, and says its tool list
+changed), ``links`` (a ``resource_link`` and an embedded resource), ``prefs`` (a form
+question whose schema has defaults; the answer's content is recorded as sent).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 from typing import Any
 
 import anyio
@@ -36,15 +42,21 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     METHOD_NOT_FOUND,
+    ContentBlock,
     DiscoverResult,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitRequestURLParams,
     ElicitResult,
+    EmbeddedResource,
     InputRequiredResult,
     ListToolsResult,
     PaginatedRequestParams,
     RequestParams,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
@@ -94,7 +106,7 @@ def _outcome(tool: str, answer: ElicitResult | None, then: str) -> str:
     return then.format(**(answer.content or {}))
 
 
-@server.tool(structured_output=False)
+@server.tool(structured_output=False, annotations=ToolAnnotations(read_only_hint=True))
 def echo(text: str) -> str:
     """Say the text back."""
     return text
@@ -186,6 +198,99 @@ def whoami(ctx: Context[Any, Any]) -> str:
     """The authorization header this request carried (HTTP only)."""
     headers = ctx.headers or {}
     return headers.get("authorization", "anonymous")
+
+
+@server.tool(structured_output=False)
+def big(size: int) -> str:
+    """A text of ``size`` bytes."""
+    return "x" * size
+
+
+def _signal(event: str) -> None:
+    path = os.environ.get("DEMO_SIGNAL")
+    if path:
+        with socket.socket(socket.AF_UNIX) as peer:
+            peer.connect(path)
+            peer.sendall(f"{event}\n".encode())
+
+
+@server.tool(structured_output=False)
+async def hang() -> str:
+    """Never answers."""
+    _signal("started")
+    try:
+        await anyio.sleep_forever()
+    finally:  # only the client's notifications/cancelled ends it while the session lives
+        _signal("cancelled")
+    raise AssertionError("unreachable")
+
+
+def extra() -> str:
+    """Added by grow."""
+    return "extra here"
+
+
+@server.tool(structured_output=False)
+async def grow(ctx: Context[Any, Any]) -> str:
+    """Adds the tool extra, drops pair, and says the tool list changed."""
+    server.add_tool(extra, structured_output=False)
+    server.remove_tool("pair")
+    if _modern(ctx):
+        await ctx.notify_tools_changed()  # to the client's subscriptions/listen stream
+    else:
+        await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+@server.tool(structured_output=False)
+def links() -> list[ContentBlock]:
+    """A link to a resource and an embedded one."""
+    return [
+        TextContent(type="text", text="two resources"),
+        ResourceLink(
+            type="resource_link",
+            uri="file:///srv/reports/q3.csv",
+            name="Q3 report",
+            mime_type="text/csv",
+        ),
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(
+                uri="memo://today", mime_type="text/markdown", text="# Memo"
+            ),
+        ),
+    ]
+
+
+PREFS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "seat": {"type": "string"},
+        "meal": {"type": "string", "default": "vegetarian"},
+        "bags": {"type": "integer", "default": 1},
+    },
+    "required": ["seat"],
+}
+
+
+@server.tool(structured_output=False)
+async def prefs(ctx: Context[Any, Any]) -> str | InputRequiredResult:
+    """Asks for travel preferences (a form with defaults); records the content as sent."""
+    if not _modern(ctx):
+        inline = await ctx.session.elicit_form("Your preferences?", PREFS_SCHEMA)
+        _record("prefs", inline.action, inline.content)
+        return f"prefs: {inline.action}"
+    if ctx.request_state is None:
+        question = ElicitRequestFormParams(
+            message="Your preferences?", requested_schema=PREFS_SCHEMA
+        )
+        return InputRequiredResult(
+            input_requests={"prefs": ElicitRequest(params=question)}, request_state="prefs"
+        )
+    answer = (ctx.input_responses or {}).get("prefs")
+    assert isinstance(answer, ElicitResult)
+    _record("prefs", answer.action, answer.content)
+    return f"prefs: {answer.action}"
 
 
 async def _paged_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:

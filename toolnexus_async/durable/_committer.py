@@ -57,6 +57,7 @@ class GroupCommit:
         task_name: the committer task's name.
         timeout: seconds a write may wait, queued and committing, before it is failed.
         keep: how many ended runs are kept (``_batch.apply``).
+        committed: called on the event loop after each batch committed (it must not block).
     """
 
     # The most writes one transaction takes. Telling a batch's callers, and building its
@@ -78,8 +79,10 @@ class GroupCommit:
         task_name: str,
         timeout: float,
         keep: int,
+        committed: Callable[[], None] | None = None,
     ) -> None:
         self._run = run
+        self._on_commit = committed
         self._error = error
         self._name = name
         self._task_name = task_name
@@ -185,6 +188,8 @@ class GroupCommit:
                 raise
             return
         self._teller.add(batch, outcomes)
+        if self._on_commit is not None:
+            self._on_commit()
 
     def _apply(
         self, conn: sqlite3.Connection, batch: list[Queued], keep: int, budget: float

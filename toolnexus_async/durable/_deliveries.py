@@ -78,7 +78,7 @@ class Deliveries:
         own = self._own
         own.add(request_id)
         try:
-            accepted = await self._store.accept(answer, time.time())
+            accepted = await self._store.accept(answer, time.time(), by=self._worker)
         except AnswerError:
             own.discard(request_id)
             raise

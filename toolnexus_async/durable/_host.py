@@ -39,6 +39,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._client import LlmClient
+from .._engine import RunSpec
 from .._errors import (
     DamagedRunError,
     StoreError,
@@ -267,7 +268,7 @@ class DurableHost:
         """
         # Not a coroutine: no frame of its own for a run to hold while it is parked.
         self._check_open()
-        loop = self.client._new_loop("run", prompt, history, run_id)
+        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id)
         journal = self._journal(loop.run_id, lease=self._lease)
         return self._drive(loop, journal)
 
@@ -281,7 +282,7 @@ class DurableHost:
         """:meth:`LlmClient.stream` with the host's toolkit, every step kept in the store
         (the run is written before its first event)."""
         self._check_open()
-        loop = self.client._new_loop("stream", prompt, history, run_id)
+        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id, entry="stream")
         journal = self._journal(loop.run_id)
 
         async def start(sink: Sink) -> RunResult:
@@ -302,7 +303,7 @@ class DurableHost:
         :meth:`BegunRun.run` or :meth:`BegunRun.stream`. If nothing runs it (the process
         dies first), the next host goes on with it once its lease runs out."""
         self._check_open()
-        loop = self.client._new_loop("begin", prompt, history, run_id)
+        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id, entry="begin")
         journal = self._journal(loop.run_id)
         try:
             await journal.start(loop.snapshot(), self._lease)
@@ -311,7 +312,7 @@ class DurableHost:
             # lost), it must not run unacknowledged, nor stay held here: failed, later.
             self._upkeep.give_up(loop.run_id, _NOT_STARTED)
             raise
-        return BegunRun(self, loop, journal)
+        return BegunRun(journal.run_id, lambda sink: self._drive(loop, journal, sink=sink))
 
     def _journal(self, run_id: str, turn: int = 0, *, lease: float | None = None) -> RunJournal:
         return RunJournal(self.store, run_id, self.worker, turn, lease=lease, tenure=self._tenure)
@@ -326,7 +327,8 @@ class DurableHost:
         run_id = journal.run_id
         self._driving.add(run_id)
         try:
-            return await self.client._execute(loop, self.toolkit, plan, sink=sink, journal=journal)
+            spec = RunSpec(loop, self.toolkit, plan, journal, stream=sink)
+            return await self.client.engine.drive(spec)
         except LeaseLostError:
             log.warning("run %s was taken over by another worker; stopped here", run_id)
             raise
@@ -388,7 +390,7 @@ class DurableHost:
             )
         deliveries = self._deliveries
         if deliveries is None:
-            accepted = await self.store.accept(answer, time.time())
+            accepted = await self.store.accept(answer, time.time(), by=self.worker)
         else:
             accepted = await deliveries.take(answer)
             if accepted.owner == self.worker:

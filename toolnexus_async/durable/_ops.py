@@ -14,7 +14,10 @@ Rules of this module:
 - A worker's lease is one row of ``workers``: holding a run is naming its owner, and the
   run is held while its owner's lease runs. Extending a lease never shortens it.
 - Ended runs beyond the retention bound are pruned once per transaction
-  (:meth:`Ops.prune`), not once per ended run.
+  (:meth:`Ops.prune`), not once per ended run; so are the oldest events.
+- **An event is written with its change** (``_run_events``): each write that changes what
+  a person sees of a run inserts its event rows after its own first write, in the same
+  transaction.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from .._results import RunResult
 from .._wire import ApprovalClaim, claim_refusal
 from ._decide import Saved, accepted, damaged_reason, judge, saved
 from ._queries import load
-from ._schema import ENDED, MCP_TOKENS, OPEN, SCHEMA_VERSION, create
+from ._run_events import EVENTS_KEEP, EventRow, answered, failed
+from ._schema import ENDED, OPEN, SCHEMA_VERSION, UPGRADE_2, UPGRADE_3, create
 from ._store import Accepted, LeaseLostError, StoredRun
 
 __all__ = ("Ops", "migrate")
@@ -84,12 +88,23 @@ class Ops:
 
     def finish_batch(self, keep: int) -> None:
         """What a transaction does once, before it commits: the leases its writes
-        extended, at their latest, and the pruning of ended runs."""
+        extended, at their latest, and the pruning of ended runs and old events."""
         for owner, (written, until) in self._leases.items():
             if until > written:
                 self._extend(owner, until)
         if self.ended:
             self.prune(keep)
+            self.conn.execute(
+                "DELETE FROM events WHERE seq <= (SELECT max(seq) FROM events) - ?",
+                (EVENTS_KEEP,),
+            )
+
+    def _tell(self, rows: list[EventRow], now: float) -> None:
+        """The events of this write (after its own first write: see ``_run_events``)."""
+        self.conn.executemany(
+            "INSERT INTO events (run_id, kind, data, at) VALUES (?, ?, ?, ?)",
+            [(*row, now) for row in rows],
+        )
 
     def _close_requests(self, run_id: str, before_turn: int | None = None) -> None:
         """The run went on past these requests: pending ones are closed, and none is
@@ -113,6 +128,7 @@ class Ops:
         state: str,
         prompt: str,
         now: float,
+        events: list[EventRow],
     ) -> None:
         try:
             self.conn.execute(
@@ -125,8 +141,11 @@ class Ops:
                 f"a run {run_id!r} is stored already; run ids must be unique"
             ) from None
         self._alive(owner, lease_until)
+        self._tell(events, now)
 
-    def turn(self, run_id: str, turn: int, owner: str, state: str, now: float) -> None:
+    def turn(
+        self, run_id: str, turn: int, owner: str, state: str, now: float, events: list[EventRow]
+    ) -> None:
         self._guarded(
             f"UPDATE runs SET turn = ?, state = ?, updated = ? WHERE {_HELD}",
             (turn, state, now, run_id, owner),
@@ -136,8 +155,20 @@ class Ops:
         if turn > 1:  # the earlier turn's results and requests are in the state now
             self.conn.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
             self._close_requests(run_id, before_turn=turn)
+        self._tell(events, now)
 
-    def record(self, run_id: str, call_id: str, owner: str, record: str) -> None:
+    def record(
+        self,
+        run_id: str,
+        call_id: str,
+        owner: str,
+        record: str,
+        event: EventRow,
+        request_id: str | None,
+        now: float,
+    ) -> None:
+        """``request_id``: the call's request, if it may have expired where its run was
+        parked (then ``answered`` is told, unless the store took an answer to it)."""
         self._guarded(
             "INSERT OR REPLACE INTO results (run_id, call_id, record)"
             f" SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM runs WHERE {_HELD})",
@@ -145,6 +176,12 @@ class Ops:
             run_id,
             owner,
         )
+        rows = [event]
+        if request_id is not None and self._one(
+            "SELECT 1 FROM requests WHERE request_id = ? AND status = 'pending'", (request_id,)
+        ):
+            rows.insert(0, answered(run_id, False, "expired", request_id, now, None))
+        self._tell(rows, now)
 
     def suspend(
         self,
@@ -154,13 +191,17 @@ class Ops:
         request_id: str,
         body: str,
         expires_at: float | None,
+        kind: str,
+        prompt: str,
+        event: EventRow,
+        now: float,
     ) -> None:
         try:
             self._guarded(
                 "INSERT INTO requests (request_id, run_id, call_id, turn, body, status,"
-                f" expires_at) SELECT ?, run_id, ?, turn, ?, 'pending', ? FROM runs"
-                f" WHERE {_HELD}",
-                (request_id, call_id, body, expires_at, run_id, owner),
+                f" expires_at, kind, prompt) SELECT ?, run_id, ?, turn, ?, 'pending', ?, ?, ?"
+                f" FROM runs WHERE {_HELD}",
+                (request_id, call_id, body, expires_at, kind, prompt, run_id, owner),
                 run_id,
                 owner,
             )
@@ -168,6 +209,7 @@ class Ops:
             raise UsageError(
                 f"request id {request_id!r} is stored already; ids must be unique"
             ) from None
+        self._tell([event], now)
 
     def halt(self, run_id: str, owner: str, now: float) -> None:
         self._guarded(
@@ -183,16 +225,27 @@ class Ops:
             (now, run_id, owner),
         )
 
-    def finish(self, run_id: str, owner: str, final: str, now: float) -> None:
+    def finish(
+        self,
+        run_id: str,
+        owner: str,
+        final: str,
+        now: float,
+        outcome: str,
+        text: str | None,
+        event: EventRow,
+    ) -> None:
         self._guarded(
-            f"UPDATE runs SET status = 'done', owner = NULL, final = ?, updated = ? WHERE {_HELD}",
-            (final, now, run_id, owner),
+            "UPDATE runs SET status = 'done', owner = NULL, final = ?, updated = ?,"
+            f" outcome = ?, text = ? WHERE {_HELD}",
+            (final, now, outcome, text, run_id, owner),
             run_id,
             owner,
         )
         self.conn.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
         self._close_requests(run_id)
         self.ended = True
+        self._tell([event], now)
 
     def fail(self, run_id: str, error: str, owner: str, now: float) -> None:
         self._guarded(
@@ -204,6 +257,7 @@ class Ops:
         )
         self._close_requests(run_id)
         self.ended = True
+        self._tell([failed(run_id, error)], now)
 
     def prune(self, keep: int) -> None:
         """Forget the oldest ended runs beyond ``keep`` (their requests go with them)."""
@@ -224,7 +278,7 @@ class Ops:
             (time.time() - 86_400,),
         )
 
-    def save(self, saved: Saved, now: float) -> None:
+    def save(self, saved: Saved, now: float, events: list[EventRow]) -> None:
         """A run halted elsewhere (see :func:`saved`), held by nobody."""
         run_id = saved.run_id
         for request_id, _, _, _ in saved.requests:
@@ -244,9 +298,11 @@ class Ops:
         )
         self.conn.executemany(
             "INSERT INTO requests (request_id, run_id, call_id, turn, body, status,"
-            " expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+            " expires_at, kind, prompt) VALUES (?, ?, ?, ?, ?, 'pending', ?,"
+            " json_extract(?5, '$.kind'), json_extract(?5, '$.prompt'))",
             [(rid, run_id, cid, saved.turn, body, exp) for rid, cid, body, exp in saved.requests],
         )
+        self._tell(events, now)
 
     # -- answers and leases ---------------------------------------------------------------
 
@@ -257,6 +313,9 @@ class Ops:
         now: float,
         delivered: bool,
         claim: ApprovalClaim | None = None,
+        ok: bool = True,
+        reason: str | None = None,
+        by: str | None = None,
     ) -> Accepted | Exception:
         row = self._one(
             "SELECT q.body, q.run_id, q.call_id, q.status, q.expires_at, r.owner,"
@@ -272,6 +331,7 @@ class Ops:
                 " WHERE request_id = ? AND status = 'pending'",
                 (answer_id,),
             )
+            self._tell([answered(row[1], False, "expired", answer_id, now, None)], now)
         if refusal is not None:
             return refusal
         taken = accepted(row)  # before the write: a damaged row is refused, changing nothing
@@ -279,10 +339,11 @@ class Ops:
         if mismatch is not None:
             return mismatch  # it approves another call: nothing taken, the request waits
         self.conn.execute(
-            "UPDATE requests SET status = 'answered', answer = ?, delivered = ?"
-            " WHERE request_id = ? AND status = 'pending'",
-            (answer, int(delivered), answer_id),
+            "UPDATE requests SET status = 'answered', answer = ?, delivered = ?,"
+            " answered_at = ?, answered_by = ? WHERE request_id = ? AND status = 'pending'",
+            (answer, int(delivered), now, by, answer_id),
         )
+        self._tell([answered(taken.run_id, ok, reason, answer_id, now, by)], now)
         return taken
 
     def claim(
@@ -301,11 +362,21 @@ class Ops:
         self.conn.execute(
             "UPDATE requests SET delivered = 1 WHERE run_id = ? AND delivered = 0", (run_id,)
         )
-        self.conn.execute(
-            "UPDATE requests SET status = 'expired', delivered = 1"
-            " WHERE run_id = ? AND status = 'pending' AND expires_at <= ?",
-            (run_id, now),
-        )
+        expired = [
+            answered(run_id, False, "expired", request_id, now, None)
+            for (request_id,) in self.conn.execute(
+                "SELECT request_id FROM requests"
+                " WHERE run_id = ? AND status = 'pending' AND expires_at <= ?",
+                (run_id, now),
+            )
+        ]
+        if expired:
+            self.conn.execute(
+                "UPDATE requests SET status = 'expired', delivered = 1"
+                " WHERE run_id = ? AND status = 'pending' AND expires_at <= ?",
+                (run_id, now),
+            )
+            self._tell(expired, now)
         try:
             return load(self.conn, run_id)
         except StoreError as exc:
@@ -322,6 +393,7 @@ class Ops:
         )
         self._close_requests(run_id)
         self.ended = True
+        self._tell([failed(run_id, error)], now)
         return DamagedRunError(run_id, f"run {run_id!r} {error}")
 
     def renew(self, owner: str, lease_until: float) -> None:
@@ -344,10 +416,17 @@ class Ops:
         )
 
 
+# Version n to n + 1, for each n from 2 on.
+_UPGRADES = {2: UPGRADE_2, 3: UPGRADE_3}
+
+
 def migrate(conn: sqlite3.Connection, version: int, path: str) -> None:
-    """Bring a file of an earlier schema to the current one, in the caller's transaction."""
-    if version == 2:  # version 3 added a table, and nothing else
-        conn.execute(MCP_TOKENS)
+    """Bring a file of an earlier schema to the current one, in the caller's transaction:
+    one version at a time from 2 on; a version 1 file is rebuilt at the current one."""
+    if version in _UPGRADES:
+        for step in range(version, SCHEMA_VERSION):
+            for statement in _UPGRADES[step]:
+                conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return
     if version != 1:
@@ -359,7 +438,7 @@ def migrate(conn: sqlite3.Connection, version: int, path: str) -> None:
     ops = Ops(conn)
     for (body,) in old:
         try:
-            ops.save(saved(RunResult.from_dict(body)), now=0.0)
+            ops.save(saved(RunResult.from_dict(body)), 0.0, [])
         except (PayloadError, UsageError) as exc:
             raise StoreError(
                 f"run store {path}: a version 1 run cannot be migrated: {exc}"

@@ -11,6 +11,8 @@ Rules of this module:
   one run are serialised by PostgreSQL: exactly one wins, the other sees its result.
 - The operations notify nobody: the store announces what committed (:func:`event_payload`)
   after the commit, in a statement of its own.
+- A write's events (``_run_events``) are inserted after its own first write, so that its
+  transaction has its id before it takes an event ``seq`` (what ``EventTail`` relies on).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .._errors import DamagedRunError, StoreError, UnknownRequestError, UsageErr
 from .._wire import ApprovalClaim, claim_refusal
 from ._decide import Saved, accepted, damaged_reason, judge
 from ._pg_queries import load
+from ._run_events import EVENTS_KEEP, EventRow, answered, failed
 from ._store import Accepted, LeaseLostError, StoredRun, StoreEvent
 
 __all__ = ("CHANNEL", "PgOps", "event_payload")
@@ -99,6 +102,14 @@ class PgOps:
             now,
         )
 
+    async def _tell(self, conn: Any, rows: list[EventRow], now: float) -> None:
+        """The events of this write, after its first write (see the module rules)."""
+        insert = f"INSERT INTO {self.s}.events (run_id, kind, data, at) VALUES ($1, $2, $3, $4)"
+        if len(rows) == 1:
+            await conn.execute(insert, *rows[0], now)
+        elif rows:
+            await conn.executemany(insert, [(*row, now) for row in rows])
+
     async def _close_requests(self, conn: Any, run_id: str, before_turn: int | None = None) -> None:
         turn = "" if before_turn is None else f" AND turn < {int(before_turn)}"
         await conn.execute(
@@ -120,6 +131,7 @@ class PgOps:
         state: str,
         prompt: str,
         now: float,
+        events: list[EventRow],
     ) -> None:
         inserted = await conn.execute(
             f"INSERT INTO {self.s}.runs (run_id, status, owner, turn, state, prompt, created,"
@@ -135,9 +147,17 @@ class PgOps:
         if not _count(inserted):
             raise UsageError(f"a run {run_id!r} is stored already; run ids must be unique")
         await self._known(conn, owner, lease_until, now)
+        await self._tell(conn, events, now)
 
     async def turn(
-        self, conn: Any, run_id: str, turn: int, owner: str, state: str, now: float
+        self,
+        conn: Any,
+        run_id: str,
+        turn: int,
+        owner: str,
+        state: str,
+        now: float,
+        events: list[EventRow],
     ) -> None:
         await self._guarded(
             conn,
@@ -151,8 +171,19 @@ class PgOps:
         if turn > 1:
             await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
             await self._close_requests(conn, run_id, before_turn=turn)
+        await self._tell(conn, events, now)
 
-    async def record(self, conn: Any, run_id: str, call_id: str, owner: str, record: str) -> None:
+    async def record(
+        self,
+        conn: Any,
+        run_id: str,
+        call_id: str,
+        owner: str,
+        record: str,
+        event: EventRow,
+        request_id: str | None,
+        now: float,
+    ) -> None:
         await self._guarded(
             conn,
             f"INSERT INTO {self.s}.results (run_id, call_id, record)"
@@ -163,6 +194,13 @@ class PgOps:
             call_id,
             record,
         )
+        rows = [event]
+        if request_id is not None and await conn.fetchval(
+            f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1 AND status = 'pending'",
+            request_id,
+        ):
+            rows.insert(0, answered(run_id, False, "expired", request_id, now, None))
+        await self._tell(conn, rows, now)
 
     async def suspend(
         self,
@@ -173,17 +211,23 @@ class PgOps:
         request_id: str,
         body: str,
         expires_at: float | None,
+        kind: str,
+        prompt: str,
+        event: EventRow,
+        now: float,
     ) -> None:
         inserted = await conn.execute(
             f"INSERT INTO {self.s}.requests (request_id, run_id, call_id, turn, body, status,"
-            f" expires_at) SELECT $3, run_id, $4, turn, $5, 'pending', $6 FROM {self.s}.runs"
-            f" WHERE {_HELD} ON CONFLICT (request_id) DO NOTHING",
+            f" expires_at, kind, prompt) SELECT $3, run_id, $4, turn, $5, 'pending', $6, $7,"
+            f" $8 FROM {self.s}.runs WHERE {_HELD} ON CONFLICT (request_id) DO NOTHING",
             run_id,
             owner,
             request_id,
             call_id,
             body,
             expires_at,
+            kind,
+            prompt,
         )
         if not _count(inserted):
             if await conn.fetchval(
@@ -191,6 +235,7 @@ class PgOps:
             ):
                 raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
             raise await self._lost(conn, run_id, owner)
+        await self._tell(conn, [event], now)
 
     async def halt(self, conn: Any, run_id: str, owner: str, now: float) -> None:
         await self._guarded(
@@ -209,18 +254,31 @@ class PgOps:
             now,
         )
 
-    async def finish(self, conn: Any, run_id: str, owner: str, final: str, now: float) -> None:
+    async def finish(
+        self,
+        conn: Any,
+        run_id: str,
+        owner: str,
+        final: str,
+        now: float,
+        outcome: str,
+        text: str | None,
+        event: EventRow,
+    ) -> None:
         await self._guarded(
             conn,
-            f"UPDATE {self.s}.runs SET status = 'done', owner = NULL, final = $3, updated = $4"
-            f" WHERE {_HELD}",
+            f"UPDATE {self.s}.runs SET status = 'done', owner = NULL, final = $3, updated = $4,"
+            f" outcome = $5, text = $6 WHERE {_HELD}",
             run_id,
             owner,
             final,
             now,
+            outcome,
+            text,
         )
         await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
         await self._close_requests(conn, run_id)
+        await self._tell(conn, [event], now)
 
     async def fail(self, conn: Any, run_id: str, error: str, owner: str, now: float) -> None:
         await self._guarded(
@@ -233,6 +291,7 @@ class PgOps:
             now,
         )
         await self._close_requests(conn, run_id)
+        await self._tell(conn, [failed(run_id, error)], now)
 
     async def prune(self, conn: Any, keep: int, now: float) -> None:
         old = await conn.fetch(
@@ -249,8 +308,12 @@ class PgOps:
             f" (SELECT 1 FROM {self.s}.runs r WHERE r.owner = w.name)",
             now - 86_400,
         )
+        await conn.execute(
+            f"DELETE FROM {self.s}.events WHERE seq <= (SELECT max(seq) FROM {self.s}.events) - $1",
+            EVENTS_KEEP,
+        )
 
-    async def save(self, conn: Any, saved: Saved, now: float) -> None:
+    async def save(self, conn: Any, saved: Saved, now: float, events: list[EventRow]) -> None:
         """A run halted elsewhere (see ``_ops.saved``), held by nobody."""
         run_id = saved.run_id
         taken = await conn.fetchrow(
@@ -278,9 +341,11 @@ class PgOps:
         )
         await conn.executemany(
             f"INSERT INTO {self.s}.requests (request_id, run_id, call_id, turn, body, status,"
-            " expires_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
+            " expires_at, kind, prompt) VALUES ($1, $2, $3, $4, $5, 'pending', $6,"
+            " $5::text::json->>'kind', $5::text::json->>'prompt')",
             [(rid, run_id, cid, saved.turn, body, exp) for rid, cid, body, exp in saved.requests],
         )
+        await self._tell(conn, events, now)
 
     # -- answers and leases ---------------------------------------------------------------
 
@@ -292,6 +357,9 @@ class PgOps:
         now: float,
         delivered: bool,
         claim: ApprovalClaim | None = None,
+        ok: bool = True,
+        reason: str | None = None,
+        by: str | None = None,
     ) -> Accepted | Exception:
         # FOR UPDATE OF q: a second answer to the same request waits here until the first
         # committed, then reads its outcome.
@@ -311,6 +379,9 @@ class PgOps:
                 " WHERE request_id = $1 AND status = 'pending'",
                 answer_id,
             )
+            assert values is not None  # judge marks an existing request only
+            expiry = answered(values[1], False, "expired", answer_id, now, None)
+            await self._tell(conn, [expiry], now)
         if refusal is not None:
             return refusal
         assert values is not None
@@ -319,12 +390,15 @@ class PgOps:
         if mismatch is not None:
             return mismatch  # it approves another call: nothing taken, the request waits
         await conn.execute(
-            f"UPDATE {self.s}.requests SET status = 'answered', answer = $2, delivered = $3"
-            " WHERE request_id = $1 AND status = 'pending'",
+            f"UPDATE {self.s}.requests SET status = 'answered', answer = $2, delivered = $3,"
+            " answered_at = $4, answered_by = $5 WHERE request_id = $1 AND status = 'pending'",
             answer_id,
             answer,
             int(delivered),
+            now,
+            by,
         )
+        await self._tell(conn, [answered(taken.run_id, ok, reason, answer_id, now, by)], now)
         return taken
 
     async def claim(
@@ -346,11 +420,14 @@ class PgOps:
             f"UPDATE {self.s}.requests SET delivered = 1 WHERE run_id = $1 AND delivered = 0",
             run_id,
         )
-        await conn.execute(
+        expired = await conn.fetch(
             f"UPDATE {self.s}.requests SET status = 'expired', delivered = 1"
-            " WHERE run_id = $1 AND status = 'pending' AND expires_at <= $2",
+            " WHERE run_id = $1 AND status = 'pending' AND expires_at <= $2 RETURNING request_id",
             run_id,
             now,
+        )
+        await self._tell(
+            conn, [answered(run_id, False, "expired", r[0], now, None) for r in expired], now
         )
         try:
             return await load(conn, self.s, run_id)
@@ -365,6 +442,7 @@ class PgOps:
                 now,
             )
             await self._close_requests(conn, run_id)
+            await self._tell(conn, [failed(run_id, error)], now)
             return DamagedRunError(run_id, f"run {run_id!r} {error}")
 
     async def renew(self, conn: Any, owner: str, lease_until: float) -> None:

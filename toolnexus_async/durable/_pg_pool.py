@@ -29,6 +29,7 @@ from .._errors import ToolnexusError, UsageError
 from ._pg_errors import PgErrors
 from ._pg_ops import CHANNEL, event_payload
 from ._pg_schema import ensure
+from ._run_events import Watchers
 from ._store import StoreEvent
 
 __all__ = ("PgConnections",)
@@ -88,6 +89,8 @@ class PgConnections:
         self._idle = anyio.Event()
         self._idle.set()
         self._listeners: list[Callable[[StoreEvent], None]] = []
+        # Told after each write here, and each event heard: a write of this store ended.
+        self.committed = Watchers()
         self._listening: Any = None  # the LISTEN connection, once a listener came
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -278,7 +281,12 @@ class PgConnections:
             if stale is not None:
                 await self._quietly(stale.close())
 
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """``callback()`` after each write here (:meth:`committed`) and each event heard."""
+        return self.committed.add(callback)
+
     def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        self.committed()
         try:
             data = json.loads(payload)
             event = StoreEvent(

@@ -12,10 +12,39 @@ from typing import Any
 
 from .._errors import UnknownRequestError
 from .._types import Answer
+from ._listing import (
+    Dialect,
+    RequestPage,
+    RequestQuery,
+    RunPage,
+    RunQuery,
+    RunView,
+    numbered,
+    request_page,
+    requests_sql,
+    run_page,
+    run_view,
+    runs_sql,
+    view_sql,
+    waiting_sql,
+)
 from ._queries import delivery_of, listed, request_of, run_of, summary_of
+from ._run_events import EventRead, StoredEvent
 from ._store import RunSummary, StoredRequest, StoredRun
 
-__all__ = ("deliveries", "find", "load", "outstanding", "ready", "runs")
+__all__ = (
+    "deliveries",
+    "event_bounds",
+    "events",
+    "find",
+    "list_requests",
+    "list_runs",
+    "load",
+    "outstanding",
+    "ready",
+    "runs",
+    "view",
+)
 
 
 async def ready(conn: Any, s: str, now: float, limit: int) -> list[str]:
@@ -98,3 +127,65 @@ async def runs(conn: Any, s: str, limit: int) -> list[RunSummary]:
         limit,
     )
     return [summary_of(*row) for row in rows]
+
+
+# -- listings, a run whole, events ----------------------------------------------------------
+
+
+def dialect(s: str) -> Dialect:
+    return Dialect(f"{s}.", "lower", "strpos")
+
+
+async def _all(conn: Any, statement: tuple[str, list[Any]]) -> list[tuple[Any, ...]]:
+    sql, args = statement
+    return [tuple(row) for row in await conn.fetch(numbered(sql), *args)]
+
+
+async def list_runs(conn: Any, s: str, query: RunQuery, now: float) -> RunPage:
+    d = dialect(s)
+    page, total, counts = runs_sql(d, query, now)
+    rows = await _all(conn, page)
+    ids = [row[1] for row in rows[: query.limit]]
+    waiting = await _all(conn, waiting_sql(d, ids, now)) if ids else []
+    return run_page(
+        rows, waiting, (await _all(conn, total))[0][0], await _all(conn, counts), query.limit
+    )
+
+
+async def list_requests(conn: Any, s: str, query: RequestQuery, now: float) -> RequestPage:
+    page, total, counts = requests_sql(dialect(s), query, now)
+    return request_page(
+        await _all(conn, page),
+        (await _all(conn, total))[0][0],
+        await _all(conn, counts),
+        query.limit,
+    )
+
+
+async def view(conn: Any, s: str, run_id: str, now: float) -> RunView:
+    run, results, requests = view_sql(dialect(s), run_id, now)
+    rows = await _all(conn, run)
+    if not rows:
+        raise UnknownRequestError(run_id, f"no run {run_id!r}")
+    return run_view(rows[0], await _all(conn, results), await _all(conn, requests))
+
+
+async def events(conn: Any, s: str, after: int, limit: int) -> EventRead:
+    """The events after ``after`` and the transactions in progress, seen in one statement's
+    snapshot: see ``_run_events.EventTail``."""
+    rows = await conn.fetch(
+        "SELECT pg_current_snapshot()::text, e.seq, e.run_id, e.kind, e.data"
+        " FROM (SELECT 1) AS one LEFT JOIN LATERAL (SELECT seq, run_id, kind, data"
+        f" FROM {s}.events WHERE seq > $1 ORDER BY seq LIMIT $2) AS e ON true ORDER BY e.seq",
+        after,
+        limit,
+    )
+    xip = rows[0][0].split(":")[2]
+    running = frozenset(int(x) for x in xip.split(",") if x)
+    found = tuple(StoredEvent(*row[1:]) for row in rows if row[1] is not None)
+    return EventRead(found, running)
+
+
+async def event_bounds(conn: Any, s: str) -> tuple[int, int]:
+    low, high = await conn.fetchrow(f"SELECT min(seq), max(seq) FROM {s}.events")
+    return (low or 0, high or 0)

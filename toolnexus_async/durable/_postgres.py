@@ -23,11 +23,14 @@ from .._results import RunResult, ToolCallRecord, record_to_json
 from .._types import Answer, Request
 from .._wire import approval_claim
 from . import _pg_queries as pg_queries
+from . import _run_events as run_events
 from ._decide import saved
+from ._listing import RequestPage, RequestQuery, RunPage, RunQuery, RunView
 from ._pg_ops import PgOps
 from ._pg_pool import PgConnections
 from ._pg_schema import qualified
-from ._schema import encode, prompt_of, state_text
+from ._run_events import EventRead, expired_request, saved_events, started_events
+from ._schema import encode, plain, prompt_of, state_text
 from ._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 
 __all__ = ("PostgresRunStore",)
@@ -138,26 +141,38 @@ class PostgresRunStore:
 
     # -- the contract --------------------------------------------------------------------------
 
+    async def _written(self, op: Any, *args: Any, tell: Any = None) -> Any:
+        """A write in its transaction; then this worker's event feeds look (``watch``)."""
+        try:
+            return await self._in_transaction(op, *args, tell=tell)
+        finally:
+            self._pg.committed()
+
     async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
-        text, prompt = state_text(state), prompt_of(state)
-        await self._in_transaction(
-            self._ops.start, state.run_id, owner, lease_until, turn, text, prompt, time.time()
+        text, prompt, now = state_text(state), prompt_of(state), time.time()
+        events = started_events(state, turn)
+        await self._written(
+            self._ops.start, state.run_id, owner, lease_until, turn, text, prompt, now, events
         )
 
     async def turn(self, state: RunResult, turn: int, owner: str) -> None:
-        text = state_text(state)
-        await self._in_transaction(self._ops.turn, state.run_id, turn, owner, text, time.time())
+        text, events = state_text(state), run_events.tool_calls(state)
+        await self._written(self._ops.turn, state.run_id, turn, owner, text, time.time(), events)
 
     async def record(self, run_id: str, record: ToolCallRecord, owner: str) -> None:
         text = encode(record_to_json(record), f"the result of call {record.call.id!r}")
-        await self._in_transaction(self._ops.record, run_id, record.call.id, owner, text)
+        event, request_id = run_events.tool_result(run_id, record), expired_request(record)
+        await self._written(
+            self._ops.record, run_id, record.call.id, owner, text, event, request_id, time.time()
+        )
 
     async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
         body = encode(request.to_dict(), f"request {request.id!r}")
         left = request.seconds_left()
-        expires = None if left is None else time.time() + left
+        now = time.time()
+        expires = None if left is None else now + left
         event = StoreEvent("requested", request.id, run_id, owner)
-        await self._in_transaction(
+        await self._written(
             self._ops.suspend,
             run_id,
             call_id,
@@ -165,20 +180,26 @@ class PostgresRunStore:
             request.id,
             body,
             expires,
+            plain(request.kind),
+            plain(request.prompt),
+            run_events.pending(run_id, request),
+            now,
             tell=lambda _: event,
         )
 
     async def halt(self, run_id: str, owner: str) -> None:
-        await self._in_transaction(self._ops.halt, run_id, owner, time.time())
+        await self._written(self._ops.halt, run_id, owner, time.time())
 
     async def finish(self, result: RunResult, owner: str) -> None:
-        final, now = state_text(result), time.time()
+        final, now, event = state_text(result), time.time(), run_events.done(result)
 
         async def finish(conn: Any) -> None:
-            await self._ops.finish(conn, result.run_id, owner, final, now)
+            await self._ops.finish(
+                conn, result.run_id, owner, final, now, result.status, plain(result.text), event
+            )
             await self._ended(conn, now)
 
-        await self._in_transaction(finish)
+        await self._written(finish)
 
     async def fail(self, run_id: str, error: str, owner: str) -> None:
         now = time.time()
@@ -187,28 +208,43 @@ class PostgresRunStore:
             await self._ops.fail(conn, run_id, error, owner, now)
             await self._ended(conn, now)
 
-        await self._in_transaction(fail)
+        await self._written(fail)
 
     async def release(self, run_id: str, owner: str) -> None:
         await self._in_transaction(self._ops.release, run_id, owner, time.time())
 
     async def save(self, run: RunResult) -> None:
-        await self._in_transaction(self._ops.save, saved(run), time.time())
+        await self._written(self._ops.save, saved(run), time.time(), saved_events(run))
 
-    async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Accepted:
+    async def accept(
+        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+    ) -> Accepted:
         text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
 
         def answered(taken: Accepted) -> StoreEvent:
             return StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered)
 
-        return await self._in_transaction(
-            self._ops.accept, answer.id, text, now, delivered, approval_claim(answer), tell=answered
+        taken: Accepted = await self._written(
+            self._ops.accept,
+            answer.id,
+            text,
+            now,
+            delivered,
+            approval_claim(answer),
+            answer.ok,
+            answer.reason,
+            by,
+            tell=answered,
         )
+        return taken
 
     async def claim(
         self, run_id: str, owner: str, lease_until: float, now: float
     ) -> StoredRun | None:
-        return await self._in_transaction(self._ops.claim, run_id, owner, lease_until, now)
+        claimed: StoredRun | None = await self._written(
+            self._ops.claim, run_id, owner, lease_until, now
+        )
+        return claimed
 
     async def renew(self, owner: str, lease_until: float) -> None:
         await self._in_transaction(self._ops.renew, owner, lease_until)
@@ -273,6 +309,27 @@ class PostgresRunStore:
 
     async def runs(self, limit: int = 1000) -> list[RunSummary]:
         return await self._in_transaction(pg_queries.runs, self.schema, limit)
+
+    async def list_runs(self, query: RunQuery) -> RunPage:
+        return await self._in_transaction(pg_queries.list_runs, self.schema, query, time.time())
+
+    async def list_requests(self, query: RequestQuery) -> RequestPage:
+        return await self._in_transaction(pg_queries.list_requests, self.schema, query, time.time())
+
+    async def run_view(self, run_id: str) -> RunView:
+        return await self._in_transaction(pg_queries.view, self.schema, run_id, time.time())
+
+    async def events(self, after: int, limit: int = 500) -> EventRead:
+        await self._pg.keep_listening()
+        return await self._in_transaction(pg_queries.events, self.schema, after, limit)
+
+    async def event_bounds(self) -> tuple[int, int]:
+        return await self._in_transaction(pg_queries.event_bounds, self.schema)
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """``callback()`` after each write of this store object, and on each event told by
+        another worker on the database (while a :meth:`listen` is open)."""
+        return self._pg.watch(callback)
 
     # -- being told ------------------------------------------------------------------------
 

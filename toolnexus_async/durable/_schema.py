@@ -2,15 +2,17 @@
 
 Rules of this module:
 
-- The tables (schema version 3): ``runs`` (one row per run: status, owner, the current
-  turn, the run's state through that turn as JSON, its final JSON), ``workers`` (each
-  worker's lease: one row covers every run it holds), ``results`` (the current turn's
-  recorded calls), ``requests`` (every request of a run, pending, answered, expired or
-  closed, with its answer and whether its run has it; kept after the run ends, so a late
-  answer is told what happened), ``mcp_tokens`` (the sign-in state of remote MCP servers,
-  :class:`toolnexus_async.mcp.RunStoreTokens`'s: opaque JSON by key). Version 1 files
-  (halted runs only) and version 2 files (no ``mcp_tokens``) are migrated when opened
-  (``_ops.migrate``).
+- The tables (schema version 4): ``runs`` (one row per run: status, owner, the current
+  turn, the run's state through that turn as JSON, its final JSON, and the outcome and
+  text a listing shows), ``workers`` (each worker's lease: one row covers every run it
+  holds), ``results`` (the current turn's recorded calls), ``requests`` (every request of
+  a run, pending, answered, expired or closed, with its kind and prompt for listings, its
+  answer, when and through which worker it was taken, and whether its run has it; kept
+  after the run ends, so a late answer is told what happened), ``events`` (what happened
+  to each run, in commit order: ``_run_events``), ``mcp_tokens`` (the sign-in state of
+  remote MCP servers, :class:`toolnexus_async.mcp.RunStoreTokens`'s: opaque JSON by key).
+  Files of versions 1 (halted runs only), 2 (no listing columns, no ``events``) and 3 (no
+  ``mcp_tokens``) are migrated when opened, one version at a time (``_ops.migrate``).
 - The indexes are partial where a query only ever looks at a few rows (held runs, runs
   let go, ended runs, pending, expiring and undelivered requests), so that the periodic
   queries of a host (what can go on, what to hand over) cost what they find, not what the
@@ -22,7 +24,9 @@ Rules of this module:
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+from typing import overload
 
 from .._errors import PayloadError
 from .._json import compact_encoder
@@ -30,18 +34,35 @@ from .._messages import UserMessage
 from .._results import RunResult
 from .._types import Answer
 
-__all__ = ("APPLICATION_ID", "ENCODE", "SCHEMA_VERSION", "create")
+__all__ = (
+    "APPLICATION_ID",
+    "ENCODE",
+    "EVENTS",
+    "MCP_TOKENS",
+    "SCHEMA_VERSION",
+    "UPGRADE_2",
+    "UPGRADE_3",
+    "create",
+)
 
 # "TnxA": SQLite's header field for telling one application's files from another's.
 APPLICATION_ID = 0x546E7841
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # The statuses of a run that is not over, and of one that is. Queries spell them exactly
 # so: SQLite uses a partial index only for a query whose WHERE implies the index's.
 OPEN = "('running', 'halted')"
 ENDED = "('done', 'failed')"
 
-# Version 3: the sign-in state of remote MCP servers (secrets: never logged).
+# AUTOINCREMENT: a seq is never given twice, even once the newest events were pruned.
+EVENTS = """CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        at REAL NOT NULL)"""
+
+# Version 4: the sign-in state of remote MCP servers (secrets: never logged).
 MCP_TOKENS = """CREATE TABLE mcp_tokens (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL,
@@ -59,7 +80,9 @@ SCHEMA = (
         final TEXT,
         error TEXT,
         created REAL NOT NULL,
-        updated REAL NOT NULL)""",
+        updated REAL NOT NULL,
+        outcome TEXT,
+        text TEXT)""",
     "CREATE INDEX runs_held ON runs(owner) WHERE owner IS NOT NULL",
     "CREATE INDEX runs_let_go ON runs(seq) WHERE status = 'running' AND owner IS NULL",
     f"CREATE INDEX runs_ended ON runs(updated) WHERE status IN {ENDED}",
@@ -85,14 +108,38 @@ SCHEMA = (
         status TEXT NOT NULL,
         expires_at REAL,
         answer TEXT,
-        delivered INTEGER)""",
+        delivered INTEGER,
+        kind TEXT,
+        prompt TEXT,
+        answered_at REAL,
+        answered_by TEXT)""",
     "CREATE INDEX requests_by_run ON requests(run_id, turn)",
     "CREATE INDEX requests_pending ON requests(seq) WHERE status = 'pending'",
     "CREATE INDEX requests_expiring ON requests(expires_at)"
     " WHERE status = 'pending' AND expires_at IS NOT NULL",
     "CREATE INDEX requests_undelivered ON requests(run_id) WHERE delivered = 0",
+    EVENTS,
     MCP_TOKENS,
 )
+
+# Version 2 to 3: what listings filter on, when and by whom an answer came, the events.
+# A value that cannot be read from a damaged row's JSON stays NULL (json_valid).
+UPGRADE_2 = (
+    "ALTER TABLE runs ADD COLUMN outcome TEXT",
+    "ALTER TABLE runs ADD COLUMN text TEXT",
+    "ALTER TABLE requests ADD COLUMN kind TEXT",
+    "ALTER TABLE requests ADD COLUMN prompt TEXT",
+    "ALTER TABLE requests ADD COLUMN answered_at REAL",
+    "ALTER TABLE requests ADD COLUMN answered_by TEXT",
+    "UPDATE runs SET outcome = json_extract(final, '$.status'),"
+    " text = json_extract(final, '$.text') WHERE final IS NOT NULL AND json_valid(final)",
+    "UPDATE requests SET kind = json_extract(body, '$.kind'),"
+    " prompt = json_extract(body, '$.prompt') WHERE json_valid(body)",
+    EVENTS,
+)
+
+# Version 3 to 4: a table, and nothing else.
+UPGRADE_3 = (MCP_TOKENS,)
 
 ENCODE = compact_encoder(ensure_ascii=True)
 
@@ -126,6 +173,22 @@ def encode(value: object, what: str) -> str:
         if isinstance(exc, PayloadError):
             raise
         raise PayloadError(f"{what} cannot be stored as JSON: {exc}") from None
+
+
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+@overload
+def plain(text: str) -> str: ...
+@overload
+def plain(text: None) -> None: ...
+def plain(text: str | None) -> str | None:
+    """``text`` as a column both stores can hold as text (the run's text, a request's
+    prompt and kind, which listings search): U+0000 and lone surrogates, which a model or a
+    tool may send, become U+FFFD. The JSON kept beside it has the text exactly."""
+    if text is None or _NOT_TEXT.search(text) is None:
+        return text
+    return _NOT_TEXT.sub("\ufffd", text)
 
 
 def answer_of(text: object) -> Answer | None:

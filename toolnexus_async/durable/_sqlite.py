@@ -48,11 +48,15 @@ from .._results import RunResult, ToolCallRecord, record_to_json
 from .._sqlite_file import spoilt, store_error, writable
 from .._types import Answer, Request
 from .._wire import approval_claim
+from . import _listing as listing
 from . import _queries as queries
+from . import _run_events as run_events
 from ._committer import GroupCommit
 from ._decide import saved
+from ._listing import RequestPage, RequestQuery, RunPage, RunQuery, RunView
 from ._ops import Ops, migrate
-from ._schema import APPLICATION_ID, SCHEMA_VERSION, create, encode, prompt_of, state_text
+from ._run_events import EventRead, Watchers, expired_request, saved_events, started_events
+from ._schema import APPLICATION_ID, SCHEMA_VERSION, create, encode, plain, prompt_of, state_text
 from ._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 
 __all__ = ("APPLICATION_ID", "MemoryRunStore", "SqliteRunStore")
@@ -122,6 +126,7 @@ class SqliteRunStore:
         # do not stop) lets go of it while its job goes on in the thread, and the next job,
         # or the close, would then use the connection beside it (SQLite can crash on that).
         self._using = threading.Lock()
+        self._committed = Watchers()
         self._commits = GroupCommit(
             self._run,
             lambda exc: self._error(exc, writing=True),
@@ -129,6 +134,7 @@ class SqliteRunStore:
             task_name=f"{self} commits",
             timeout=timeout,
             keep=keep_finished,
+            committed=self._committed,
         )
         self._listeners: list[Callable[[StoreEvent], None]] = []
 
@@ -172,6 +178,7 @@ class SqliteRunStore:
         except sqlite3.Error as exc:
             raise self._error(exc, opening=True) from exc
         try:
+            conn.create_function("tnx_lower", 1, listing.lower, deterministic=True)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._check_schema(conn)
@@ -296,31 +303,44 @@ class SqliteRunStore:
 
     async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
         text, prompt = state_text(state), prompt_of(state)
+        events = started_events(state, turn)
         await self._write(
-            Ops.start, (state.run_id, owner, lease_until, turn, text, prompt, time.time())
+            Ops.start, (state.run_id, owner, lease_until, turn, text, prompt, time.time(), events)
         )
 
     async def turn(self, state: RunResult, turn: int, owner: str) -> None:
-        text = state_text(state)
-        await self._write(Ops.turn, (state.run_id, turn, owner, text, time.time()))
+        text, events = state_text(state), run_events.tool_calls(state)
+        await self._write(Ops.turn, (state.run_id, turn, owner, text, time.time(), events))
 
     async def record(self, run_id: str, record: ToolCallRecord, owner: str) -> None:
         text = encode(record_to_json(record), f"the result of call {record.call.id!r}")
-        await self._write(Ops.record, (run_id, record.call.id, owner, text))
+        event, request_id = run_events.tool_result(run_id, record), expired_request(record)
+        await self._write(
+            Ops.record, (run_id, record.call.id, owner, text, event, request_id, time.time())
+        )
 
     async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
         body = encode(request.to_dict(), f"request {request.id!r}")
         left = request.seconds_left()
-        expires = None if left is None else time.time() + left
-        await self._write(Ops.suspend, (run_id, call_id, owner, request.id, body, expires))
+        now = time.time()
+        expires = None if left is None else now + left
+        event = run_events.pending(run_id, request)
+        kind, prompt = plain(request.kind), plain(request.prompt)
+        await self._write(
+            Ops.suspend,
+            (run_id, call_id, owner, request.id, body, expires, kind, prompt, event, now),
+        )
         self._tell(StoreEvent("requested", request.id, run_id, owner))
 
     async def halt(self, run_id: str, owner: str) -> None:
         await self._write(Ops.halt, (run_id, owner, time.time()))
 
     async def finish(self, result: RunResult, owner: str) -> None:
-        final = state_text(result)
-        await self._write(Ops.finish, (result.run_id, owner, final, time.time()))
+        final, event = state_text(result), run_events.done(result)
+        await self._write(
+            Ops.finish,
+            (result.run_id, owner, final, time.time(), result.status, plain(result.text), event),
+        )
 
     async def fail(self, run_id: str, error: str, owner: str) -> None:
         await self._write(Ops.fail, (run_id, error, owner, time.time()))
@@ -329,12 +349,15 @@ class SqliteRunStore:
         await self._write(Ops.release, (run_id, owner, time.time()))
 
     async def save(self, run: RunResult) -> None:
-        await self._write(Ops.save, (saved(run), time.time()))
+        await self._write(Ops.save, (saved(run), time.time(), saved_events(run)))
 
-    async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Accepted:
+    async def accept(
+        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+    ) -> Accepted:
         text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
         taken: Accepted = await self._write(
-            Ops.accept, (answer.id, text, now, delivered, approval_claim(answer))
+            Ops.accept,
+            (answer.id, text, now, delivered, approval_claim(answer), answer.ok, answer.reason, by),
         )
         self._tell(StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered))
         return taken
@@ -372,6 +395,29 @@ class SqliteRunStore:
 
     async def runs(self, limit: int = 1000) -> list[RunSummary]:
         return await self._read(lambda conn: queries.runs(conn, limit))
+
+    async def list_runs(self, query: RunQuery) -> RunPage:
+        at = time.time()
+        return await self._read(lambda conn: listing.sqlite_runs(conn, query, at))
+
+    async def list_requests(self, query: RequestQuery) -> RequestPage:
+        at = time.time()
+        return await self._read(lambda conn: listing.sqlite_requests(conn, query, at))
+
+    async def run_view(self, run_id: str) -> RunView:
+        at = time.time()
+        return await self._read(lambda conn: listing.sqlite_view(conn, run_id, at))
+
+    async def events(self, after: int, limit: int = 500) -> EventRead:
+        return await self._read(lambda conn: listing.sqlite_events(conn, after, limit))
+
+    async def event_bounds(self) -> tuple[int, int]:
+        return await self._read(listing.sqlite_event_bounds)
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """``callback()`` after each commit of this store object's writes (events of
+        another process's writes to the same file are found by reading)."""
+        return self._committed.add(callback)
 
     # -- the sign-in state of MCP servers (toolnexus_async.mcp.RunStoreTokens) -----------------
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 import anyio
 
 from .._client import LlmClient
+from .._engine import RunSpec
 from .._errors import AlreadyResumedError, UsageError
 from .._results import RunResult
 from .._toolkit import Toolkit
@@ -102,7 +103,7 @@ async def _go_on(
     loop, plan = plan_of(stored, max_turns=client.max_turns)
     journal = RunJournal(store, stored.run_id, worker, stored.turn)
     try:
-        return await client._execute(loop, toolkit, plan, journal=journal)
+        return await client.engine.drive(RunSpec(loop, toolkit, plan, journal))
     except Exception as exc:
         with anyio.CancelScope(shield=True):
             try:

@@ -25,19 +25,26 @@ tests against each):
   store tells what it can see: the SQLite store what went through the same store object,
   the PostgreSQL store what any worker on the database committed. Nothing depends on being
   told: hosts also look at the store every few seconds.
+- **What happened is kept with it.** Each write that changes what a person sees of a run
+  keeps its event (``_run_events``) in the same transaction; :meth:`RunStore.events` reads
+  them in commit order, so every worker can show every run's events, each once.
 - Times are seconds since the epoch (``time.time()``), shared by every worker.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, Self, runtime_checkable
 
 import attrs
 
 from .._errors import StoreError
 from .._results import RunResult, ToolCallRecord
 from .._types import Answer, Request
+
+if TYPE_CHECKING:
+    from ._listing import RequestPage, RequestQuery, RunPage, RunQuery, RunView
+    from ._run_events import EventRead
 
 __all__ = (
     "Accepted",
@@ -197,9 +204,12 @@ class RunStore(Protocol):
 
     # -- answers and leases ------------------------------------------------------------
 
-    async def accept(self, answer: Answer, now: float, *, delivered: bool = False) -> Accepted:
+    async def accept(
+        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+    ) -> Accepted:
         """Take ``answer`` as the one answer of its request, atomically; ``delivered``: the
-        worker that holds the run hands it over itself.
+        worker that holds the run hands it over itself; ``by``: the worker that took it
+        (kept with the answer, and its time, for a run's history).
 
         Raises:
             UnknownRequestError: no request has that id.
@@ -262,6 +272,35 @@ class RunStore(Protocol):
 
     async def runs(self, limit: int = 1000) -> list[RunSummary]:
         """The runs the store knows, newest first."""
+        ...
+
+    async def list_runs(self, query: RunQuery) -> RunPage:
+        """A page of runs, newest first, with the total matching and counts per status."""
+        ...
+
+    async def list_requests(self, query: RequestQuery) -> RequestPage:
+        """A page of outstanding requests, oldest first, with the total matching and
+        counts per kind."""
+        ...
+
+    async def run_view(self, run_id: str) -> RunView:
+        """A run whole, its history included. Raises :class:`UnknownRequestError` for an
+        unknown run, :class:`StoreError` for one that cannot be read."""
+        ...
+
+    async def events(self, after: int, limit: int = 500) -> EventRead:
+        """The events after ``seq`` ``after``, oldest first, at most ``limit``."""
+        ...
+
+    async def event_bounds(self) -> tuple[int, int]:
+        """The ``seq`` of the oldest and of the newest event kept (0, 0 when none)."""
+        ...
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` (on the event loop, quickly) whenever new events may have
+        been committed: after this store object's writes, and when another worker's are
+        told (PostgreSQL, while a :meth:`listen` is open). Returns the function that stops
+        it. A reader also looks every so often: a wake-up may be missed."""
         ...
 
     async def ping(self) -> None:

@@ -4,9 +4,9 @@ Needs the optional extra: ``pip install 'toolnexus-async[mcp]'`` (the official `
 SDK, 2.x). Importing this package works without it; only connecting needs it.
 
 Rules of this package: the SDK is imported here and nowhere else in toolnexus_async, and
-only by the modules that talk to servers (``_connect``, ``_tool``, ``_questions``,
-``_oauth``); ``_config`` is pure and reads a config without the SDK, and ``_tokens`` keeps
-sign-ins without it.
+only by the modules that talk to servers (``_connect``, ``_connection``, ``_transport``,
+``_tool``, ``_questions``, ``_oauth``); ``_config`` is pure and reads a config without the
+SDK, and ``_tokens`` keeps sign-ins without it.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ Rules of this module:
   ``args`` list (Claude desktop's style). ``environment`` has the alias ``env``; ``enabled``
   the inverse alias ``disabled``. ``timeout`` is in milliseconds (default 30000) and bounds
   each phase of connecting (start, handshake, each page of the tool list) on its own.
+- Fields other ports do not read are this port's own and additive (a config stays valid
+  for every port): ``callTimeout`` (milliseconds one tool call may take, default 300000;
+  0 for none) and ``maxReplyBytes`` (the largest SSE event a remote server's reply may
+  be, default 16 MiB).
 - Header and environment values are secrets: a :class:`ServerConfig`'s ``repr`` names their
   keys only; so is an ``oauth`` client secret (its ``repr`` says whether there is one).
 - ``oauth`` (remote servers; opencode's keys ``clientId``, ``clientSecret``, ``scope``, and
@@ -38,6 +42,8 @@ import attrs
 from .._errors import UsageError
 
 __all__ = (
+    "DEFAULT_CALL_TIMEOUT_MS",
+    "DEFAULT_MAX_REPLY_BYTES",
     "DEFAULT_TIMEOUT_MS",
     "McpStatus",
     "OAuthConfig",
@@ -47,6 +53,13 @@ __all__ = (
 )
 
 DEFAULT_TIMEOUT_MS = 30_000
+# pydantic-ai's default: long enough for the slow tools people run (a build, a crawl, a
+# query), short enough that a hung server does not hold a run for good. The Agents SDK's
+# 5 s would cut ordinary tools (a fetch of a slow page) mid-work.
+DEFAULT_CALL_TIMEOUT_MS = 300_000
+# The SDK's 1 MiB cut a file read or a screenshot in base64; 16 MiB carries those and
+# still bounds what one reply may make this process hold.
+DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
 _WRAPPERS = ("mcpServers", "servers", "mcp")
 _SIBLINGS = frozenset({"builtins", "agents", "a2a", "mcpServer"})
 _FIELDS = frozenset(
@@ -63,6 +76,8 @@ _FIELDS = frozenset(
         "disabled",
         "timeout",
         "tools",
+        "callTimeout",
+        "maxReplyBytes",
         "oauth",
     }
 )
@@ -113,6 +128,9 @@ class ServerConfig:
         enabled: False leaves the server out (its status says ``disabled``).
         timeout: seconds each phase of connecting may take.
         tools: an allow- or drop-list on the server's own tool names (see :func:`parse_config`).
+        call_timeout: seconds one tool call may take (``callTimeout``), None for no limit.
+        max_reply: the largest SSE event, in bytes, a remote server's reply may be
+            (``maxReplyBytes``); a larger one fails that call, not the session.
         oauth: for a remote server, its sign-in; ``None`` when it has none (``oauth: false``,
             or headers with an ``Authorization``).
     """
@@ -127,6 +145,8 @@ class ServerConfig:
     enabled: bool = True
     timeout: float = DEFAULT_TIMEOUT_MS / 1000
     tools: Mapping[str, bool] | None = None
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT_MS / 1000
+    max_reply: int = DEFAULT_MAX_REPLY_BYTES
     oauth: OAuthConfig | None = None
 
     def exposes(self, tool: str) -> bool:
@@ -146,18 +166,31 @@ class McpStatus:
 
     Attributes:
         state: ``"connected"``, ``"disabled"`` (``enabled: false``), ``"needs_auth"`` (a
-            remote server that wants a sign-in first: its one tool, ``<server>_sign_in``,
-            asks for it) or ``"failed"`` (it did not start, answer or list its tools in
-            time, or its session ended).
-        error: for ``failed``, what went wrong (secrets scrubbed).
+            remote server that wants a sign-in before it answers: while it waits for its
+            first one, its one tool, ``<server>_sign_in``, asks for it; after that, the
+            next call of one of its tools does) or ``"failed"`` (it did not start, answer
+            or list its tools in time, or its session ended and has not been connected
+            again yet).
+        error: for ``failed``, what went wrong (secrets scrubbed), and when it is tried
+            again; for ``needs_auth``, how the sign-in is asked for.
         protocol: the protocol version negotiated (``"2026-07-28"``, ``"2025-11-25"``, ...).
         tools: the toolkit names of the tools it contributed.
+        transport: ``"stdio"``, ``"streamable-http"`` or ``"sse"`` (a legacy server), once
+            connected.
+        reconnects: how many times it was connected again after its session ended.
+        ended: why its last session ended (kept after it reconnects), or None.
+        unsupported: the server's own names of the tools it lists that are not offered
+            (they need task mode: ``execution.taskSupport`` is ``required``).
     """
 
     state: Literal["connected", "disabled", "needs_auth", "failed"]
     error: str | None = None
     protocol: str | None = None
     tools: tuple[str, ...] = ()
+    transport: str | None = None
+    reconnects: int = 0
+    ended: str | None = None
+    unsupported: tuple[str, ...] = ()
 
 
 def _fail(server: str, problem: str) -> UsageError:
@@ -211,6 +244,24 @@ def _timeout(server: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise _fail(server, f"timeout must be a positive number of milliseconds, got {value!r}")
     return float(value) / 1000
+
+
+def _call_timeout(server: str, value: object) -> float | None:
+    if value is None:
+        return DEFAULT_CALL_TIMEOUT_MS / 1000
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise _fail(
+            server, f"callTimeout must be a number of milliseconds >= 0 (0: none), got {value!r}"
+        )
+    return float(value) / 1000 if value else None
+
+
+def _max_reply(server: str, value: object) -> int:
+    if value is None:
+        return DEFAULT_MAX_REPLY_BYTES
+    if isinstance(value, bool) or not isinstance(value, int) or not value > 0:
+        raise _fail(server, f"maxReplyBytes must be a positive whole number, got {value!r}")
+    return value
 
 
 def _tools(server: str, value: object) -> dict[str, bool] | None:
@@ -275,10 +326,15 @@ def _server(name: str, spec: object) -> ServerConfig:
         "enabled": _enabled(name, spec),
         "timeout": _timeout(name, spec.get("timeout")),
         "tools": _tools(name, spec.get("tools")),
+        "call_timeout": _call_timeout(name, spec.get("callTimeout")),
+        "max_reply": _max_reply(name, spec.get("maxReplyBytes")),
     }
     if kind == "local":
         if "url" in spec or headers or "oauth" in spec:
             raise _fail(name, "a local server takes command, not url, headers or oauth")
+        if "maxReplyBytes" in spec:
+            # stdio has no event to bound: saying nothing would promise a limit not kept.
+            raise _fail(name, "maxReplyBytes bounds a remote server's replies, not a local one's")
         command = _command(name, spec)
         return ServerConfig(name, "local", command, environment, cwd, **common)
     url = spec.get("url")

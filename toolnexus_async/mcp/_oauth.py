@@ -61,7 +61,7 @@ from ._tokens import TokenStore
 
 if TYPE_CHECKING:
     from .._toolkit import Toolkit
-    from ._connect import Connection
+    from ._connection import Connection
 
 __all__ = (
     "ServerSignIn",
@@ -273,6 +273,7 @@ class ServerSignIn:
         self.tokens = tokens
         self.redirect = oauth.redirect_uri or redirect
         self.interactive = False  # links are made for calls, not while connecting
+        self.was_connected = False  # its tools are offered (not its sign-in tool)
         self.needed = False  # a request was refused for want of a sign-in
         self.links: list[SignInLink] = []  # made and not yet handed to a call
         self._key = f"mcp-oauth {config.name} {config.url}"
@@ -323,6 +324,10 @@ class ServerSignIn:
         self._provider = _Provider(self, metadata)
         return self._provider
 
+    def connected(self) -> None:
+        """The server connected: a call refused from now on gets a link."""
+        self.interactive = self.was_connected = True
+
     def fixed_client(self) -> OAuthClientInformationFull | None:
         return self._fixed
 
@@ -333,6 +338,8 @@ class ServerSignIn:
                 "the server asks for a sign-in (HTTP 401), and no redirect URI is set: give "
                 "oauth.redirectUri in its config, or Toolkit.create(mcp_redirect_uri=...)"
             )
+        if self.was_connected:
+            return "the server asks for a sign-in again: the next call of its tools asks the person"
         tool = f"{self.config.name}_sign_in"
         return f"the server asks for a sign-in first: its tool {tool!r} asks the person"
 

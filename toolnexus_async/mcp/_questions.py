@@ -20,11 +20,15 @@ Rules of this module:
   other than elicitation (sampling, roots: never advertised), is refused with a reason.
 - An answer maps to ``accept`` (with ``answer.data`` as the content for a form) when ok,
   to ``decline`` when refused with reason ``"declined"``, and to ``cancel`` otherwise.
+  An accepted form's content gets the ``default`` of each property of the schema asked
+  with that the answer leaves out (as the protocol asks of clients): a person who left a
+  field alone accepted what the form showed.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -124,16 +128,34 @@ def question_of(request: Request | None, server: str, tool: str) -> Question | N
     return Question(server, tool, key, mode, state)
 
 
-def elicit_result(answer: Answer, *, form: bool) -> ElicitResult:
-    """The server's view of ``answer``: accept (a form's content), decline or cancel."""
-    if answer.ok:
-        return ElicitResult(action="accept", content=dict(answer.data or {}) if form else None)
-    return ElicitResult(action="decline" if answer.reason == "declined" else "cancel")
+def elicit_result(answer: Answer, *, schema: Mapping[str, Any] | None) -> ElicitResult:
+    """The server's view of ``answer``: accept (a form's content, its omitted fields
+    filled from the form's ``schema``), decline or cancel. ``schema`` is None for a URL
+    question, which has no content."""
+    if not answer.ok:
+        return ElicitResult(action="decline" if answer.reason == "declined" else "cancel")
+    if schema is None:
+        return ElicitResult(action="accept")
+    content = dict(answer.data or {})
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        for name, spec in properties.items():
+            if name not in content and isinstance(spec, Mapping) and "default" in spec:
+                content[name] = spec["default"]
+    return ElicitResult(action="accept", content=content)
 
 
-def responses_for(question: Question, answer: Answer) -> dict[str, ElicitResult]:
-    """The ``inputResponses`` of the retry that brings ``answer`` to ``question``."""
-    return {question.key: elicit_result(answer, form=question.mode == "form")}
+def responses_for(
+    question: Question, answer: Answer, request: Request | None
+) -> dict[str, ElicitResult]:
+    """The ``inputResponses`` of the retry that brings ``answer`` to ``question``, asked
+    as ``request`` (whose ``data["schema"]`` has a form's defaults)."""
+    schema: Mapping[str, Any] | None = None
+    if question.mode == "form":
+        data = None if request is None else request.data
+        asked = None if data is None else data.get("schema")
+        schema = asked if isinstance(asked, Mapping) else {}
+    return {question.key: elicit_result(answer, schema=schema)}
 
 
 def is_form(params: ElicitRequestParams) -> bool:

@@ -9,7 +9,10 @@ Rules of this module:
   same for the same tool on every start, different for different tools.
 - Result: ``isError`` is an error result with the joined text; otherwise
   ``structuredContent``, when there is some, as JSON, else the joined text. Content that is
-  not text is named in the text (``[image image/png]``), not dropped silently.
+  not text is named in the text, not dropped silently: ``[image image/png]``, a
+  ``resource_link`` as ``[resource_link <uri> name="<name>" type=<mime>]`` (what a model
+  needs to ask for it), an embedded resource as ``[resource <uri> type=<mime>]`` followed
+  by its text, or with its size when it is binary.
 - Questions (2026-07-28): an ``input_required`` result is a suspension
   (:mod:`._questions`); the retry after an ok answer sends it as ``inputResponses`` with the
   ``requestState`` the request carried, in whichever process the retry runs. A result
@@ -21,13 +24,26 @@ Rules of this module:
 - Secrets: the server's secret values (:mod:`._connect` says which) are scrubbed from the
   text the model sees, results included.
 - Sign-in (:mod:`._oauth`): a call refused for want of a sign-in (a 401, or a 403 asking for
-  more scopes) suspends with the sign-in link the refusal made; the retry after the answer
-  exchanges the code, then calls again. A server waiting for its first sign-in contributes
-  its ``<server>_sign_in`` tool only.
+  more scopes; or, the session having ended, the attempt to connect again refused so)
+  suspends with a sign-in link; the retry after the answer exchanges the code, then calls
+  again. A server waiting for its first sign-in contributes its ``<server>_sign_in`` tool
+  only.
 - Every failure (the server gone, a protocol error, a refused ``requestState``) is an error
   result naming the server and the tool, secrets scrubbed; only cancellation propagates.
-  A closed connection (the process ended, say) also marks the server ``failed``: later
-  calls say it is not available, without trying.
+  An error of one request (an SSE event over ``maxReplyBytes``, a stream cut short) fails
+  that call only; after a protocol error the session is pinged, and one that no longer
+  answers is over (a server that forgot the session and says so with a 400, not the
+  protocol's 404, is found that way). A call made while the session is over connects
+  again first
+  (:meth:`Connection.session_for_call`). A call whose session ends under it is an error
+  result, and is not sent again (the tool may have run), unless the server said the
+  request never reached a session ("Session terminated": the HTTP server restarted) or
+  the tool is annotated ``readOnlyHint`` or ``idempotentHint``: then it is sent once more
+  on a new session.
+- Time: each call (reconnecting and the ``requestState`` rounds included) is bounded by
+  the server's ``call_timeout``; at the limit the SDK tells the server
+  (``notifications/cancelled``) and the model gets an error result naming the server, the
+  tool and the limit. Cancelling the run cancels the call the same way.
 """
 
 from __future__ import annotations
@@ -42,12 +58,13 @@ from typing import Any
 import anyio
 import attrs
 import mcp_types as types
+from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import CONNECTION_CLOSED
+from mcp_types.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND
 
 from .._types import Answer, ToolContext, ToolResult
-from ._connect import Connection
-from ._oauth import SignInTool, link_request, sign_in_of
+from ._connection import Clock, Connection
+from ._oauth import SignInLink, SignInTool, link_request, sign_in_of
 from ._questions import question_of, request_for, responses_for
 
 __all__ = ("McpTool", "result_of", "tool_name", "tools_of")
@@ -78,6 +95,24 @@ def tool_name(server: str, tool: str, taken: set[str] | frozenset[str] = frozens
     return f"{name[: _LIMIT - 9]}_{digest}"
 
 
+def _describe(block: types.ResourceLink | types.EmbeddedResource) -> str:
+    if isinstance(block, types.ResourceLink):
+        # Names and descriptions hold spaces: quoted as JSON strings, they stay one field.
+        parts = [f"[resource_link {block.uri}", f"name={json.dumps(block.name)}"]
+        if block.mime_type:
+            parts.append(f"type={block.mime_type}")
+        if block.description:
+            parts.append(f"description={json.dumps(block.description, ensure_ascii=False)}")
+        return " ".join(parts) + "]"
+    resource = block.resource
+    head = f"[resource {resource.uri}" + (
+        f" type={resource.mime_type}" if resource.mime_type else ""
+    )
+    if isinstance(resource, types.TextResourceContents):
+        return f"{head}]\n{resource.text}"
+    return f"{head} base64 of {len(resource.blob)} characters]"
+
+
 def _text_of(content: list[types.ContentBlock]) -> str:
     parts: list[str] = []
     for block in content:
@@ -85,21 +120,19 @@ def _text_of(content: list[types.ContentBlock]) -> str:
             parts.append(block.text)
         elif isinstance(block, types.ImageContent | types.AudioContent):
             parts.append(f"[{block.type} {block.mime_type}]")
-        elif isinstance(block, types.EmbeddedResource):
-            resource = block.resource
-            if isinstance(resource, types.TextResourceContents):
-                parts.append(resource.text)
-            else:
-                parts.append(f"[resource {resource.uri}]")
         else:
-            parts.append(f"[{block.type}]")
+            parts.append(_describe(block))
     return "\n".join(parts)
 
 
-def _closed(exc: Exception) -> bool:
-    if isinstance(exc, MCPError):
-        return exc.code == CONNECTION_CLOSED
-    return isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError)
+def _terminated(exc: Exception) -> bool:
+    """The SDK's word for an HTTP 404 on the session's id: the server has no such session
+    (it restarted), so the request never ran, and the session is over."""
+    return (
+        isinstance(exc, MCPError)
+        and exc.code == INVALID_REQUEST
+        and exc.message == ("Session terminated")
+    )
 
 
 def result_of(result: types.CallToolResult) -> ToolResult:
@@ -123,6 +156,7 @@ class McpTool:
         self.input_schema: Mapping[str, Any] = dict(listed.input_schema)
         self.server = connection.config.name
         self.remote = listed.name
+        self._annotations = listed.annotations
         self._connection = connection
 
     @property
@@ -150,11 +184,13 @@ class McpTool:
             question = question_of(ctx.request, self.server, self.remote)
         if question is None or ctx is None or ctx.answer is None:
             return await self._call(args, None, None)
-        return await self._call(args, responses_for(question, ctx.answer), question.state)
+        responses = responses_for(question, ctx.answer, ctx.request)
+        return await self._call(args, responses, question.state)
 
     async def refused(self, args: dict[str, Any], ctx: ToolContext) -> None:
         """This call's question ended without an ok answer: tell the server, as a retry
-        with ``decline`` (declined) or ``cancel`` (expired, cancelled, late)."""
+        with ``decline`` (declined) or ``cancel`` (expired, cancelled, late). A sign-in
+        refused is forgotten."""
         sign_in, state = self._connection.sign_in, sign_in_of(ctx.request, self.server)
         if sign_in is not None and state is not None:
             await sign_in.forget(state)
@@ -164,7 +200,8 @@ class McpTool:
         if question is None or answer is None:
             return
         refusal = Answer(answer.id, False, reason=answer.reason)
-        outcome = await self._call(args, responses_for(question, refusal), question.state)
+        responses = responses_for(question, refusal, ctx.request)
+        outcome = await self._call(args, responses, question.state)
         if outcome.is_error:
             log.debug("MCP tool %r: the refusal's retry answered %s", self.name, outcome.output)
 
@@ -174,43 +211,111 @@ class McpTool:
         responses: dict[str, types.ElicitResult] | None,
         state: str | None,
     ) -> ToolResult:
-        session = self._connection.session
-        if session is None:
-            why = self._connection.error or "it is not connected"
-            return self._fail(f"the server is not available: {why}")
+        with self._connection.clock() as clock:
+            return await self._sessions(args, responses, state)
+        return self._timed_out(clock)
+
+    def _timed_out(self, clock: Clock) -> ToolResult:
+        """The clock's scope was cancelled at the limit: the call is over."""
+        return self._fail(
+            f"no answer within {clock.limit:g} s (its callTimeout); the server was told "
+            "to cancel the call"
+        )
+
+    async def _sessions(
+        self,
+        args: dict[str, Any],
+        responses: dict[str, types.ElicitResult] | None,
+        state: str | None,
+    ) -> ToolResult:
+        connection = self._connection
+        sign_in = connection.sign_in
+        for attempt in range(2):
+            if sign_in is not None:
+                sign_in.needed = False
+            session = await connection.session_for_call()
+            if isinstance(session, str):
+                if connection.state == "needs_auth":
+                    return await self._sign_in_link()
+                return self._fail(f"the server is not available: {session}")
+            try:
+                return await self._rounds(session, args, responses, state)
+            except Exception as exc:
+                log.debug("MCP tool %r failed", self.name, exc_info=True)
+                if sign_in is not None and sign_in.needed:
+                    return await self._sign_in_link()
+                problem = f"{type(exc).__name__}: {exc}"
+                if _terminated(exc):
+                    connection.end(session, "the server no longer knows the session")
+                    if not attempt:
+                        continue  # it never ran: send it on a new session
+                elif isinstance(exc, MCPError) and connection.alive(session):
+                    if not await self._answers(session):
+                        connection.end(session, f"the session stopped working ({problem})")
+                if not connection.alive(session):
+                    if not attempt and self._repeatable:
+                        continue
+                    problem += (
+                        "; its session ended during the call, and the next call connects again"
+                    )
+                return self._fail(problem)
+        return self._fail("its session ended twice during the call")
+
+    async def _sign_in_link(self) -> ToolResult:
+        """The call was refused for want of a sign-in: suspend it with the link the refusal
+        made, or, when the server refused to connect, one made for it now."""
+        sign_in = self._connection.sign_in
+        assert sign_in is not None
+        link: SignInLink | str | None = sign_in.take_link()
+        if link is None and self._connection.state == "needs_auth":
+            link = await sign_in.begin()
+        if isinstance(link, SignInLink):
+            return ToolResult.pending(link_request(self.server, link))
+        return self._fail(link or sign_in.why())
+
+    async def _answers(self, session: ClientSession) -> bool:
+        """Whether the session still works after a request failed: a ``ping`` is
+        answered. A server that has forgotten the session (one that answers an unknown
+        session id with a 400 rather than the protocol's 404) fails it too."""
+        try:
+            with anyio.fail_after(self._connection.config.timeout):
+                await session.send_ping()
+        except MCPError as exc:
+            return exc.code == METHOD_NOT_FOUND  # it answered: it just has no ping
+        except Exception:
+            return False
+        return True
+
+    @property
+    def _repeatable(self) -> bool:
+        hints = self._annotations
+        return hints is not None and bool(hints.read_only_hint or hints.idempotent_hint)
+
+    async def _rounds(
+        self,
+        session: ClientSession,
+        args: dict[str, Any],
+        responses: dict[str, types.ElicitResult] | None,
+        state: str | None,
+    ) -> ToolResult:
         given: dict[str, types.InputResponse] | None = dict(responses) if responses else None
         delay = 0.05
-        sign_in = self._connection.sign_in
-        if sign_in is not None:
-            sign_in.needed = False
-        try:
-            for _ in range(_ROUNDS):
-                result = await session.call_tool(
-                    self.remote,
-                    args,
-                    input_responses=given,
-                    request_state=state,
-                    allow_input_required=True,
-                )
-                if isinstance(result, types.CallToolResult):
-                    return self._scrubbed(result_of(result))
-                if result.input_requests:
-                    return self._suspend(result)
-                # Only requestState: the server wants the same call again, soon.
-                given, state = None, result.request_state
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 0.25)
-        except Exception as exc:
-            log.debug("MCP tool %r failed", self.name, exc_info=True)
-            if sign_in is not None and sign_in.needed:
-                link = sign_in.take_link()
-                if link is not None:
-                    return ToolResult.pending(link_request(self.server, link))
-                return self._fail(sign_in.why())
-            problem = f"{type(exc).__name__}: {exc}"
-            if _closed(exc):  # the server is gone: say so in the status, and to later calls
-                self._connection.fail(f"its session ended ({problem})")
-            return self._fail(problem)
+        for _ in range(_ROUNDS):
+            result = await session.call_tool(
+                self.remote,
+                args,
+                input_responses=given,
+                request_state=state,
+                allow_input_required=True,
+            )
+            if isinstance(result, types.CallToolResult):
+                return self._scrubbed(result_of(result))
+            if result.input_requests:
+                return self._suspend(result)
+            # Only requestState: the server wants the same call again, soon.
+            given, state = None, result.request_state
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.25)
         return self._fail(f"the server asked to be called again more than {_ROUNDS} times")
 
     def _scrubbed(self, result: ToolResult) -> ToolResult:
@@ -230,11 +335,13 @@ def tools_of(
 ) -> list[McpTool | SignInTool]:
     """The tools ``connection`` contributes, named so that no MCP tool's name in ``taken``
     repeats (``taken`` grows by the names given); one whose name a tool in ``others`` (not
-    from MCP) has is left out, with a warning."""
+    from MCP) has is left out, with a warning. A server waiting for its first sign-in
+    contributes its sign-in tool only."""
     if connection.state == "needs_auth" and connection.sign_in is not None:
         name = tool_name(connection.config.name, "sign_in", taken)
         if name in others:
-            log.warning("MCP server %r: its sign-in tool is left out: %r is taken", name, name)
+            server = connection.config.name
+            log.warning("MCP server %r: its sign-in tool is left out: %r is taken", server, name)
             return []
         taken.add(name)
         return [SignInTool(name, connection, connection.sign_in)]

@@ -3,7 +3,10 @@
 Rules of this module:
 
 - Handlers validate, then act, then answer; they never await a run. A run is started in the
-  app's task group and reports through the :class:`RunBook` and the event bus.
+  app's task group; what it does is kept in the store, which every read and the event
+  stream show (``_runs``, ``_feed``), whichever worker drives it.
+- ``POST /runs`` admits at most ``max_active_runs`` runs started here and not yet ended or
+  halted (429 with ``Retry-After`` beyond): each costs memory while it runs or is parked.
 - Every background task (runs, resumes of spilled runs) lives in one anyio task group,
   opened by the app's cleanup context on startup and closed on shutdown: parked runs are
   saved to the store first, then whatever still runs is cancelled. Nothing is left behind.
@@ -49,15 +52,16 @@ from .._errors import (
 from .._owner import TaskOwner
 from .._toolkit import Toolkit
 from .._types import Answer
-from ..durable import DurableHost, RunStore
+from ..durable import BegunRun, DurableHost, RunStore
 from ..suspend import GcFreezer
 from ._bodies import MAX_BODY, ApiError, is_text, json_errors, only, read_json_object
 from ._events import EventBus, stream_events
+from ._feed import EventFeed
 from ._guard import GUARD, Guard, add_security_headers, guard_requests, log_out
 from ._oauth import CALLBACK, oauth_callback
 from ._outage import OUTAGE, StoreOutage, retry_after, store_faults
-from ._runs import RunBook, ServeInbox, drive, load_stored, run_steps
-from ._workers import follow_workers
+from ._queries import cursor_of, request_query, run_query
+from ._runs import ServeInbox, drive, run_detail, run_item, shown
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
 
@@ -77,6 +81,14 @@ GRACE = 30.0
 # docs/performance.md (Loop stalls), which kept every stall under 30 ms with 100,000 runs
 # parked.
 FREEZE_YOUNG = 0.005
+# Runs started here and not yet ended or halted, by default. A parked run costs about
+# 9 KB (docs/performance.md) and one just started about 15 KiB (issue 34): 10,000 are
+# 90 to 150 MiB, which fits a 512 MiB container beside the store's cache, while parking
+# thousands (the point of this server) stays possible. Runs parked past park_timeout
+# halt into the store and stop counting, so the bound is on memory, not on waiting runs.
+MAX_ACTIVE_RUNS = 10_000
+# Seconds a client refused for the admission limit is told to wait (Retry-After).
+RETRY_FULL = 1
 
 _STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -95,7 +107,9 @@ class _Serve:
     grace: float
     static: Path
     bus: EventBus
-    book: RunBook
+    max_active: int
+    active: int = 0  # runs started here, not yet ended or halted
+    feed: EventFeed | None = None
     client: LlmClient | None = None
     inbox: ServeInbox | None = None
     host: DurableHost | None = None
@@ -122,6 +136,7 @@ def create_app(
     freeze_gc: bool = False,
     grace: float = GRACE,
     store_timeout: float = 10.0,
+    max_active_runs: int = MAX_ACTIVE_RUNS,
 ) -> web.Application:
     """The approval-inbox web application.
 
@@ -157,6 +172,8 @@ def create_app(
         store_timeout: seconds ``GET /readyz`` (and the probe of a store that is down)
             waits for ``store.ping()``; give the store the same timeout for its calls
             (:func:`open_store` does).
+        max_active_runs: the most runs started here (``POST /runs``) that may be running
+            or parked at once; beyond it ``POST /runs`` answers 429 with ``Retry-After``.
     """
     if not park_timeout > 0:  # NaN too
         raise UsageError(f"park_timeout must be > 0 seconds, got {park_timeout}")
@@ -168,6 +185,10 @@ def create_app(
         raise UsageError(f"grace must be 0 or more seconds, and finite, got {grace}")
     if not 0 < store_timeout < math.inf:
         raise UsageError(f"store_timeout must be > 0 seconds, and finite, got {store_timeout}")
+    if isinstance(max_active_runs, bool) or not isinstance(max_active_runs, int):
+        raise UsageError(f"max_active_runs must be a whole number, got {max_active_runs!r}")
+    if max_active_runs < 1:
+        raise UsageError(f"max_active_runs must be at least 1, got {max_active_runs}")
     guard = Guard.create(token, insecure_no_auth=insecure_no_auth, allowed_hosts=allowed_hosts)
     app = web.Application(
         client_max_size=max_body, middlewares=[json_errors, guard_requests, store_faults]
@@ -186,7 +207,7 @@ def create_app(
         grace,
         STATIC_DIR,
         bus,
-        RunBook(bus),
+        max_active_runs,
         freeze_gc=freeze_gc,
     )
     app.cleanup_ctx.append(_lifespan)
@@ -210,33 +231,28 @@ def create_app(
 
 async def _lifespan(app: web.Application) -> AsyncIterator[None]:
     serve = app[SERVE]
-    inbox = ServeInbox(serve.book, serve.park_timeout)
+    inbox = ServeInbox(serve.park_timeout)
     client = serve.make_client(inbox)
     if client.wait_for is not inbox:
         await client.aclose()
         raise UsageError("make_client must create the LlmClient with wait_for=<the inbox given>")
     # The client is closed outside the task group, whose cancellation would cut its close.
     async with client:
-        host = DurableHost(
-            client,
-            serve.toolkit,
-            serve.store,
-            on_result=serve.book.resumed,
-            on_error=serve.book.failed,
-            lease=serve.lease,
-        )
+        host = DurableHost(client, serve.toolkit, serve.store, lease=serve.lease)
+        feed = EventFeed(serve.store, serve.bus)
         async with anyio.create_task_group() as tg, host:
             with _freezing(serve, inbox):
                 app[OUTAGE].attach(host.store_health)  # one outage state, one log line
                 tg.start_soon(app[OUTAGE].watch, name="the probe of the run store")
-                await load_stored(serve.book, serve.store)
-                unfollow = await follow_workers(serve.store, host, serve.book, tg)
+                await feed.open()
+                tg.start_soon(feed.run, name="the event feed of the server")
                 runs = await TaskOwner.open_in(tg, "the runs of the server")
                 serve.client, serve.inbox, serve.host, serve.runs = client, inbox, host, runs
+                serve.feed = feed
                 try:
                     yield
                 finally:
-                    unfollow()
+                    feed.close()
                     serve.closing = True
                     serve.bus.close()
                     host.shutdown()  # parked runs halt (the store has them); busy ones are let go
@@ -296,47 +312,73 @@ async def post_run(request: web.Request) -> web.Response:
     runs, host = serve.runs, serve.host
     if serve.closing or runs is None or host is None:
         raise ApiError(503, "the server is shutting down")
+    if serve.active >= serve.max_active:
+        raise ApiError(
+            429,
+            f"this server runs {serve.max_active} runs already (--max-active-runs); "
+            "try again shortly, or another server",
+            headers={"Retry-After": str(RETRY_FULL)},
+        )
     # Kept before it is acknowledged: a crash after the 202 loses nothing.
     begun = await host.begin(prompt)
-    record = serve.book.start(begun.run_id, prompt)
+    serve.active += 1
     try:
-        runs.start_soon(drive, begun, serve.book, record, name=f"run {record.id}")
+        runs.start_soon(_drive, serve, begun, name=f"run {begun.run_id}")
     except UsageError:
-        pass  # the server stopped meanwhile: the run is kept, and the next one goes on with it
-    return web.json_response({"id": record.id, "status": "running"}, status=202)
+        serve.active -= 1  # the server stopped meanwhile: the next one goes on with the run
+    return web.json_response({"id": begun.run_id, "status": "running"}, status=202)
+
+
+async def _drive(serve: _Serve, begun: BegunRun) -> None:
+    try:
+        await drive(begun)
+    finally:
+        serve.active -= 1
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    """``GET /runs``: every run this server knows, newest first."""
+    """``GET /runs``: a page of the store's runs, newest first, with the total and counts."""
     serve = request.app[SERVE]
-    runs = serve.book.newest_first()
-    await serve.book.refresh(serve.store, runs)  # runs another worker took over
-    return web.json_response({"runs": [r.to_dict() for r in runs]})
+    page = await serve.store.list_runs(run_query(request.query))
+    return web.json_response(
+        {
+            "runs": [run_item(item) for item in page.runs],
+            "next": cursor_of("r", page.next),
+            "total": page.total,
+            "counts": page.counts,
+        }
+    )
 
 
 async def get_run(request: web.Request) -> web.Response:
-    """``GET /runs/{id}``: one run's status and result, with its steps from the store."""
+    """``GET /runs/{id}``: one run as the store has it, with its whole history."""
     serve = request.app[SERVE]
     run_id = request.match_info["id"]
-    record = serve.book.get(run_id)
-    if record is None:
+    if not is_text(run_id):
         raise ApiError(404, f"no run {run_id!r}")
-    await serve.book.refresh(serve.store, (record,))
-    steps = record.steps if record.steps is not None else await run_steps(serve.store, run_id)
-    declined = record.declined or any(step["declined"] for step in steps)
-    return web.json_response({**record.to_dict(), "declined": declined, "steps": steps})
+    try:
+        view = await serve.store.run_view(run_id)
+    except UnknownRequestError:
+        raise ApiError(404, f"no run {run_id!r}") from None
+    return web.json_response(run_detail(view))
 
 
 # -- requests -----------------------------------------------------------------------------------
 
 
 async def list_requests(request: web.Request) -> web.Response:
-    """``GET /requests``: every outstanding request, parked or spilled, in arrival order."""
+    """``GET /requests``: a page of the outstanding requests, oldest first, parked or
+    spilled, on any worker, with the total and counts per kind."""
     serve = request.app[SERVE]
-    host = serve.host
-    if host is None:
-        raise ApiError(503, "the server is shutting down")
-    return web.json_response({"requests": await serve.book.listing(host)})
+    page = await serve.store.list_requests(request_query(request.query))
+    return web.json_response(
+        {
+            "requests": [shown(s.request, run_id=s.run_id) for s in page.requests],
+            "next": cursor_of("q", page.next),
+            "total": page.total,
+            "counts": page.counts,
+        }
+    )
 
 
 async def post_answer(request: web.Request) -> web.Response:
@@ -374,7 +416,6 @@ async def post_answer(request: web.Request) -> web.Response:
         RequestExpiredError,
     ) as exc:
         raise ApiError(409, str(exc)) from None
-    serve.book.answered(answer)
     return web.json_response({"id": request_id, "ok": answer.ok})
 
 
@@ -407,8 +448,12 @@ def _unready(seconds: int) -> web.Response:
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    """``GET /events``: the server-sent event stream."""
-    return await stream_events(request, request.app[SERVE].bus)
+    """``GET /events``: the server-sent event stream (every run's events, from the store)."""
+    serve = request.app[SERVE]
+    feed = serve.feed
+    if feed is None or serve.closing:
+        raise ApiError(503, "the server is shutting down")
+    return await stream_events(request, serve.bus, feed.cursor, feed.replay)
 
 
 async def metrics(request: web.Request) -> web.Response:

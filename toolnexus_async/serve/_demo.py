@@ -21,6 +21,7 @@ import math
 import os
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -35,7 +36,7 @@ from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..mcp._tokens import RunStoreTokens
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
-from ._app import GRACE, MakeClient, create_app
+from ._app import GRACE, MAX_ACTIVE_RUNS, MakeClient, create_app
 from ._runs import ServeInbox
 
 __all__ = (
@@ -198,17 +199,18 @@ def serve_demo_app(
     freeze_gc: bool = False,
     grace: float = GRACE,
     store_timeout: float = 10.0,
+    max_active_runs: int = MAX_ACTIVE_RUNS,
 ) -> web.Application:
     """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
 
     ``store`` is a run store, a SQLite file's path, or a ``postgresql://`` DSN for a
     :class:`~toolnexus_async.durable.PostgresRunStore` (see :func:`open_store`).
     ``make_client`` replaces the demo model (a real endpoint, say); the demo tools stay.
-    ``token``, ``insecure_no_auth``, ``allowed_hosts``, ``lease``, ``freeze_gc``, ``grace``
-    and ``store_timeout`` are as for :func:`create_app`; a store opened here from a path or
-    DSN is given ``store_timeout`` too. ``mcp`` adds the tools of MCP servers (an
-    ``mcpServers`` config or its file, see docs/mcp.md), connected at startup: the
-    questions of 2026-07-28 servers are requests on the page like any tool's, and so are
+    ``token``, ``insecure_no_auth``, ``allowed_hosts``, ``lease``, ``freeze_gc``, ``grace``,
+    ``store_timeout`` and ``max_active_runs`` are as for :func:`create_app`; a store opened
+    here from a path or DSN is given ``store_timeout`` too. ``mcp`` adds the tools of MCP
+    servers (an ``mcpServers`` config or its file, see docs/mcp.md), connected at startup:
+    the questions of 2026-07-28 servers are requests on the page like any tool's, and so are
     the sign-ins of remote servers (their tokens kept in the run store).
     The app owns the toolkit and the store (given or made here) and closes them on shutdown.
     """
@@ -231,6 +233,7 @@ def serve_demo_app(
         freeze_gc=freeze_gc,
         grace=grace,
         store_timeout=store_timeout,
+        max_active_runs=max_active_runs,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:
@@ -250,10 +253,28 @@ def open_store(where: str | os.PathLike[str], *, timeout: float = 10.0) -> RunSt
     ``timeout`` is how long one store call may take, a held lock included, before it fails
     with :class:`~toolnexus_async.StoreUnavailableError` (PostgreSQL's ``command_timeout``
     and ``call_timeout``, SQLite's ``timeout``). Nothing is opened yet: the store connects
-    on first use.
+    on first use. A path that cannot name a SQLite file, in a folder that does not exist or
+    naming a folder, is a :class:`~toolnexus_async.UsageError` saying so: no retry mends it.
     """
     if not 0 < timeout < math.inf:
         raise UsageError(f"the store timeout must be > 0 seconds, and finite, got {timeout}")
     if isinstance(where, str) and where.startswith(("postgresql://", "postgres://")):
         return PostgresRunStore(where, command_timeout=timeout, call_timeout=timeout)
+    _check_file(Path(where))
     return SqliteRunStore(where, timeout=timeout)
+
+
+def _check_file(path: Path) -> None:
+    if path.is_dir():
+        raise UsageError(
+            f"run store {path} is a folder, not a file: name a file in it, such as "
+            f"{path / 'toolnexus-runs.sqlite'}"
+        )
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"run store {path}: {folder} is a file, not a folder")
+    if not folder.exists():
+        raise UsageError(
+            f"run store {path}: the folder {folder} does not exist; create it, or name a "
+            "file in a folder that exists"
+        )

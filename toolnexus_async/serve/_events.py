@@ -2,6 +2,14 @@
 
 Rules of this module:
 
+- The events are the store's (``_feed`` reads them, in commit order, and publishes them
+  here): each carries its store ``seq`` as its SSE ``id``, the same on every worker. A
+  client that reconnects with ``Last-Event-ID`` is first sent what it missed, read back
+  from the store, then the live events; one whose id is too old (pruned, or more than the
+  feed replays) is sent a ``snapshot`` event instead, telling it to fetch the lists again.
+  A subscriber never gets an event at or below the id it resumed from, so a worker that is
+  behind the one the client came from sends nothing twice.
+
 - Publishing never awaits and never raises: a run hands its event to each subscriber's
   bounded buffer and goes on. A subscriber whose buffer is full is dropped on the spot and
   its connection is aborted, so a client that stops reading costs one buffer, never a
@@ -19,12 +27,17 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 from aiohttp import web
 
 __all__ = ("KEEPALIVE_SECONDS", "SUBSCRIBER_BUFFER", "EventBus", "format_event", "stream_events")
+
+# Replays (the events a reconnecting client missed), awaited by the stream before it goes
+# live: ``(after, upto)`` -> the events' bytes, or None when ``after`` is too old.
+Replay = Callable[[int, int], Awaitable[list[bytes] | None]]
 
 log = logging.getLogger("toolnexus_async.serve")
 
@@ -38,25 +51,30 @@ _KEEPALIVE = b": keep-alive\n\n"
 _HELLO = b": connected\n\n"
 
 
-def format_event(name: str, data: dict[str, Any]) -> bytes:
-    """One server-sent event: ``event: <name>``, one ``data:`` line of JSON, a blank line.
+def format_event(name: str, data: dict[str, Any] | str, seq: int | None = None) -> bytes:
+    """One server-sent event: ``id: <seq>`` (if given), ``event: <name>``, one ``data:``
+    line of JSON (``data`` as a value, or as JSON text already), a blank line.
 
     Raises ``TypeError`` or ``ValueError`` for data that is not JSON.
     """
+    head = f"event: {name}\n" if seq is None else f"id: {seq}\nevent: {name}\n"
+    if isinstance(data, str):  # the store's JSON, one line and ASCII: sent as it is
+        return f"{head}data: {data}\n\n".encode()
     # json.dumps never emits a raw newline, so the data always fits on one line.
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     try:
-        return f"event: {name}\ndata: {payload}\n\n".encode()
+        return f"{head}data: {payload}\n\n".encode()
     except UnicodeEncodeError:  # a lone surrogate: as an ASCII escape it is valid JSON
         payload = json.dumps(data, separators=(",", ":"))
-        return f"event: {name}\ndata: {payload}\n\n".encode()
+        return f"{head}data: {payload}\n\n".encode()
 
 
 class Subscription:
     """One client of ``GET /events``: a bounded buffer and the scope its writes run in."""
 
-    def __init__(self, buffer: int) -> None:
+    def __init__(self, buffer: int, after: int = 0) -> None:
         self._send, self.receive = anyio.create_memory_object_stream[bytes](buffer)
+        self.after = after  # events up to this seq are not sent (the client has them)
         self.scope = anyio.CancelScope()
         self.writing = False  # awaiting a write to the client (which may never finish)
         self.dropped = False
@@ -93,11 +111,16 @@ class EventBus:
         return len(self._subscribers)
 
     @property
+    def buffer(self) -> int:
+        """Events buffered per subscriber before it counts as too slow."""
+        return self._buffer
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
-    def subscribe(self) -> Subscription:
-        sub = Subscription(self._buffer)
+    def subscribe(self, after: int = 0) -> Subscription:
+        sub = Subscription(self._buffer, after)
         if self._closed:
             sub.end()
         else:
@@ -108,7 +131,7 @@ class EventBus:
         self._subscribers.discard(sub)
         sub.end()
 
-    def publish(self, name: str, data: dict[str, Any]) -> None:
+    def publish(self, name: str, data: dict[str, Any] | str, seq: int = 0) -> None:
         """Send one event to every subscriber; drop those that cannot take it now.
 
         Never raises: an event that cannot be encoded is logged and skipped.
@@ -116,11 +139,13 @@ class EventBus:
         if not self._subscribers:
             return
         try:
-            chunk = format_event(name, data)
-        except Exception:  # not JSON (RecursionError included): the run must go on
+            chunk = format_event(name, data, seq or None)
+        except Exception:  # not JSON (RecursionError included): the stream must go on
             log.exception("skipped a %r event that cannot be encoded", name)
             return
         for sub in tuple(self._subscribers):
+            if seq and seq <= sub.after:
+                continue  # the client had it before it came here
             if not sub.offer(chunk):
                 self._subscribers.discard(sub)
                 self.dropped += 1
@@ -138,9 +163,29 @@ class EventBus:
                 sub.end()
 
 
-async def stream_events(request: web.Request, bus: EventBus) -> web.StreamResponse:
-    """Serve ``GET /events`` until the client leaves, falls behind or the server stops."""
-    sub = bus.subscribe()
+def resumed_from(request: web.Request) -> int | None:
+    """The client's ``Last-Event-ID``: a seq, -1 if it is not one of ours, None if none."""
+    given = request.headers.get("Last-Event-ID")
+    if given is None or not given.strip():
+        return None
+    try:
+        seq = int(given.strip())
+    except ValueError:
+        return -1
+    return seq if seq >= 0 else -1
+
+
+async def stream_events(
+    request: web.Request, bus: EventBus, cursor: int, replay: Replay
+) -> web.StreamResponse:
+    """Serve ``GET /events`` until the client leaves, falls behind or the server stops.
+
+    ``cursor``: the seq of the last event published on ``bus`` (read with no await before
+    the subscription, so that what follows it is live); ``replay`` reads what a client
+    resuming from an older id missed.
+    """
+    last = resumed_from(request)
+    sub = bus.subscribe(after=cursor if last is None or last < 0 else last)
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -152,6 +197,13 @@ async def stream_events(request: web.Request, bus: EventBus) -> web.StreamRespon
         await response.prepare(request)
         with sub.scope:
             await _write(sub, response, _HELLO)
+            if last is not None and last != cursor:
+                missed = await replay(last, cursor) if last >= 0 else None
+                if missed is None:  # not ours, pruned, or too many: start afresh
+                    sub.after = cursor
+                    missed = [format_event("snapshot", {"id": cursor}, cursor)]
+                for chunk in missed:
+                    await _write(sub, response, chunk)
             await _pump(sub, response)
     except ConnectionError:
         return response  # the client left; aiohttp finishes the response quietly

@@ -69,7 +69,6 @@ async def oauth_callback(request: web.Request) -> web.Response:
         RequestExpiredError,
     ) as exc:
         return _page(409, "Sign-in refused", str(exc))
-    serve.book.answered(answer)
     if not answer.ok:
         return _page(200, "Sign-in declined", "the run is told; you can close this page")
     return _page(200, "Signed in", "the run goes on; you can close this page")

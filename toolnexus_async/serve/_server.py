@@ -20,7 +20,8 @@ Rules of this module:
   running. The stop is bounded: requests still open get ``shutdown_timeout`` seconds
   (aiohttp's wait for them), and the app's busy runs get its ``grace``, counted from the
   same moment (see ``_app``), so ``serve`` passes ``--grace`` as both and the whole stop
-  fits in it.
+  fits in it. It says so at INFO: one line when the stop begins (naming the signal), one
+  when it is over (how long it took), so a log shows why a server went away.
 
 How: aiohttp 3.14 has no header-read timeout, and ``web.run_app`` builds its own runner.
 :class:`ServeRunner` is an ``AppRunner`` whose server makes :class:`_Connection` protocols,
@@ -38,13 +39,15 @@ attribute is read or written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import math
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 from aiohttp import web
@@ -80,6 +83,28 @@ class NoQueryAccessLogger(AbstractAccessLogger):
     @property
     def enabled(self) -> bool:
         return self.logger.isEnabledFor(logging.INFO)
+
+
+@contextlib.contextmanager
+def serve_logging(stream: TextIO, *, access: bool = True) -> Iterator[None]:
+    """While the block runs, the log of ``toolnexus-async serve`` goes to ``stream``: one line
+    per request (:class:`NoQueryAccessLogger` on ``aiohttp.access``) unless not ``access``,
+    this package's INFO and above (the stop, a retried model call, ...) and anything else's
+    WARNING and above. The levels and handlers are as they were after it."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    loggers = [logging.getLogger("toolnexus_async"), logging.getLogger("aiohttp.access")]
+    levels = [logger.level for logger in loggers]
+    root = logging.getLogger()
+    root.addHandler(handler)
+    loggers[0].setLevel(logging.INFO)
+    loggers[1].setLevel(logging.INFO if access else logging.WARNING)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 class _Connection(web.RequestHandler):
@@ -281,22 +306,32 @@ async def run_server(
         # aiohttp reads 0 as "wait for ever": the smallest wait it takes as a wait.
         shutdown_timeout=max(shutdown_timeout, 0.001),
     )
+    stopping_at: float | None = None
     try:
         await runner.setup()
         await web.TCPSite(runner, host, port).start()
         if on_ready is not None:
             on_ready(base_url(runner.addresses[0]))
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_until_signalled, tg.cancel_scope)
+            tg.start_soon(_until_signalled, tg.cancel_scope, shutdown_timeout)
             if stop is not None:
                 await stop.wait()
+                _stopping("asked to", shutdown_timeout)
                 tg.cancel_scope.cancel()
+        stopping_at = time.monotonic()
     finally:
         await runner.cleanup()
+    if stopping_at is not None:
+        log.info("stopped in %.1f s", time.monotonic() - stopping_at)
 
 
-async def _until_signalled(scope: anyio.CancelScope) -> None:
+def _stopping(why: str, shutdown_timeout: float) -> None:
+    log.info("%s: stopping; open requests get up to %g s to finish", why, shutdown_timeout)
+
+
+async def _until_signalled(scope: anyio.CancelScope, shutdown_timeout: float) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
+        async for signum in signals:
+            _stopping(signal.Signals(signum).name, shutdown_timeout)
             break
     scope.cancel()

@@ -1,734 +1,523 @@
 // The inbox page: start runs, answer what they ask, watch them finish.
 //
-// Plain JavaScript, no framework and no build step. Server data is only ever inserted as
-// text (el() below uses text nodes and setAttribute), never parsed as HTML, so a prompt
-// containing "<script>" shows up as those characters.
-//
-// What a request shows (its prompt, data and URL) is drawn from its `display`, the form the
-// server builds by the display rules (serve/_display.py, docs/security.md): hidden
-// characters arrive as escapes and are drawn as visible text, lines as separate elements;
-// this page decides none of that. It only cuts a long diff, and then says so and offers
-// the rest.
-"use strict";
+// Plain JavaScript modules, no framework and no build step. The two lists (what waits for
+// an answer, and the runs) are pages of the API's paged listings (`limit` and the opaque
+// `next` cursor), filtered and searched by the server, with its counts; "Show more" fetches
+// the next page. The event stream keeps what is shown up to date; a reconnect resumes it
+// with Last-Event-ID (the browser sends it), so nothing is fetched again unless the server
+// says so (a `snapshot` event) or the stream had to start over.
+import { LOGGED_OUT, auth, getJSON, noteStatus, onLoggedOut, postJSON, query, errorText, sendAnswer } from "./api.js";
+import { buildRequestCard, cardHooks, dropCard, knowRunPrompt } from "./cards.js";
+import { debounce, el } from "./dom.js";
+import {
+  FINAL,
+  detailHooks,
+  dropRun,
+  openRun,
+  runChanged,
+  runs,
+  showStep,
+  toolStep,
+  updateRun,
+} from "./runs.js";
 
-const requestsList = document.getElementById("requests");
-const runsList = document.getElementById("runs");
-const startForm = document.getElementById("start-form");
-const promptBox = document.getElementById("prompt");
 const connection = document.getElementById("connection");
 const logoutButton = document.getElementById("logout");
+const startForm = document.getElementById("start-form");
+const promptBox = document.getElementById("prompt");
+const banner = document.getElementById("logged-out");
 
-const requestCards = new Map(); // request id -> its <li>
-const answeredIds = new Set(); // so a re-sync that raced an answer cannot bring a card back
-const runs = new Map(); // run id -> {li, data, steps: Map(call id -> <li>)}
-const FINAL = new Set(["done", "incomplete", "error"]);
-const STATUS_LABELS = { pending: "waiting for an answer" };
-// Runs whose steps are fetched (GET /runs/{id}) after a reload: the newest ones.
-const STEPS_ON_LOAD = 50;
-// The server restarted with a new token, say: only the printed address logs in again.
-const LOGGED_OUT =
-  "Not logged in: open the address that toolnexus-async serve printed (…/?token=…).";
-let nextId = 0;
-let loggedOut = false;
-let eventSource = null;
+// Items per page: enough to fill a screen many times over, few enough to draw at once.
+const PAGE = 100;
+const KIND_LABELS = { approval: "Approvals", question: "Questions", authorization: "Logins", input: "Forms" };
+const STATUS_LABELS = { pending: "waiting" };
 
-// ---- small helpers ----
+const answered = new Set(); // so a page fetch that raced an answer cannot bring a card back
 
-/** Build an element. Strings among the children become text nodes (safe by construction). */
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "text") node.textContent = String(value);
-    else if (typeof value === "function") node.addEventListener(key.replace(/^on/, ""), value);
-    else node.setAttribute(key, value === true ? "" : String(value));
+/**
+ * One paged list: the items of the current filters, in the server's order, fetched a page
+ * at a time. `matches` tells whether an item that arrives by an event belongs to it.
+ */
+class Pager {
+  constructor({ name, path, itemsKey, render, drop, matches, update = null }) {
+    Object.assign(this, { name, path, itemsKey, render, drop, matches, update });
+    this.list = document.getElementById(`${name}`);
+    this.more = document.getElementById(`${name}-more`);
+    this.summary = document.getElementById(`${name}-summary`);
+    this.chips = document.getElementById(`${name}-chips`);
+    this.empty = document.getElementById(`${name}-empty`);
+    this.nodes = new Map(); // id -> element, in list order
+    this.filters = {};
+    this.next = null;
+    this.total = 0;
+    this.counts = {};
+    this.generation = 0;
+    this.more.addEventListener("click", () => this.loadMore());
+    this.refreshCounts = debounce(() => this.fetchCounts(), 400);
   }
-  for (const child of children) {
-    if (child !== null && child !== undefined && child !== false) node.append(child);
+
+  params(extra = {}) {
+    return query({ ...this.filters, ...extra });
   }
-  return node;
-}
 
-/** A fresh element id; request ids come from the server and may hold any character. */
-function uid() {
-  nextId += 1;
-  return `tn-${nextId}`;
-}
-
-/** Only http(s) links: a "javascript:" URL in a request must never become clickable. */
-function safeUrl(raw) {
-  if (typeof raw !== "string") return null;
-  try {
-    const url = new URL(raw, window.location.href);
-    return url.protocol === "http:" || url.protocol === "https:" ? url : null;
-  } catch {
-    return null;
-  }
-}
-
-/** A 401: the page has no (valid) login cookie any more. */
-function noteStatus(status) {
-  if (status !== 401) return;
-  loggedOut = true;
-  connection.textContent = LOGGED_OUT;
-  connection.dataset.state = "down";
-}
-
-async function getJSON(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" } });
-  noteStatus(response.status);
-  if (!response.ok) throw new Error(`GET ${path}: HTTP ${response.status}`);
-  return response.json();
-}
-
-/** POST JSON; resolves to {ok, status, payload} for any HTTP status (errors are data here). */
-async function postJSON(path, body) {
-  const response = await fetch(path, {
-    method: "POST",
-    headers: { "Content-Type": "application/json", Accept: "application/json" },
-    body: JSON.stringify(body),
-  });
-  noteStatus(response.status);
-  let payload = null;
-  try {
-    payload = await response.json();
-  } catch {
-    // A proxy's HTML error page, say: the status alone will have to do.
-  }
-  return { ok: response.ok, status: response.status, payload };
-}
-
-function errorText(result) {
-  const why = typeof result.payload?.error === "string" ? result.payload.error : "";
-  return why ? `${why} (HTTP ${result.status})` : `HTTP ${result.status}`;
-}
-
-function showError(box, message) {
-  box.textContent = message;
-  box.hidden = !message;
-}
-
-function updateEmptyNotes() {
-  document.getElementById("requests-empty").hidden = requestCards.size > 0;
-  document.getElementById("runs-empty").hidden = runs.size > 0;
-}
-
-// ---- requests ----
-
-const KIND_TITLES = {
-  approval: "Approval needed",
-  question: "Question",
-  authorization: "Login needed",
-  input: "Details needed",
-};
-
-function showRequest(request) {
-  if (!request || typeof request.id !== "string") return;
-  // The event stream and a re-sync may both deliver the same request.
-  if (requestCards.has(request.id) || answeredIds.has(request.id)) return;
-  const card = buildRequestCard(request);
-  requestCards.set(request.id, card);
-  requestsList.append(card); // oldest first: answer in the order they were asked
-  if (request.run_id) updateRun({ id: request.run_id, status: "pending" });
-  updateEmptyNotes();
-}
-
-function removeRequest(id) {
-  answeredIds.add(id);
-  const card = requestCards.get(id);
-  if (!card) return;
-  card.remove();
-  requestCards.delete(id);
-  // The run is no longer waiting on anyone once its last request is gone.
-  const runId = card.dataset.run;
-  const stillWaiting = [...requestCards.values()].some((c) => c.dataset.run === runId);
-  const run = runs.get(runId);
-  if (run && !stillWaiting && run.data.status === "pending") {
-    updateRun({ id: runId, status: "running" });
-  }
-  updateEmptyNotes();
-}
-
-function buildRequestCard(request) {
-  const headingId = uid();
-  const promptId = uid();
-  const card = el("li", {
-    class: "card request",
-    "data-request": request.id, // for tests and styles; set as an attribute, never parsed
-    "data-kind": request.kind,
-    "data-run": request.run_id,
-    "aria-labelledby": headingId,
-  });
-  card.append(
-    el("h3", { id: headingId, text: KIND_TITLES[request.kind] || `Request: ${request.kind}` }),
-  );
-  const display = displayOf(request);
-  if (display.hidden > 0) {
-    const count =
-      display.hidden === 1
-        ? "1 invisible or direction-changing character"
-        : `${display.hidden} invisible or direction-changing characters`;
-    const warning = `⚠ This request contains ${count}, shown as ⟨U+…⟩.`;
-    card.append(el("p", { class: "warning", role: "note", text: warning }));
-  } else if (display.missing) {
-    const warning =
-      "⚠ This request came without its display form: hidden characters are not marked.";
-    card.append(el("p", { class: "warning", role: "note", text: warning }));
-  }
-  // A question's form shows each question itself: its prompt (the same questions in one
-  // line) would say everything twice.
-  const questions = request.kind === "question" && Array.isArray(request.data?.questions);
-  if (!questions || request.data.questions.length === 0) {
-    const lines = shownLines(display.prompt, "auto");
-    card.append(el("div", { id: promptId, class: "prompt" }, ...lines));
-  }
-  // Which run asks: its prompt, in words (the run id only until the prompt is known).
-  const runPrompt = el("span", { class: "run-prompt" });
-  const expiry = expiryText(request.expiresAt);
-  card.append(el("p", { class: "meta" }, runPrompt, expiry && request.run_id ? " · " : "", expiry));
-  card.runPrompt = runPrompt;
-  showRunPrompt(card, runs.get(request.run_id)?.data.prompt);
-
-  const errorBox = el("p", { class: "error", role: "alert", hidden: true });
-  const send = (body) => answer(request, card, errorBox, body);
-  const build = BUILDERS[request.kind] || approvalControls;
-  const describedBy = card.querySelector(`#${promptId}`) ? promptId : headingId;
-  card.append(...build(request, send, describedBy), errorBox);
-  return card;
-}
-
-function showRunPrompt(card, prompt) {
-  const runId = card.dataset.run;
-  if (!runId || !card.runPrompt) return;
-  card.runPrompt.textContent = prompt ? `for “${shorten(prompt, 120)}”` : `run ${runId}`;
-}
-
-function expiryText(expiresAt) {
-  if (!expiresAt) return "";
-  const when = new Date(expiresAt);
-  return `expires ${Number.isNaN(when.getTime()) ? expiresAt : when.toLocaleTimeString()}`;
-}
-
-function setBusy(card, busy) {
-  for (const control of card.querySelectorAll("button, input, select, textarea")) {
-    control.disabled = busy;
-  }
-}
-
-async function answer(request, card, errorBox, body) {
-  setBusy(card, true);
-  showError(errorBox, "");
-  let result;
-  try {
-    result = await postJSON(`/requests/${encodeURIComponent(request.id)}/answer`, body);
-  } catch (err) {
-    showError(errorBox, `Could not reach the server: ${err.message}`);
-    setBusy(card, false);
-    return;
-  }
-  if (result.ok) {
-    removeRequest(request.id);
-    if (body.ok === false && request.run_id) updateRun({ id: request.run_id, declined: true });
-    return;
-  }
-  if (result.status === 404 || result.status === 409) {
-    // Unknown, already answered or expired: no answer can succeed, so offer to dismiss it.
-    showError(errorBox, `This request can no longer be answered: ${errorText(result)}`);
-    const dismiss = actionButton("Dismiss", () => removeRequest(request.id), null);
-    card.append(el("div", { class: "actions" }, dismiss));
-  } else {
-    // 422 and friends: the answer was malformed; let the person correct it and retry.
-    showError(errorBox, `The answer was not accepted: ${errorText(result)}`);
-    setBusy(card, false);
-  }
-}
-
-function approving(data) {
-  if (typeof data.digest !== "string") return { ok: true };
-  return { ok: true, data: { digest: data.digest } };
-}
-
-function actionButton(label, onclick, describedBy, primary = false) {
-  const attrs = { type: "button", class: primary ? "primary" : null, "aria-describedby": describedBy };
-  return el("button", { ...attrs, onclick }, label);
-}
-
-// ---- showing a request's display form ----
-
-// How many lines of a diff show before "Show all N lines".
-const DIFF_LINES_SHOWN = 200;
-// Data shown in a fixed-width font, where a space or a quote must be seen as it is.
-const CODE_KEYS = new Set(["command", "workdir", "path", "changes"]);
-
-/** The request's display form; one that lacks it is shown as plain text, with a warning. */
-function displayOf(request) {
-  const display = request.display;
-  if (display && Array.isArray(display.prompt) && Array.isArray(display.fields)) return display;
-  // Only a server older or newer than this page sends none: the prompt alone, not trusted.
-  return { hidden: 0, prompt: [[String(request.prompt ?? "")]], fields: [], missing: true };
-}
-
-/** One line of pieces: strings as text, escapes as marked visible text. */
-function shownLine(pieces, dir, tag = "span", className = "line") {
-  const line = el(tag, { class: className, dir });
-  for (const piece of pieces) {
-    if (typeof piece === "string") line.append(piece);
-    else if (piece && typeof piece.escape === "string") {
-      line.append(el("span", { class: "escape", title: piece.name, text: piece.escape }));
+  /** The first page of the current filters; what was shown and is still listed is kept. */
+  async reload() {
+    const generation = ++this.generation;
+    const asked = performance.now();
+    this.list.setAttribute("aria-busy", "true");
+    try {
+      const page = await getJSON(`${this.path}${this.params({ limit: PAGE })}`);
+      if (generation !== this.generation) return; // a newer filter won the race
+      this.apply(page, true, asked);
+    } finally {
+      if (generation === this.generation) this.list.removeAttribute("aria-busy");
     }
   }
-  return line;
-}
 
-/** Lines of pieces as line elements; `dir` is "ltr" for code, "auto" for prose. */
-function shownLines(lines, dir) {
-  return (Array.isArray(lines) ? lines : []).map((pieces) => shownLine(pieces, dir));
-}
-
-/** A diff: one element per line, marked by class and by its +/- gutter, not by color. */
-function shownDiff(lines) {
-  const box = el("div", { class: "diff" });
-  const line = ({ mark, pieces }) => {
-    const row = el("div", { class: `diff-line ${mark}`, dir: "ltr", "data-mark": mark });
-    let rest = pieces;
-    if (["add", "del", "context"].includes(mark) && typeof pieces[0] === "string") {
-      row.append(el("span", { class: "gutter", text: pieces[0].charAt(0) }));
-      rest = [pieces[0].slice(1), ...pieces.slice(1)];
+  async loadMore() {
+    if (!this.next) return;
+    const generation = this.generation;
+    const asked = performance.now();
+    this.more.disabled = true;
+    try {
+      const page = await getJSON(`${this.path}${this.params({ limit: PAGE, cursor: this.next })}`);
+      if (generation === this.generation) this.apply(page, false, asked);
+    } finally {
+      this.more.disabled = false;
     }
-    row.append(shownLine(rest, "ltr", "span", "code"));
-    return row;
-  };
-  box.append(...lines.slice(0, DIFF_LINES_SHOWN).map(line));
-  if (lines.length > DIFF_LINES_SHOWN) {
-    const more = lines.length - DIFF_LINES_SHOWN;
-    const button = el("button", { type: "button", class: "show-all" });
-    button.textContent = `Show all ${lines.length} lines (${more} more)`;
-    button.addEventListener("click", () => {
-      button.replaceWith(...lines.slice(DIFF_LINES_SHOWN).map(line));
-    });
-    box.append(button);
   }
-  return box;
-}
 
-function shownField(field, value) {
-  if (field.kind === "diff") {
-    return el("dd", {}, shownDiff(Array.isArray(field.lines) ? field.lines : []));
+  /** Counts and total of the current filters, without fetching items again. */
+  async fetchCounts() {
+    if (auth.loggedOut) return;
+    const generation = this.generation;
+    try {
+      const page = await getJSON(`${this.path}${this.params({ limit: 1 })}`);
+      if (generation !== this.generation || !page.counts) return;
+      this.counts = page.counts;
+      this.total = typeof page.total === "number" ? page.total : this.total;
+      this.draw();
+    } catch {
+      // The stream's error handler tells the person; the next event tries again.
+    }
   }
-  if (field.kind === "text" || field.kind === "json") {
-    const code = field.kind === "json" || CODE_KEYS.has(field.key);
-    const lines = shownLines(field.lines, code ? "ltr" : "auto");
-    return el("dd", { class: code ? "shown code" : "shown" }, ...lines);
-  }
-  return el("dd", { text: valueText(value) });
-}
 
-/** Approve / Decline; also the fallback for kinds this page does not know. */
-function approvalControls(request, send, promptId) {
-  const parts = [];
-  const data = request.data && typeof request.data === "object" ? request.data : {};
-  const details = el("dl", { class: "details" });
-  for (const field of displayOf(request).fields) {
-    details.append(el("dt", { text: labelOf(field.key) }), shownField(field, data[field.key]));
-  }
-  if (details.childElementCount) parts.push(details);
-  parts.push(
-    el(
-      "div",
-      { class: "actions" },
-      // The approval names the digest of what this card showed: the server refuses it
-      // if the request is for anything else (a stale page, a crossed answer).
-      actionButton("Approve", () => send(approving(data)), promptId, true),
-      actionButton("Decline", () => send({ ok: false, reason: "declined" }), promptId),
-    ),
-  );
-  return parts;
-}
-
-// Currency codes and other short words that a key ends with and a label shows in capitals.
-const UNIT_WORDS = new Set(["eur", "usd", "gbp", "chf", "jpy", "id", "url"]);
-
-/** A data key as a label: "amount_eur" -> "Amount (EUR)", "partySize" -> "Party size". */
-function labelOf(key) {
-  const words = String(key)
-    .replace(/([a-z0-9])([A-Z])/g, "$1 $2")
-    .split(/[_\s-]+/)
-    .filter(Boolean)
-    .map((w) => w.toLowerCase());
-  if (words.length === 0) return String(key);
-  let unit = "";
-  if (words.length > 1 && UNIT_WORDS.has(words[words.length - 1])) {
-    unit = ` (${words.pop().toUpperCase()})`;
-  }
-  const text = words.map((w) => (UNIT_WORDS.has(w) ? w.toUpperCase() : w)).join(" ");
-  return `${text.charAt(0).toUpperCase()}${text.slice(1)}${unit}`;
-}
-
-/** A data value for people: numbers with separators, yes/no, lists joined, else JSON. */
-function valueText(value) {
-  if (value === null || value === undefined) return "—";
-  if (typeof value === "number") return value.toLocaleString();
-  if (typeof value === "boolean") return value ? "yes" : "no";
-  if (Array.isArray(value) && value.every((v) => typeof v !== "object" || v === null)) {
-    return value.map(valueText).join(", ");
-  }
-  return typeof value === "object" ? JSON.stringify(value) : String(value);
-}
-
-function authorizationControls(request, send, promptId) {
-  const url = safeUrl(request.url);
-  const link = url
-    ? el(
-        "p",
-        {},
-        // A new tab, and the login page gets no handle on (or referrer from) this page.
-        el(
-          "a",
-          { class: "login-link", href: url.href, target: "_blank", rel: "noopener noreferrer" },
-          "Open the login page",
-        ),
-        el("span", { class: "hint", text: ` ${url.host} · opens in a new tab` }),
-        el("span", { class: "url" }, ...shownLines(displayOf(request).url, "ltr")),
-      )
-    : el("p", { class: "error", text: "This request came without a usable login link." });
-  return [
-    link,
-    el(
-      "div",
-      { class: "actions" },
-      actionButton("Done, I logged in", () => send({ ok: true }), promptId, true),
-      actionButton("Cancel", () => send({ ok: false, reason: "cancelled" }), promptId),
-    ),
-  ];
-}
-
-/** A form with a submit button and a Decline button; `collect` turns it into the answer's data. */
-function answerForm(send, promptId, fill, submitLabel) {
-  const form = el("form", { class: "answer-form", "aria-describedby": promptId });
-  const collect = fill(form);
-  form.append(
-    el(
-      "div",
-      { class: "actions" },
-      el("button", { type: "submit", class: "primary" }, submitLabel),
-      actionButton("Decline", () => send({ ok: false, reason: "declined" }), promptId),
-    ),
-  );
-  // The browser checks required/min/max/step before "submit" fires.
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    send({ ok: true, data: collect() });
-  });
-  return form;
-}
-
-function questionControls(request, send, promptId) {
-  const questions = Array.isArray(request.data?.questions) ? request.data.questions : [];
-  const fill = (form) => {
-    const readers = questions.map((question) => addQuestion(form, question || {}));
-    return () => ({ answers: readers.map((read) => read()) });
-  };
-  return [answerForm(send, promptId, fill, "Send answers")];
-}
-
-/** One question: radio buttons or checkboxes from its options, a text input otherwise. */
-function addQuestion(form, question) {
-  const text = String(question.question ?? "");
-  const header = question.header ? String(question.header) : "";
-  const options = (Array.isArray(question.options) ? question.options : []).map((option) =>
-    typeof option === "string"
-      ? { label: option }
-      : { label: String(option?.label ?? ""), description: option?.description },
-  );
-  if (options.length === 0) {
-    const id = uid();
-    const input = el("input", { id, type: "text", required: true, autocomplete: "off" });
-    const label = el("label", { for: id, text: header ? `${header}: ${text}` : text });
-    form.append(el("div", { class: "field" }, label, input));
-    return () => input.value;
-  }
-  const multiple = question.multiple === true;
-  const group = uid(); // one radio group per question
-  const fieldset = el("fieldset", {}, el("legend", { text: header || text }));
-  if (header) fieldset.append(el("p", { class: "hint", text }));
-  const inputs = options.map((option) => {
-    // Radios are required (one must be picked); checkboxes may all stay empty.
-    const type = multiple ? "checkbox" : "radio";
-    const input = el("input", { type, name: group, value: option.label, required: !multiple });
-    fieldset.append(
-      el(
-        "label",
-        { class: "option" },
-        input,
-        el("span", { text: option.label }),
-        option.description ? el("span", { class: "hint", text: ` ${option.description}` }) : null,
-      ),
-    );
-    return input;
-  });
-  form.append(fieldset);
-  if (multiple) return () => inputs.filter((i) => i.checked).map((i) => i.value);
-  return () => inputs.find((i) => i.checked)?.value ?? "";
-}
-
-function inputControls(request, send, promptId) {
-  const data = request.data || {};
-  const schema = data.schema || {};
-  const properties = typeof schema.properties === "object" ? schema.properties || {} : {};
-  const required = new Set(Array.isArray(schema.required) ? schema.required : []);
-  const defaults = data.default && typeof data.default === "object" ? data.default : {};
-  const fill = (form) => {
-    if (required.size) form.append(el("p", { class: "hint", text: "* required" }));
-    const readers = Object.entries(properties).map(([name, prop]) => {
-      const initial = name in defaults ? defaults[name] : prop?.default;
-      return [name, addField(form, name, prop || {}, required.has(name), initial)];
-    });
-    return () => {
-      const values = {};
-      for (const [name, read] of readers) {
-        const value = read();
-        if (value !== undefined) values[name] = value; // an empty optional field is left out
+  /** A page fetched at `asked`: what events said since then wins over it. */
+  apply(page, replace, asked) {
+    let items = Array.isArray(page[this.itemsKey]) ? page[this.itemsKey] : [];
+    const paged = "next" in page;
+    // A server without paging lists everything, unfiltered: filter and count here.
+    if (!paged) items = items.filter((item) => this.matches(item));
+    this.next = paged ? page.next ?? null : null;
+    this.total = typeof page.total === "number" ? page.total : items.length;
+    this.counts = page.counts && typeof page.counts === "object" ? page.counts : this.countOf(page);
+    const keep = new Set(items.map((item) => item.id));
+    if (replace) {
+      for (const [id, node] of [...this.nodes]) {
+        // A card an event brought after the page was asked for is newer than the page.
+        if (!keep.has(id) && !(node.addedAt > asked)) this.remove(id);
       }
-      return values;
+    }
+    for (const item of items) {
+      if (typeof item?.id !== "string" || answered.has(item.id)) continue;
+      const kept = this.nodes.get(item.id);
+      if (kept) this.update?.(item, asked);
+      const node = kept ?? this.render(item, asked);
+      if (!node) continue;
+      this.nodes.set(item.id, node);
+      this.list.append(node); // moves a kept one: the list ends in the server's order
+    }
+    this.draw();
+  }
+
+  countOf(page) {
+    const counts = {};
+    for (const item of page[this.itemsKey] ?? []) {
+      const key = this.countKey(item);
+      counts[key] = (counts[key] ?? 0) + 1;
+    }
+    return counts;
+  }
+
+  /** The count an item belongs to (its kind or its status). */
+  countKey(item) {
+    return this.name === "requests" ? item.kind : item.status;
+  }
+
+  /** An item that arrived by an event: shown if it belongs here and the last page is shown.
+   * The counts change at once; the server's come a moment later (refreshCounts). */
+  add(item, atTop = false) {
+    if (this.nodes.has(item.id)) return;
+    const key = this.countKey(item);
+    this.counts[key] = (this.counts[key] ?? 0) + 1;
+    if (!this.matches(item)) return this.drawChips();
+    this.total += 1;
+    if (!atTop && this.next) return this.draw(); // it belongs on a later page
+    const node = this.render(item);
+    if (!node) return;
+    node.addedAt = performance.now();
+    this.nodes.set(item.id, node);
+    if (atTop) this.list.prepend(node);
+    else this.list.append(node);
+    this.draw();
+  }
+
+  remove(id) {
+    const node = this.nodes.get(id);
+    if (!node) return false;
+    this.nodes.delete(id);
+    this.drop(id, node);
+    return true;
+  }
+
+  draw() {
+    this.empty.hidden = this.nodes.size > 0;
+    const shown = this.nodes.size;
+    this.summary.textContent =
+      this.total > shown ? `Showing ${shown.toLocaleString()} of ${this.total.toLocaleString()}` : "";
+    this.more.hidden = !this.next;
+    const left = Math.max(this.total - shown, 0).toLocaleString();
+    this.more.textContent = `Show more ${this.name} (${left} more)`;
+    this.drawChips();
+  }
+
+  drawChips() {
+    const key = this.name === "requests" ? "kind" : "status";
+    const labels = this.name === "requests" ? KIND_LABELS : STATUS_LABELS;
+    const all = Object.values(this.counts).reduce((a, b) => a + (Number(b) || 0), 0);
+    const chip = (value, label, count) => {
+      const pressed = (this.filters[key] ?? null) === value;
+      const button = el("button", {
+        type: "button",
+        class: "chip",
+        "aria-pressed": String(pressed),
+        "data-value": value ?? "",
+      });
+      button.append(el("span", { class: "chip-label", text: label }), " ", el("span", { class: "count", text: Number(count).toLocaleString() }));
+      button.addEventListener("click", () => this.setFilter(key, pressed ? null : value));
+      return button;
     };
-  };
-  return [answerForm(send, promptId, fill, "Submit")];
+    const names = Object.keys(this.counts).sort();
+    this.chips.replaceChildren(
+      chip(null, "All", all),
+      ...names.map((name) => chip(name, labels[name] ?? name, this.counts[name])),
+    );
+  }
+
+  setFilter(key, value) {
+    if (value === null || value === undefined || value === "") delete this.filters[key];
+    else this.filters[key] = value;
+    this.drawChips();
+    return this.reload().catch(showLoadError);
+  }
 }
 
-/** One schema property as a labelled input; returns a reader giving the typed value. */
-function addField(form, name, prop, isRequired, initial) {
-  const id = uid();
-  const hintId = prop.description ? uid() : null;
-  const type = Array.isArray(prop.type) ? prop.type.find((t) => t !== "null") : prop.type;
-  const label = el(
-    "label",
-    { for: id },
-    String(prop.title || name),
-    isRequired ? el("span", { class: "required", "aria-hidden": "true", text: " *" }) : null,
-  );
-  const hint = hintId ? el("p", { id: hintId, class: "hint", text: prop.description }) : null;
-  const common = { id, name, "aria-describedby": hintId };
-  let input;
-  let read;
-  if (type === "boolean") {
-    input = el("input", { ...common, type: "checkbox", checked: initial === true });
-    read = () => input.checked;
-    form.append(el("div", { class: "field checkbox" }, input, label, hint));
-    return read;
-  }
-  if (type === "integer" || type === "number") {
-    input = el("input", {
-      ...common,
-      type: "number",
-      step: type === "integer" ? "1" : "any",
-      min: prop.minimum,
-      max: prop.maximum,
-      required: isRequired,
-      value: typeof initial === "number" ? initial : null,
-    });
-    read = () => (input.value === "" ? undefined : Number(input.value));
-  } else {
-    input = el("input", {
-      ...common,
-      type: "text",
-      required: isRequired,
-      value: initial === undefined || initial === null ? null : String(initial),
-      autocomplete: "off",
-    });
-    read = () => (input.value === "" && !isRequired ? undefined : input.value);
-  }
-  form.append(el("div", { class: "field" }, label, input, hint));
-  return read;
+// ---- the two lists ----
+
+function matchesQuery(text, q) {
+  return !q || String(text ?? "").toLowerCase().includes(q.toLowerCase());
 }
 
-const BUILDERS = {
-  approval: approvalControls,
-  question: questionControls,
-  authorization: authorizationControls,
-  input: inputControls,
+const requests = new Pager({
+  name: "requests",
+  path: "/requests",
+  itemsKey: "requests",
+  render: (request) => buildRequestCard(request),
+  drop: (id, card) => {
+    dropCard(card);
+    card.remove();
+    selection.delete(id);
+    drawSelection();
+  },
+  matches: (r) =>
+    (!requests.filters.kind || r.kind === requests.filters.kind) &&
+    (!requests.filters.run || r.run_id === requests.filters.run) &&
+    matchesQuery(r.prompt, requests.filters.q),
+});
+
+const runList = new Pager({
+  name: "runs",
+  path: "/runs",
+  itemsKey: "runs",
+  render: (run, asked) => updateRun(run, true, asked ?? performance.now())?.li,
+  update: (run, asked) => updateRun(run, false, asked),
+  drop: (id) => dropRun(id),
+  matches: (run) =>
+    (!runList.filters.status || run.status === runList.filters.status) &&
+    matchesQuery(run.prompt, runList.filters.q),
+});
+
+function showLoadError(err) {
+  if (!auth.loggedOut) connection.textContent = `Could not load: ${err.message}`;
+}
+
+/** The first page of both lists, with their filters (at start, and when the stream restarts). */
+function resync() {
+  return Promise.all([requests.reload(), runList.reload()]).catch(showLoadError);
+}
+
+// ---- a card answered, or gone ----
+
+function requestGone(id) {
+  answered.add(id);
+  const card = requests.nodes.get(id);
+  if (!card) return null;
+  const runId = card.dataset.run;
+  const kind = card.dataset.kind;
+  requests.remove(id);
+  requests.total = Math.max(requests.total - 1, 0);
+  if (requests.counts[kind] > 0) requests.counts[kind] -= 1;
+  requests.draw();
+  return runId;
+}
+
+cardHooks.answered = (request, body) => {
+  requestGone(request.id);
+  if (body && body.ok === false && request.run_id) updateRun({ id: request.run_id, declined: true });
+  requests.refreshCounts();
+};
+cardHooks.openRun = (runId) => openRun(runId);
+cardHooks.selected = (card) => {
+  const id = card.dataset.request;
+  if (card.querySelector(".select").checked) selection.add(id);
+  else selection.delete(id);
+  drawSelection();
+};
+detailHooks.showRequests = (runId) => {
+  runFilter(runId);
 };
 
-// ---- runs ----
+function runFilter(runId) {
+  const chip = document.getElementById("requests-run");
+  chip.hidden = !runId;
+  chip.querySelector(".run-id").textContent = runId ?? "";
+  requests.setFilter("run", runId);
+}
+document.getElementById("requests-run-clear").addEventListener("click", () => runFilter(null));
 
-function runEntry(id) {
-  let entry = runs.get(id);
-  if (entry) return entry;
-  const li = el("li", { class: "card run" });
-  entry = {
-    li,
-    data: { id },
-    steps: new Map(),
-    status: el("span", { class: "status" }),
-    prompt: el("span", { class: "prompt" }),
-    stepList: el("ol", { class: "steps" }),
-    text: el("p", { class: "result", hidden: true }),
-    error: el("p", { class: "error", hidden: true }),
+// ---- search ----
+
+for (const [pager, id] of [
+  [requests, "requests-search"],
+  [runList, "runs-search"],
+]) {
+  const box = document.getElementById(id);
+  const search = debounce(() => pager.setFilter("q", box.value.trim()), 250);
+  box.addEventListener("input", search);
+  box.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && box.value) {
+      box.value = "";
+      pager.setFilter("q", "");
+    }
+  });
+}
+
+// ---- acting on several requests at once: declining is safe, approving stays one by one ----
+
+const selection = new Set();
+const bulk = document.getElementById("bulk");
+const bulkCount = document.getElementById("bulk-count");
+const bulkDecline = document.getElementById("bulk-decline");
+const bulkConfirm = document.getElementById("bulk-confirm");
+const bulkStatus = document.getElementById("bulk-status");
+
+function drawSelection() {
+  bulk.hidden = selection.size === 0 && !bulkStatus.textContent;
+  bulkCount.textContent = `${selection.size.toLocaleString()} selected`;
+  bulkDecline.textContent = `Decline selected (${selection.size.toLocaleString()})`;
+  bulkDecline.disabled = selection.size === 0;
+  bulkConfirm.hidden = true;
+}
+
+function select(card, on) {
+  const box = card.querySelector(".select");
+  if (!box || box.disabled || box.checked === on) return;
+  box.checked = on;
+  cardHooks.selected(card);
+}
+
+document.getElementById("select-all").addEventListener("click", () => {
+  for (const card of requests.nodes.values()) select(card, true);
+});
+document.getElementById("select-none").addEventListener("click", () => {
+  for (const card of requests.nodes.values()) select(card, false);
+});
+bulkDecline.addEventListener("click", () => {
+  bulkConfirm.hidden = false;
+  document.getElementById("bulk-question").textContent =
+    `Decline ${selection.size.toLocaleString()} requests? Their runs go on without what they asked for.`;
+  document.getElementById("bulk-yes").focus();
+});
+document.getElementById("bulk-no").addEventListener("click", () => {
+  bulkConfirm.hidden = true;
+});
+document.getElementById("bulk-yes").addEventListener("click", async () => {
+  bulkConfirm.hidden = true;
+  const ids = [...selection];
+  let done = 0;
+  const failed = [];
+  bulkStatus.textContent = `Declining ${ids.length.toLocaleString()}…`;
+  const worker = async () => {
+    while (ids.length && !auth.loggedOut) {
+      const id = ids.shift();
+      const card = requests.nodes.get(id);
+      let result;
+      try {
+        result = await sendAnswer(id, { ok: false, reason: "declined" });
+      } catch (err) {
+        failed.push(err.message);
+        continue;
+      }
+      if (result.ok || result.status === 404 || result.status === 409) {
+        // Taken, or no longer answerable by anyone: either way it leaves the inbox.
+        if (result.ok) done += 1;
+        else failed.push(errorText(result));
+        requestGone(id);
+        const runId = card?.dataset.run;
+        if (result.ok && runId) updateRun({ id: runId, declined: true });
+      } else failed.push(errorText(result));
+    }
   };
-  li.append(
-    el("div", { class: "run-head" }, entry.status, entry.prompt),
-    entry.stepList,
-    entry.text,
-    entry.error,
-    el("p", { class: "meta", text: `run ${id}` }),
-  );
-  runs.set(id, entry);
-  runsList.prepend(li); // newest first, like GET /runs
-  updateEmptyNotes();
-  return entry;
+  // A few at a time: the server takes each answer in its own transaction.
+  await Promise.all(Array.from({ length: 6 }, worker));
+  bulkStatus.textContent =
+    `Declined ${done.toLocaleString()}.` +
+    (failed.length ? ` ${failed.length} could not be: ${failed[0]}` : "");
+  requests.refreshCounts();
+  drawSelection();
+});
+
+// ---- keyboard ----
+
+function cardsOf(list) {
+  return [...list.children].filter((node) => node.matches(".card"));
 }
 
-/** Merge what is known about a run and redraw it. `ifNew` fields only fill a fresh entry. */
-function updateRun(run, ifNew = {}) {
-  if (!run || typeof run.id !== "string") return null;
-  const fresh = !runs.has(run.id);
-  const entry = runEntry(run.id);
-  const data = entry.data;
-  for (const [key, value] of Object.entries(run)) {
-    if (value === undefined || value === null || key === "steps") continue;
-    // A stale snapshot (a re-sync racing "done") must not un-finish a run.
-    if (key === "status" && FINAL.has(data.status) && !FINAL.has(value)) continue;
-    // Once a request of the run was declined, it stays so.
-    if (key === "declined") data.declined = data.declined === true || value === true;
-    else data[key] = value;
+async function moveFocus(step) {
+  const active = document.activeElement?.closest?.(".card");
+  const list = active?.parentElement === runList.list ? runList : requests;
+  let cards = cardsOf(list.list);
+  let index = active ? cards.indexOf(active) + step : 0;
+  if (index >= cards.length && list.next) {
+    await list.loadMore();
+    cards = cardsOf(list.list);
   }
-  if (fresh) for (const [key, value] of Object.entries(ifNew)) data[key] ??= value;
-  // A run that ended "done" after a refusal did not do all it was asked: not a success.
-  const status =
-    data.status === "done" && data.declined ? "declined" : data.status || "running";
-  entry.li.dataset.status = status;
-  entry.status.textContent = STATUS_LABELS[status] || status;
-  for (const card of requestCards.values()) {
-    if (card.dataset.run === run.id) showRunPrompt(card, data.prompt);
-  }
-  entry.prompt.textContent = data.prompt || "";
-  entry.text.textContent = data.text || "";
-  entry.text.hidden = !data.text;
-  entry.error.textContent = data.error ? `Error: ${data.error}` : "";
-  entry.error.hidden = !data.error;
-  return entry;
+  index = Math.min(Math.max(index, 0), cards.length - 1);
+  const card = cards[index];
+  if (!card) return;
+  card.focus();
+  card.scrollIntoView({ block: "nearest" });
 }
 
-function toolStep(runId, callId, name) {
-  const entry = runEntry(runId);
-  let step = entry.steps.get(callId);
-  if (!step) {
-    step = el("li", {}, el("span", { class: "tool", text: name }), el("span", { class: "output" }));
-    entry.steps.set(callId, step);
-    entry.stepList.append(step);
-  }
-  return step;
-}
+document.addEventListener("keydown", (event) => {
+  if (event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
+  const target = event.target;
+  if (target.closest?.("input, textarea, select, [contenteditable], dialog")) return;
+  const card = target.closest?.(".card.request, .card.run");
+  const keys = {
+    j: () => moveFocus(1),
+    k: () => moveFocus(-1),
+    "/": () => document.getElementById("requests-search").focus(),
+    x: () => card?.matches(".request") && select(card, !card.querySelector(".select").checked),
+    o: () => card && openRun(card.dataset.run),
+    Enter: () => card === target && openRun(card.dataset.run),
+  };
+  const action = keys[event.key];
+  if (!action) return;
+  if (event.key === "Enter" && card !== target) return; // Enter on a button is the button's
+  event.preventDefault();
+  action();
+});
 
-/** A step's outcome in words: a refusal is "declined", never the model's own text of it. */
-function showStep(step, { output, is_error: isError, declined }, ended) {
-  step.dataset.error = isError ? "true" : "false";
-  step.dataset.declined = declined ? "true" : "false";
-  let text;
-  if (declined) text = " → declined";
-  else if (typeof output === "string") text = ` → ${shorten(output)}`;
-  else text = ended ? " → answered" : " …"; // the store keeps no output (or none yet)
-  step.querySelector(".output").textContent = text;
-}
+// ---- the live event stream ----
 
-/** Rebuild a run's steps from GET /runs/{id}, in their order (after a reload or restart). */
-async function loadSteps(runId) {
-  const run = await getJSON(`/runs/${encodeURIComponent(runId)}`);
-  const entry = updateRun(run);
-  if (!entry || !Array.isArray(run.steps)) return;
-  for (const s of run.steps) {
-    if (!s || typeof s.id !== "string") continue;
-    const step = toolStep(runId, s.id, String(s.name ?? ""));
-    const live = step.dataset.error !== undefined; // an event said more already
-    if (!live || typeof s.output === "string") showStep(step, s, FINAL.has(run.status));
-    entry.stepList.append(step); // moves it: the list ends in the server's order
-  }
-}
-
-function shorten(text, limit = 160) {
-  const s = typeof text === "string" ? text : JSON.stringify(text);
-  return s.length > limit ? `${s.slice(0, limit)}…` : s;
-}
-
-// ---- loading and the live event stream ----
-
-async function syncRequests() {
-  const { requests } = await getJSON("/requests");
-  const live = new Set(requests.map((r) => r.id));
-  for (const id of [...requestCards.keys()]) if (!live.has(id)) removeRequest(id);
-  requests.forEach(showRequest);
-}
-
-async function syncRuns() {
-  const list = (await getJSON("/runs")).runs;
-  // Appending moves existing items too, so the list ends up in the server's (newest first) order.
-  for (const run of list) {
-    const entry = updateRun(run);
-    if (entry) runsList.append(entry.li);
-  }
-  // Steps are not in the list: fetch them for the newest runs (each on its own).
-  for (const run of list.slice(0, STEPS_ON_LOAD)) {
-    if (typeof run?.id === "string") loadSteps(run.id).catch(() => {});
-  }
-}
-
-async function resync() {
-  try {
-    await Promise.all([syncRequests(), syncRuns()]);
-  } catch (err) {
-    if (!loggedOut) connection.textContent = `Could not load: ${err.message}`;
-  }
+function runStatus(id, status, extra = {}) {
+  const run = { id, status, ...extra };
+  updateRun(run);
+  runChanged(id);
+  runList.refreshCounts();
 }
 
 const HANDLERS = {
-  run_started: (e) => updateRun({ id: e.run_id, prompt: e.prompt }, { status: "running" }),
-  pending: (e) => showRequest({ run_id: e.run_id, ...e.request }),
+  run_started: (e) => {
+    knowRunPrompt(e.run_id, e.prompt);
+    runList.add({ id: e.run_id, prompt: e.prompt, status: "running" }, true);
+    runList.refreshCounts();
+  },
+  pending: (e) => {
+    const request = { run_id: e.run_id, ...e.request };
+    if (typeof request.id !== "string" || answered.has(request.id)) return;
+    requests.add(request);
+    requests.refreshCounts();
+    runStatus(e.run_id, "pending");
+  },
   tool_call: (e) => {
-    const step = toolStep(e.run_id, e.id, e.name);
-    step.querySelector(".output").textContent = " …";
+    showStep(toolStep(e.run_id, e.id, e.name), { arguments: e.arguments }, false);
+    runChanged(e.run_id);
   },
-  tool_result: (e) => showStep(toolStep(e.run_id, e.id, e.name), e, false),
+  tool_result: (e) => {
+    showStep(toolStep(e.run_id, e.id, e.name), e, false);
+    runChanged(e.run_id);
+  },
   answered: (e) => {
-    const runId = requestCards.get(e.request_id)?.dataset.run;
-    removeRequest(e.request_id);
-    if (runId && e.ok === false) updateRun({ id: runId, declined: true });
+    const runId = requestGone(e.request_id) ?? e.run_id;
+    requests.refreshCounts();
+    if (!runId) return;
+    if (e.ok === false) updateRun({ id: runId, declined: true });
+    const entry = runs.get(runId);
+    const stillWaiting = [...requests.nodes.values()].some((c) => c.dataset.run === runId);
+    if (entry && !stillWaiting && entry.data.status === "pending") runStatus(runId, "running");
+    runChanged(runId);
   },
-  done: (e) => {
-    updateRun({ id: e.run_id, status: e.status, text: e.text, declined: e.declined });
-    // Should an event ever come without the text, the run itself has it.
-    if (typeof e.text !== "string") {
-      getJSON(`/runs/${encodeURIComponent(e.run_id)}`).then(updateRun, () => {});
-    }
-  },
-  error: (e) => updateRun({ id: e.run_id, status: "error", error: e.message }),
+  done: (e) => runStatus(e.run_id, e.status, { text: e.text, declined: e.declined }),
+  failed: (e) => runStatus(e.run_id, "error", { error: e.message ?? e.error }),
+  error: (e) => runStatus(e.run_id, "error", { error: e.message }),
+  // The server cannot replay what this page missed: start the lists over.
+  snapshot: () => resync(),
 };
 
+let eventSource = null;
+let retryTimer = null;
+
 function connect() {
-  if (loggedOut && logoutButton.disabled) return; // logged out here: only the address logs in
+  if (auth.loggedOut) return; // only the printed address logs in again
   const source = new EventSource("/events");
   eventSource = source;
+  let opened = 0;
+  let resumable = false; // the server numbers its events: a reconnect resumes from the last
   source.addEventListener("open", () => {
-    loggedOut = false;
+    opened += 1;
     connection.textContent = "Live";
     connection.dataset.state = "live";
-    // Whatever happened while we were not listening (the first load included) is caught
-    // up here; showing a request or a run twice is harmless, they are keyed by id.
-    resync();
+    // What happened before this stream opened (since the first fetch, or while a stream
+    // that had to start over was down) is caught up with the first pages, nothing more; a
+    // reconnect that resumes from the last event id needs nothing.
+    if (opened === 1 || !resumable) resync();
   });
   source.addEventListener("error", (event) => {
-    if (typeof event.data === "string") return; // the server's own "error" event, handled below
+    if (typeof event.data === "string") return; // the server's own "error" event
     connection.dataset.state = "down";
-    if (source.readyState === EventSource.CLOSED) {
-      // The browser gives up after an HTTP error reply (a 401 too): retry ourselves, gently.
-      if (!loggedOut) connection.textContent = "Disconnected; retrying in 5 s…";
-      setTimeout(connect, 5000);
-    } else if (!loggedOut) {
-      connection.textContent = "Reconnecting…";
-    }
+    if (!auth.loggedOut) connection.textContent = "Reconnecting…";
+    // EventSource never shows the reply's status: ask an API call whether this is a
+    // lost login (401) or a lost connection.
+    getJSON("/runs?limit=1").then(
+      () => {
+        if (source.readyState === EventSource.CLOSED) reconnectSoon(1000);
+      },
+      () => {
+        if (auth.loggedOut) return;
+        if (source.readyState === EventSource.CLOSED) {
+          connection.textContent = "Disconnected; retrying in 5 s…";
+          reconnectSoon(5000);
+        }
+      },
+    );
   });
   for (const [name, handle] of Object.entries(HANDLERS)) {
     source.addEventListener(name, (event) => {
       // "error" is also the name of the connection-failure event, which carries no data.
       if (typeof event.data !== "string") return;
+      if (event.lastEventId) resumable = true;
       let payload;
       try {
         payload = JSON.parse(event.data);
@@ -739,7 +528,23 @@ function connect() {
       handle(payload);
     });
   }
+  return source;
 }
+
+function reconnectSoon(ms) {
+  eventSource?.close();
+  clearTimeout(retryTimer);
+  retryTimer = setTimeout(connect, ms);
+}
+
+onLoggedOut(() => {
+  eventSource?.close();
+  clearTimeout(retryTimer);
+  connection.textContent = LOGGED_OUT;
+  connection.dataset.state = "down";
+  banner.hidden = false;
+  document.body.dataset.auth = "out";
+});
 
 // Logging out ends the session on the server too, so a copy of the cookie that another
 // server on this host received stops working as well.
@@ -748,7 +553,6 @@ logoutButton.addEventListener("click", async () => {
   try {
     const response = await fetch("/logout", { method: "POST" });
     if (response.ok || response.status === 401) {
-      eventSource?.close();
       noteStatus(401);
       return;
     }
@@ -762,25 +566,29 @@ startForm.addEventListener("submit", async (event) => {
   event.preventDefault();
   const errorBox = startForm.querySelector(".error");
   const button = startForm.querySelector("button[type=submit]");
+  const fail = (message) => {
+    errorBox.textContent = message;
+    errorBox.hidden = !message;
+  };
   // An empty box starts the example it shows: a newcomer's first click just works.
   const prompt = promptBox.value.trim() || promptBox.placeholder.trim();
-  if (!prompt) {
-    showError(errorBox, "Please write a prompt first.");
-    return;
-  }
+  if (!prompt) return fail("Please write a prompt first.");
   button.disabled = true;
-  showError(errorBox, "");
+  fail("");
   try {
     const result = await postJSON("/runs", { prompt });
     if (result.ok && result.payload && typeof result.payload.id === "string") {
       // The run_started event may have beaten this reply: only fill in what is missing.
-      updateRun({ id: result.payload.id, prompt }, { status: result.payload.status || "running" });
+      const status = result.payload.status || "running";
+      runList.add({ id: result.payload.id, prompt, status }, true);
+      if (!FINAL.has(status)) knowRunPrompt(result.payload.id, prompt);
       promptBox.value = "";
     } else {
-      showError(errorBox, `Could not start the run: ${errorText(result)}`);
+      const wait = result.status === 429 ? " The server runs as many as it may; try again shortly." : "";
+      fail(`Could not start the run: ${errorText(result)}${wait}`);
     }
   } catch (err) {
-    showError(errorBox, `Could not reach the server: ${err.message}`);
+    fail(`Could not reach the server: ${err.message}`);
   } finally {
     button.disabled = false;
   }

@@ -1,4 +1,9 @@
-"""The shell around the sans-IO loop: the only place a run awaits the loop's actions.
+"""The engine: the one place that drives a run, for every front (client, host, serve).
+
+A run is a value, :class:`RunSpec` (its loop, its toolkit, the plan of a resume, its
+journal and who is told of its steps); :meth:`Engine.drive` runs one to its end.
+:class:`LlmClient` (``client.engine``), the durable host, ``resume_stored`` and ``serve``
+all build a spec and hand it here; none of them reaches into another's internals.
 
 Rules of this module:
 
@@ -26,24 +31,26 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 import anyio
+import attrs
 
 from ._config import Limits
-from ._errors import ModelError, RunTimeoutError, TransportError
+from ._errors import ModelError, RunTimeoutError, TransportError, UsageError
 from ._executor import Executor
 from ._hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate
+from ._ids import new_run_id
 from ._journal import Journal
-from ._loop import CallModel, RunLoop, RunTools
-from ._messages import Message, ModelReply
+from ._loop import CallModel, HaltedTurn, RunLoop, RunTools
+from ._messages import ZERO_USAGE, Message, ModelReply, Usage
 from ._metric_events import Reporter
 from ._model import Model
 from ._resolver import Resolver
-from ._results import RunResult
+from ._results import RunResult, ToolCallRecord
 from ._resume import ResumePlan
 from ._retry import RetryPolicy
 from ._streaming import Sink, StreamReasoning, StreamText, StreamToolCall, StreamUsage
 from ._toolkit import Toolkit
 
-__all__ = ("Runner",)
+__all__ = ("Engine", "RunSpec")
 
 log = logging.getLogger("toolnexus_async")
 
@@ -51,6 +58,31 @@ OnError = Callable[[ModelError, int], Any]
 
 # Shared by every request that is not streamed: nothing is ever appended to it.
 _NO_TEXT: list[str] = []
+
+
+@attrs.frozen
+class RunSpec:
+    """One run, as the engine drives it.
+
+    Attributes:
+        loop: the run's :class:`RunLoop` (a new run's, or a resumed one's).
+        toolkit: the tools it may call.
+        plan: for a resumed run, which call gets which answer (``None``: a new run).
+        journal: where each step is kept before the run goes on (a durable run).
+        stream: told every event, the model's text included (the request is streamed).
+        observe: told the tool steps only (a suspended call, each result); the model's
+            replies are not streamed. Ignored when ``stream`` is set.
+        on_tools_done: called once a resumed turn's calls have run (see
+            :meth:`LlmClient.resume`).
+    """
+
+    loop: RunLoop
+    toolkit: Toolkit
+    plan: ResumePlan | None = None
+    journal: Journal | None = None
+    stream: Sink | None = None
+    observe: Sink | None = None
+    on_tools_done: Callable[[RunResult], Any] | None = None
 
 
 class _Budget:
@@ -77,7 +109,7 @@ class _Budget:
             self._scope.deadline = self._saved + (anyio.current_time() - self._paused_at)
 
 
-class Runner:
+class Engine:
     """Drives runs for one client: requests, retries, hooks, limits and metrics."""
 
     def __init__(
@@ -90,9 +122,13 @@ class Runner:
         retry: RetryPolicy,
         limits: Limits,
         report: Reporter,
+        system_prompt: str | None = None,
+        max_turns: int = 10,
     ) -> None:
         self.model = model
         self.style = style
+        self.system_prompt = system_prompt
+        self.max_turns = max_turns
         self.resolver = resolver
         self.hooks = hooks
         self._before_tool = hooks.before_tool if hooks is not None else None
@@ -108,63 +144,70 @@ class Runner:
         # Bound once: every run's executor shares it instead of binding its own.
         self._on_tool = report.tool
 
-    def execute(
+    def new_loop(
         self,
-        loop: RunLoop,
-        toolkit: Toolkit,
-        resume: ResumePlan | None = None,
-        sink: Sink | None = None,
-        on_tools_done: Callable[[RunResult], Any] | None = None,
-        journal: Journal | None = None,
-        observe: Sink | None = None,
-    ) -> Awaitable[RunResult]:
-        """Run ``loop`` to its end (continuing a halted turn first when ``resume`` is given).
-
-        With ``sink``, the model's replies are streamed and every step is reported to it.
-        With ``observe`` (and no ``sink``), only the tool steps are reported (a suspended
-        call, each result); the model's replies are not streamed.
-        With ``journal`` (a durable run), each step is kept before the run goes on (see
-        ``_journal``). Not a coroutine itself: it hands back the driving coroutine, one
-        frame fewer for each of the many runs that may be parked at once.
-        """
-        if self.timeout is None:
-            return self._drive(loop, toolkit, None, resume, sink, on_tools_done, journal, observe)
-        return self._drive_limited(
-            loop, toolkit, resume, sink, on_tools_done, self.timeout, journal, observe
+        prompt: str | None,
+        *,
+        history: Sequence[Message] | None = None,
+        run_id: str | None = None,
+        entry: str = "run",
+    ) -> RunLoop:
+        """A new run's loop; ``entry`` names the method that asked, for its error."""
+        if prompt is None and not history:
+            raise UsageError(f"{entry}(None, ...) continues a history; pass history=")
+        return RunLoop(
+            prompt,
+            history=history or (),
+            system_prompt=self.system_prompt,
+            max_turns=self.max_turns,
+            run_id=run_id or new_run_id(),
+            style=self.style,
         )
 
-    async def _drive_limited(
+    def resumed_loop(
         self,
-        loop: RunLoop,
-        toolkit: Toolkit,
-        resume: ResumePlan | None,
-        sink: Sink | None,
-        on_tools_done: Callable[[RunResult], Any] | None,
-        limit: float,
-        journal: Journal | None,
-        observe: Sink | None,
-    ) -> RunResult:
+        turn: HaltedTurn,
+        *,
+        run_id: str | None,
+        turns: int = 0,
+        usage: Usage | None = None,
+        model: str | None = None,
+        records: Sequence[ToolCallRecord] = (),
+    ) -> RunLoop:
+        """The loop of a run that goes on from its halted ``turn``."""
+        return RunLoop.resume(
+            turn,
+            turns=turns,
+            usage=usage if usage is not None else ZERO_USAGE,
+            model=model,
+            records=records,
+            max_turns=self.max_turns,
+            run_id=run_id or new_run_id(),
+            style=self.style,
+        )
+
+    def drive(self, spec: RunSpec) -> Awaitable[RunResult]:
+        """Run ``spec`` to its end (continuing its halted turn first when it has a plan).
+
+        Not a coroutine itself: it hands back the driving coroutine, one frame fewer for
+        each of the many runs that may be parked at once.
+        """
+        if self.timeout is None:
+            return self._drive(spec, None)
+        return self._drive_limited(spec, self.timeout)
+
+    async def _drive_limited(self, spec: RunSpec, limit: float) -> RunResult:
         with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
             budget = None if self.count_wait_in_timeout else _Budget(scope)
-            return await self._drive(
-                loop, toolkit, budget, resume, sink, on_tools_done, journal, observe
-            )
+            return await self._drive(spec, budget)
         # Only reached when the scope cancelled the run.
         raise RunTimeoutError(f"the run took longer than its timeout of {limit} s")
 
-    async def _drive(
-        self,
-        loop: RunLoop,
-        toolkit: Toolkit,
-        budget: _Budget | None,
-        resume: ResumePlan | None,
-        sink: Sink | None,
-        on_tools_done: Callable[[RunResult], Any] | None = None,
-        journal: Journal | None = None,
-        observe: Sink | None = None,
-    ) -> RunResult:
+    async def _drive(self, spec: RunSpec, budget: _Budget | None) -> RunResult:
         # One frame for the whole run: it is what a parked run holds while it waits.
-        steps = sink if sink is not None else observe  # what the tool steps are told to
+        loop, toolkit, resume, journal = spec.loop, spec.toolkit, spec.plan, spec.journal
+        sink, on_tools_done = spec.stream, spec.on_tools_done
+        steps = sink if sink is not None else spec.observe  # what the tool steps are told to
         started = time.perf_counter()
         status: Literal["done", "pending", "incomplete", "error"] = "error"
         run_id = loop.run_id
