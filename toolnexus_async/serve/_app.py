@@ -400,12 +400,21 @@ async def post_answer(request: web.Request) -> web.Response:
         answer = Answer.from_dict({**body, "id": request_id})
     except ValueError as exc:  # PayloadError
         raise ApiError(422, str(exc)) from None
+    await hand_over(serve, answer)
+    return web.json_response({"id": request_id, "ok": answer.ok})
+
+
+async def hand_over(serve: _Serve, answer: Answer) -> None:
+    """Give ``answer`` to the durable host, for ``POST /requests/{id}/answer`` and the
+    sign-in callback (``_oauth``): durable once this returns. :class:`ApiError` 503 while
+    the server stops, 404 for a request no run waits for, 409 for one answered, resumed or
+    expired already, or answered otherwise."""
     inbox, host = serve.inbox, serve.host
     if inbox is None or host is None or serve.closing:
         raise ApiError(503, "the server is shutting down")
     try:
-        # Durable before this handler answers 200. A store error is store_faults' to map:
-        # nothing was taken then, and the same answer may be sent again.
+        # A store error is store_faults' to map: nothing was taken then, and the same
+        # answer may be sent again.
         await host.answer(answer)
     except UnknownRequestError as exc:
         raise ApiError(404, str(exc)) from None
@@ -416,7 +425,6 @@ async def post_answer(request: web.Request) -> web.Response:
         RequestExpiredError,
     ) as exc:
         raise ApiError(409, str(exc)) from None
-    return web.json_response({"id": request_id, "ok": answer.ok})
 
 
 # -- probes -------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ Rules of this module:
   credential: 256 random bits made for one request, kept in the toolkit's token store, and
   good once (the first code recorded for it wins; the retry that exchanges it removes it).
 - The redirect becomes the answer to its request (:func:`toolnexus_async.mcp.sign_in_answer`)
-  and is handed to the durable host like ``POST /requests/{id}/answer``: the run wakes here
-  or on whichever server holds it, or goes on after a restart.
+  and is handed to the durable host as ``POST /requests/{id}/answer`` hands its answer
+  (``_app.hand_over``, one mapping of refusals for both): the run wakes here or on
+  whichever server holds it, or goes on after a restart.
 - Outcomes are short pages for a person: 200 signed in; 400 a state no sign-in under way
   has (unknown, or used already); 404 a request no run waits for; 409 a request answered
   or gone already; 503 while the server stops. No page shows the code or the state.
@@ -22,15 +23,9 @@ import html
 
 from aiohttp import web
 
-from .._errors import (
-    AlreadyAnsweredError,
-    AlreadyResumedError,
-    AnswerMismatchError,
-    RequestExpiredError,
-    UnknownRequestError,
-    UsageError,
-)
+from .._errors import UsageError
 from ..mcp import sign_in_answer
+from ._bodies import ApiError
 
 __all__ = ("CALLBACK", "oauth_callback")
 
@@ -48,27 +43,19 @@ def _page(status: int, title: str, text: str) -> web.Response:
 
 async def oauth_callback(request: web.Request) -> web.Response:
     """``GET /oauth/callback?code=...&state=...``: the sign-in's answer to its request."""
-    from ._app import SERVE  # _app registers this route: imported when first called
+    from ._app import SERVE, hand_over  # _app registers this route: imported when called
 
     serve = request.app[SERVE]
     try:
         answer = await sign_in_answer(serve.toolkit, str(request.rel_url))
     except UsageError as exc:
         return _page(400, "Sign-in refused", str(exc))
-    host = serve.host
-    if host is None or serve.closing:
-        return _page(503, "Try again", "the server is shutting down; sign in again later")
     try:
-        await host.answer(answer)
-    except UnknownRequestError:
-        return _page(404, "Sign-in refused", "no run waits for this sign-in")
-    except (
-        AlreadyAnsweredError,
-        AlreadyResumedError,
-        AnswerMismatchError,
-        RequestExpiredError,
-    ) as exc:
-        return _page(409, "Sign-in refused", str(exc))
+        await hand_over(serve, answer)
+    except ApiError as exc:
+        if exc.status == 503:
+            return _page(503, "Try again", "the server is shutting down; sign in again later")
+        return _page(exc.status, "Sign-in refused", str(exc))
     if not answer.ok:
         return _page(200, "Sign-in declined", "the run is told; you can close this page")
     return _page(200, "Signed in", "the run goes on; you can close this page")
