@@ -4,8 +4,8 @@
   namespace, so a page can build an example up step by step; top-level ``await`` is
   allowed. Blocks fenced ```python-norun are only shown (they talk to a real provider); they
   are compiled, so a typo in them still fails, but never run.
-- Every public name (``toolnexus_async.__all__`` and ``toolnexus_async.testing.__all__``)
-  has a heading in ``docs/reference.md``.
+- Every public name (``toolnexus_async.__all__``, ``toolnexus_async.testing.__all__`` and
+  ``toolnexus_async.mcp.__all__``) has a heading in ``docs/reference.md``.
 - The ``>>>`` examples in the package's docstrings run as doctests, and every one of them is
   found (a docstring the finder cannot reach would otherwise pass by being skipped).
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 import toolnexus_async
+import toolnexus_async.mcp
 import toolnexus_async.testing
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -109,7 +110,11 @@ def test_every_public_name_has_a_reference_heading():
         for line in (DOCS / "reference.md").read_text(encoding="utf-8").splitlines()
         if line.startswith("#")
     )
-    public = [*toolnexus_async.__all__, *toolnexus_async.testing.__all__]
+    public = [
+        *toolnexus_async.__all__,
+        *toolnexus_async.testing.__all__,
+        *toolnexus_async.mcp.__all__,
+    ]
     missing = [name for name in public if f"`{name}`" not in headings]
     assert [] == missing
 

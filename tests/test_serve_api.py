@@ -692,13 +692,14 @@ async def test_openapi_json_describes_every_route():
     assert statuses[("/runs", "post")] >= {"202", "413", "415", "422"}
     assert statuses[("/requests/{id}/answer", "post")] >= {"200", "404", "409", "413", "422"}
     assert statuses[("/runs/{id}", "get")] == {"200", "401", "403", "404", "503"}
-    # The lock: every operation but the two probes names its token and its 401 and 403
-    # refusals; the probes need no token, and say so.
-    probes = {("/healthz", "get"), ("/readyz", "get")}
+    # The lock: every operation but the two probes and the sign-in callback names its token
+    # and its 401 and 403 refusals; those need no token, and say so.
+    probes = {("/healthz", "get"), ("/readyz", "get"), ("/oauth/callback", "get")}
     assert all({"401", "403"} <= codes for op, codes in statuses.items() if op not in probes)
     assert all(spec["paths"][path][method]["security"] == [] for path, method in probes)
     assert statuses[("/healthz", "get")] == {"200", "403"}
     assert statuses[("/readyz", "get")] == {"200", "403", "503"}
+    assert statuses[("/oauth/callback", "get")] == {"200", "400", "403", "404", "409", "503"}
     for route in (("/runs", "post"), ("/requests", "get"), ("/requests/{id}/answer", "post")):
         assert {"500", "503"} <= statuses[route], route  # the store failed, or is down
     assert statuses[("/", "get")] >= {"200", "303"}

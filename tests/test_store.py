@@ -518,7 +518,27 @@ async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path, case):
         db.execute("PRAGMA user_version = 1")
     async with SqliteRunStore(path) as store:
         assert [r.id for r in await store.requests()] == case.ids
+        await store.set_mcp_token("k", '{"a": 1}')
+        assert await store.mcp_token("k") == '{"a": 1}'
     assert raw_sql(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+
+
+async def test_a_version_3_file_gains_the_mcp_tokens_table_and_keeps_its_runs(tmp_path: Path, case):
+    """Version 4 added ``mcp_tokens`` (the sign-in state of remote MCP servers), nothing else."""
+    path = tmp_path / "v3.db"
+    async with SqliteRunStore(path) as store:
+        await store.save(case.halted)
+    raw_sql(path, "DROP TABLE mcp_tokens")
+    raw_sql(path, "PRAGMA user_version = 3")
+    async with SqliteRunStore(path) as store:
+        assert [r.id for r in await store.requests()] == case.ids
+        assert await store.mcp_token("k") is None
+        await store.set_mcp_token("k", '{"a": 1}')
+        assert await store.mcp_token("k") == '{"a": 1}'
+        await store.set_mcp_token("k", None)
+        assert await store.mcp_token("k") is None
+    assert raw_sql(path, "PRAGMA user_version") == [(4,)]
+    assert_no_leaks()
 
 
 async def test_a_corrupt_run_fails_alone_naming_it(tmp_path: Path, case):

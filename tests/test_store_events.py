@@ -1,5 +1,6 @@
 """The stores' events and listings (issue 34): kept with each change, read in commit order,
-and an existing database migrated to them (SQLite 2 -> 3, PostgreSQL 1 -> 2)."""
+and an existing database migrated to them (SQLite 2 -> 3, PostgreSQL 1 -> 2), and on to
+the current version (the MCP sign-in table, SQLite 4 and PostgreSQL 3) in the same opening."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ async def test_a_version_2_sqlite_file_is_migrated_to_listings_and_events(tmp_pa
             for column in columns:
                 db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         db.execute("DROP TABLE events")
+        db.execute("DROP TABLE mcp_tokens")  # version 4's
         db.execute("PRAGMA user_version = 2")
     db.close()
     async with SqliteRunStore(path) as store:
@@ -57,8 +59,10 @@ async def test_a_version_2_sqlite_file_is_migrated_to_listings_and_events(tmp_pa
         assert (page.total, page.counts) == (1, {"approval": 1, "input": 1})
         assert (await store.list_runs(RunQuery())).counts == {"pending": 1}
         assert await store.event_bounds() == (0, 0)
+        await store.set_mcp_token("k", '{"a": 1}')
+        assert await store.mcp_token("k") == '{"a": 1}'
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (3,)
+        assert db.execute("PRAGMA user_version").fetchone() == (4,)
     db.close()
 
 
@@ -72,6 +76,7 @@ async def test_a_version_1_postgres_schema_is_migrated_to_listings_and_events(pg
             drops = ", ".join(f"DROP COLUMN {column}" for column in columns)
             await conn.execute(f"ALTER TABLE toolnexus.{table} {drops}")
         await conn.execute("DROP TABLE toolnexus.events")
+        await conn.execute("DROP TABLE toolnexus.mcp_tokens")  # version 3's
         await conn.execute("UPDATE toolnexus.meta SET value = '1' WHERE key = 'version'")
     finally:
         await conn.close()
@@ -80,9 +85,11 @@ async def test_a_version_1_postgres_schema_is_migrated_to_listings_and_events(pg
         assert [s.request.kind for s in page.requests] == ["approval"]
         assert (await store.list_runs(RunQuery(statuses=("pending",)))).total == 1
         assert await store.event_bounds() == (0, 0)
+        await store.set_mcp_token("k", '{"a": 1}')
+        assert await store.mcp_token("k") == '{"a": 1}'
     conn = await asyncpg.connect(pg_dsn)
     try:
         version = await conn.fetchval("SELECT value FROM toolnexus.meta WHERE key = 'version'")
     finally:
         await conn.close()
-    assert version == "2"
+    assert version == "3"

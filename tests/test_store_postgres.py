@@ -95,6 +95,27 @@ async def test_a_schema_not_ours_or_newer_is_refused_and_not_touched(pg_dsn: str
         PostgresRunStore(pg_dsn, schema="ours; DROP TABLE x")
 
 
+async def test_a_version_2_schema_gains_the_mcp_tokens_table(pg_dsn: str, case: Case):
+    """Version 3 added ``mcp_tokens`` (the sign-in state of remote MCP servers), nothing else."""
+    async with PostgresRunStore(pg_dsn, schema="older") as store:
+        await store.save(case.halted)
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute("DROP TABLE older.mcp_tokens")
+        await conn.execute("UPDATE older.meta SET value = '2' WHERE key = 'version'")
+        async with PostgresRunStore(pg_dsn, schema="older") as store:
+            assert [r.id for r in await store.requests()] == case.ids
+            await store.set_mcp_token("k", '{"a": 1}')
+            await store.set_mcp_token("k", '{"a": 2}')
+            assert await store.mcp_token("k") == '{"a": 2}'
+            await store.set_mcp_token("k", None)
+            assert await store.mcp_token("k") is None
+        version = await conn.fetchval("SELECT value FROM older.meta WHERE key = 'version'")
+        assert version == "3"
+    finally:
+        await conn.close()
+
+
 async def test_a_corrupt_run_fails_alone_naming_it(pg_dsn: str, case: Case):
     async with PostgresRunStore(pg_dsn) as store:
         await store.save(case.halted)

@@ -42,7 +42,7 @@ from .tools._session import SharedSession
 from .tools.builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_tools, check_policy
 
 if TYPE_CHECKING:
-    from .mcp import McpStatus
+    from .mcp import McpStatus, TokenStore
     from .mcp._connect import McpServers
     from .mcp._connection import Connection
 
@@ -108,6 +108,8 @@ class Toolkit(FlagClosing):
         validate: bool = True,
         mcp: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         wait_for: WaitFor | None = None,
+        mcp_tokens: TokenStore | None = None,
+        mcp_redirect_uri: str | None = None,
     ) -> Toolkit:
         """Assemble a toolkit from the built-ins and ``extra_tools``.
 
@@ -140,6 +142,13 @@ class Toolkit(FlagClosing):
                 asks inline during a call (``async (request) -> Answer``, or an Inbox).
                 Without it such servers are not offered elicitation. Questions of
                 2026-07-28 servers need no ``wait_for`` here: they suspend the call.
+            mcp_tokens: where remote servers' sign-ins are kept (a
+                :class:`~toolnexus_async.mcp.TokenStore`; default: in memory, so a restart
+                signs in again; ``RunStoreTokens(store)`` keeps them in a run store).
+            mcp_redirect_uri: where an authorization server sends the person back after a
+                sign-in, for the servers whose ``oauth`` config names none (serve's
+                ``/oauth/callback``, or a URL of yours that calls
+                :func:`~toolnexus_async.mcp.sign_in_answer`).
         """
         approve = check_policy(approve)
         servers = None
@@ -149,9 +158,16 @@ class Toolkit(FlagClosing):
             require_sdk()
             from .mcp._connect import McpServers
 
-            servers = McpServers(load_config(mcp), Resolver.of(wait_for))
-        elif wait_for is not None:
-            raise UsageError("wait_for is for the questions of MCP servers; pass mcp= too")
+            servers = McpServers(
+                load_config(mcp),
+                Resolver.of(wait_for),
+                tokens=mcp_tokens,
+                redirect_uri=mcp_redirect_uri,
+            )
+        elif wait_for is not None or mcp_tokens is not None or mcp_redirect_uri is not None:
+            raise UsageError(
+                "wait_for, mcp_tokens and mcp_redirect_uri are for MCP servers; pass mcp= too"
+            )
         extras: dict[str, Tool] = {}
         for tool in extra_tools:
             tool = _check_tool(tool)
@@ -193,27 +209,30 @@ class Toolkit(FlagClosing):
         # In the config's order, so that names are the same on every start; later
         # changes (a reconnect, a server's list_changed) are applied as they come.
         for connection in servers.connections:
-            if connection.session is not None:
+            if connection.session is not None or connection.state == "needs_auth":
                 self._mcp_tools(connection)
         servers.on_tools = self._mcp_tools
 
     def _mcp_tools(self, connection: Connection) -> None:
-        """Offer the tools ``connection``'s server lists now, in place of those it listed
-        before (a tool it still lists keeps its place)."""
+        """Offer the tools ``connection``'s server lists now (or its sign-in tool, while it
+        waits for its first sign-in), in place of those it offered before (a tool it still
+        lists keeps its place)."""
         if self._closed:
             return
+        from .mcp._oauth import SignInTool
         from .mcp._tool import McpTool, tools_of
 
+        def server_of(tool: Tool) -> Connection | None:
+            return tool.connection if isinstance(tool, McpTool | SignInTool) else None
+
         taken = {
-            name
-            for name, tool in self._tools.items()
-            if isinstance(tool, McpTool) and tool.connection is not connection
+            name for name, tool in self._tools.items() if server_of(tool) not in (None, connection)
         }
-        others = {name: tool for name, tool in self._tools.items() if not isinstance(tool, McpTool)}
+        others = {name: tool for name, tool in self._tools.items() if server_of(tool) is None}
         fresh = {tool.name: tool for tool in tools_of(connection, taken, others)}
         tools: dict[str, Tool] = {}
         for name, tool in self._tools.items():
-            if isinstance(tool, McpTool) and tool.connection is connection:
+            if server_of(tool) is connection:
                 self._validators.pop(name, None)
                 if name in fresh:
                     tools[name] = fresh.pop(name)

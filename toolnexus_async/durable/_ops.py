@@ -33,7 +33,7 @@ from .._wire import ApprovalClaim, claim_refusal
 from ._decide import Saved, accepted, damaged_reason, judge, saved
 from ._queries import load
 from ._run_events import EVENTS_KEEP, EventRow, answered, failed
-from ._schema import ENDED, OPEN, SCHEMA_VERSION, UPGRADE_2, create
+from ._schema import ENDED, OPEN, SCHEMA_VERSION, UPGRADE_2, UPGRADE_3, create
 from ._store import Accepted, LeaseLostError, StoredRun
 
 __all__ = ("Ops", "migrate")
@@ -399,6 +399,16 @@ class Ops:
     def renew(self, owner: str, lease_until: float) -> None:
         self._alive(owner, lease_until)
 
+    def set_mcp_token(self, key: str, value: str | None, now: float) -> None:
+        if value is None:
+            self.conn.execute("DELETE FROM mcp_tokens WHERE key = ?", (key,))
+        else:
+            self.conn.execute(
+                "INSERT INTO mcp_tokens (key, value, updated) VALUES (?, ?, ?) ON CONFLICT(key)"
+                " DO UPDATE SET value = excluded.value, updated = excluded.updated",
+                (key, value, now),
+            )
+
     def delivered(self, request_ids: Iterable[str]) -> None:
         self.conn.executemany(
             "UPDATE requests SET delivered = 1 WHERE request_id = ? AND delivered = 0",
@@ -406,11 +416,17 @@ class Ops:
         )
 
 
+# Version n to n + 1, for each n from 2 on.
+_UPGRADES = {2: UPGRADE_2, 3: UPGRADE_3}
+
+
 def migrate(conn: sqlite3.Connection, version: int, path: str) -> None:
-    """Bring a file of an earlier schema to the current one, in the caller's transaction."""
-    if version == 2:
-        for statement in UPGRADE_2:
-            conn.execute(statement)
+    """Bring a file of an earlier schema to the current one, in the caller's transaction:
+    one version at a time from 2 on; a version 1 file is rebuilt at the current one."""
+    if version in _UPGRADES:
+        for step in range(version, SCHEMA_VERSION):
+            for statement in _UPGRADES[step]:
+                conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return
     if version != 1:

@@ -7,8 +7,9 @@ Rules of this module:
   that the two stores keep one contract and one set of queries in two dialects.
 - ``meta`` holds the application's name and the schema version. A schema that holds
   other tables but no ``meta`` row of ours is refused, as is a version newer than this
-  release reads; an older one is migrated here, under the same lock (version 1 to 2: the
-  columns listings filter on, the answer's time and worker, the ``events`` table).
+  release reads; an older one is migrated here, under the same lock, one version at a
+  time (1 to 2: the columns listings filter on, the answer's time and worker, the
+  ``events`` table; 2 to 3: ``mcp_tokens``, the sign-in state of remote MCP servers).
 - Creating the tables takes a transaction-scoped advisory lock first, so that several
   workers starting at once create them once and all see them.
 """
@@ -24,7 +25,7 @@ from .._errors import StoreError, UsageError
 __all__ = ("APPLICATION", "SCHEMA_VERSION", "ensure", "qualified")
 
 APPLICATION = "toolnexus_async run store"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Any 64-bit number of our own: the advisory lock that serialises schema creation.
 _CREATE_LOCK = 0x546E7841_0001
@@ -37,6 +38,11 @@ _EVENTS = """CREATE TABLE {s}.events (
         kind TEXT NOT NULL,
         data TEXT NOT NULL,
         at DOUBLE PRECISION NOT NULL)"""
+
+_MCP_TOKENS = """CREATE TABLE {s}.mcp_tokens (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL,
+        updated DOUBLE PRECISION NOT NULL)"""
 
 _TABLES = (
     """CREATE TABLE {s}.meta (
@@ -88,6 +94,7 @@ _TABLES = (
     " WHERE status = 'pending' AND expires_at IS NOT NULL",
     "CREATE INDEX requests_undelivered ON {s}.requests (run_id) WHERE delivered = 0",
     _EVENTS,
+    _MCP_TOKENS,
 )
 
 _UPGRADE_1 = (
@@ -146,12 +153,17 @@ async def ensure(conn: Any, schema: str, where: str) -> None:
             )
         if version == SCHEMA_VERSION:
             return
-        if version != 1:
+        if version not in (1, 2):
             raise StoreError(f"{where}: schema {schema!r} has unknown version {version}")
-        await _upgrade(conn, schema)
+        if version == 1:
+            await _upgrade_1(conn, schema)
+        await conn.execute(_MCP_TOKENS.format(s=schema))  # version 2 to 3: nothing else
+        await conn.execute(
+            f"UPDATE {schema}.meta SET value = $1 WHERE key = 'version'", str(SCHEMA_VERSION)
+        )
 
 
-async def _upgrade(conn: Any, schema: str) -> None:
+async def _upgrade_1(conn: Any, schema: str) -> None:
     """Version 1 to 2, in the caller's transaction: the new columns, filled from the JSON
     kept (a value a damaged row cannot give stays NULL), and the events table."""
     for statement in _UPGRADE_1:
@@ -171,9 +183,6 @@ async def _upgrade(conn: Any, schema: str) -> None:
         asked.append((request_id, value.get("kind"), value.get("prompt")))
     await conn.executemany(
         f"UPDATE {schema}.requests SET kind = $2, prompt = $3 WHERE request_id = $1", asked
-    )
-    await conn.execute(
-        f"UPDATE {schema}.meta SET value = $1 WHERE key = 'version'", str(SCHEMA_VERSION)
     )
 
 

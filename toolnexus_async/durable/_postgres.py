@@ -249,6 +249,37 @@ class PostgresRunStore:
     async def renew(self, owner: str, lease_until: float) -> None:
         await self._in_transaction(self._ops.renew, owner, lease_until)
 
+    # -- the sign-in state of MCP servers (toolnexus_async.mcp.RunStoreTokens) -----------------
+
+    async def mcp_token(self, key: str) -> str | None:
+        """The value kept under ``key`` in ``mcp_tokens``, or ``None``."""
+        sql = f"SELECT value FROM {self.schema}.mcp_tokens WHERE key = $1"
+
+        async def read(conn: Any) -> str | None:
+            value = await conn.fetchval(sql, key)
+            return None if value is None else str(value)
+
+        return await self._in_transaction(read)
+
+    async def set_mcp_token(self, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key`` in ``mcp_tokens`` (``None`` deletes it)."""
+        table = f"{self.schema}.mcp_tokens"
+
+        async def write(conn: Any) -> None:
+            if value is None:
+                await conn.execute(f"DELETE FROM {table} WHERE key = $1", key)
+            else:
+                await conn.execute(
+                    f"INSERT INTO {table} (key, value, updated) VALUES ($1, $2, $3)"
+                    " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,"
+                    " updated = EXCLUDED.updated",
+                    key,
+                    value,
+                    time.time(),
+                )
+
+        await self._in_transaction(write)
+
     async def ping(self) -> None:
         """One round trip to the database; :class:`StoreUnavailableError` if it fails."""
         await self._in_transaction(_select_one)

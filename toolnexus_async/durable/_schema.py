@@ -2,15 +2,17 @@
 
 Rules of this module:
 
-- The tables (schema version 3): ``runs`` (one row per run: status, owner, the current
+- The tables (schema version 4): ``runs`` (one row per run: status, owner, the current
   turn, the run's state through that turn as JSON, its final JSON, and the outcome and
   text a listing shows), ``workers`` (each worker's lease: one row covers every run it
   holds), ``results`` (the current turn's recorded calls), ``requests`` (every request of
   a run, pending, answered, expired or closed, with its kind and prompt for listings, its
   answer, when and through which worker it was taken, and whether its run has it; kept
   after the run ends, so a late answer is told what happened), ``events`` (what happened
-  to each run, in commit order: ``_run_events``). Version 1 files (halted runs only) and
-  version 2 files are migrated when opened (``_ops.migrate``).
+  to each run, in commit order: ``_run_events``), ``mcp_tokens`` (the sign-in state of
+  remote MCP servers, :class:`toolnexus_async.mcp.RunStoreTokens`'s: opaque JSON by key).
+  Files of versions 1 (halted runs only), 2 (no listing columns, no ``events``) and 3 (no
+  ``mcp_tokens``) are migrated when opened, one version at a time (``_ops.migrate``).
 - The indexes are partial where a query only ever looks at a few rows (held runs, runs
   let go, ended runs, pending, expiring and undelivered requests), so that the periodic
   queries of a host (what can go on, what to hand over) cost what they find, not what the
@@ -32,11 +34,20 @@ from .._messages import UserMessage
 from .._results import RunResult
 from .._types import Answer
 
-__all__ = ("APPLICATION_ID", "ENCODE", "EVENTS", "SCHEMA_VERSION", "UPGRADE_2", "create")
+__all__ = (
+    "APPLICATION_ID",
+    "ENCODE",
+    "EVENTS",
+    "MCP_TOKENS",
+    "SCHEMA_VERSION",
+    "UPGRADE_2",
+    "UPGRADE_3",
+    "create",
+)
 
 # "TnxA": SQLite's header field for telling one application's files from another's.
 APPLICATION_ID = 0x546E7841
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # The statuses of a run that is not over, and of one that is. Queries spell them exactly
 # so: SQLite uses a partial index only for a query whose WHERE implies the index's.
@@ -50,6 +61,12 @@ EVENTS = """CREATE TABLE events (
         kind TEXT NOT NULL,
         data TEXT NOT NULL,
         at REAL NOT NULL)"""
+
+# Version 4: the sign-in state of remote MCP servers (secrets: never logged).
+MCP_TOKENS = """CREATE TABLE mcp_tokens (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL,
+        updated REAL NOT NULL)"""
 
 SCHEMA = (
     """CREATE TABLE runs (
@@ -102,6 +119,7 @@ SCHEMA = (
     " WHERE status = 'pending' AND expires_at IS NOT NULL",
     "CREATE INDEX requests_undelivered ON requests(run_id) WHERE delivered = 0",
     EVENTS,
+    MCP_TOKENS,
 )
 
 # Version 2 to 3: what listings filter on, when and by whom an answer came, the events.
@@ -119,6 +137,9 @@ UPGRADE_2 = (
     " prompt = json_extract(body, '$.prompt') WHERE json_valid(body)",
     EVENTS,
 )
+
+# Version 3 to 4: a table, and nothing else.
+UPGRADE_3 = (MCP_TOKENS,)
 
 ENCODE = compact_encoder(ensure_ascii=True)
 

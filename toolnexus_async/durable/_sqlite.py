@@ -419,6 +419,21 @@ class SqliteRunStore:
         another process's writes to the same file are found by reading)."""
         return self._committed.add(callback)
 
+    # -- the sign-in state of MCP servers (toolnexus_async.mcp.RunStoreTokens) -----------------
+
+    async def mcp_token(self, key: str) -> str | None:
+        """The value kept under ``key`` in ``mcp_tokens``, or ``None``."""
+        row = await self._read(
+            lambda conn: conn.execute(
+                "SELECT value FROM mcp_tokens WHERE key = ?", (key,)
+            ).fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    async def set_mcp_token(self, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key`` in ``mcp_tokens`` (``None`` deletes it)."""
+        await self._write(Ops.set_mcp_token, (key, value, time.time()))
+
     async def ping(self) -> None:
         """Read the file's header once; :class:`StoreUnavailableError` if it cannot."""
         # Not ``SELECT 1``: it touches no page, so it passes on a file that cannot be read.

@@ -21,7 +21,12 @@ Rules of this module:
   0 for none) and ``maxReplyBytes`` (the largest SSE event a remote server's reply may
   be, default 16 MiB).
 - Header and environment values are secrets: a :class:`ServerConfig`'s ``repr`` names their
-  keys only.
+  keys only; so is an ``oauth`` client secret (its ``repr`` says whether there is one).
+- ``oauth`` (remote servers; opencode's keys ``clientId``, ``clientSecret``, ``scope``, and
+  ours, ``redirectUri``): absent, sign-in is used when the server asks for it (a 401), unless
+  the headers carry an ``Authorization`` of their own; ``false`` turns it off; an object
+  configures it (``clientId`` for a pre-registered client, else the client registers itself
+  dynamically). ``${NAME}`` in ``clientId`` or ``clientSecret`` is expanded at connect time.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ __all__ = (
     "DEFAULT_MAX_REPLY_BYTES",
     "DEFAULT_TIMEOUT_MS",
     "McpStatus",
+    "OAuthConfig",
     "ServerConfig",
     "load_config",
     "parse_config",
@@ -72,12 +78,38 @@ _FIELDS = frozenset(
         "tools",
         "callTimeout",
         "maxReplyBytes",
+        "oauth",
     }
 )
+_OAUTH_FIELDS = frozenset({"clientId", "clientSecret", "scope", "redirectUri"})
 
 
 def _names(values: Mapping[str, str]) -> str:
     return repr(sorted(values))
+
+
+def _secret(value: str | None) -> str:
+    return "None" if value is None else "'[set]'"
+
+
+@attrs.frozen
+class OAuthConfig:
+    """How a remote server's sign-in (OAuth 2.1 with PKCE, docs/mcp.md) is set up.
+
+    Attributes:
+        client_id: a client registered beforehand with the server's authorization server;
+            without one the client registers itself (dynamic client registration).
+        client_secret: that client's secret, if it has one (``${NAME}`` expanded).
+        scope: the scopes to ask for, space-separated; without it, what the server says.
+        redirect_uri: where the authorization server sends the person back with the code
+            (serve's ``/oauth/callback``, or your host's); without it, the toolkit's
+            ``mcp_redirect_uri``.
+    """
+
+    client_id: str | None = None
+    client_secret: str | None = attrs.field(default=None, repr=_secret)
+    scope: str | None = None
+    redirect_uri: str | None = None
 
 
 @attrs.frozen
@@ -99,6 +131,8 @@ class ServerConfig:
         call_timeout: seconds one tool call may take (``callTimeout``), None for no limit.
         max_reply: the largest SSE event, in bytes, a remote server's reply may be
             (``maxReplyBytes``); a larger one fails that call, not the session.
+        oauth: for a remote server, its sign-in; ``None`` when it has none (``oauth: false``,
+            or headers with an ``Authorization``).
     """
 
     name: str
@@ -113,6 +147,7 @@ class ServerConfig:
     tools: Mapping[str, bool] | None = None
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT_MS / 1000
     max_reply: int = DEFAULT_MAX_REPLY_BYTES
+    oauth: OAuthConfig | None = None
 
     def exposes(self, tool: str) -> bool:
         """Whether the server's tool ``tool`` (its own name) is loaded: every tool without a
@@ -130,11 +165,14 @@ class McpStatus:
     """Where one configured MCP server stands (``Toolkit.mcp_status``).
 
     Attributes:
-        state: ``"connected"``, ``"disabled"`` (``enabled: false``) or ``"failed"`` (it did
-            not start, answer or list its tools in time, or its session ended and has not
-            been connected again yet).
+        state: ``"connected"``, ``"disabled"`` (``enabled: false``), ``"needs_auth"`` (a
+            remote server that wants a sign-in before it answers: while it waits for its
+            first one, its one tool, ``<server>_sign_in``, asks for it; after that, the
+            next call of one of its tools does) or ``"failed"`` (it did not start, answer
+            or list its tools in time, or its session ended and has not been connected
+            again yet).
         error: for ``failed``, what went wrong (secrets scrubbed), and when it is tried
-            again.
+            again; for ``needs_auth``, how the sign-in is asked for.
         protocol: the protocol version negotiated (``"2026-07-28"``, ``"2025-11-25"``, ...).
         tools: the toolkit names of the tools it contributed.
         transport: ``"stdio"``, ``"streamable-http"`` or ``"sse"`` (a legacy server), once
@@ -145,7 +183,7 @@ class McpStatus:
             (they need task mode: ``execution.taskSupport`` is ``required``).
     """
 
-    state: Literal["connected", "disabled", "failed"]
+    state: Literal["connected", "disabled", "needs_auth", "failed"]
     error: str | None = None
     protocol: str | None = None
     tools: tuple[str, ...] = ()
@@ -236,6 +274,34 @@ def _tools(server: str, value: object) -> dict[str, bool] | None:
     return dict(value)
 
 
+def _oauth(server: str, value: object, headers: Mapping[str, str]) -> OAuthConfig | None:
+    if value is False:
+        return None
+    if value is None or value is True:
+        # A server given its own Authorization header is signed in already.
+        if any(key.lower() == "authorization" for key in headers):
+            return None
+        return OAuthConfig()
+    if not isinstance(value, Mapping):
+        raise _fail(server, "oauth must be false or an object")
+    unknown = set(value) - _OAUTH_FIELDS
+    if unknown:
+        raise _fail(server, f"unknown oauth field(s) {', '.join(sorted(unknown))}")
+    fields: dict[str, str | None] = {}
+    for key in sorted(_OAUTH_FIELDS):
+        given = value.get(key)
+        if given is not None and (not isinstance(given, str) or not given):
+            # Not shown: a client secret is a secret.
+            raise _fail(server, f"oauth.{key} must be a non-empty string")
+        fields[key] = given
+    redirect = fields["redirectUri"]
+    if redirect is not None and not redirect.startswith(("http://", "https://")):
+        raise _fail(server, "oauth.redirectUri must be an http:// or https:// URL")
+    if fields["clientSecret"] is not None and fields["clientId"] is None:
+        raise _fail(server, "oauth.clientSecret needs oauth.clientId")
+    return OAuthConfig(fields["clientId"], fields["clientSecret"], fields["scope"], redirect)
+
+
 def _server(name: str, spec: object) -> ServerConfig:
     if not isinstance(spec, Mapping):
         raise _fail(name, f"must be an object, got {type(spec).__name__}")
@@ -264,8 +330,8 @@ def _server(name: str, spec: object) -> ServerConfig:
         "max_reply": _max_reply(name, spec.get("maxReplyBytes")),
     }
     if kind == "local":
-        if "url" in spec or headers:
-            raise _fail(name, "a local server takes command, not url or headers")
+        if "url" in spec or headers or "oauth" in spec:
+            raise _fail(name, "a local server takes command, not url, headers or oauth")
         if "maxReplyBytes" in spec:
             # stdio has no event to bound: saying nothing would promise a limit not kept.
             raise _fail(name, "maxReplyBytes bounds a remote server's replies, not a local one's")
@@ -276,7 +342,8 @@ def _server(name: str, spec: object) -> ServerConfig:
         raise _fail(name, "url must be an http:// or https:// URL")
     if "command" in spec or environment or cwd is not None:
         raise _fail(name, "a remote server takes url and headers, not command, env or cwd")
-    return ServerConfig(name, "remote", url=url, headers=headers, **common)
+    oauth = _oauth(name, spec.get("oauth"), headers)
+    return ServerConfig(name, "remote", url=url, headers=headers, oauth=oauth, **common)
 
 
 def parse_config(config: Mapping[str, Any]) -> tuple[ServerConfig, ...]:

@@ -24,6 +24,10 @@ Rules of this module:
 - An inline question (an older server's ``elicitation/create``) stops the clock of the
   calls in flight to that server while a person answers it: a call's time limit bounds
   the server's work, not the person's.
+- Sign-in (:mod:`._oauth`): an attempt refused for want of a sign-in (a 401) leaves the
+  server ``needs_auth``, and ends its round at once: attempting again before a sign-in
+  completes would be refused again, and no cool-down holds back the call that comes with
+  one. :meth:`Connection.connect_again` asks for a new round after a sign-in.
 - Leaving closes every session; a local server's process group is ended by the SDK
   (stdin closed, then SIGTERM, then SIGKILL).
 """
@@ -48,7 +52,9 @@ from .._resolver import Resolver
 from .._types import HaltRun
 from ._config import ServerConfig
 from ._connection import COOL_DOWN, Connection
+from ._oauth import ServerSignIn
 from ._questions import elicit_result, inline_request
+from ._tokens import MemoryTokens, TokenStore
 from ._transport import innermost, list_tools, open_session, problem_of
 
 __all__ = ("ATTEMPTS", "BACKOFF", "McpServers")
@@ -63,11 +69,25 @@ _CLOSED = {"local": "its process ended", "remote": "its HTTP connection closed"}
 class McpServers:
     """The configured servers, connected while the toolkit is open."""
 
-    def __init__(self, configs: tuple[ServerConfig, ...], wait_for: Resolver | None) -> None:
+    def __init__(
+        self,
+        configs: tuple[ServerConfig, ...],
+        wait_for: Resolver | None,
+        *,
+        tokens: TokenStore | None = None,
+        redirect_uri: str | None = None,
+    ) -> None:
         self._connections = [Connection(config) for config in configs]
         self._resolver = wait_for
         self._group: anyio.abc.TaskGroup | None = None
         self._started = False
+        self.tokens = MemoryTokens() if tokens is None else tokens
+        for connection in self._connections:
+            oauth = connection.config.oauth
+            if oauth is not None:
+                connection.sign_in = ServerSignIn(
+                    connection.config, oauth, self.tokens, redirect_uri
+                )
         # Told when a server's tool list is (re)read: the toolkit offers what it lists now.
         self.on_tools: Callable[[Connection], None] = lambda connection: None
 
@@ -130,13 +150,15 @@ class McpServers:
             connection.ready.set()
         failures = 0 if connected else 1
         while not connection._stopping:
-            if not connected and connection._demand and failures < ATTEMPTS:
+            # A server that wants a sign-in would refuse the next attempt too.
+            signing_in = connection.state == "needs_auth"
+            if not connected and connection._demand and failures < ATTEMPTS and not signing_in:
                 with anyio.move_on_after(BACKOFF * 2 ** (failures - 1)):
                     while not connection._stopping:
                         await connection._sleep()
             else:
                 if not connected:  # the round is over: tell the calls waiting for it
-                    if connection._demand:
+                    if connection._demand and not signing_in:
                         connection._retry_at = anyio.current_time() + COOL_DOWN
                         connection.error = f"{connection.error} (after {failures} attempts)"
                     connection._settle()
@@ -190,7 +212,12 @@ class McpServers:
                 await self._hold(connection, session)
         except Exception as exc:
             problem = problem_of(exc)
-            if not connected:
+            sign_in = connection.sign_in
+            if not connected and sign_in is not None and sign_in.needed:
+                connection.failed(sign_in.why())
+                if sign_in.redirect is not None:  # else no sign-in can be made: failed
+                    connection.state = "needs_auth"
+            elif not connected:
                 if isinstance(innermost(exc), TimeoutError):
                     problem = f"timed out after {config.timeout:g} s {connection.doing}"
                 connection.failed(problem)
@@ -202,6 +229,8 @@ class McpServers:
                 connection._ended(connection._gone or "the toolkit's side closed it")
             if connection.state == "failed":
                 log.warning("MCP server %r failed: %s", config.name, connection.error)
+            elif connection.state == "needs_auth":
+                log.info("MCP server %r: %s", config.name, connection.error)
         return connected
 
     async def _hold(self, connection: Connection, session: ClientSession) -> None:

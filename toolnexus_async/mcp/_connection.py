@@ -12,6 +12,9 @@ Rules of this module:
   has given up.
 - A call's time limit is a :class:`Clock`; while a person answers an inline question of
   the server, every clock of its calls stops.
+- A remote server that signs in (:mod:`._oauth`) has its :class:`~._oauth.ServerSignIn`
+  here, for its transport (the HTTP client's auth) and its tools (the sign-in links);
+  ``needs_auth`` is the state of one whose last attempt was refused for want of it.
 - The attributes with a leading underscore are the server task's (:mod:`._connect`
   reads and writes them); calls and the toolkit use the methods and the public fields.
 """
@@ -22,7 +25,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 import mcp_types as types
@@ -32,9 +35,12 @@ from mcp.client.subscriptions import Subscription
 from .._secrets import Scrubber
 from ._config import ServerConfig
 
+if TYPE_CHECKING:
+    from ._oauth import ServerSignIn
+
 __all__ = ("COOL_DOWN", "Clock", "Connection", "State")
 
-State = Literal["connected", "disabled", "failed"]
+State = Literal["connected", "disabled", "needs_auth", "failed"]
 COOL_DOWN = 30.0  # seconds a server whose round failed is left alone by calls
 
 
@@ -107,6 +113,7 @@ class Connection:
         self._clocks: set[Clock] = set()
         self._asking = 0  # inline questions waiting for a person
         self._listed = anyio.Event()  # set when the tool list was read (and offered) again
+        self.sign_in: ServerSignIn | None = None
 
     # -- what the server's task waits on ---------------------------------------------
 
@@ -156,6 +163,17 @@ class Connection:
         if self.session is not None and self._gone is None:
             return self.session
         return self.error or "it did not connect"
+
+    async def connect_again(self) -> None:
+        """Connect once more a server that is not connected (after its sign-in, say), with
+        no regard to a cool-down; return when that round is over (see :attr:`state`)."""
+        if (self.session is not None and self._gone is None) or self._stopping:
+            return
+        await self.want().wait()
+
+    def tool_names(self) -> list[str]:
+        """The server's own names of the tools it offers (its config's list applied)."""
+        return [tool.name for tool in self.listed if self.config.exposes(tool.name)]
 
     def want(self) -> anyio.Event:
         """Ask the server's task for a session; the event is set when the round is over."""

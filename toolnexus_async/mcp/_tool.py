@@ -23,6 +23,11 @@ Rules of this module:
   the server answers is not shown to anyone.
 - Secrets: the server's secret values (:mod:`._connect` says which) are scrubbed from the
   text the model sees, results included.
+- Sign-in (:mod:`._oauth`): a call refused for want of a sign-in (a 401, or a 403 asking for
+  more scopes; or, the session having ended, the attempt to connect again refused so)
+  suspends with a sign-in link; the retry after the answer exchanges the code, then calls
+  again. A server waiting for its first sign-in contributes its ``<server>_sign_in`` tool
+  only.
 - Every failure (the server gone, a protocol error, a refused ``requestState``) is an error
   result naming the server and the tool, secrets scrubbed; only cancellation propagates.
   An error of one request (an SSE event over ``maxReplyBytes``, a stream cut short) fails
@@ -59,6 +64,7 @@ from mcp_types.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND
 
 from .._types import Answer, ToolContext, ToolResult
 from ._connection import Clock, Connection
+from ._oauth import SignInLink, SignInTool, link_request, sign_in_of
 from ._questions import question_of, request_for, responses_for
 
 __all__ = ("McpTool", "result_of", "tool_name", "tools_of")
@@ -167,6 +173,12 @@ class McpTool:
         )
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+        sign_in = self._connection.sign_in
+        if sign_in is not None and ctx is not None and ctx.answer is not None:
+            state = sign_in_of(ctx.request, self.server)
+            if state is not None:
+                problem = await sign_in.complete(state, ctx.answer)
+                return self._fail(problem) if problem else await self._call(args, None, None)
         question = None
         if ctx is not None and ctx.answer is not None:
             question = question_of(ctx.request, self.server, self.remote)
@@ -177,7 +189,12 @@ class McpTool:
 
     async def refused(self, args: dict[str, Any], ctx: ToolContext) -> None:
         """This call's question ended without an ok answer: tell the server, as a retry
-        with ``decline`` (declined) or ``cancel`` (expired, cancelled, late)."""
+        with ``decline`` (declined) or ``cancel`` (expired, cancelled, late). A sign-in
+        refused is forgotten."""
+        sign_in, state = self._connection.sign_in, sign_in_of(ctx.request, self.server)
+        if sign_in is not None and state is not None:
+            await sign_in.forget(state)
+            return
         question = question_of(ctx.request, self.server, self.remote)
         answer = ctx.answer
         if question is None or answer is None:
@@ -212,14 +229,21 @@ class McpTool:
         state: str | None,
     ) -> ToolResult:
         connection = self._connection
+        sign_in = connection.sign_in
         for attempt in range(2):
+            if sign_in is not None:
+                sign_in.needed = False
             session = await connection.session_for_call()
             if isinstance(session, str):
+                if connection.state == "needs_auth":
+                    return await self._sign_in_link()
                 return self._fail(f"the server is not available: {session}")
             try:
                 return await self._rounds(session, args, responses, state)
             except Exception as exc:
                 log.debug("MCP tool %r failed", self.name, exc_info=True)
+                if sign_in is not None and sign_in.needed:
+                    return await self._sign_in_link()
                 problem = f"{type(exc).__name__}: {exc}"
                 if _terminated(exc):
                     connection.end(session, "the server no longer knows the session")
@@ -236,6 +260,18 @@ class McpTool:
                     )
                 return self._fail(problem)
         return self._fail("its session ended twice during the call")
+
+    async def _sign_in_link(self) -> ToolResult:
+        """The call was refused for want of a sign-in: suspend it with the link the refusal
+        made, or, when the server refused to connect, one made for it now."""
+        sign_in = self._connection.sign_in
+        assert sign_in is not None
+        link: SignInLink | str | None = sign_in.take_link()
+        if link is None and self._connection.state == "needs_auth":
+            link = await sign_in.begin()
+        if isinstance(link, SignInLink):
+            return ToolResult.pending(link_request(self.server, link))
+        return self._fail(link or sign_in.why())
 
     async def _answers(self, session: ClientSession) -> bool:
         """Whether the session still works after a request failed: a ``ping`` is
@@ -296,11 +332,20 @@ class McpTool:
 
 def tools_of(
     connection: Connection, taken: set[str], others: Mapping[str, object]
-) -> list[McpTool]:
+) -> list[McpTool | SignInTool]:
     """The tools ``connection`` contributes, named so that no MCP tool's name in ``taken``
     repeats (``taken`` grows by the names given); one whose name a tool in ``others`` (not
-    from MCP) has is left out, with a warning."""
-    tools = []
+    from MCP) has is left out, with a warning. A server waiting for its first sign-in
+    contributes its sign-in tool only."""
+    if connection.state == "needs_auth" and connection.sign_in is not None:
+        name = tool_name(connection.config.name, "sign_in", taken)
+        if name in others:
+            server = connection.config.name
+            log.warning("MCP server %r: its sign-in tool is left out: %r is taken", server, name)
+            return []
+        taken.add(name)
+        return [SignInTool(name, connection, connection.sign_in)]
+    tools: list[McpTool | SignInTool] = []
     offered = {listed.name for listed in connection.listed}
     for unknown in sorted(set(connection.config.tools or ()) - offered):
         server = connection.config.name

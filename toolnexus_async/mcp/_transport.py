@@ -28,6 +28,9 @@ Rules of this module:
   no task mode): their names are kept for the status. A ``tools`` drop-list naming a tool
   the server does not list fails the server: the name is a typo, and the tool meant would
   run.
+- Sign-in (:mod:`._oauth`): a remote server's HTTP client gets the auth of its
+  :class:`~._oauth.ServerSignIn`, made anew for each attempt. A refusal for want of a
+  sign-in is not a reason to try the legacy transport: the attempt fails with it.
 - Secrets: header and environment values are expanded here, at connect time, and the
   secret ones handed to the connection's scrubber.
 """
@@ -255,6 +258,8 @@ async def open_session(
                 connection.scrub(problem_of(exc)),
             )
     await list_tools(connection, session)
+    if connection.sign_in is not None:
+        connection.sign_in.connected()
     return session
 
 
@@ -270,6 +275,10 @@ async def _remote(
         raise Refused(expanded)
     headers, secrets, _ = expanded
     connection.scrub = Scrubber(secrets)
+    sign_in = connection.sign_in
+    auth = None if sign_in is None else sign_in.auth()
+    if isinstance(auth, str):
+        raise Refused(auth)
     # A reply's SSE stream may be quiet for as long as the call may take.
     read = None if config.call_timeout is None else max(300.0, config.call_timeout + 30)
     try:
@@ -278,6 +287,7 @@ async def _remote(
                 headers=headers,
                 timeout=httpx2.Timeout(config.timeout, read=read),
                 transport=_Bounded(config.max_reply),
+                auth=auth,
             )
             await attempt.enter_async_context(http)
             # Connecting is lazy (the first request opens it): the handshake is bounded.
@@ -291,8 +301,9 @@ async def _remote(
             connection.transport = "streamable-http"
             return session
     except Exception as exc:
-        if not isinstance(innermost(exc), MCPError):
-            raise  # nothing answered, or not in time: another transport would not help
+        if not isinstance(innermost(exc), MCPError) or (sign_in is not None and sign_in.needed):
+            raise  # nothing answered, not in time, or not without a sign-in: no other
+            # transport would help
         streamable = problem_of(exc)
     try:
         async with AsyncExitStack() as attempt:
@@ -303,6 +314,7 @@ async def _remote(
                     headers=headers,
                     timeout=config.timeout,
                     sse_read_timeout=read or 86400,
+                    auth=auth,
                 )
             )
             session = await handshake(streams, attempt)

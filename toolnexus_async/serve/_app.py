@@ -58,6 +58,7 @@ from ._bodies import MAX_BODY, ApiError, is_text, json_errors, only, read_json_o
 from ._events import EventBus, stream_events
 from ._feed import EventFeed
 from ._guard import GUARD, Guard, add_security_headers, guard_requests, log_out
+from ._oauth import CALLBACK, oauth_callback
 from ._outage import OUTAGE, StoreOutage, retry_after, store_faults
 from ._queries import cursor_of, request_query, run_query
 from ._runs import ServeInbox, drive, run_detail, run_item, shown
@@ -220,6 +221,7 @@ def create_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get(CALLBACK, oauth_callback)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/", index)
     app.router.add_post("/logout", log_out)
@@ -398,12 +400,21 @@ async def post_answer(request: web.Request) -> web.Response:
         answer = Answer.from_dict({**body, "id": request_id})
     except ValueError as exc:  # PayloadError
         raise ApiError(422, str(exc)) from None
+    await hand_over(serve, answer)
+    return web.json_response({"id": request_id, "ok": answer.ok})
+
+
+async def hand_over(serve: _Serve, answer: Answer) -> None:
+    """Give ``answer`` to the durable host, for ``POST /requests/{id}/answer`` and the
+    sign-in callback (``_oauth``): durable once this returns. :class:`ApiError` 503 while
+    the server stops, 404 for a request no run waits for, 409 for one answered, resumed or
+    expired already, or answered otherwise."""
     inbox, host = serve.inbox, serve.host
     if inbox is None or host is None or serve.closing:
         raise ApiError(503, "the server is shutting down")
     try:
-        # Durable before this handler answers 200. A store error is store_faults' to map:
-        # nothing was taken then, and the same answer may be sent again.
+        # A store error is store_faults' to map: nothing was taken then, and the same
+        # answer may be sent again.
         await host.answer(answer)
     except UnknownRequestError as exc:
         raise ApiError(404, str(exc)) from None
@@ -414,7 +425,6 @@ async def post_answer(request: web.Request) -> web.Response:
         RequestExpiredError,
     ) as exc:
         raise ApiError(409, str(exc)) from None
-    return web.json_response({"id": request_id, "ok": answer.ok})
 
 
 # -- probes -------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from .._messages import AssistantMessage, Message, ToolCall, ToolReturn, UserMes
 from .._toolkit import Toolkit
 from .._types import Tool, ToolContext, ToolResult
 from ..durable import PostgresRunStore, RunStore, SqliteRunStore
+from ..mcp._tokens import RunStoreTokens
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
 from ._app import GRACE, MAX_ACTIVE_RUNS, MakeClient, create_app
@@ -209,11 +210,16 @@ def serve_demo_app(
     ``store_timeout`` and ``max_active_runs`` are as for :func:`create_app`; a store opened
     here from a path or DSN is given ``store_timeout`` too. ``mcp`` adds the tools of MCP
     servers (an ``mcpServers`` config or its file, see docs/mcp.md), connected at startup:
-    the questions of 2026-07-28 servers are requests on the page like any tool's.
+    the questions of 2026-07-28 servers are requests on the page like any tool's, and so are
+    the sign-ins of remote servers (their tokens kept in the run store).
     The app owns the toolkit and the store (given or made here) and closes them on shutdown.
     """
-    toolkit = Toolkit.create(builtins=False, extra_tools=serve_demo_tools(), mcp=mcp)
     run_store = store if isinstance(store, RunStore) else open_store(store, timeout=store_timeout)
+    # Sign-ins to remote MCP servers are kept beside the runs that wait for them.
+    tokens = RunStoreTokens(run_store) if hasattr(run_store, "mcp_token") and mcp else None
+    toolkit = Toolkit.create(
+        builtins=False, extra_tools=serve_demo_tools(), mcp=mcp, mcp_tokens=tokens
+    )
     app = create_app(
         make_client=make_client or demo_client,
         toolkit=toolkit,

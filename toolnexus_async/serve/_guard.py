@@ -24,6 +24,9 @@ routes included, so nothing can be probed from outside):
    Exempt are exactly :data:`PROBES`, ``GET`` (or ``HEAD``) ``/healthz`` and ``/readyz``:
    a load balancer or an orchestrator asks them without a token, and they tell nothing but
    whether the server serves and whether its store answers. Rules 1 and 2 still apply.
+   So is ``GET /oauth/callback`` (:data:`CALLBACKS`): an authorization server sends the
+   browser there from another site, without the ``SameSite=Strict`` cookie, and the
+   one-use ``state`` it carries is its credential (``_oauth``).
 4. **Sessions.** The cookie never holds the token, and a session id is never a token: the
    Bearer header accepts the token alone. Cookies ignore ports, so every server the browser
    visits on this host receives the cookie; what it receives ends when the person logs out
@@ -66,6 +69,7 @@ __all__ = (
     "OTHER_CSP",
     "PAGE_CSP",
     "PROBES",
+    "CALLBACKS",
     "SECURITY_HEADERS",
     "SESSION_IDLE",
     "SESSION_LIFETIME",
@@ -85,6 +89,8 @@ LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 STATE_CHANGING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The health probes: served without the token (rule 3).
 PROBES: Final = frozenset({"/healthz", "/readyz"})
+# Where a sign-in comes back (rule 3): its state, not the token, admits it.
+CALLBACKS: Final = frozenset({"/oauth/callback"})
 # Rule 4's bounds. A person logs in from a browser or two; the bound only stops a script
 # that logs in over and over from growing the table without end.
 MAX_SESSIONS: Final = 256
@@ -312,6 +318,8 @@ def _is_page(request: web.Request) -> bool:
 
 
 def _is_probe(request: web.Request) -> bool:
+    if request.path in CALLBACKS:
+        return request.method == "GET"
     return request.path in PROBES and request.method in ("GET", "HEAD")
 
 

@@ -1,0 +1,584 @@
+"""Signing in to a remote MCP server (OAuth 2.1), the sign-in link being a suspension.
+
+Rules of this module:
+
+- The SDK's ``OAuthClientProvider`` does the protocol: discovery (RFC 9728 protected
+  resource metadata, RFC 8414 authorization server metadata), dynamic client registration
+  (RFC 7591) or a pre-registered client, the scopes a server challenges for and step-up
+  (a 403 ``insufficient_scope``), and refreshing a token before it expires. Its one inline
+  step, sending the person to the authorization URL and awaiting the code inside the HTTP
+  request that needed it, is replaced (:class:`_Provider`): the link and what its exchange
+  needs (the PKCE verifier, the token endpoint, the client) are kept in the
+  :class:`~._tokens.TokenStore`, and the HTTP request goes on without a token, so its 401
+  (or 403) reaches the session as that one call's error while the session lives.
+- That call then suspends (:func:`link_request`): a :class:`~toolnexus_async.Request` of
+  kind ``"authorization"`` with the link as ``url`` (what ``ToolResult.auth_required``
+  makes), its id chosen when the link is made, ``data["mcp_sign_in"] = {"v": 1, "server",
+  "state"}``. The redirect comes back to the host (serve's ``GET /oauth/callback``, or
+  :func:`sign_in_answer`): its ``state`` names the sign-in, the code is recorded beside it
+  in the store (the first code only) and the answer is ``Answer(request_id, True,
+  {"state": state})``, so the code never enters a run's journal. The retry exchanges the
+  code, in whichever process it runs: the sign-in is taken out of the store first, so a
+  state works once.
+- A server that wants a sign-in before it answers anything (its handshake got a 401) is
+  ``needs_auth``; its one tool, ``<server>_sign_in`` (:class:`SignInTool`), asks for the
+  sign-in and, once answered, connects the server and hands its tools to the toolkit.
+- Tokens, client secrets, verifiers and codes are secrets: they are kept in the token store
+  only, never put in a message, a log record or a repr. The SDK logs "OAuth flow error"
+  with a traceback for any exception in its flow; the one this module raises on purpose is
+  dropped from that logger (:class:`_Quiet`).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
+
+import anyio
+import attrs
+import httpx2
+from mcp.client.auth import OAuthClientProvider, PKCEParameters
+from mcp.client.auth.utils import handle_token_response_scopes, validate_authorization_response_iss
+from mcp.shared.auth import (
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+    ProtectedResourceMetadata,
+)
+from mcp.shared.auth_utils import calculate_token_expiry
+
+from .._errors import UsageError
+from .._secrets import Scrubber
+from .._types import Answer, Request, ToolContext, ToolResult
+from ..tools.http import expand_headers
+from ._config import OAuthConfig, ServerConfig
+from ._tokens import TokenStore
+
+if TYPE_CHECKING:
+    from .._toolkit import Toolkit
+    from ._connection import Connection
+
+__all__ = (
+    "ServerSignIn",
+    "SignInLink",
+    "SignInTool",
+    "link_request",
+    "sign_in_answer",
+    "sign_in_of",
+)
+
+log = logging.getLogger("toolnexus_async.mcp")
+
+LAYOUT = 1
+# Sign-ins under way kept per server: each link asked for adds one, each use removes it.
+# A person who never comes back leaves one behind; the oldest go first.
+MAX_UNDER_WAY = 16
+_CLIENT_NAME = "toolnexus-async"
+
+
+class _SignInNeeded(Exception):
+    """Raised inside the SDK's flow where it would wait for a person: the flow stops there."""
+
+
+class _Quiet(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, _SignInNeeded)
+
+
+logging.getLogger("mcp.client.auth.oauth2").addFilter(_Quiet())
+
+
+@attrs.frozen
+class SignInLink:
+    """A sign-in link made for one request: where to send the person, and its state."""
+
+    url: str = attrs.field(repr=False)
+    state: str = attrs.field(repr=False)
+    request_id: str
+
+
+def link_request(server: str, link: SignInLink) -> Request:
+    """The request a call waiting for ``link`` suspends with."""
+    data = {"mcp_sign_in": {"v": LAYOUT, "server": server, "state": link.state}}
+    prompt = f"Sign in to the MCP server {server!r} to go on"
+    return Request(link.request_id, "authorization", prompt, url=link.url, data=data)
+
+
+def sign_in_of(request: Request | None, server: str) -> str | None:
+    """The state of the sign-in ``request`` asks for on ``server``, if it asks for one."""
+    data = None if request is None else request.data
+    mine = None if data is None else data.get("mcp_sign_in")
+    if not isinstance(mine, dict) or mine.get("v") != LAYOUT or mine.get("server") != server:
+        return None
+    state = mine.get("state")
+    return state if isinstance(state, str) and state else None
+
+
+class _Storage:
+    """The SDK's ``TokenStorage`` over one server's record in our :class:`TokenStore`."""
+
+    def __init__(self, sign_in: ServerSignIn) -> None:
+        self._sign_in = sign_in
+
+    async def get_tokens(self) -> OAuthToken | None:
+        kept = (await self._sign_in.record()).get("tokens")
+        return None if kept is None else OAuthToken.model_validate(kept)
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        await self._sign_in.update(
+            tokens=tokens.model_dump(mode="json", exclude_none=True),
+            # Absolute: the SDK keeps the expiry in memory only, and a token loaded after a
+            # restart would otherwise look valid for ever (and be refused, not refreshed).
+            expires_at=calculate_token_expiry(tokens.expires_in),
+        )
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        fixed = self._sign_in.fixed_client()
+        if fixed is not None:
+            return fixed
+        kept = (await self._sign_in.record()).get("client")
+        return None if kept is None else OAuthClientInformationFull.model_validate(kept)
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        if self._sign_in.fixed_client() is None:
+            await self._sign_in.update(
+                client=client_info.model_dump(mode="json", exclude_none=True)
+            )
+
+
+class _Provider(OAuthClientProvider):
+    """The SDK's provider, with its wait for a person replaced by a link kept in the store."""
+
+    def __init__(self, sign_in: ServerSignIn, metadata: OAuthClientMetadata) -> None:
+        assert sign_in.config.url is not None
+        super().__init__(sign_in.config.url, metadata, _Storage(sign_in))
+        self._sign_in = sign_in
+
+    async def _initialize(self) -> None:
+        await super()._initialize()
+        # What the SDK keeps in memory only, from the sign-in that brought the tokens: a
+        # refresh after a restart must reach the token endpoint discovered then.
+        record = await self._sign_in.record()
+        context = self.context
+        context.token_expiry_time = record.get("expires_at")
+        if context.oauth_metadata is None and record.get("metadata") is not None:
+            context.oauth_metadata = OAuthMetadata.model_validate(record["metadata"])
+        kept = record.get("resource_metadata")
+        if context.protected_resource_metadata is None and kept is not None:
+            context.protected_resource_metadata = ProtectedResourceMetadata.model_validate(kept)
+
+    async def _perform_authorization_code_grant(self) -> tuple[str, str]:
+        sign_in = self._sign_in
+        sign_in.needed = True
+        if not sign_in.interactive:
+            raise _SignInNeeded  # connecting: the server waits for its sign-in tool
+        context = self.context
+        client = context.client_info
+        redirects = context.client_metadata.redirect_uris
+        if client is None or not redirects:
+            raise _SignInNeeded
+        metadata = context.oauth_metadata
+        base = context.get_authorization_base_url(context.server_url)
+        endpoint = str(metadata.authorization_endpoint) if metadata else urljoin(base, "/authorize")
+        token_url = (
+            str(metadata.token_endpoint)
+            if metadata and metadata.token_endpoint
+            else urljoin(base, "/token")
+        )
+        pkce = PKCEParameters.generate()
+        state = secrets.token_urlsafe(32)
+        params = {
+            "response_type": "code",
+            "client_id": client.client_id,
+            "redirect_uri": str(redirects[0]),
+            "state": state,
+            "code_challenge": pkce.code_challenge,
+            "code_challenge_method": "S256",
+        }
+        resource = None
+        if context.should_include_resource_param(context.protocol_version):
+            resource = params["resource"] = context.get_resource_url()  # RFC 8707
+        scope = context.client_metadata.scope
+        if scope:
+            params["scope"] = scope
+            if "offline_access" in scope.split():
+                params["prompt"] = "consent"  # OpenID Connect asks it with offline_access
+        link = SignInLink(f"{endpoint}?{urlencode(params)}", state, "req_" + uuid.uuid4().hex)
+        await sign_in.keep_under_way(
+            state,
+            {
+                "request": link.request_id,
+                "verifier": pkce.code_verifier,
+                "redirect_uri": str(redirects[0]),
+                "token_url": token_url,
+                "client_id": client.client_id,
+                "resource": resource,
+                "scope": scope,
+                "metadata": None if metadata is None else metadata.model_dump(mode="json"),
+                "resource_metadata": (
+                    None
+                    if context.protected_resource_metadata is None
+                    else context.protected_resource_metadata.model_dump(mode="json")
+                ),
+                "made": time.time(),
+            },
+        )
+        sign_in.links.append(link)
+        raise _SignInNeeded
+
+    async def _auth_flow(self, request: httpx2.Request) -> Any:
+        flow = super()._auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        except _SignInNeeded:
+            # The request goes on unauthenticated: its refusal is this call's error, and
+            # the session lives on. (The flow's own lock was released as this unwound.)
+            request.headers.pop("Authorization", None)
+            yield request
+        finally:
+            await flow.aclose()
+
+
+class _Noticing(httpx2.Auth):
+    """No sign-in can be made (no redirect URI): a 401 is noticed, to say why it failed."""
+
+    def __init__(self, sign_in: ServerSignIn) -> None:
+        self._sign_in = sign_in
+
+    async def async_auth_flow(self, request: httpx2.Request) -> Any:
+        response = yield request
+        if response.status_code == 401:
+            self._sign_in.needed = True
+
+
+class ServerSignIn:
+    """One remote server's sign-in: its provider, its record in the token store, its links."""
+
+    def __init__(
+        self, config: ServerConfig, oauth: OAuthConfig, tokens: TokenStore, redirect: str | None
+    ) -> None:
+        self.config = config
+        self.oauth = oauth
+        self.tokens = tokens
+        self.redirect = oauth.redirect_uri or redirect
+        self.interactive = False  # links are made for calls, not while connecting
+        self.was_connected = False  # its tools are offered (not its sign-in tool)
+        self.needed = False  # a request was refused for want of a sign-in
+        self.links: list[SignInLink] = []  # made and not yet handed to a call
+        self._key = f"mcp-oauth {config.name} {config.url}"
+        self._under_way_key = f"mcp-oauth-under-way {config.name} {config.url}"
+        self._lock = anyio.Lock()
+        self._fixed: OAuthClientInformationFull | None = None
+        self.scrub = Scrubber(())
+        self._provider: _Provider | None = None
+
+    def __repr__(self) -> str:
+        return f"ServerSignIn(server={self.config.name!r})"
+
+    # -- the HTTP client's auth ----------------------------------------------------------------
+
+    def auth(self) -> httpx2.Auth | str:
+        """The auth of the server's HTTP client, made anew for each connection (pre-registered
+        client values expanded now), or why it cannot be made."""
+        self.needed = False
+        if self.redirect is None:
+            return _Noticing(self)
+        given = {
+            k: v
+            for k, v in (("id", self.oauth.client_id), ("secret", self.oauth.client_secret))
+            if v
+        }
+        expanded = expand_headers(given, "oauth client value")
+        if isinstance(expanded, str):
+            return expanded
+        values, hidden, _ = expanded
+        self.scrub = Scrubber(hidden)
+        method = "client_secret_post" if "secret" in values else "none"
+        metadata = OAuthClientMetadata(
+            redirect_uris=[self.redirect],  # type: ignore[list-item]
+            client_name=_CLIENT_NAME,
+            scope=self.oauth.scope,
+            grant_types=["authorization_code", "refresh_token"],
+            token_endpoint_auth_method=method,  # type: ignore[arg-type]
+        )
+        self._fixed = None
+        if "id" in values:
+            self._fixed = OAuthClientInformationFull(
+                client_id=values["id"],
+                client_secret=values.get("secret"),
+                redirect_uris=[self.redirect],  # type: ignore[list-item]
+                token_endpoint_auth_method=method,
+                scope=self.oauth.scope,
+            )
+        self._provider = _Provider(self, metadata)
+        return self._provider
+
+    def connected(self) -> None:
+        """The server connected: a call refused from now on gets a link."""
+        self.interactive = self.was_connected = True
+
+    def fixed_client(self) -> OAuthClientInformationFull | None:
+        return self._fixed
+
+    def why(self) -> str:
+        """What a server refused for want of a sign-in needs, said for its status."""
+        if self.redirect is None:
+            return (
+                "the server asks for a sign-in (HTTP 401), and no redirect URI is set: give "
+                "oauth.redirectUri in its config, or Toolkit.create(mcp_redirect_uri=...)"
+            )
+        if self.was_connected:
+            return "the server asks for a sign-in again: the next call of its tools asks the person"
+        tool = f"{self.config.name}_sign_in"
+        return f"the server asks for a sign-in first: its tool {tool!r} asks the person"
+
+    # -- the record in the token store ---------------------------------------------------------
+
+    async def record(self) -> dict[str, Any]:
+        return await self.tokens.get(self._key) or {}
+
+    async def update(self, **fields: Any) -> None:
+        async with self._lock:
+            record = await self.record()
+            record.update(fields)
+            await self.tokens.set(self._key, record)
+
+    async def keep_under_way(self, state: str, entry: dict[str, Any]) -> None:
+        async with self._lock:
+            under_way = await self.tokens.get(self._under_way_key) or {}
+            under_way[state] = entry
+            for old in sorted(under_way, key=lambda s: under_way[s].get("made", 0))[
+                :-MAX_UNDER_WAY
+            ]:
+                del under_way[old]
+            await self.tokens.set(self._under_way_key, under_way)
+
+    async def note_code(self, state: str, code: str | None, iss: str | None) -> str | None:
+        """Record the code the redirect brought for ``state`` (the first one only); the id
+        of the request it answers, or ``None`` when no sign-in under way has that state."""
+        async with self._lock:
+            under_way = await self.tokens.get(self._under_way_key) or {}
+            entry = under_way.get(state)
+            if entry is None:
+                return None
+            if "code" not in entry:
+                entry["code"], entry["iss"] = code, iss
+                await self.tokens.set(self._under_way_key, under_way)
+            return str(entry["request"])
+
+    async def take(self, state: str) -> dict[str, Any] | None:
+        """The sign-in under way with ``state``, taken out of the store: it works once."""
+        async with self._lock:
+            under_way = await self.tokens.get(self._under_way_key) or {}
+            entry: dict[str, Any] | None = under_way.pop(state, None)
+            if entry is not None:
+                await self.tokens.set(self._under_way_key, under_way or None)
+            return entry
+
+    # -- signing in ----------------------------------------------------------------------------
+
+    def take_link(self) -> SignInLink | None:
+        return self.links.pop(0) if self.links else None
+
+    async def begin(self) -> SignInLink | str | None:
+        """A new sign-in link for a server that is not connected: one request to it, which
+        the provider's flow answers (discovery, registration); ``None`` when the server
+        answers it without a sign-in (signed in meanwhile), or why no link was made."""
+        auth = self._provider or self.auth()
+        if isinstance(auth, str):
+            return auth
+        probe = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
+        headers = {"Accept": "application/json, text/event-stream"}
+        self.interactive = True
+        try:
+            async with httpx2.AsyncClient(auth=auth, timeout=self.config.timeout) as http:
+                assert self.config.url is not None
+                response = await http.post(self.config.url, json=probe, headers=headers)
+        except Exception as exc:
+            return self.scrub(f"the sign-in could not begin: {type(exc).__name__}: {exc}")
+        link = self.take_link()
+        if link is not None:
+            return link
+        if response.status_code in (401, 403):
+            return self.why() if self.redirect is None else "the server refused the sign-in"
+        return None
+
+    async def complete(self, state: str, answer: Answer) -> str | None:
+        """Exchange the code the redirect of sign-in ``state`` brought for tokens; why it
+        failed, or ``None``. The sign-in is used up either way."""
+        entry = await self.take(state)
+        if entry is None:
+            return "this sign-in was used already, or is unknown: sign in again"
+        if not answer.ok:
+            return "the sign-in was not completed"
+        code = entry.get("code")
+        if not isinstance(code, str) or not code:
+            return "the sign-in did not come back with a code"
+        try:
+            metadata = entry.get("metadata")
+            validate_authorization_response_iss(
+                entry.get("iss"),
+                None if metadata is None else OAuthMetadata.model_validate(metadata),
+            )
+        except Exception as exc:
+            return f"the sign-in came back from another server: {exc}"
+        provider = self._provider
+        if provider is None:
+            auth = self.auth()
+            if isinstance(auth, str):
+                return auth
+            provider = self._provider
+        assert provider is not None
+        return await self._exchange(provider, entry, code)
+
+    async def _exchange(self, provider: _Provider, entry: dict[str, Any], code: str) -> str | None:
+        context = provider.context
+        if context.client_info is None:
+            context.client_info = await context.storage.get_client_info()
+        if context.client_info is None or context.client_info.client_id != entry["client_id"]:
+            return "the client this sign-in was made for is not registered any more: sign in again"
+        data = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": entry["redirect_uri"],
+            "client_id": entry["client_id"],
+            "code_verifier": entry["verifier"],
+        }
+        if entry.get("resource"):
+            data["resource"] = entry["resource"]
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        data, headers = context.prepare_token_auth(data, headers)
+        try:
+            async with httpx2.AsyncClient(timeout=self.config.timeout) as http:
+                response = await http.post(entry["token_url"], data=data, headers=headers)
+                if response.status_code not in (200, 201):
+                    return f"the authorization server refused the code: {_oauth_error(response)}"
+                token = await handle_token_response_scopes(response)
+        except Exception as exc:
+            return self.scrub(f"the code could not be exchanged: {type(exc).__name__}")
+        if token.scope is None:
+            token.scope = entry.get("scope")
+        context.current_tokens = token
+        context.update_token_expiry(token)
+        await context.storage.set_tokens(token)
+        await self.update(
+            metadata=entry.get("metadata"), resource_metadata=entry.get("resource_metadata")
+        )
+        if context.oauth_metadata is None and entry.get("metadata") is not None:
+            context.oauth_metadata = OAuthMetadata.model_validate(entry["metadata"])
+        self.needed = False
+        log.info("MCP server %r: signed in", self.config.name)
+        return None
+
+    async def forget(self, state: str) -> None:
+        await self.take(state)
+
+
+def _oauth_error(response: httpx2.Response) -> str:
+    """The RFC 6749 error code of a refusal (never its body: it might echo what was sent)."""
+    try:
+        error = response.json().get("error")
+    except Exception:
+        error = None
+    return f"HTTP {response.status_code}" + (f" ({error})" if isinstance(error, str) else "")
+
+
+class SignInTool:
+    """``<server>_sign_in``: the one tool of a server waiting for its first sign-in."""
+
+    source = "mcp"
+
+    def __init__(self, name: str, connection: Connection, sign_in: ServerSignIn) -> None:
+        self.name = name
+        self.server = connection.config.name
+        self.description = (
+            f"Sign in to the MCP server {self.server!r}. Its tools become available once the "
+            "person has signed in."
+        )
+        self.input_schema: dict[str, Any] = {"type": "object", "properties": {}}
+        self._connection = connection
+        self._sign_in = sign_in
+
+    @property
+    def connection(self) -> Connection:
+        return self._connection
+
+    def __repr__(self) -> str:
+        return f"SignInTool(name={self.name!r}, server={self.server!r})"
+
+    def _fail(self, problem: str) -> ToolResult:
+        return ToolResult.error(f"signing in to MCP server {self.server!r}: {problem}")
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+        state = None if ctx is None or ctx.answer is None else sign_in_of(ctx.request, self.server)
+        if state is not None and ctx is not None and ctx.answer is not None:
+            problem = await self._sign_in.complete(state, ctx.answer)
+            if problem is not None:
+                return self._fail(problem)
+            return await self._connected()
+        if self._connection.state == "connected":
+            return await self._connected()
+        link = await self._sign_in.begin()
+        if isinstance(link, str):
+            return self._fail(link)
+        if link is None:
+            return await self._connected()
+        return ToolResult.pending(link_request(self.server, link))
+
+    async def refused(self, args: dict[str, Any], ctx: ToolContext) -> None:
+        state = sign_in_of(ctx.request, self.server)
+        if state is not None:
+            await self._sign_in.forget(state)
+
+    async def _connected(self) -> ToolResult:
+        connection = self._connection
+        if connection.state != "connected":
+            await connection.connect_again()
+        if connection.state != "connected":
+            return self._fail(connection.error or "it did not connect")
+        names = ", ".join(connection.tool_names()) or "none"
+        return ToolResult.ok(f"signed in to MCP server {self.server!r}; its tools: {names}")
+
+
+async def sign_in_answer(toolkit: Toolkit, redirect_url: str) -> Answer:
+    """The answer that the redirect ``redirect_url`` (where the authorization server sent the
+    person back, with ``code`` and ``state`` in its query) gives to the sign-in request it
+    completes; hand it to your ``Inbox`` or ``DurableHost``. The code is kept beside the
+    sign-in in the toolkit's token store, not in the answer.
+
+    Raises:
+        UsageError: the URL carries no ``state``, or no sign-in under way has it (it was
+            used already, or never made here).
+    """
+    query = parse_qs(urlsplit(redirect_url).query)
+
+    def one(name: str) -> str | None:
+        values = query.get(name)
+        return values[0] if values else None
+
+    state = one("state")
+    if not state:
+        raise UsageError("the sign-in redirect carries no state")
+    code, error = one("code"), one("error")
+    servers = toolkit._mcp  # the toolkit's own servers: no other has its sign-ins
+    connections = () if servers is None else servers.connections
+    for sign_in in (c.sign_in for c in connections if c.sign_in is not None):
+        request_id = await sign_in.note_code(state, code, one("iss"))
+        if request_id is None:
+            continue
+        if error is not None or not code:
+            reason = "declined" if error == "access_denied" else "cancelled"
+            return Answer(request_id, False, reason=reason)
+        return Answer(request_id, True, {"state": state})
+    raise UsageError("no sign-in under way has this state: it was used already, or is unknown")
