@@ -18,7 +18,8 @@ from tests.test_mcp_oauth import SIGNED_IN, follow, guarded, model, oauth_server
 from tests.test_serve_api import TOKEN, events, post, serving
 from toolnexus_async import LlmClient, Request
 from toolnexus_async.durable import SqliteRunStore
-from toolnexus_async.serve import ServeInbox, serve_demo_app
+from toolnexus_async.serve import ServeInbox
+from toolnexus_async.serve.demo import serve_demo_app
 
 LIMIT = 60
 

@@ -243,6 +243,13 @@ class Toolkit(FlagClosing):
         self._spec_tuple = tuple(tools.values())
 
     @property
+    def mcp_connections(self) -> tuple[Connection, ...]:
+        """The sessions of the MCP servers this toolkit owns (empty without ``mcp=``): for
+        :mod:`toolnexus_async.mcp` (a sign-in's redirect finds its server here), not for
+        applications, which read :attr:`mcp_status`."""
+        return () if self._mcp is None else tuple(self._mcp.connections)
+
+    @property
     def mcp_status(self) -> dict[str, McpStatus]:
         """Each configured MCP server's :class:`~toolnexus_async.mcp.McpStatus`, by name
         (empty without ``mcp=``). Before :meth:`start` an enabled server reads ``failed``

@@ -571,8 +571,7 @@ async def sign_in_answer(toolkit: Toolkit, redirect_url: str) -> Answer:
     if not state:
         raise UsageError("the sign-in redirect carries no state")
     code, error = one("code"), one("error")
-    servers = toolkit._mcp  # the toolkit's own servers: no other has its sign-ins
-    connections = () if servers is None else servers.connections
+    connections = toolkit.mcp_connections  # the toolkit's own servers: no other has its sign-ins
     for sign_in in (c.sign_in for c in connections if c.sign_in is not None):
         request_id = await sign_in.note_code(state, code, one("iss"))
         if request_id is None:

@@ -33,19 +33,13 @@ import logging
 import math
 import mimetypes
 import re
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import anyio
-import attrs
 from aiohttp import web
 
-from .._client import LlmClient
 from .._errors import (
-    AlreadyAnsweredError,
-    AlreadyResumedError,
-    AnswerMismatchError,
-    RequestExpiredError,
     UnknownRequestError,
     UsageError,
 )
@@ -62,12 +56,12 @@ from ._oauth import CALLBACK, oauth_callback
 from ._outage import OUTAGE, StoreOutage, retry_after, store_faults
 from ._queries import cursor_of, request_query, run_query
 from ._runs import ServeInbox, drive, run_detail, run_item, shown
+from ._state import SERVE, MakeClient, ServeState, hand_over
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
 
 log = logging.getLogger("toolnexus_async.serve")
 
-MakeClient = Callable[[ServeInbox], LlmClient]
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 OPENAPI = STATIC_DIR.parent / "openapi.json"
@@ -93,33 +87,6 @@ RETRY_FULL = 1
 _STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _NO_STORE = {"Cache-Control": "no-store"}
-
-
-@attrs.define
-class _Serve:
-    """The app's live state; the task group and client exist between startup and shutdown."""
-
-    make_client: MakeClient
-    toolkit: Toolkit
-    store: RunStore
-    park_timeout: float
-    lease: float
-    grace: float
-    static: Path
-    bus: EventBus
-    max_active: int
-    active: int = 0  # runs started here, not yet ended or halted
-    feed: EventFeed | None = None
-    client: LlmClient | None = None
-    inbox: ServeInbox | None = None
-    host: DurableHost | None = None
-    runs: TaskOwner | None = None  # the task of each run started here
-    closing: bool = False
-    stop_at: float | None = None  # anyio.current_time() at which the grace ends
-    freeze_gc: bool = False
-
-
-SERVE = web.AppKey("toolnexus_serve", _Serve)
 
 
 def create_app(
@@ -198,7 +165,7 @@ def create_app(
     app[OUTAGE] = StoreOutage(store, timeout=store_timeout)
     app.on_response_prepare.append(add_security_headers)
     bus = EventBus()
-    app[SERVE] = _Serve(
+    app[SERVE] = ServeState(
         make_client,
         toolkit,
         store,
@@ -261,7 +228,7 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
                     serve.runs = serve.host = None
 
 
-async def _settle(serve: _Serve, host: DurableHost) -> None:
+async def _settle(serve: ServeState, host: DurableHost) -> None:
     """Wait for the busy runs to end or park, until the grace is over."""
     # Counted from on_shutdown when it ran: aiohttp waits for open requests in between,
     # and a grace restarted after that wait would let a stop outlast the time it is given.
@@ -276,7 +243,7 @@ async def _settle(serve: _Serve, host: DurableHost) -> None:
         )
 
 
-def _freezing(serve: _Serve, inbox: ServeInbox) -> contextlib.AbstractContextManager[object]:
+def _freezing(serve: ServeState, inbox: ServeInbox) -> contextlib.AbstractContextManager[object]:
     """The app's ``GcFreezer`` if it was asked for one (started on the loop, as its
     paced young collections need), else nothing. Everything frozen goes back to the
     collector whenever no run is parked, and at shutdown."""
@@ -329,7 +296,7 @@ async def post_run(request: web.Request) -> web.Response:
     return web.json_response({"id": begun.run_id, "status": "running"}, status=202)
 
 
-async def _drive(serve: _Serve, begun: BegunRun) -> None:
+async def _drive(serve: ServeState, begun: BegunRun) -> None:
     try:
         await drive(begun)
     finally:
@@ -402,29 +369,6 @@ async def post_answer(request: web.Request) -> web.Response:
         raise ApiError(422, str(exc)) from None
     await hand_over(serve, answer)
     return web.json_response({"id": request_id, "ok": answer.ok})
-
-
-async def hand_over(serve: _Serve, answer: Answer) -> None:
-    """Give ``answer`` to the durable host, for ``POST /requests/{id}/answer`` and the
-    sign-in callback (``_oauth``): durable once this returns. :class:`ApiError` 503 while
-    the server stops, 404 for a request no run waits for, 409 for one answered, resumed or
-    expired already, or answered otherwise."""
-    inbox, host = serve.inbox, serve.host
-    if inbox is None or host is None or serve.closing:
-        raise ApiError(503, "the server is shutting down")
-    try:
-        # A store error is store_faults' to map: nothing was taken then, and the same
-        # answer may be sent again.
-        await host.answer(answer)
-    except UnknownRequestError as exc:
-        raise ApiError(404, str(exc)) from None
-    except (
-        AlreadyAnsweredError,
-        AlreadyResumedError,
-        AnswerMismatchError,
-        RequestExpiredError,
-    ) as exc:
-        raise ApiError(409, str(exc)) from None
 
 
 # -- probes -------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from aiohttp import web
 from .._errors import UsageError
 from ..mcp import sign_in_answer
 from ._bodies import ApiError
+from ._state import SERVE, hand_over
 
 __all__ = ("CALLBACK", "oauth_callback")
 
@@ -43,8 +44,6 @@ def _page(status: int, title: str, text: str) -> web.Response:
 
 async def oauth_callback(request: web.Request) -> web.Response:
     """``GET /oauth/callback?code=...&state=...``: the sign-in's answer to its request."""
-    from ._app import SERVE, hand_over  # _app registers this route: imported when called
-
     serve = request.app[SERVE]
     try:
         answer = await sign_in_answer(serve.toolkit, str(request.rel_url))
