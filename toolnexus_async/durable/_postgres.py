@@ -83,7 +83,8 @@ class PostgresRunStore:
             import asyncpg
         except ImportError as exc:  # the optional extra is not installed
             raise UsageError(
-                "PostgresRunStore needs asyncpg: pip install 'toolnexus-async[postgres]'"
+                "PostgresRunStore needs asyncpg: pip install -e '.[postgres]' in the "
+                "toolnexus-async checkout (or pip install 'asyncpg>=0.30')"
             ) from exc
         if not isinstance(dsn, str) or not dsn.startswith(("postgresql://", "postgres://")):
             raise UsageError("dsn must be a postgresql:// URL")

@@ -10,8 +10,9 @@ Rules of this module:
 - While the store is down, :meth:`StoreOutage.watch` (a task in the app's task group) pings
   it every :data:`PROBE_EVERY` seconds. The first success, the probe's, the readiness
   check's or a host renewal's, marks it up and logs one WARNING saying how long it lasted
-  (a WARNING too, so that it shows wherever the first did: ``serve`` configures no logging,
-  and Python's last-resort handler prints WARNING and above). While the store is up the
+  (a WARNING too, so that it shows wherever the first did: ``serve`` logs the package's
+  INFO and above, and a host that configures no logging still gets WARNING through
+  Python's last-resort handler). While the store is up the
   probe sleeps: a healthy server sends the store nothing extra.
 - A store error that escapes a handler is answered here, in one place
   (:func:`store_faults`): :class:`StoreUnavailableError` is 503 with ``Retry-After`` (whole
