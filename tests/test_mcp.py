@@ -242,7 +242,7 @@ async def test_tools_are_chosen_per_server_never_replace_a_tool_and_a_model_call
 
 def test_without_the_sdk_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(sys.modules, "mcp", None)  # what an absent package looks like
-    with pytest.raises(UsageError, match=r"pip install 'toolnexus-async\[mcp\]'"):
+    with pytest.raises(UsageError, match=r"pip install -e '\.\[mcp\]' in the toolnexus-async"):
         Toolkit.create(builtins=False, mcp={"s": {"command": ["x"]}})
 
 

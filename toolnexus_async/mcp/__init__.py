@@ -1,7 +1,8 @@
 """MCP tool servers in a toolkit: ``Toolkit.create(mcp=config)`` (see docs/mcp.md).
 
 Needs the optional extra: ``pip install -e '.[mcp]'`` in a checkout (the official ``mcp``
-SDK, 2.x; the package is on no index). Importing this package works without it; only connecting needs it.
+SDK, 2.x; the package is on no index). Importing this package works without it; only
+connecting needs it.
 
 Rules of this package: the SDK is imported here and nowhere else in toolnexus_async, and
 only by the modules that talk to servers (``_connect``, ``_connection``, ``_transport``,
