@@ -276,14 +276,13 @@ def test_an_inline_question_is_answered_on_the_page(tmp_path: Path) -> None:
 
     log, token = tmp_path / "outcomes.jsonl", new_token()
     with serve_process(tmp_path, token, log) as server, sync_playwright() as pw:
-        browser = launch(pw)
+        api, browser = Api(server.base, token), launch(pw)
         try:
-            page = browser.new_page(viewport={"width": 1000, "height": 900})
-            problems: list[str] = []
-            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            page = browser.new_page()
+            errors: list[object] = []
+            page.on("pageerror", lambda error: errors.append(error))
             page.goto(server.url)
-            expect(page.locator("#connection")).to_have_text("Live")
-            api = Api(server.base, token)
+            expect(page.locator("#connection")).to_have_text("Live")  # the question's event
             _, started = api.call("POST", "/runs", {"prompt": f"old_book {json.dumps(CITY)}"})
             card = page.locator('#requests > li[data-durable="false"]')
             expect(card).to_have_count(1)
@@ -296,7 +295,7 @@ def test_an_inline_question_is_answered_on_the_page(tmp_path: Path) -> None:
             run = page.locator(f'#runs > li[data-run="{started["id"]}"]')
             expect(run.locator(".status")).to_have_text("done")
             expect(run).to_contain_text("booked Rome, seat window")
-            assert problems == []
+            assert errors == []
         finally:
             browser.close()
     assert outcomes(log) == [{"tool": "book", "action": "accept", "content": {"seat": "window"}}]
