@@ -23,7 +23,8 @@ Rules of this module:
   offers now.
 - An inline question (an older server's ``elicitation/create``) stops the clock of the
   calls in flight to that server while a person answers it: a call's time limit bounds
-  the server's work, not the person's.
+  the server's work, not the person's. It is asked for the run of those calls when they
+  are all of one run (a parking ``wait_for`` such as an ``Inbox`` then knows the run).
 - Sign-in (:mod:`._oauth`): an attempt refused for want of a sign-in (a 401) leaves the
   server ``needs_auth``, and ends its round at once: attempting again before a sign-in
   completes would be refused again, and no cool-down holds back the call that comes with
@@ -301,7 +302,7 @@ class McpServers:
         request = inline_request(params)
         try:
             with connection.asking_person():
-                answer = await resolver.ask(request)
+                answer = await resolver.ask(request, connection.asking_run())
         except HaltRun:
             return types.ElicitResult(action="cancel")
         if isinstance(params, types.ElicitRequestFormParams):

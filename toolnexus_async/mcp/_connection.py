@@ -11,7 +11,8 @@ Rules of this module:
   server's task has closed it, so the status and the calls never use a session the SDK
   has given up.
 - A call's time limit is a :class:`Clock`; while a person answers an inline question of
-  the server, every clock of its calls stops.
+  the server, every clock of its calls stops. A clock knows the run of its call, so an
+  inline question names its run when the calls in flight are all of one run.
 - A remote server that signs in (:mod:`._oauth`) has its :class:`~._oauth.ServerSignIn`
   here, for its transport (the HTTP client's auth) and its tools (the sign-in links);
   ``needs_auth`` is the state of one whose last attempt was refused for want of it.
@@ -49,8 +50,11 @@ class Clock:
     answers an inline question; ``with`` it, the call is bounded (and counted by its
     connection, whose questions stop it)."""
 
-    def __init__(self, limit: float | None, clocks: set[Clock], paused: bool) -> None:
+    def __init__(
+        self, limit: float | None, clocks: set[Clock], paused: bool, run_id: str | None = None
+    ) -> None:
         self.limit = limit
+        self.run_id = run_id  # the run that makes the call, when its context says
         self.scope = anyio.CancelScope()
         self._clocks = clocks
         self._left: float | None = None
@@ -186,9 +190,16 @@ class Connection:
         self._settled.set()
         self._settled = anyio.Event()
 
-    def clock(self) -> Clock:
-        """The time limit of one call, in force inside ``with`` it."""
-        return Clock(self.config.call_timeout, self._clocks, paused=self._asking > 0)
+    def clock(self, run_id: str | None = None) -> Clock:
+        """The time limit of one call (of run ``run_id``), in force inside ``with`` it."""
+        return Clock(self.config.call_timeout, self._clocks, self._asking > 0, run_id)
+
+    def asking_run(self) -> str | None:
+        """The run an inline question of the server comes from: the protocol does not say
+        which call asks, so it is known only when every call in flight to the server is of
+        one run (and that run is known); else None."""
+        runs = {clock.run_id for clock in self._clocks}
+        return runs.pop() if len(runs) == 1 else None
 
     @contextmanager
     def asking_person(self) -> Iterator[None]:

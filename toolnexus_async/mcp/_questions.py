@@ -44,6 +44,7 @@ from mcp_types import (
 from .._types import Answer, Request
 
 __all__ = (
+    "INLINE_PREFIX",
     "LAYOUT",
     "Question",
     "elicit_result",
@@ -55,6 +56,9 @@ __all__ = (
 )
 
 LAYOUT = 1
+# The start of an inline question's request id: a host that holds no such question (another
+# worker of serve) can tell the person that only the process holding the call can answer.
+INLINE_PREFIX = "req_inline_"
 
 
 @attrs.frozen
@@ -108,8 +112,9 @@ def request_for(server: str, tool: str, result: InputRequiredResult) -> Request 
 
 def inline_request(params: ElicitRequestParams) -> Request:
     """The request for an older server's inline question (nothing to retry: no ``mcp``),
-    with an id of its own (a suspension's is given by ``ToolResult.pending``)."""
-    return attrs.evolve(_request(params, None), id="req_" + uuid.uuid4().hex)
+    with an id of its own, :data:`INLINE_PREFIX` and 32 hex digits (a suspension's is given
+    by ``ToolResult.pending``)."""
+    return attrs.evolve(_request(params, None), id=INLINE_PREFIX + uuid.uuid4().hex)
 
 
 def question_of(request: Request | None, server: str, tool: str) -> Question | None:

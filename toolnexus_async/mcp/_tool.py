@@ -174,18 +174,21 @@ class McpTool:
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
         sign_in = self._connection.sign_in
+        run_id = None if ctx is None else ctx.run_id
         if sign_in is not None and ctx is not None and ctx.answer is not None:
             state = sign_in_of(ctx.request, self.server)
             if state is not None:
                 problem = await sign_in.complete(state, ctx.answer)
-                return self._fail(problem) if problem else await self._call(args, None, None)
+                if problem:
+                    return self._fail(problem)
+                return await self._call(args, None, None, run_id)
         question = None
         if ctx is not None and ctx.answer is not None:
             question = question_of(ctx.request, self.server, self.remote)
         if question is None or ctx is None or ctx.answer is None:
-            return await self._call(args, None, None)
+            return await self._call(args, None, None, run_id)
         responses = responses_for(question, ctx.answer, ctx.request)
-        return await self._call(args, responses, question.state)
+        return await self._call(args, responses, question.state, run_id)
 
     async def refused(self, args: dict[str, Any], ctx: ToolContext) -> None:
         """This call's question ended without an ok answer: tell the server, as a retry
@@ -201,7 +204,7 @@ class McpTool:
             return
         refusal = Answer(answer.id, False, reason=answer.reason)
         responses = responses_for(question, refusal, ctx.request)
-        outcome = await self._call(args, responses, question.state)
+        outcome = await self._call(args, responses, question.state, ctx.run_id)
         if outcome.is_error:
             log.debug("MCP tool %r: the refusal's retry answered %s", self.name, outcome.output)
 
@@ -210,8 +213,9 @@ class McpTool:
         args: dict[str, Any],
         responses: dict[str, types.ElicitResult] | None,
         state: str | None,
+        run_id: str | None,
     ) -> ToolResult:
-        with self._connection.clock() as clock:
+        with self._connection.clock(run_id) as clock:
             return await self._sessions(args, responses, state)
         return self._timed_out(clock)
 

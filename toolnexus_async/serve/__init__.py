@@ -7,7 +7,8 @@ describes the HTTP API, the event stream, the lock (token, hosts, origins, heade
 timeouts) and restart behaviour.
 
 - :func:`create_app` builds the aiohttp application from a client factory, a toolkit and
-  a run store, locked with a token;
+  a run store, locked with a token; :class:`InlineQuestions` brings older MCP servers'
+  inline questions to its page;
 - :func:`open_store` opens the run store a path or a PostgreSQL DSN names (several
   servers may share a database); the demo app of ``toolnexus-async serve`` is in
   :mod:`toolnexus_async.serve.demo`;
@@ -18,6 +19,7 @@ timeouts) and restart behaviour.
 from ._app import MakeClient, create_app
 from ._demo import open_store
 from ._guard import TOKEN_ENV, new_token
+from ._inline import InlineQuestions
 from ._runs import ServeInbox
 from ._server import NoQueryAccessLogger, ServeRunner, run_server
 
@@ -26,6 +28,7 @@ __all__ = (
     "open_store",
     "MakeClient",
     "ServeInbox",
+    "InlineQuestions",
     "TOKEN_ENV",
     "new_token",
     "ServeRunner",

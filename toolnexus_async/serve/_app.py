@@ -52,6 +52,7 @@ from ._bodies import MAX_BODY, ApiError, is_text, json_errors, only, read_json_o
 from ._events import EventBus, stream_events
 from ._feed import EventFeed
 from ._guard import GUARD, Guard, add_security_headers, guard_requests, log_out
+from ._inline import InlineQuestions
 from ._oauth import CALLBACK, oauth_callback
 from ._outage import OUTAGE, StoreOutage, retry_after, store_faults
 from ._queries import cursor_of, request_query, run_query
@@ -104,6 +105,7 @@ def create_app(
     grace: float = GRACE,
     store_timeout: float = 10.0,
     max_active_runs: int = MAX_ACTIVE_RUNS,
+    inline_questions: InlineQuestions | None = None,
 ) -> web.Application:
     """The approval-inbox web application.
 
@@ -141,6 +143,11 @@ def create_app(
             (:func:`open_store` does).
         max_active_runs: the most runs started here (``POST /runs``) that may be running
             or parked at once; beyond it ``POST /runs`` answers 429 with ``Retry-After``.
+        inline_questions: the :class:`InlineQuestions` given to ``toolkit`` as its
+            ``wait_for``: the questions older MCP servers ask inside a call are then listed,
+            streamed and answered like the store's requests, marked ``"durable": false``,
+            while this process lives (docs/mcp.md). Without it such servers are not
+            offered elicitation.
     """
     if not park_timeout > 0:  # NaN too
         raise UsageError(f"park_timeout must be > 0 seconds, got {park_timeout}")
@@ -176,6 +183,7 @@ def create_app(
         bus,
         max_active_runs,
         freeze_gc=freeze_gc,
+        inline=inline_questions,
     )
     app.cleanup_ctx.append(_lifespan)
     app.on_shutdown.append(_stop_accepting)
@@ -216,6 +224,8 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
                 runs = await TaskOwner.open_in(tg, "the runs of the server")
                 serve.client, serve.inbox, serve.host, serve.runs = client, inbox, host, runs
                 serve.feed = feed
+                if serve.inline is not None:
+                    serve.inline.bus = serve.bus
                 try:
                     yield
                 finally:
@@ -223,6 +233,9 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
                     serve.closing = True
                     serve.bus.close()
                     host.shutdown()  # parked runs halt (the store has them); busy ones are let go
+                    if serve.inline is not None:  # their calls end now, not at the grace
+                        serve.inline.halt_all()
+                        serve.inline.bus = None
                     await _settle(serve, host)
                     tg.cancel_scope.cancel()
                     serve.runs = serve.host = None
@@ -335,17 +348,20 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def list_requests(request: web.Request) -> web.Response:
     """``GET /requests``: a page of the outstanding requests, oldest first, parked or
-    spilled, on any worker, with the total and counts per kind."""
+    spilled, on any worker, with the total and counts per kind; the first page starts with
+    this process's inline questions."""
     serve = request.app[SERVE]
-    page = await serve.store.list_requests(request_query(request.query))
-    return web.json_response(
-        {
-            "requests": [shown(s.request, run_id=s.run_id) for s in page.requests],
-            "next": cursor_of("q", page.next),
-            "total": page.total,
-            "counts": page.counts,
-        }
-    )
+    query = request_query(request.query)
+    page = await serve.store.list_requests(query)
+    listing = {
+        "requests": [shown(s.request, run_id=s.run_id) for s in page.requests],
+        "next": cursor_of("q", page.next),
+        "total": page.total,
+        "counts": dict(page.counts),
+    }
+    if serve.inline is not None:
+        serve.inline.add_to(listing, query)  # this process's MCP inline questions
+    return web.json_response(listing)
 
 
 async def post_answer(request: web.Request) -> web.Response:

@@ -37,6 +37,7 @@ from ..mcp._tokens import RunStoreTokens
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
 from ._app import GRACE, MAX_ACTIVE_RUNS, MakeClient, create_app
+from ._inline import InlineQuestions
 from ._runs import ServeInbox
 
 __all__ = (
@@ -211,14 +212,21 @@ def serve_demo_app(
     here from a path or DSN is given ``store_timeout`` too. ``mcp`` adds the tools of MCP
     servers (an ``mcpServers`` config or its file, see docs/mcp.md), connected at startup:
     the questions of 2026-07-28 servers are requests on the page like any tool's, and so are
-    the sign-ins of remote servers (their tokens kept in the run store).
+    the sign-ins of remote servers (their tokens kept in the run store); older servers'
+    inline questions are on the page too, while this process lives (``"durable": false``).
     The app owns the toolkit and the store (given or made here) and closes them on shutdown.
     """
     run_store = store if isinstance(store, RunStore) else open_store(store, timeout=store_timeout)
     # Sign-ins to remote MCP servers are kept beside the runs that wait for them.
     tokens = RunStoreTokens(run_store) if hasattr(run_store, "mcp_token") and mcp else None
+    # Older servers' inline questions go to the page while this process lives.
+    inline = InlineQuestions() if mcp else None
     toolkit = Toolkit.create(
-        builtins=False, extra_tools=serve_demo_tools(), mcp=mcp, mcp_tokens=tokens
+        builtins=False,
+        extra_tools=serve_demo_tools(),
+        mcp=mcp,
+        mcp_tokens=tokens,
+        wait_for=inline,
     )
     app = create_app(
         make_client=make_client or demo_client,
@@ -234,6 +242,7 @@ def serve_demo_app(
         grace=grace,
         store_timeout=store_timeout,
         max_active_runs=max_active_runs,
+        inline_questions=inline,
     )
 
     async def owned(app: web.Application) -> AsyncIterator[None]:

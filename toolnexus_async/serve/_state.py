@@ -7,6 +7,7 @@ answer gets the same refusals (503, 404, 409) whichever route brought it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from ..durable import DurableHost, RunStore
 from ._bodies import ApiError
 from ._events import EventBus
 from ._feed import EventFeed
+from ._inline import INLINE_PREFIX, NOT_HERE, InlineQuestions
 from ._runs import ServeInbox
 
 __all__ = ("SERVE", "MakeClient", "ServeState", "hand_over")
@@ -57,6 +59,7 @@ class ServeState:
     closing: bool = False
     stop_at: float | None = None  # anyio.current_time() at which the grace ends
     freeze_gc: bool = False
+    inline: InlineQuestions | None = None  # MCP servers' inline questions (the toolkit's)
 
 
 SERVE = web.AppKey("toolnexus_serve", ServeState)
@@ -66,15 +69,23 @@ async def hand_over(serve: ServeState, answer: Answer) -> None:
     """Give ``answer`` to the durable host, for ``POST /requests/{id}/answer`` and the
     sign-in callback (``_oauth``): durable once this returns. :class:`ApiError` 503 while
     the server stops, 404 for a request no run waits for, 409 for one answered, resumed or
-    expired already, or answered otherwise."""
-    inbox, host = serve.inbox, serve.host
+    expired already, or answered otherwise. An MCP server's inline question (its id
+    starts with ``req_inline_``) held by this process (``serve.inline``) is answered
+    there; one that is not is 404 saying that only the process holding its call can."""
+    inbox, host, inline = serve.inbox, serve.host, serve.inline
     if inbox is None or host is None or serve.closing:
         raise ApiError(503, "the server is shutting down")
     try:
+        if inline is not None and answer.id.startswith(INLINE_PREFIX):
+            with contextlib.suppress(UnknownRequestError):  # not here: perhaps the store's
+                inline.answer(answer)
+                return
         # A store error is store_faults' to map: nothing was taken then, and the same
         # answer may be sent again.
         await host.answer(answer)
     except UnknownRequestError as exc:
+        if answer.id.startswith(INLINE_PREFIX):
+            raise ApiError(404, NOT_HERE.format(id=answer.id)) from None
         raise ApiError(404, str(exc)) from None
     except (
         AlreadyAnsweredError,

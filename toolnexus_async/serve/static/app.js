@@ -5,7 +5,9 @@
 // `next` cursor), filtered and searched by the server, with its counts; "Show more" fetches
 // the next page. The event stream keeps what is shown up to date; a reconnect resumes it
 // with Last-Event-ID (the browser sends it), so nothing is fetched again unless the server
-// says so (a `snapshot` event) or the stream had to start over.
+// says so (a `snapshot` event) or the stream had to start over; the first page of requests
+// is read again on a resumed reconnect too, for the inline questions the stream does not
+// replay.
 import { LOGGED_OUT, auth, getJSON, noteStatus, onLoggedOut, postJSON, query, errorText, sendAnswer } from "./api.js";
 import { buildRequestCard, cardHooks, dropCard, knowRunPrompt } from "./cards.js";
 import { debounce, el } from "./dom.js";
@@ -449,7 +451,9 @@ const HANDLERS = {
     if (typeof request.id !== "string" || answered.has(request.id)) return;
     requests.add(request);
     requests.refreshCounts();
-    runStatus(e.run_id, "pending");
+    // An inline question (durable: false) waits inside a tool call: the store, which says
+    // what a run's status is, still has the run running.
+    if (request.durable !== false && e.run_id) runStatus(e.run_id, "pending");
   },
   tool_call: (e) => {
     showStep(toolStep(e.run_id, e.id, e.name), { arguments: e.arguments }, false);
@@ -493,6 +497,9 @@ function connect() {
     // that had to start over was down) is caught up with the first pages, nothing more; a
     // reconnect that resumes from the last event id needs nothing.
     if (opened === 1 || !resumable) resync();
+    // The inline questions of MCP servers have no place in the store's sequence, so a
+    // resumed stream does not replay them: the first page of requests lists them.
+    else requests.reload().catch(showLoadError);
   });
   source.addEventListener("error", (event) => {
     if (typeof event.data === "string") return; // the server's own "error" event

@@ -134,6 +134,13 @@ export function buildRequestCard(request) {
   const expiry = expiryText(request.expiresAt);
   if (expiry) meta.append(request.run_id ? " · " : "", expiry);
   card.append(meta);
+  // An MCP server's inline question lives in the call that waits for it, in this server's
+  // process only: the person must know that a restart ends it.
+  if (request.durable === false) {
+    card.dataset.durable = "false";
+    const why = "An MCP server asks this in the middle of a tool call: only this server process holds it.";
+    card.append(el("p", { class: "inline-note", role: "note", title: why, text: "Ends if the server restarts" }));
+  }
 
   const errorBox = el("p", { class: "error", role: "alert", hidden: true });
   const send = (body) => answer(request, card, errorBox, body);
