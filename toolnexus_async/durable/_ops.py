@@ -299,8 +299,13 @@ class Ops:
         self.conn.executemany(
             "INSERT INTO requests (request_id, run_id, call_id, turn, body, status,"
             " expires_at, kind, prompt) VALUES (?, ?, ?, ?, ?, 'pending', ?,"
-            " json_extract(?5, '$.kind'), json_extract(?5, '$.prompt'))",
-            [(rid, run_id, cid, saved.turn, body, exp) for rid, cid, body, exp in saved.requests],
+            " json_extract(?, '$.kind'), json_extract(?, '$.prompt'))",
+            # Plain question marks only, the body given again for each json_extract: sqlite3
+            # refuses numbered placeholders beside a sequence from Python 3.14 (3.12 warns).
+            [
+                (rid, run_id, cid, saved.turn, body, exp, body, body)
+                for rid, cid, body, exp in saved.requests
+            ],
         )
         self._tell(events, now)
 
