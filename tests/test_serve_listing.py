@@ -29,7 +29,7 @@ from toolnexus_async import (
     define_tool,
 )
 from toolnexus_async.durable import PostgresRunStore, RunStore, SqliteRunStore
-from toolnexus_async.serve._app import OPENAPI
+from toolnexus_async.serve._routes import OPENAPI
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -1,4 +1,5 @@
-"""``create_app``: the approval inbox as an aiohttp application (routes, validation, lifespan).
+"""``create_app``: the approval inbox as an aiohttp application (its assembly and lifespan;
+the handlers are ``_routes``'s).
 
 Rules of this module:
 
@@ -31,44 +32,48 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import mimetypes
-import re
 from collections.abc import AsyncIterator, Iterable
-from pathlib import Path
 
 import anyio
 from aiohttp import web
 
 from .._errors import (
-    UnknownRequestError,
     UsageError,
 )
 from .._owner import TaskOwner
 from .._toolkit import Toolkit
-from .._types import Answer
-from ..durable import BegunRun, DurableHost, RunStore
+from ..durable import DurableHost, RunStore
 from ..suspend import GcFreezer
-from ._bodies import MAX_BODY, ApiError, is_text, json_errors, only, read_json_object
-from ._events import EventBus, stream_events
+from ._bodies import MAX_BODY, ApiError, json_errors
+from ._events import EventBus
 from ._feed import EventFeed
 from ._guard import GUARD, Guard, add_security_headers, guard_requests, log_out
 from ._inline import InlineQuestions
 from ._oauth import CALLBACK, oauth_callback
-from ._outage import OUTAGE, StoreOutage, retry_after, store_faults
-from ._queries import cursor_of, request_query, run_query
-from ._runs import ServeInbox, drive, run_detail, run_item, shown
-from ._state import SERVE, MakeClient, ServeState, hand_over
+from ._outage import OUTAGE, StoreOutage, store_faults
+from ._routes import (
+    STATIC_DIR,
+    events,
+    get_run,
+    healthz,
+    index,
+    list_requests,
+    list_runs,
+    metrics,
+    openapi,
+    post_answer,
+    post_run,
+    readyz,
+    static,
+)
+from ._runs import ServeInbox
+from ._state import SERVE, MakeClient, ServeState
 
 __all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
 
 log = logging.getLogger("toolnexus_async.serve")
 
 
-STATIC_DIR = Path(__file__).resolve().parent / "static"
-OPENAPI = STATIC_DIR.parent / "openapi.json"
-
-MAX_PROMPT = 10_000
-REASONS = ("declined", "cancelled", "expired")
 # Seconds a stop gives the runs still busy, by default: Kubernetes' default
 # terminationGracePeriodSeconds, so that the stop fits in the time a pod is given.
 GRACE = 30.0
@@ -82,12 +87,6 @@ FREEZE_YOUNG = 0.005
 # thousands (the point of this server) stays possible. Runs parked past park_timeout
 # halt into the store and stop counting, so the bound is on memory, not on waiting runs.
 MAX_ACTIVE_RUNS = 10_000
-# Seconds a client refused for the admission limit is told to wait (Retry-After).
-RETRY_FULL = 1
-
-_STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
-_METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_NO_STORE = {"Cache-Control": "no-store"}
 
 
 def create_app(
@@ -272,195 +271,3 @@ async def _stop_accepting(app: web.Application) -> None:
     if serve.stop_at is None:
         serve.stop_at = anyio.current_time() + serve.grace
     serve.bus.close()
-
-
-# -- runs ---------------------------------------------------------------------------------------
-
-
-async def post_run(request: web.Request) -> web.Response:
-    """``POST /runs {"prompt": str}``: start a run; 202 with its id."""
-    serve = request.app[SERVE]
-    body = await read_json_object(request)
-    only(body, ("prompt",))
-    prompt = body.get("prompt")
-    if not isinstance(prompt, str):
-        raise ApiError(422, "'prompt' must be a string")
-    if not prompt.strip():
-        raise ApiError(422, "'prompt' must not be empty")
-    if len(prompt) > MAX_PROMPT:
-        raise ApiError(422, f"'prompt' is longer than {MAX_PROMPT} characters")
-    runs, host = serve.runs, serve.host
-    if serve.closing or runs is None or host is None:
-        raise ApiError(503, "the server is shutting down")
-    if serve.active >= serve.max_active:
-        raise ApiError(
-            429,
-            f"this server runs {serve.max_active} runs already (--max-active-runs); "
-            "try again shortly, or another server",
-            headers={"Retry-After": str(RETRY_FULL)},
-        )
-    # Kept before it is acknowledged: a crash after the 202 loses nothing.
-    begun = await host.begin(prompt)
-    serve.active += 1
-    try:
-        runs.start_soon(_drive, serve, begun, name=f"run {begun.run_id}")
-    except UsageError:
-        serve.active -= 1  # the server stopped meanwhile: the next one goes on with the run
-    return web.json_response({"id": begun.run_id, "status": "running"}, status=202)
-
-
-async def _drive(serve: ServeState, begun: BegunRun) -> None:
-    try:
-        await drive(begun)
-    finally:
-        serve.active -= 1
-
-
-async def list_runs(request: web.Request) -> web.Response:
-    """``GET /runs``: a page of the store's runs, newest first, with the total and counts."""
-    serve = request.app[SERVE]
-    page = await serve.store.list_runs(run_query(request.query))
-    return web.json_response(
-        {
-            "runs": [run_item(item) for item in page.runs],
-            "next": cursor_of("r", page.next),
-            "total": page.total,
-            "counts": page.counts,
-        }
-    )
-
-
-async def get_run(request: web.Request) -> web.Response:
-    """``GET /runs/{id}``: one run as the store has it, with its whole history."""
-    serve = request.app[SERVE]
-    run_id = request.match_info["id"]
-    if not is_text(run_id):
-        raise ApiError(404, f"no run {run_id!r}")
-    try:
-        view = await serve.store.run_view(run_id)
-    except UnknownRequestError:
-        raise ApiError(404, f"no run {run_id!r}") from None
-    return web.json_response(run_detail(view))
-
-
-# -- requests -----------------------------------------------------------------------------------
-
-
-async def list_requests(request: web.Request) -> web.Response:
-    """``GET /requests``: a page of the outstanding requests, oldest first, parked or
-    spilled, on any worker, with the total and counts per kind; the first page starts with
-    this process's inline questions."""
-    serve = request.app[SERVE]
-    query = request_query(request.query)
-    page = await serve.store.list_requests(query)
-    listing = {
-        "requests": [shown(s.request, run_id=s.run_id) for s in page.requests],
-        "next": cursor_of("q", page.next),
-        "total": page.total,
-        "counts": dict(page.counts),
-    }
-    if serve.inline is not None:
-        serve.inline.add_to(listing, query)  # this process's MCP inline questions
-    return web.json_response(listing)
-
-
-async def post_answer(request: web.Request) -> web.Response:
-    """``POST /requests/{id}/answer {"ok": bool, "data"?, "reason"?}``: wake its run."""
-    serve = request.app[SERVE]
-    request_id = request.match_info["id"]
-    if not is_text(request_id):
-        # No request has such an id, and a store need not be asked (PostgreSQL refuses NUL);
-        # worded as the store's own 404, so a client sees one message for an unknown id.
-        raise ApiError(404, f"no run waits for request {request_id!r}")
-    body = await read_json_object(request)
-    only(body, ("id", "ok", "data", "reason"))
-    if body.get("id", request_id) != request_id:
-        raise ApiError(422, f"the body names request {body['id']!r}, the path {request_id!r}")
-    reason = body.get("reason")
-    if reason is not None and reason not in REASONS:
-        raise ApiError(422, f"'reason' must be one of {', '.join(REASONS)}, got {reason!r}")
-    try:
-        answer = Answer.from_dict({**body, "id": request_id})
-    except ValueError as exc:  # PayloadError
-        raise ApiError(422, str(exc)) from None
-    await hand_over(serve, answer)
-    return web.json_response({"id": request_id, "ok": answer.ok})
-
-
-# -- probes -------------------------------------------------------------------------------------
-
-
-async def healthz(request: web.Request) -> web.Response:
-    """``GET /healthz``: 200 while the process serves requests (liveness)."""
-    return web.json_response({"status": "ok"}, headers=_NO_STORE)
-
-
-async def readyz(request: web.Request) -> web.Response:
-    """``GET /readyz``: 200 while the store answers a ping in time, else 503 (readiness)."""
-    if request.app[SERVE].closing:
-        return _unready(1)
-    fault = await request.app[OUTAGE].ping()
-    if fault is not None:
-        return _unready(retry_after(fault))
-    return web.json_response({"status": "ready"}, headers=_NO_STORE)
-
-
-def _unready(seconds: int) -> web.Response:
-    # No reason in the body: it is served without the token, and the store's message
-    # names its server. The log has it.
-    headers = {**_NO_STORE, "Retry-After": str(seconds)}
-    return web.json_response({"status": "unavailable"}, status=503, headers=headers)
-
-
-# -- streams, metrics, files --------------------------------------------------------------------
-
-
-async def events(request: web.Request) -> web.StreamResponse:
-    """``GET /events``: the server-sent event stream (every run's events, from the store)."""
-    serve = request.app[SERVE]
-    feed = serve.feed
-    if feed is None or serve.closing:
-        raise ApiError(503, "the server is shutting down")
-    return await stream_events(request, serve.bus, feed.cursor, feed.replay)
-
-
-async def metrics(request: web.Request) -> web.Response:
-    """``GET /metrics``: the client's Prometheus text."""
-    client = request.app[SERVE].client
-    text = client.metrics() if client is not None else ""
-    return web.Response(body=text.encode(), headers={"Content-Type": _METRICS_TYPE})
-
-
-async def openapi(request: web.Request) -> web.Response:
-    """``GET /openapi.json``: the API description."""
-    return await _file(OPENAPI.parent, OPENAPI.name)
-
-
-async def index(request: web.Request) -> web.Response:
-    """``GET /``: the page."""
-    return await _file(request.app[SERVE].static, "index.html")
-
-
-async def static(request: web.Request) -> web.Response:
-    """``GET /static/{name}``: the page's scripts and styles."""
-    return await _file(request.app[SERVE].static, request.match_info["name"])
-
-
-async def _file(folder: Path, name: str) -> web.Response:
-    # One plain file name, no separators and no leading dot: nothing outside the folder.
-    # Read whole and awaited (the files are small): unlike FileResponse, which closes its
-    # file in an executor job nobody waits for, this leaves nothing running behind.
-    if not _STATIC_NAME.fullmatch(name):
-        raise ApiError(404, f"no file {name!r}")
-    try:
-        body = await anyio.Path(folder, name).read_bytes()
-    except OSError:  # missing, a directory, unreadable
-        raise ApiError(404, f"no file {name!r}") from None
-    kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    text = kind.startswith("text/") or kind in ("application/javascript", "application/json")
-    return web.Response(
-        body=body,
-        content_type=kind,
-        charset="utf-8" if text else None,
-        headers={"Cache-Control": "no-cache"},
-    )
