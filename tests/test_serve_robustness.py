@@ -32,9 +32,9 @@ from tests.test_serve_api import (
     serving,
 )
 from toolnexus_async import Answer, AssistantMessage, MemoryRunStore, SqliteRunStore
-from toolnexus_async.serve import _app as serve_app
 from toolnexus_async.serve import _bodies as serve_bodies
 from toolnexus_async.serve import _events as serve_events
+from toolnexus_async.serve import _routes as serve_routes
 from toolnexus_async.serve import run_server
 from toolnexus_async.serve.demo import serve_demo_app
 
@@ -211,7 +211,7 @@ async def test_an_unexpected_exception_is_a_json_500(monkeypatch, caplog):
     def boom(params: Any) -> Any:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(serve_app, "run_query", boom)
+    monkeypatch.setattr(serve_routes, "run_query", boom)
     with anyio.fail_after(LIMIT):
         async with serving(demo_app()) as http:
             async with http.get("/runs") as reply:
