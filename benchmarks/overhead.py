@@ -32,6 +32,11 @@ without a cap (``aiohttp.TCPConnector(limit=0)``). Target: ratio >= 0.8.
 ``--compare-uncapped`` adds a third contender, alternated with the two: toolnexus with
 ``AiohttpTransport(max_connections=None)`` (the default before the pool had a cap), with its
 own ratio to the floor.
+
+``--tracing`` traces every toolnexus run (``LlmClient(tracing=Tracing(...))``) through the
+OpenTelemetry SDK: a ``TracerProvider`` whose ``BatchSpanProcessor`` hands the spans to an
+exporter that drops them, so the figures are what making and exporting spans costs, without
+a collector's.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ import anyio
 from _common import percentile, print_footer, print_header, verdict
 from _mock import API_KEY, MODEL, MockServer
 
-from toolnexus_async import AiohttpTransport, LlmClient, Toolkit, define_tool
+from toolnexus_async import AiohttpTransport, LlmClient, Toolkit, Tracing, define_tool
 
 PROMPT = "What is the weather in Paris, and what is 2 + 3?"
 EXPECTED_TEXT = "Paris: 21 C, clear | 5"
@@ -209,11 +214,13 @@ def check_text(name: str, text: str) -> None:
         raise SystemExit(f"{name} answered {text!r}, expected {EXPECTED_TEXT!r}")
 
 
-async def measure_overhead(base_url: str, runs: int, warmup: int) -> tuple[Latencies, Latencies]:
+async def measure_overhead(
+    base_url: str, runs: int, warmup: int, tracing: Tracing | None = None
+) -> tuple[Latencies, Latencies]:
     toolkit = make_toolkit()
     check_same_schema(toolkit)
     async with (
-        LlmClient(base_url, style="openai", model=MODEL, api_key=API_KEY) as client,
+        http_client(base_url, tracing=tracing) as client,
         floor_session() as session,
     ):
         contenders = [
@@ -293,8 +300,26 @@ class Throughput:
         )
 
 
-def http_client(base_url: str, transport: AiohttpTransport | None = None) -> LlmClient:
-    return LlmClient(base_url, style="openai", model=MODEL, api_key=API_KEY, transport=transport)
+def http_client(
+    base_url: str, transport: AiohttpTransport | None = None, tracing: Tracing | None = None
+) -> LlmClient:
+    return LlmClient(
+        base_url, style="openai", model=MODEL, api_key=API_KEY, transport=transport, tracing=tracing
+    )
+
+
+def sdk_tracing() -> Tracing:
+    """Tracing through the OpenTelemetry SDK, batched, to an exporter that drops the spans."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Drop(SpanExporter):
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    return Tracing(tracer_provider=provider)
 
 
 async def measure_throughput(
@@ -304,6 +329,7 @@ async def measure_throughput(
     rounds: int,
     cap: int | str | None,
     compare_uncapped: bool,
+    tracing: Tracing | None = None,
 ) -> tuple[list[Throughput], float, float]:
     """Runs/s of each contender (the floor last), plus the mock's CPU seconds and wall
     seconds while timed. ``cap``: the toolnexus transport's max_connections, or "default"."""
@@ -311,8 +337,8 @@ async def measure_throughput(
     toolkit = make_toolkit()
     transport = None if isinstance(cap, str) else AiohttpTransport(max_connections=cap)
     async with (
-        http_client(base_url, transport) as client,
-        http_client(base_url, AiohttpTransport(max_connections=None)) as uncapped,
+        http_client(base_url, transport, tracing) as client,
+        http_client(base_url, AiohttpTransport(max_connections=None), tracing) as uncapped,
         floor_session() as session,
     ):
         contenders = [Throughput("toolnexus_async", [])]
@@ -376,6 +402,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="throughput part: also run toolnexus with max_connections=None, alternated",
     )
     parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="trace the toolnexus runs through the OpenTelemetry SDK (spans made, batched and "
+        "dropped by the exporter)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (small sizes)"
     )
     args = parser.parse_args(argv)
@@ -397,13 +429,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def main(args: argparse.Namespace) -> None:
     print_header("aiohttp", "anyio")
+    tracing = sdk_tracing() if args.tracing else None
+    if tracing is not None:
+        print("toolnexus_async runs are traced: OpenTelemetry SDK, batched, spans dropped")
 
     print(
         f"overhead: {args.runs} interleaved runs each after {args.warmup} warm-up runs, "
         f"mock latency {args.latency_ms:g} ms"
     )
     with MockServer(args.latency_ms) as server:
-        tn, floor = await measure_overhead(server.base_url, args.runs, args.warmup)
+        tn, floor = await measure_overhead(server.base_url, args.runs, args.warmup, tracing)
     p50_ratio = tn.p(50) / floor.p(50)
     print(tn.line())
     print(floor.line())
@@ -424,7 +459,13 @@ async def main(args: argparse.Namespace) -> None:
     )
     with MockServer(args.throughput_latency_ms) as server:
         contenders, server_cpu, wall = await measure_throughput(
-            server, args.concurrency, args.runs_per_task, args.rounds, cap, args.compare_uncapped
+            server,
+            args.concurrency,
+            args.runs_per_task,
+            args.rounds,
+            cap,
+            args.compare_uncapped,
+            tracing,
         )
     *tns, floor_rate = contenders
     for rate in (*tns, floor_rate):

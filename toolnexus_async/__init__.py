@@ -68,6 +68,7 @@ from ._streaming import (
 )
 from ._terminal import terminal_input
 from ._toolkit import Toolkit
+from ._tracing import Tracing
 from ._transport import AiohttpTransport
 from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
 from ._version import __version__ as __version__
@@ -141,6 +142,7 @@ __all__ = (
     "ToolCallEvent",
     "RunEvent",
     "MetricsRegistry",
+    "Tracing",
     "ConversationStore",
     "MemoryConversationStore",
     "SqliteConversationStore",

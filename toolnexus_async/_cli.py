@@ -288,7 +288,7 @@ def run_serve(args: argparse.Namespace) -> int:
         shutdown_timeout=args.grace,
     )
     try:
-        with serve_logging(sys.stderr, access=not args.quiet):
+        with serve_logging(sys.stderr, access=not args.quiet, fmt=args.log_format):
             anyio.run(serving)
     except OSError as exc:
         print(f"toolnexus-async serve: {_bind_failure(exc, args.host, args.port)}", file=sys.stderr)
@@ -429,6 +429,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="no access log: without it, each request is one line on stderr (client, "
         "method, path without its query, status, size, time; never a token)",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="the log on stderr: text lines (the default) or one JSON object per line (time, "
+        "level, logger, message, and run_id, exception, trace_id and span_id when they "
+        "apply), for a service's log pipeline",
     )
     serve.add_argument(
         "--insecure-no-auth",

@@ -19,7 +19,7 @@ import logging
 import os
 import warnings
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ._closing import Closing
 from ._codecs import codec_for
@@ -41,7 +41,11 @@ from ._retry import RetryPolicy
 from ._secrets import redact_url, url_secrets
 from ._streaming import RunStream, Sink
 from ._toolkit import Toolkit
+from ._tracing import Tracing
 from ._transport import AiohttpTransport
+
+if TYPE_CHECKING:
+    from ._otel import RunTracer
 
 __all__ = ("LlmClient",)
 
@@ -58,6 +62,22 @@ def _given(value: Any, default: Any, kind: type, name: str) -> Any:
     if not isinstance(value, kind):
         raise UsageError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
     return value
+
+
+def _tracer(tracing: object, style: str, model: Model) -> RunTracer | None:
+    """The engine's tracer for ``tracing`` (``None``: not traced)."""
+    if tracing is None:
+        return None
+    if not isinstance(tracing, Tracing):
+        raise UsageError(f"tracing must be a Tracing, got {type(tracing).__name__}")
+    try:
+        from ._otel import RunTracer
+    except ImportError as exc:
+        raise UsageError(
+            f"tracing=Tracing() needs OpenTelemetry's API ({exc}): pip install -e '.[otel]' "
+            f"in the toolnexus-async checkout (or pip install 'opentelemetry-api>=1.30')"
+        ) from None
+    return RunTracer(tracing, style, model)
 
 
 class _State(enum.Enum):
@@ -96,6 +116,9 @@ class LlmClient(Resuming, Closing):
             :class:`AiohttpTransport` of the client's own. Whatever the transport, the
             client closes it with itself; a session it borrows stays open.
         conversations: where :meth:`ask` keeps transcripts (default: in memory).
+        tracing: :class:`Tracing` to make OpenTelemetry spans of every run (needs
+            ``opentelemetry-api``: the extra ``[otel]``); ``None``, the
+            default: no spans, and nothing of OpenTelemetry is imported.
     """
 
     def __init__(
@@ -115,6 +138,7 @@ class LlmClient(Resuming, Closing):
         settings: ModelSettings | None = None,
         transport: Transport | None = None,
         conversations: ConversationStore | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         codec = codec_for(style)
         if not model:
@@ -180,6 +204,7 @@ class LlmClient(Resuming, Closing):
             retry,
             hooks,
             conversations,
+            tracing,
         )
 
     @classmethod
@@ -195,6 +220,7 @@ class LlmClient(Resuming, Closing):
         retry: RetryPolicy | None = None,
         hooks: Hooks | None = None,
         conversations: ConversationStore | None = None,
+        tracing: Tracing | None = None,
     ) -> LlmClient:
         """A client whose model is a Python function: no HTTP, no key.
 
@@ -218,6 +244,7 @@ class LlmClient(Resuming, Closing):
             retry,
             hooks,
             conversations,
+            tracing,
         )
         return self
 
@@ -233,6 +260,7 @@ class LlmClient(Resuming, Closing):
         retry: RetryPolicy | None,
         hooks: Hooks | None,
         conversations: ConversationStore | None,
+        tracing: Tracing | None = None,
     ) -> None:
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise UsageError(f"max_turns must be an int of at least 1, got {max_turns!r}")
@@ -258,6 +286,7 @@ class LlmClient(Resuming, Closing):
             report=Reporter(self._metrics, hooks.on_metric if hooks is not None else None),
             system_prompt=system_prompt,
             max_turns=max_turns,
+            tracer=_tracer(tracing, style, model),
         )
         self._state = _State.OPEN
 

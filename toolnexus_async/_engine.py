@@ -17,6 +17,10 @@ Rules of this module:
   module sleeps between attempts.
 - Every model request, tool execution and run is reported as a metric event; a suspension
   is reported as pending, never as an error.
+- Tracing hangs on this door and nowhere else: a traced engine (``tracer=``, see
+  ``_otel``) wraps each drive in its run span, its model's requests, each turn's toolkit
+  and each wait; an untraced one pays one ``is None`` per run for it. Every record logged
+  in the course of a run carries its id (``record.run_id``).
 - A ``require_approval`` gate is checked against the run's toolkit before the run does
   anything: a name that is no tool there ends the run with :class:`UsageError`, since the
   tool it was meant to guard would run unasked.
@@ -28,7 +32,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import attrs
@@ -49,7 +53,11 @@ from ._resume import ResumePlan
 from ._retry import RetryPolicy
 from ._streaming import Sink, StreamReasoning, StreamText, StreamToolCall, StreamUsage
 from ._toolkit import Toolkit
+from ._tracing import run_extra
 from ._types import Tool
+
+if TYPE_CHECKING:
+    from ._otel import RunTracer
 
 __all__ = ("Engine", "RunSpec")
 
@@ -125,7 +133,12 @@ class Engine:
         report: Reporter,
         system_prompt: str | None = None,
         max_turns: int = 10,
+        tracer: RunTracer | None = None,
     ) -> None:
+        # A traced engine's model makes a span of each request (see _otel).
+        self._tracer = tracer
+        if tracer is not None:
+            model = tracer.model(model)
         self.model = model
         self.style = style
         self.system_prompt = system_prompt
@@ -174,8 +187,10 @@ class Engine:
         usage: Usage | None = None,
         model: str | None = None,
         records: Sequence[ToolCallRecord] = (),
+        trace: dict[str, str] | None = None,
     ) -> RunLoop:
-        """The loop of a run that goes on from its halted ``turn``."""
+        """The loop of a run that goes on from its halted ``turn`` (``trace``: the halted
+        run's trace context, which a traced resume continues)."""
         return RunLoop.resume(
             turn,
             turns=turns,
@@ -185,6 +200,7 @@ class Engine:
             max_turns=self.max_turns,
             run_id=run_id or new_run_id(),
             style=self.style,
+            trace=trace,
         )
 
     def drive(self, spec: RunSpec) -> Awaitable[RunResult]:
@@ -193,6 +209,14 @@ class Engine:
         Not a coroutine itself: it hands back the driving coroutine, one frame fewer for
         each of the many runs that may be parked at once.
         """
+        if self._tracer is not None:
+            return self._tracer.drive(spec, self._untraced)
+        if self.timeout is None:
+            return self._drive(spec, None)
+        return self._drive_limited(spec, self.timeout)
+
+    def _untraced(self, spec: RunSpec) -> Awaitable[RunResult]:
+        """:meth:`drive` itself, for the tracer that wraps it."""
         if self.timeout is None:
             return self._drive(spec, None)
         return self._drive_limited(spec, self.timeout)
@@ -224,7 +248,13 @@ class Engine:
                 # Each run: the client's runs may each bring a toolkit of their own.
                 check_gate(self._before_tool, toolkit)
             if resume is not None:
-                log.debug("%s: resuming with %d answer(s)", run_id, len(resume.answers))
+                if debug:
+                    log.debug(
+                        "%s: resuming with %d answer(s)",
+                        run_id,
+                        len(resume.answers),
+                        extra=run_extra(run_id),
+                    )
                 executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
                 outcomes = await executor.resume(
                     resume.turn, resume.answers, resume.kept, resume.waiting
@@ -240,7 +270,13 @@ class Engine:
                 if isinstance(action, CallModel):
                     messages = action.messages
                     if debug:
-                        log.debug("%s: model request %d (%s)", run_id, action.turn, self.model.name)
+                        log.debug(
+                            "%s: model request %d (%s)",
+                            run_id,
+                            action.turn,
+                            self.model.name,
+                            extra=run_extra(run_id),
+                        )
                     del action  # not held while the request is in flight
                     hooks = self.hooks
                     if hooks is not None and hooks.before_llm is not None:
@@ -267,7 +303,13 @@ class Engine:
                             self._report_reply(reply, request_started)
                         else:
                             reply = await self._retry(
-                                failure, request_started, messages, toolkit.specs, sink, streamed
+                                failure,
+                                request_started,
+                                messages,
+                                toolkit.specs,
+                                sink,
+                                streamed,
+                                run_id,
                             )
                             failure = None
                         if hooks is not None and hooks.after_llm is not None:
@@ -291,7 +333,12 @@ class Engine:
                     calls, turn = action.calls, action.turn
                     del action  # not held while the tools run (and maybe park for hours)
                     if debug:
-                        log.debug("%s: running %d tool call(s)", run_id, len(calls))
+                        log.debug(
+                            "%s: running %d tool call(s)",
+                            run_id,
+                            len(calls),
+                            extra=run_extra(run_id),
+                        )
                     # One executor per turn of tool calls: it is not held while the model
                     # is asked, so a run in flight holds one object fewer.
                     executor = self._executor(toolkit, run_id, budget, steps, journal, turn)
@@ -310,7 +357,13 @@ class Engine:
         finally:
             self._report.run(status, loop.turns, time.perf_counter() - started, loop.model)
         if debug:
-            log.debug("%s: %s after %d turn(s)", run_id, result.status, result.turns)
+            log.debug(
+                "%s: %s after %d turn(s)",
+                run_id,
+                result.status,
+                result.turns,
+                extra=run_extra(run_id),
+            )
         return result
 
     def _executor(
@@ -322,8 +375,9 @@ class Engine:
         journal: Journal | None = None,
         turn: int | None = None,
     ) -> Executor:
+        tracer = self._tracer
         return Executor(
-            toolkit,
+            toolkit if tracer is None else tracer.tools(toolkit),
             self.resolver,
             run_id,
             hooks=self.hooks,
@@ -332,6 +386,7 @@ class Engine:
             on_event=sink,
             journal=journal,
             turn=turn,
+            watch=tracer,
         )
 
     def _report_reply(self, reply: ModelReply, started: float) -> None:
@@ -354,6 +409,7 @@ class Engine:
         tools: Sequence[Tool],
         sink: Sink | None,
         streamed: list[str],
+        run_id: str,
     ) -> ModelReply:
         """After a failed first attempt: retry as the policy and ``on_error`` decide.
 
@@ -372,7 +428,14 @@ class Engine:
             if delay is None or streamed:
                 # Text already reached the consumer: a retry would repeat it.
                 raise failure
-            log.info("model request failed (%s); retry %d in %.2f s", failure, attempt, delay)
+            log.info(
+                "%s: model request failed (%s); retry %d in %.2f s",
+                run_id,
+                failure,
+                attempt,
+                delay,
+                extra=run_extra(run_id),
+            )
             await anyio.sleep(delay)
             attempt += 1
             started = time.perf_counter()

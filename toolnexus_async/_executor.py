@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -46,6 +46,7 @@ from ._messages import ToolCall
 from ._resolver import Resolver
 from ._streaming import Sink, StreamPending, StreamToolResult
 from ._suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
+from ._tracing import run_extra
 from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
 
 __all__ = ("Executor",)
@@ -63,6 +64,14 @@ class _Executes(Protocol):
     def check_arguments(self, name: str, args: dict[str, Any]) -> str | None: ...
 
     async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None: ...
+
+
+class Watch(Protocol):
+    """Who sees each wait for a person (a traced run's tracer: one span per wait)."""
+
+    def wait(self, call: ToolCall, request: Request, asked: Awaitable[Answer]) -> Awaitable[Answer]:
+        """``asked``, awaited on the watcher's behalf."""
+        ...
 
 
 class Pausable(Protocol):
@@ -92,6 +101,7 @@ class Executor:
         "_run_id",
         "_toolkit",
         "_turn",
+        "_watch",
     )
 
     def __init__(
@@ -106,8 +116,10 @@ class Executor:
         on_event: Sink | None = None,
         journal: Journal | None = None,
         turn: int | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self._toolkit = toolkit
+        self._watch = watch
         self._journal = journal
         self._turn = turn
         self._resolver = resolver
@@ -118,8 +130,11 @@ class Executor:
         self._budget = budget
         self._on_tool = on_tool
         self._on_event = on_event
-        # Awaited in run_one itself, unless a wait budget must be paused around the wait.
-        self._park = resolver.park if resolver is not None and budget is None else None
+        # Awaited in run_one itself, unless a wait budget must be paused around the wait
+        # or the wait is watched (a traced run's wait span).
+        self._park = (
+            resolver.park if resolver is not None and budget is None and watch is None else None
+        )
 
     async def run(self, calls: Sequence[ToolCall]) -> list[CallOutcome]:
         """One outcome per call, in call order."""
@@ -221,7 +236,7 @@ class Executor:
                         self._on_event(StreamPending(request, call.id, call.name))
                 park = self._park
                 if park is None:
-                    action = await self._ask(rule, action)
+                    action = await self._ask(rule, action, call)
                     continue
                 del action
                 try:
@@ -231,7 +246,11 @@ class Executor:
                 except UsageError:
                     raise  # a misconfigured resolver: the host's bug, not the model's
                 except Exception as exc:
-                    log.exception("wait_for raised while resolving request %s", request.id)
+                    log.exception(
+                        "wait_for raised while resolving request %s",
+                        request.id,
+                        extra=run_extra(self._run_id),
+                    )
                     action = rule.failed(exc)
                 else:
                     action = rule.answered(answer)
@@ -250,33 +269,44 @@ class Executor:
                     await self._tell_refused(call, action.outcome.request, action.refusal)
                 return await self._final(call, last, _with_changed(action.outcome, changed))
 
-    async def _ask(self, rule: CallRule, ask: Ask) -> Settle | Halt | Execute | Ask:
-        """Ask a resolver that is not a parking one (or with a wait budget to pause)."""
-        resolver = self._resolver
-        assert resolver is not None
+    async def _ask(self, rule: CallRule, ask: Ask, call: ToolCall) -> Settle | Halt | Execute | Ask:
+        """Ask a resolver that is not a parking one (or with a wait budget to pause, or a
+        watched wait)."""
         budget = self._budget
         if budget is not None:
             budget.pause()
         try:
             if ask.timeout is not None:
                 with anyio.move_on_after(ask.timeout) as scope:
-                    answer = await resolver.ask(ask.request, self._run_id)
+                    answer = await self._asking(call, ask.request)
                 if scope.cancelled_caught:
                     return rule.timed_out()
             else:
-                answer = await resolver.ask(ask.request, self._run_id)
+                answer = await self._asking(call, ask.request)
         except HaltRun:
             return rule.halted()
         except UsageError:
             raise  # a misconfigured resolver (it returned no Answer): loud, not fed to the model
         except Exception as exc:
             # The host's resolver failed: tell the model, keep the sibling calls running.
-            log.exception("wait_for raised while resolving request %s", ask.request.id)
+            log.exception(
+                "wait_for raised while resolving request %s",
+                ask.request.id,
+                extra=run_extra(self._run_id),
+            )
             return rule.failed(exc)
         finally:
             if budget is not None:
                 budget.resume()
         return rule.answered(answer)
+
+    def _asking(self, call: ToolCall, request: Request) -> Awaitable[Answer]:
+        """The resolver's answer to ``request``, awaited inside its wait span if watched."""
+        resolver = self._resolver
+        assert resolver is not None
+        asked = resolver.ask(request, self._run_id)
+        watch = self._watch
+        return asked if watch is None else watch.wait(call, request, asked)
 
     async def _invoke(
         self, call: ToolCall, action: Execute

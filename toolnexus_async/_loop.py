@@ -154,6 +154,7 @@ class RunLoop:
         "model",
         "run_id",
         "style",
+        "trace",
         "turns",
         "usage",
     )
@@ -195,6 +196,9 @@ class RunLoop:
         self._expect = _Expect.MODEL
         self._calls: tuple[ToolCall, ...] = ()
         self._result: RunResult | None = None
+        # The run's trace context, opaque here: set by a traced engine, kept in every
+        # result (so in a stored run) and handed to the loop of its resume.
+        self.trace: dict[str, str] | None = None
 
     @classmethod
     def resume(
@@ -208,6 +212,7 @@ class RunLoop:
         max_turns: int = 10,
         run_id: str = "",
         style: str | None = None,
+        trace: dict[str, str] | None = None,
     ) -> RunLoop:
         """A loop that continues a halted run: it expects the halted turn's tool outcomes.
 
@@ -223,6 +228,7 @@ class RunLoop:
         loop.records = [r for r in records if r.turn < turns]
         loop._calls = halted.assistant.tool_calls
         loop._expect = _Expect.TOOLS
+        loop.trace = trace
         return loop
 
     @classmethod
@@ -235,6 +241,7 @@ class RunLoop:
         loop.usage = state.usage
         loop.model = state.model
         loop.records = list(state.tool_calls)
+        loop.trace = state.trace_context
         return loop
 
     def snapshot(self) -> RunResult:
@@ -252,6 +259,7 @@ class RunLoop:
             limit="running",
             run_id=self.run_id,
             style=self.style,
+            trace_context=self.trace,
         )
 
     @property
@@ -404,5 +412,6 @@ class RunLoop:
             run_id=self.run_id,
             style=self.style,
             refusal=refusal,
+            trace_context=self.trace,
         )
         return self._result

@@ -88,6 +88,10 @@ class RunResult:
         style: the wire style that ran it (``"openai"``, ``"anthropic"``, ``"in-process"``).
         refusal: the model's refusal, when its last reply declined to answer (OpenAI's
             ``message.refusal``); ``text`` is then empty. ``None`` otherwise.
+        trace_context: for a traced run (``LlmClient(tracing=Tracing())``), its trace
+            context (the W3C ``traceparent``, a ``tracestate`` if any, and ``halted_at``,
+            nanoseconds since the epoch, once it halted), so that resuming it, in any
+            process, continues its trace. ``None`` for a run that was not traced.
     """
 
     status: RunStatus
@@ -103,6 +107,7 @@ class RunResult:
     run_id: str = ""
     style: str | None = None
     refusal: str | None = None
+    trace_context: dict[str, str] | None = None
 
     @property
     def declined(self) -> tuple[Request, ...]:
@@ -241,6 +246,9 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
             for r in run.suspended
         ],
     }
+    if run.trace_context is not None:
+        # Only for a traced run: untraced runs keep the form older releases wrote and read.
+        out["trace_context"] = dict(run.trace_context)
     return out
 
 
@@ -327,7 +335,18 @@ def run_from_dict(payload: object) -> RunResult:
         run_id=_opt_str(payload, "run_id") or "",
         style=_opt_str(payload, "style"),
         refusal=_opt_str(payload, "refusal"),  # absent from runs stored before it existed
+        trace_context=_trace_context(payload.get("trace_context")),
     )
+
+
+def _trace_context(value: object) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise PayloadError("run 'trace_context' must be an object of strings")
+    return dict(value)
 
 
 def _req_str(item: dict[str, Any], key: str, where: str) -> str:

@@ -81,6 +81,7 @@ class Resuming:
             usage=halted.usage,
             model=halted.model,
             records=halted.tool_calls,
+            trace=halted.trace_context,
         )
         result = await engine.drive(RunSpec(loop, toolkit, plan, on_tools_done=on_tools_done))
         await self._after_resume(halted, result)

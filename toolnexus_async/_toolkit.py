@@ -7,7 +7,9 @@ Rules of this module:
 - A tool never raises across the toolkit: :meth:`Toolkit.execute` turns an exception into
   an error result naming the tool and the exception, and an unknown name into an error
   result naming the tools that do exist. Only cancellation passes through. The same holds
-  for :meth:`Toolkit.refused`, which tells a tool that its request was refused.
+  for :meth:`Toolkit.refused`, which tells a tool that its request was refused. The
+  exception is logged with its traceback (``_tracing.tool_raised``), not only told to the
+  model.
 - Names are unique. In :meth:`Toolkit.create` an extra tool with a built-in's name replaces
   that built-in, and among the extra tools the first of a name wins; :meth:`register`
   refuses a taken name unless told to replace it.
@@ -36,6 +38,7 @@ from ._closing import FlagClosing
 from ._codecs._tools import render_anthropic, render_gemini, render_openai
 from ._errors import UsageError
 from ._resolver import Resolver, WaitFor
+from ._tracing import tool_raised
 from ._types import Tool, ToolContext, ToolResult, check_tool_name
 from ._validation import Validator, validator_for
 from .tools._session import SharedSession
@@ -332,7 +335,7 @@ class Toolkit(FlagClosing):
             # Typed as object: tools are duck-typed user code and may return anything.
             result: object = await tool.execute(args, ctx)
         except Exception as exc:
-            log.debug("tool %r raised", name, exc_info=True)
+            tool_raised(name, exc, ctx.run_id if ctx is not None else None)
             return ToolResult.error(f"tool {name!r} raised {type(exc).__name__}: {exc}")
         if not isinstance(result, ToolResult):
             return ToolResult.error(

@@ -287,6 +287,7 @@ def plan_of(
         max_turns=max_turns,
         run_id=stored.run_id,
         style=state.style,
+        trace=state.trace_context,
     )
     return loop, ResumePlan(turn, answers, kept, waiting)
 

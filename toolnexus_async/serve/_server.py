@@ -55,6 +55,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from .._errors import UsageError
 from ._guard import security_headers
+from ._logformat import JsonFormatter
 
 __all__ = ("HEADER_TIMEOUT", "IDLE_TIMEOUT", "NoQueryAccessLogger", "ServeRunner", "run_server")
 
@@ -85,14 +86,25 @@ class NoQueryAccessLogger(AbstractAccessLogger):
         return self.logger.isEnabledFor(logging.INFO)
 
 
+LOG_FORMATS = ("text", "json")
+
+
 @contextlib.contextmanager
-def serve_logging(stream: TextIO, *, access: bool = True) -> Iterator[None]:
+def serve_logging(stream: TextIO, *, access: bool = True, fmt: str = "text") -> Iterator[None]:
     """While the block runs, the log of ``toolnexus-async serve`` goes to ``stream``: one line
     per request (:class:`NoQueryAccessLogger` on ``aiohttp.access``) unless not ``access``,
-    this package's INFO and above (the stop, a retried model call, ...) and anything else's
-    WARNING and above. The levels and handlers are as they were after it."""
+    this package's INFO and above (the stop, a retried model call, a tool that raised, ...)
+    and anything else's WARNING and above. ``fmt``: ``"text"`` (time, level, logger,
+    message) or ``"json"`` (one object per line: ``_logformat.JsonFormatter``). The levels
+    and handlers are as they were after it."""
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format {fmt!r} is not one of {', '.join(LOG_FORMATS)}")
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        JsonFormatter()
+        if fmt == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     loggers = [logging.getLogger("toolnexus_async"), logging.getLogger("aiohttp.access")]
     levels = [logger.level for logger in loggers]
     root = logging.getLogger()

@@ -41,6 +41,7 @@ from typing import Any, overload
 import anyio.to_thread
 
 from .._errors import UsageError
+from .._tracing import tool_raised
 from .._types import ToolContext, ToolResult, check_tool_name
 
 __all__ = ("FunctionTool", "define_tool")
@@ -287,6 +288,7 @@ class FunctionTool:
                 if inspect.isawaitable(value):
                     value = await value
         except Exception as exc:
+            tool_raised(self.name, exc, ctx.run_id if ctx is not None else None)
             return ToolResult.error(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
         return _as_result(value)
 
