@@ -102,9 +102,9 @@ async def test_a_parked_run_refuses_an_answer_for_another_call_and_still_waits()
         digest = request.data["digest"]
         assert digest == call_digest("pay", request.data["arguments"])
         with pytest.raises(AnswerMismatchError, match="not what would run"):
-            inbox.answer(Answer(request.id, True, data={"digest": WRONG}))
+            await inbox.answer(Answer(request.id, True, data={"digest": WRONG}))
         assert inbox.pending() == [request] and pay.paid == []  # nothing was taken
-        inbox.answer(Answer(request.id, True, data={"digest": digest}))
+        await inbox.answer(Answer(request.id, True, data={"digest": digest}))
     assert results[0].text == "result: paid" and len(pay.paid) == 1
 
 
@@ -131,7 +131,7 @@ async def test_a_stored_run_refuses_an_answer_for_another_call_and_takes_nothing
 async def test_an_answer_naming_no_digest_is_taken_as_before():
     pay = Pay()
     async with parked(pay.toolkit, functools.partial(gated, pay)) as (inbox, request, _):
-        inbox.answer(Answer(request.id, True))
+        await inbox.answer(Answer(request.id, True))
     assert len(pay.paid) == 1
 
 

@@ -94,7 +94,7 @@ async def through_inbox(root: Path, ok: bool) -> RunResult:
                 await anyio.lowlevel.checkpoint()
             [request] = inbox.pending()
             assert request.data is not None and request.data["tool"] == "apply_patch"
-            inbox.answer(Answer(request.id, ok, reason=None if ok else "declined"))
+            await inbox.answer(Answer(request.id, ok, reason=None if ok else "declined"))
     [result] = results
     assert result.status == "done"
     return result
