@@ -182,10 +182,10 @@ async def test_resuming_a_halted_run_refuses_an_answer_for_another_call():
         request, digest = halted.pending, halted.pending.data["digest"]
         with pytest.raises(AnswerMismatchError):
             await client.resume(
-                halted, pay.toolkit, Answer(request.id, True, data={"digest": WRONG})
+                halted, pay.toolkit, answers=Answer(request.id, True, data={"digest": WRONG})
             )
         assert pay.paid == []
         done = await client.resume(
-            halted, pay.toolkit, Answer(request.id, True, data={"digest": digest})
+            halted, pay.toolkit, answers=Answer(request.id, True, data={"digest": digest})
         )
     assert done.text == "result: paid" and pay.paid == ["paid"]
