@@ -23,7 +23,6 @@ from tests.test_serve_api import TOKEN, closing, events, post, serving
 from toolnexus_async import (
     Answer,
     AnswerMismatchError,
-    DurableHost,
     Hooks,
     Inbox,
     LlmClient,
@@ -35,7 +34,7 @@ from toolnexus_async import (
     require_approval,
 )
 from toolnexus_async._engine.hooks import call_digest
-from toolnexus_async.durable import MemoryRunStore
+from toolnexus_async.durable import DurableHost, MemoryRunStore
 from toolnexus_async.serve import create_app
 
 WRONG = "sha256:" + "0" * 64

@@ -24,7 +24,6 @@ from tests.test_serve_api import post
 from toolnexus_async import (
     Answer,
     AnswerMismatchError,
-    DurableHost,
     Hooks,
     Inbox,
     LlmClient,
@@ -39,7 +38,7 @@ from toolnexus_async import (
     require_approval,
 )
 from toolnexus_async._engine.hooks import call_digest
-from toolnexus_async.durable import SqliteRunStore
+from toolnexus_async.durable import DurableHost, SqliteRunStore
 from toolnexus_async.testing import reply, tool_call
 
 ASKED = {"amount": 30, "to": "Ann"}

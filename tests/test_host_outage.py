@@ -24,9 +24,7 @@ from tests.test_host import LIMIT, Pay, host_for, model, until
 from toolnexus_async import (
     Answer,
     DamagedRunError,
-    DurableHost,
     Inbox,
-    LeaseLostError,
     LlmClient,
     Message,
     Request,
@@ -37,7 +35,7 @@ from toolnexus_async import (
     ToolReturn,
     define_tool,
 )
-from toolnexus_async.durable import MemoryRunStore, SqliteRunStore
+from toolnexus_async.durable import DurableHost, LeaseLostError, MemoryRunStore, SqliteRunStore
 from toolnexus_async.testing import reply, tool_call
 
 _CALLS = (

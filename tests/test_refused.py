@@ -19,7 +19,6 @@ import pytest
 from tests.conftest import assert_no_leaks
 from toolnexus_async import (
     Answer,
-    DurableHost,
     Hooks,
     LlmClient,
     Request,
@@ -34,7 +33,7 @@ from toolnexus_async import (
     require_approval,
 )
 from toolnexus_async._core.suspension import CallRule, Execute, Halt, Settle
-from toolnexus_async.durable import SqliteRunStore
+from toolnexus_async.durable import DurableHost, SqliteRunStore
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 LIMIT = 5  # seconds; only reached when what is under test is broken

@@ -3,7 +3,8 @@
 Rules of this module:
 
 - It parks, and only parks: it holds no store, client or toolkit. Keeping runs that wait
-  too long, and resuming them, is a durable host's job (:class:`~toolnexus_async.DurableHost`).
+  too long, and resuming them, is a durable host's job
+  (:class:`~toolnexus_async.durable.DurableHost`).
 - A parked run costs one object, its slot (the future it awaits, keyed by the request
   id); nothing polls. ``answer()`` resolves exactly that future, so exactly that run wakes.
 - Expiry costs one timer for the whole inbox, not a sleeping task per request: deadlines
@@ -108,7 +109,7 @@ class Inbox:
             Older ones are forgotten (bounded memory).
         park_timeout: seconds a request may stay parked; past it the run halts on the
             request (``status == "pending"``) and stops holding memory. A
-            :class:`~toolnexus_async.DurableHost` saves such runs and resumes them when
+            :class:`~toolnexus_async.durable.DurableHost` saves such runs and resumes them when
             the answer comes.
     """
 
