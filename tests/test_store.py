@@ -29,7 +29,6 @@ from tests.shared import Ledger, raw_sql
 from toolnexus_async import (
     AlreadyAnsweredError,
     Answer,
-    LeaseLostError,
     LlmClient,
     PayloadError,
     Request,
@@ -43,15 +42,16 @@ from toolnexus_async import (
     UnknownRequestError,
     UsageError,
 )
-from toolnexus_async._loop import RunLoop
+from toolnexus_async._core.loop import RunLoop
 from toolnexus_async.durable import (
+    LeaseLostError,
     MemoryRunStore,
     PostgresRunStore,
     RunStore,
     SqliteRunStore,
     StoreEvent,
 )
-from toolnexus_async.durable._schema import APPLICATION_ID, SCHEMA_VERSION
+from toolnexus_async.durable.sqlite._schema import APPLICATION_ID, SCHEMA_VERSION
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 StoreFactory = Callable[..., RunStore]

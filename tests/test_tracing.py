@@ -155,8 +155,8 @@ async def run_trip(client: LlmClient, inbox: Inbox) -> RunResult:
             tg.start_soon(run)
             await wait_until(lambda: len(inbox) == 2)
             refund, wipe = sorted(inbox.pending(), key=lambda r: r.prompt)
-            inbox.answer(Answer(refund.id, True))
-            inbox.answer(Answer(wipe.id, False, reason="declined"))
+            await inbox.answer(Answer(refund.id, True))
+            await inbox.answer(Answer(wipe.id, False, reason="declined"))
     return results[0]
 
 
@@ -377,7 +377,7 @@ async def test_a_halted_run_resumed_in_process_continues_its_trace(spans: Spans)
         stored = RunResult.from_dict(json.loads(json.dumps(halted.to_dict())))
         assert stored.trace_context == halted.trace_context
         assert stored == halted
-        done = await client.resume(stored, toolkit, Answer(halted.pending.id, True))
+        done = await client.resume(stored, toolkit, answers=Answer(halted.pending.id, True))
     assert done.text == "refund t: done"
     first, second = spans.named("invoke_agent")
     assert attributes(first)["toolnexus.run.status"] == "pending"

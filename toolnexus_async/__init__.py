@@ -2,19 +2,13 @@
 
 A tool returns ``ToolResult.pending(Request(...))`` instead of an answer; the run then
 either awaits the host's ``wait_for(request)`` and retries the tool once with the answer,
-or, without ``wait_for``, halts with ``status == "pending"`` so a durable host can resume it
-later. Everything awaits, so many suspended runs can share one event loop.
+or, without ``wait_for``, halts with ``status == "pending"`` so a durable host
+(:mod:`toolnexus_async.durable`) can resume it later. Everything awaits, so many
+suspended runs can share one event loop.
 """
 
-from ._client import LlmClient
-from ._config import Limits, ModelSettings
-from ._conversations import (
-    ConversationLocks,
-    ConversationStore,
-    MemoryConversationStore,
-    SqliteConversationStore,
-)
-from ._errors import (
+from ._core.config import Limits, ModelSettings
+from ._core.errors import (
     AlreadyAnsweredError,
     AlreadyResumedError,
     AnswerError,
@@ -36,10 +30,8 @@ from ._errors import (
     UnknownRequestError,
     UsageError,
 )
-from ._handle import RunHandle
-from ._hooks import Hooks, LlmCall, require_approval
-from ._http import HttpRequest, HttpResponse, Transport
-from ._messages import (
+from ._core.http import HttpRequest, HttpResponse, Transport
+from ._core.messages import (
     AssistantMessage,
     Message,
     ModelReply,
@@ -52,10 +44,21 @@ from ._messages import (
     messages_from_json,
     messages_to_json,
 )
-from ._metrics import LlmCallEvent, MetricEvent, MetricsRegistry, RunEvent, ToolCallEvent
-from ._results import RunResult, ToolCallRecord
-from ._retry import RetryPolicy, parse_retry_after
-from ._streaming import (
+from ._core.results import RunResult, ToolCallRecord
+from ._core.retry import RetryPolicy, parse_retry_after
+from ._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
+from ._core.version import __version__ as __version__
+from ._engine.client import LlmClient
+from ._engine.conversations import (
+    ConversationLocks,
+    ConversationStore,
+    MemoryConversationStore,
+    SqliteConversationStore,
+)
+from ._engine.handle import RunHandle
+from ._engine.hooks import Hooks, LlmCall, require_approval
+from ._engine.metrics import LlmCallEvent, MetricEvent, MetricsRegistry, RunEvent, ToolCallEvent
+from ._engine.streaming import (
     RunStream,
     StreamDone,
     StreamEvent,
@@ -66,21 +69,10 @@ from ._streaming import (
     StreamToolResult,
     StreamUsage,
 )
-from ._terminal import terminal_input
-from ._toolkit import Toolkit
-from ._tracing import Tracing
-from ._transport import AiohttpTransport
-from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
-from ._version import __version__ as __version__
-from .durable import (
-    DurableHost,
-    LeaseLostError,
-    MemoryRunStore,
-    PostgresRunStore,
-    RunStore,
-    SqliteRunStore,
-    resume_stored,
-)
+from ._engine.toolkit import Toolkit
+from ._engine.tracing import Tracing
+from ._io.terminal import terminal_input
+from ._io.transport import AiohttpTransport
 from .suspend import Inbox
 from .tools.http import HttpTool, http_tool
 from .tools.native import FunctionTool, define_tool
@@ -111,12 +103,6 @@ __all__ = (
     "RunHandle",
     "Inbox",
     "terminal_input",
-    "DurableHost",
-    "PostgresRunStore",
-    "RunStore",
-    "MemoryRunStore",
-    "SqliteRunStore",
-    "resume_stored",
     "RunResult",
     "ToolCallRecord",
     "Usage",
@@ -173,7 +159,6 @@ __all__ = (
     "StoreError",
     "StoreUnavailableError",
     "DamagedRunError",
-    "LeaseLostError",
     "ModelError",
     "ProviderError",
     "ProtocolError",

@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import anyio
 
-from .._errors import AnswerError, StoreUnavailableError, UsageError
-from .._types import Answer
+from .._core.errors import AnswerError, StoreUnavailableError, UsageError
+from .._core.types import Answer
 from ..suspend import Inbox
 from ._store import Accepted, RunStore, StoreEvent
 
@@ -102,7 +102,7 @@ class Deliveries:
         if self._inbox.get(answer.id) is None:
             return False
         try:
-            self._inbox.answer(answer)
+            self._inbox.answer_nowait(answer)
         except AnswerError:  # it left meanwhile (halted, expired)
             return False
         return True
@@ -137,7 +137,7 @@ class Deliveries:
                 if self._inbox.get(answer.id) is None:
                     continue  # not parked (yet): next time
                 try:
-                    self._inbox.answer(answer)
+                    await self._inbox.answer(answer)
                 except UsageError:
                     continue
                 except Exception:  # answered or expired here meanwhile: nothing to hand over

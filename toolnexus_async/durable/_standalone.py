@@ -4,7 +4,7 @@ Rules of this module:
 
 - The answers are taken by the store first (each the one answer of its request), then the
   run is claimed for a lease, resumed with everything the store has for it, and kept as it
-  goes, exactly as a :class:`~toolnexus_async.DurableHost` resumes it.
+  goes, exactly as a :class:`~toolnexus_async.durable.DurableHost` resumes it.
 - Answers that arrive for the run while it is held here are not lost: when the run halts
   again, the store is asked whether any of its requests was answered (or expired)
   meanwhile, and if so the run goes on here with them.
@@ -20,12 +20,12 @@ from collections.abc import Iterable
 
 import anyio
 
-from .._client import LlmClient
-from .._engine import RunSpec
-from .._errors import AlreadyResumedError, UsageError
-from .._results import RunResult
-from .._toolkit import Toolkit
-from .._types import Answer
+from .._core.errors import AlreadyResumedError, UsageError
+from .._core.results import RunResult
+from .._core.types import Answer
+from .._engine.client import LlmClient
+from .._engine.engine import RunSpec
+from .._engine.toolkit import Toolkit
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import RunStore, StoredRun
 

@@ -14,17 +14,17 @@ from pathlib import Path
 import attrs
 from aiohttp import web
 
-from .._client import LlmClient
-from .._errors import (
+from .._core.errors import (
     AlreadyAnsweredError,
     AlreadyResumedError,
     AnswerMismatchError,
     RequestExpiredError,
     UnknownRequestError,
 )
-from .._owner import TaskOwner
-from .._toolkit import Toolkit
-from .._types import Answer
+from .._core.types import Answer
+from .._engine.client import LlmClient
+from .._engine.owner import TaskOwner
+from .._engine.toolkit import Toolkit
 from ..durable import DurableHost, RunStore
 from ._bodies import ApiError
 from ._events import EventBus
@@ -78,7 +78,7 @@ async def hand_over(serve: ServeState, answer: Answer) -> None:
     try:
         if inline is not None and answer.id.startswith(INLINE_PREFIX):
             with contextlib.suppress(UnknownRequestError):  # not here: perhaps the store's
-                inline.answer(answer)
+                await inline.answer(answer)
                 return
         # A store error is store_faults' to map: nothing was taken then, and the same
         # answer may be sent again.

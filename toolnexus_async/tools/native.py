@@ -40,9 +40,9 @@ from typing import Any, overload
 
 import anyio.to_thread
 
-from .._errors import UsageError
-from .._tracing import tool_raised
-from .._types import ToolContext, ToolResult, check_tool_name
+from .._core.errors import UsageError
+from .._core.types import ToolContext, ToolResult, check_tool_name
+from .._engine.tracing import tool_raised
 
 __all__ = ("FunctionTool", "define_tool")
 
