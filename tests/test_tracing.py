@@ -527,3 +527,14 @@ def test_without_tracing_nothing_of_opentelemetry_is_needed() -> None:
         "pip install -e '.[otel]' in the toolnexus-async checkout "
         "(or pip install 'opentelemetry-api>=1.30')"
     )
+
+
+async def test_a_streamed_run_is_traced_too(spans: Spans) -> None:
+    async with LlmClient.in_process(lambda m, t: "hello", tracing=spans.tracing()) as client:
+        async with client.stream("hi", Toolkit.create(builtins=False)) as events:
+            kinds = [event.kind async for event in events]
+    assert kinds[-1] == "done"
+    chat, run = spans.one("chat "), spans.one("invoke_agent")
+    assert attributes(chat)["toolnexus.stream"] is True
+    assert chat.parent is not None and chat.parent.span_id == run.context.span_id
+    assert attributes(run)["toolnexus.run.status"] == "done"

@@ -353,17 +353,8 @@ class _TracedModel:
         url = getattr(self._model, "url", None)
         return url if isinstance(url, str) else None
 
-    async def request(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
-        span = self._tracer.chat(self.name, messages)
-        try:
-            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-                reply = await self._model.request(messages, tools)
-        except BaseException as exc:
-            _failed(span, exc)
-            span.end()
-            raise
-        self._tracer.replied(span, reply)
-        return reply
+    def request(self, messages: Sequence[Message], tools: Sequence[Tool]) -> Awaitable[ModelReply]:
+        return self._in_span(messages, self._model.request(messages, tools), streamed=False)
 
     async def stream(
         self,
@@ -372,11 +363,19 @@ class _TracedModel:
         on_text: OnText,
         on_reasoning: OnText | None = None,
     ) -> ModelReply:
+        asked = self._model.stream(messages, tools, on_text, on_reasoning)
+        return await self._in_span(messages, asked, streamed=True)
+
+    async def _in_span(
+        self, messages: Sequence[Message], asked: Awaitable[ModelReply], streamed: bool
+    ) -> ModelReply:
+        """``asked`` (the model's request, not started yet), awaited inside its span."""
         span = self._tracer.chat(self.name, messages)
-        span.set_attribute("toolnexus.stream", True)
+        if streamed:
+            span.set_attribute("toolnexus.stream", True)
         try:
             with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-                reply = await self._model.stream(messages, tools, on_text, on_reasoning)
+                reply = await asked
         except BaseException as exc:
             _failed(span, exc)
             span.end()
