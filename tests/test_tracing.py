@@ -45,6 +45,7 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
+from toolnexus_async.durable import DurableHost, MemoryRunStore
 from toolnexus_async.testing import reply, tool_call
 
 LIMIT = 10
@@ -372,7 +373,7 @@ async def test_a_halted_run_resumed_in_process_continues_its_trace(spans: Spans)
     async with LlmClient.in_process(model, tracing=spans.tracing()) as client:
         halted = await client.run("go", toolkit)
         assert halted.status == "pending" and halted.trace_context is not None
-        assert int(halted.trace_context["halted_at"]) > 0 and halted.pending is not None
+        assert int(halted.trace_context["suspended_at"]) > 0 and halted.pending is not None
         # The trace context travels in the run's JSON form, as a store keeps it.
         stored = RunResult.from_dict(json.loads(json.dumps(halted.to_dict())))
         assert stored.trace_context == halted.trace_context
@@ -389,7 +390,7 @@ async def test_a_halted_run_resumed_in_process_continues_its_trace(spans: Spans)
     assert wait.parent is not None and wait.parent.span_id == second.context.span_id
     assert attributes(wait)["toolnexus.wait.outcome"] == "approved"
     assert attributes(wait)["toolnexus.wait.resumed"] is True
-    assert wait.start_time == int(halted.trace_context["halted_at"])
+    assert wait.start_time == int(halted.trace_context["suspended_at"])
 
 
 async def test_an_untraced_run_keeps_no_trace_context_and_its_json_is_unchanged() -> None:
@@ -538,3 +539,50 @@ async def test_a_streamed_run_is_traced_too(spans: Spans) -> None:
     assert attributes(chat)["toolnexus.stream"] is True
     assert chat.parent is not None and chat.parent.span_id == run.context.span_id
     assert attributes(run)["toolnexus.run.status"] == "done"
+
+
+async def test_a_durable_hosts_run_parked_then_halted_keeps_its_wait_in_the_trace(
+    spans: Spans,
+) -> None:
+    """A run the host parks past the inbox's park_timeout halts into the store (its wait
+    span ends ``halted``); the answer resumes it from the store, in the same trace, and the
+    answer is a wait span of the resume: an instant, since a store does not keep when a
+    request was raised (the parked span has the time waited until the halt)."""
+    results: list[RunResult] = []
+    toolkit = Toolkit.create(builtins=False, extra_tools=[asking("refund")])
+
+    def model(messages: list[Message], tools: list[Any]) -> Any:
+        if isinstance(messages[-1], ToolReturn):
+            return messages[-1].output
+        return reply(None, tool_call("refund", {"table": "t"}, id="c1"))
+
+    with anyio.fail_after(LIMIT):
+        async with (
+            MemoryRunStore() as store,
+            LlmClient.in_process(
+                model, wait_for=Inbox(park_timeout=0.02), tracing=spans.tracing()
+            ) as client,
+            DurableHost(
+                client, toolkit, store, sweep=0.02, poll=0.02, on_result=results.append
+            ) as host,
+        ):
+            halted = await host.run("go")
+            assert halted.status == "pending" and halted.pending is not None
+            stored = await store.load(halted.run_id)
+            assert stored.state.trace_context is not None
+            assert "traceparent" in stored.state.trace_context
+            await host.answer(Answer(halted.pending.id, True))
+            await wait_until(lambda: bool(results))
+    assert results[0].text == "refund t: done"
+    first, resumed = spans.named("invoke_agent")
+    assert resumed.context.trace_id == first.context.trace_id
+    assert resumed.parent is not None and resumed.parent.span_id == first.context.span_id
+    parked, rest = spans.named("wait ")
+    assert attributes(parked)["toolnexus.wait.outcome"] == "halted"
+    assert parked.parent is not None and parked.parent.span_id == first.context.span_id
+    assert attributes(rest)["toolnexus.wait.outcome"] == "approved"
+    assert attributes(rest)["toolnexus.wait.resumed"] is True
+    assert rest.parent is not None and rest.parent.span_id == resumed.context.span_id
+    assert rest.start_time == rest.end_time and "toolnexus.wait.seconds" not in attributes(rest)
+    assert attributes(parked)["toolnexus.wait.seconds"] > 0
+    assert_no_leaks()

@@ -89,9 +89,10 @@ class RunResult:
         refusal: the model's refusal, when its last reply declined to answer (OpenAI's
             ``message.refusal``); ``text`` is then empty. ``None`` otherwise.
         trace_context: for a traced run (``LlmClient(tracing=Tracing())``), its trace
-            context (the W3C ``traceparent``, a ``tracestate`` if any, and ``halted_at``,
-            nanoseconds since the epoch, once it halted), so that resuming it, in any
-            process, continues its trace. ``None`` for a run that was not traced.
+            context (the W3C ``traceparent``, a ``tracestate`` if any, and ``suspended_at``,
+            nanoseconds since the epoch, when its latest request was raised), so that
+            resuming it, in any process, continues its trace. ``None`` for a run that was
+            not traced.
     """
 
     status: RunStatus

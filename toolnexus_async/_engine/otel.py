@@ -14,8 +14,9 @@ Rules of this module:
 - A run carries its trace context (``RunLoop.trace``, kept in every result and so in a
   stored run): a resumed run's ``invoke_agent`` is a child of the halted one's, in the same
   trace, whichever process resumes it; the span that was current where it was resumed is
-  linked. The wait of a call answered while the run was halted is a span from the halt to
-  the resume.
+  linked. The wait of a call answered while the run was halted is a span from when its
+  request was raised (``suspended_at`` in the trace context, stamped as it happens) to
+  the resume; from a store's state, which does not keep that time, an instant.
 - Contents (messages, tool arguments and results, what a person is asked) only when
   :meth:`Tracing.captures_content`; the API key and header values never: nothing here
   reads them, and a provider's error is recorded as the scrubbed exception the model
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -64,7 +66,18 @@ __all__ = ("RunTracer",)
 _PROPAGATOR = TraceContextTextMapPropagator()
 # gen_ai.provider.name by wire style; an in-process model is no provider the conventions know.
 _PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
-HALTED_AT = "halted_at"
+# When the run's latest request was raised (ns since the epoch): where the wait span of its
+# resume begins.
+SUSPENDED_AT = "suspended_at"
+# The carrier of the run being driven, so that a suspension can stamp its time in it (the
+# same dict the run's results carry, so the durable journal keeps it as it goes).
+_CARRIER: ContextVar[dict[str, str] | None] = ContextVar("toolnexus_trace_carrier", default=None)
+
+
+def _suspended() -> None:
+    carrier = _CARRIER.get()
+    if carrier is not None:
+        carrier[SUSPENDED_AT] = str(time.time_ns())
 
 
 def _json(value: object) -> str:
@@ -120,15 +133,15 @@ class RunTracer:
         stored = loop.trace
         parent = None
         links: list[Link] = []
-        halted_at: int | None = None
+        suspended_at: int | None = None
         if stored:
             # A resume: the halted run's span is the parent; the caller's, a link.
             parent = _PROPAGATOR.extract(stored)
             caller = trace.get_current_span().get_span_context()
             if caller.is_valid:
                 links.append(Link(caller, {"toolnexus.link": "caller"}))
-            at = stored.get(HALTED_AT, "")
-            halted_at = int(at) if at.isdigit() else None
+            at = stored.get(SUSPENDED_AT, "")
+            suspended_at = int(at) if at.isdigit() else None
         span = self._tracer.start_span(
             "invoke_agent",
             context=parent,
@@ -146,15 +159,18 @@ class RunTracer:
         _PROPAGATOR.inject(carrier, context=current)
         loop.trace = carrier  # before the run keeps anything: every result carries it
         token = otel_context.attach(current)
+        stamping = _CARRIER.set(carrier)
         try:
             if spec.plan is not None:
-                self._answered_while_halted(spec.plan, halted_at)
+                self._answered_while_halted(spec.plan, suspended_at)
             result = await inner(spec)
         except BaseException as exc:
+            _CARRIER.reset(stamping)
             otel_context.detach(token)
             _failed(span, exc)
             span.end()
             raise
+        _CARRIER.reset(stamping)
         otel_context.detach(token)
         usage = result.usage
         span.set_attributes(
@@ -170,20 +186,21 @@ class RunTracer:
         if result.status == "pending":
             requests = [r.request.id for r in result.suspended if r.request is not None]
             span.add_event("toolnexus.halted", {"toolnexus.request.ids": requests})
-            # When the wait began, for the span its resume will make of it.
-            carrier = {**carrier, HALTED_AT: str(time.time_ns())}
-            result = attrs.evolve(result, trace_context=carrier)
+            if SUSPENDED_AT not in carrier:  # a request no traced step saw raised
+                result = attrs.evolve(
+                    result, trace_context={**carrier, SUSPENDED_AT: str(time.time_ns())}
+                )
         span.end()
         return result
 
-    def _answered_while_halted(self, plan: ResumePlan, halted_at: int | None) -> None:
-        """A span for each wait that ended while the run was halted: from the halt to now,
-        with how it was answered. When the stored run does not say when it halted (a
-        durable run taken over from a worker that died), the span is an instant, with no
+    def _answered_while_halted(self, plan: ResumePlan, suspended_at: int | None) -> None:
+        """A span for each wait that ended while the run was halted: from when its request
+        was raised to now, with how it was answered. When the run's state does not say (a
+        run a durable host resumes from its store), the span is an instant, with no
         ``toolnexus.wait.seconds``."""
         now = time.time_ns()
-        known = halted_at is not None and halted_at <= now
-        start = halted_at if halted_at is not None and known else now
+        known = suspended_at is not None and suspended_at <= now
+        start = suspended_at if suspended_at is not None and known else now
         calls = {call.id: call for call in plan.turn.assistant.tool_calls}
         for call_id, (request, answer) in plan.answers.items():
             call = calls.get(call_id)
@@ -270,6 +287,7 @@ class RunTracer:
         request = request_in(result)
         attributes: dict[str, Any] = {"toolnexus.tool.source": source}
         if request is not None:
+            _suspended()
             attributes["toolnexus.tool.outcome"] = "pending"
             attributes["toolnexus.request.id"] = request.id
         elif result.is_error:
@@ -309,6 +327,7 @@ class RunTracer:
             attributes=self._wait_attributes(request, call.name, call.id),
         )
         started = time.perf_counter()
+        _suspended()
         outcome = "unresolved"
         try:
             answer = await asked
