@@ -19,11 +19,13 @@ from yarl import URL
 from tests.test_cli import serve_process
 from toolnexus_async import (
     Answer,
+    Inbox,
     LlmClient,
     Message,
     ProviderError,
     Request,
     RetryPolicy,
+    RunResult,
     ToolContext,
     Toolkit,
     ToolResult,
@@ -31,6 +33,7 @@ from toolnexus_async import (
     Tracing,
     define_tool,
 )
+from toolnexus_async.durable import DurableHost, MemoryRunStore
 from toolnexus_async.serve._server import serve_logging
 from toolnexus_async.testing import reply, tool_call
 
@@ -160,3 +163,45 @@ async def test_serve_log_format_json_from_the_real_command(tmp_path: Path) -> No
     assert [line["logger"] for line in lines] == ["toolnexus_async.serve"] * 2
     assert lines[0]["message"].startswith("SIGINT: stopping")
     assert {line["level"] for line in lines} == {"INFO"}
+
+
+async def test_a_durable_hosts_records_of_a_run_carry_its_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The host's own lines about a run (here: its on_result raised after the run was
+    resumed from the store) name the run too."""
+
+    @define_tool
+    async def ask(table: str, ctx: ToolContext | None = None) -> ToolResult:
+        """Asks first."""
+        if ctx is None or ctx.answer is None:
+            return ToolResult.pending(Request("", "approval", f"touch {table}?"))
+        return ToolResult.ok("touched")
+
+    told: list[str] = []
+
+    def on_result(result: RunResult) -> None:
+        told.append(result.run_id)
+        raise RuntimeError("the result sink is down")
+
+    caplog.set_level(logging.WARNING, logger="toolnexus_async")
+    with anyio.fail_after(LIMIT):
+        async with (
+            MemoryRunStore() as store,
+            LlmClient.in_process(calling("ask"), wait_for=Inbox(park_timeout=0.01)) as client,
+            DurableHost(
+                client,
+                Toolkit.create(builtins=False, extra_tools=[ask]),
+                store,
+                sweep=0.02,
+                poll=0.02,
+                on_result=on_result,
+            ) as host,
+        ):
+            halted = await host.run("go")
+            assert halted.pending is not None
+            await host.answer(Answer(halted.pending.id, True))
+            while not told:
+                await anyio.lowlevel.checkpoint()
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("on_result raised")]
+    assert record.run_id == halted.run_id  # type: ignore[attr-defined]

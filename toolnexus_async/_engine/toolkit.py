@@ -42,7 +42,7 @@ from .._core.validation import Validator, validator_for
 from ..tools._session import SharedSession
 from ..tools.builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_tools, check_policy
 from .resolver import Resolver, WaitFor
-from .tracing import tool_raised
+from .tracing import run_extra, tool_raised
 
 if TYPE_CHECKING:
     from ..mcp import McpStatus, TokenStore
@@ -364,8 +364,11 @@ class Toolkit(FlagClosing):
             await tell(args, ctx)
         except Exception as exc:
             # The type only: an exception's text may carry what the tool was sent.
-            log.warning("tool %r raised %s in refused(); ignored", name, type(exc).__name__)
-            log.debug("tool %r raised in refused()", name, exc_info=True)
+            where = run_extra(ctx.run_id)
+            log.warning(
+                "tool %r raised %s in refused(); ignored", name, type(exc).__name__, extra=where
+            )
+            log.debug("tool %r raised in refused()", name, exc_info=True, extra=where)
 
     def check_arguments(self, name: str, args: dict[str, Any]) -> str | None:
         """What is wrong with calling the tool ``name`` with ``args`` (unknown tool, or

@@ -50,6 +50,7 @@ from .._engine.hooks import call_hook
 from .._engine.owner import TaskOwner
 from .._engine.streaming import RunStream, Sink
 from .._engine.toolkit import Toolkit
+from .._engine.tracing import run_extra
 from ..suspend import Inbox
 from ._begun import BegunRun
 from ._deliveries import Deliveries
@@ -325,7 +326,11 @@ class DurableHost:
             spec = RunSpec(loop, self.toolkit, plan, journal, stream=sink)
             return await self.client.engine.drive(spec)
         except LeaseLostError:
-            log.warning("run %s was taken over by another worker; stopped here", run_id)
+            log.warning(
+                "run %s was taken over by another worker; stopped here",
+                run_id,
+                extra=run_extra(run_id),
+            )
             raise
         except Exception as exc:
             with anyio.CancelScope(shield=True):
@@ -405,7 +410,12 @@ class DurableHost:
         except StoreError as exc:
             # The answer is kept (taken above); the sweep goes on with the run once the
             # store can read it back.
-            log.warning("run %s cannot be resumed now: %s", accepted.run_id, exc)
+            log.warning(
+                "run %s cannot be resumed now: %s",
+                accepted.run_id,
+                exc,
+                extra=run_extra(accepted.run_id),
+            )
             return
         if stored is not None:
             self._start(stored)
@@ -434,15 +444,23 @@ class DurableHost:
         try:
             result = await self._drive(loop, journal, plan)
         except Exception as exc:
-            log.warning("resumed run %s failed: %r", stored.run_id, exc)
+            log.warning(
+                "resumed run %s failed: %r", stored.run_id, exc, extra=run_extra(stored.run_id)
+            )
             if self._on_failure is not None:
                 try:
                     await call_hook(self._on_failure, stored.run_id, exc)
                 except Exception:
-                    log.exception("on_failure raised for run %s", stored.run_id)
+                    log.exception(
+                        "on_failure raised for run %s",
+                        stored.run_id,
+                        extra=run_extra(stored.run_id),
+                    )
             return
         if self._on_result is not None:
             try:
                 await call_hook(self._on_result, result)
             except Exception:
-                log.exception("on_result raised for run %s", result.run_id)
+                log.exception(
+                    "on_result raised for run %s", result.run_id, extra=run_extra(result.run_id)
+                )

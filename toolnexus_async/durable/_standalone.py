@@ -26,6 +26,7 @@ from .._core.types import Answer
 from .._engine.client import LlmClient
 from .._engine.engine import RunSpec
 from .._engine.toolkit import Toolkit
+from .._engine.tracing import run_extra
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import RunStore, StoredRun
 
@@ -109,7 +110,11 @@ async def _go_on(
             try:
                 await store.fail(stored.run_id, f"{type(exc).__name__}: {exc}", worker)
             except Exception:
-                log.exception("run %s failed and its failure could not be recorded", loop.run_id)
+                log.exception(
+                    "run %s failed and its failure could not be recorded",
+                    loop.run_id,
+                    extra=run_extra(loop.run_id),
+                )
         raise
     except BaseException:
         with anyio.CancelScope(shield=True):

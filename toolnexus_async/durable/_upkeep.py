@@ -32,6 +32,7 @@ import anyio
 
 from .._core.errors import DamagedRunError, StoreError, StoreUnavailableError, UnknownRequestError
 from .._core.loop import RunLoop
+from .._engine.tracing import run_extra
 from ._deliveries import Deliveries
 from ._journal import RunJournal
 from ._store import LeaseLostError, RunStore, StoredRun
@@ -92,7 +93,11 @@ class Upkeep:
             except LeaseLostError:
                 pass
             except Exception:
-                log.exception("run %s failed and its failure could not be recorded", loop.run_id)
+                log.exception(
+                    "run %s failed and its failure could not be recorded",
+                    loop.run_id,
+                    extra=run_extra(loop.run_id),
+                )
             else:
                 return
         if journal.written:
@@ -104,7 +109,12 @@ class Upkeep:
         try:
             await journal.release()
         except StoreError as exc:
-            log.warning("run %s could not be let go now: %s", journal.run_id, exc)
+            log.warning(
+                "run %s could not be let go now: %s",
+                journal.run_id,
+                exc,
+                extra=run_extra(journal.run_id),
+            )
             self.give_up(journal.run_id)
 
     async def run(self, scope: anyio.CancelScope) -> None:
