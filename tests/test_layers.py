@@ -5,6 +5,8 @@
   it is tested with plain calls.
 - **The fronts**: only serve (and the CLI) imports ``serve``; only the fronts above the
   engine (serve, the CLI, the package root) import ``durable``. The engine never does.
+- **The tool registry** (``_toolkit``) imports no tool source (``tools/``, ``mcp/``): the
+  sources sit above it and are composed into it; the assembly (``_standard``) imports both.
 - **No import cycles**, counting imports made inside functions (not those only for type
   checkers).
 - **No package reaches into another's private names**: a private name (one leading
@@ -56,6 +58,10 @@ FRONTS = {
     f"{PACKAGE}.serve": {f"{PACKAGE}.serve", f"{PACKAGE}._cli"},
     f"{PACKAGE}.durable": {f"{PACKAGE}.durable", f"{PACKAGE}.serve", f"{PACKAGE}._cli", PACKAGE},
 }
+
+# The registry composes tool sources and never imports one.
+REGISTRY = f"{PACKAGE}._toolkit"
+SOURCES = (f"{PACKAGE}.tools", f"{PACKAGE}.mcp")
 
 
 def _module_name(path: Path) -> str:
@@ -129,6 +135,12 @@ def layer_breaches(inner: dict[str, set[str]], outer: dict[str, set[str]]) -> li
                     module == a or (_in(module, a) and a != PACKAGE) for a in allowed
                 ):
                     found.append(f"{module} imports {target}, a front above it")
+        if module == REGISTRY:
+            found.extend(
+                f"{module} (the tool registry) imports {target}, a tool source"
+                for target in sorted(imported)
+                if any(_in(target, source) for source in SOURCES)
+            )
         if core:
             found.extend(
                 f"{module} (the pure core) imports {lib}" for lib in sorted(outer[module] & IO)
@@ -178,15 +190,20 @@ def test_there_is_no_import_cycle() -> None:
 
 
 def test_the_checks_see_a_breach() -> None:
-    """A lower layer importing a higher one, the core importing an event loop, and a
-    cycle are each reported."""
+    """A lower layer importing a higher one, the core importing an event loop, the
+    registry importing a tool source, and a cycle are each reported."""
     inner, outer = import_graph()
     inner = {module: set(targets) for module, targets in inner.items()}
     outer = {module: set(libraries) for module, libraries in outer.items()}
     inner[f"{PACKAGE}._loop"].add(f"{PACKAGE}._engine")
     inner[f"{PACKAGE}._engine"].add(f"{PACKAGE}.serve._app")
     outer[f"{PACKAGE}._wire"].add("asyncio")
+    inner[f"{PACKAGE}._toolkit"].add(f"{PACKAGE}.mcp._connect")
     breaches = layer_breaches(inner, outer)
+    assert (
+        f"{PACKAGE}._toolkit (the tool registry) imports {PACKAGE}.mcp._connect, a tool source"
+        in breaches
+    )
     assert f"{PACKAGE}._loop (the pure core) imports {PACKAGE}._engine" in breaches
     assert f"{PACKAGE}._engine imports {PACKAGE}.serve._app, a front above it" in breaches
     assert f"{PACKAGE}._wire (the pure core) imports asyncio" in breaches

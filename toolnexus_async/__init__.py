@@ -55,6 +55,7 @@ from ._messages import (
 from ._metrics import LlmCallEvent, MetricEvent, MetricsRegistry, RunEvent, ToolCallEvent
 from ._results import RunResult, ToolCallRecord
 from ._retry import RetryPolicy, parse_retry_after
+from ._standard import Toolkit
 from ._streaming import (
     RunStream,
     StreamDone,
@@ -67,9 +68,17 @@ from ._streaming import (
     StreamUsage,
 )
 from ._terminal import terminal_input
-from ._toolkit import Toolkit
 from ._transport import AiohttpTransport
-from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
+from ._types import (
+    Answer,
+    HaltRun,
+    Request,
+    Tool,
+    ToolContext,
+    ToolResult,
+    ToolSource,
+    pending_of,
+)
 from ._version import __version__ as __version__
 from .durable import (
     DurableHost,
@@ -81,6 +90,7 @@ from .durable import (
     resume_stored,
 )
 from .suspend import Inbox
+from .tools._sources import BuiltinTools, HttpTools, NativeTools
 from .tools.http import HttpTool, http_tool
 from .tools.native import FunctionTool, define_tool
 
@@ -95,6 +105,10 @@ __all__ = (
     "HaltRun",
     # tools
     "Toolkit",
+    "ToolSource",
+    "NativeTools",
+    "HttpTools",
+    "BuiltinTools",
     "FunctionTool",
     "define_tool",
     "HttpTool",

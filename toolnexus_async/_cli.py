@@ -26,8 +26,8 @@ from ._demo import DEMO_PROMPT, demo_model, demo_tools
 from ._errors import StoreError, UsageError
 from ._messages import AssistantMessage, Message
 from ._secrets import redact_url
+from ._standard import Toolkit
 from ._terminal import terminal_input
-from ._toolkit import Toolkit
 from ._types import Answer, Request, Tool, ToolContext, ToolResult, request_in
 from ._version import __version__
 

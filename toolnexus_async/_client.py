@@ -39,8 +39,8 @@ from ._results import RunResult
 from ._resuming import Resuming
 from ._retry import RetryPolicy
 from ._secrets import redact_url, url_secrets
+from ._standard import Toolkit
 from ._streaming import RunStream, Sink
-from ._toolkit import Toolkit
 from ._transport import AiohttpTransport
 
 __all__ = ("LlmClient",)

@@ -47,8 +47,8 @@ from ._resolver import Resolver
 from ._results import RunResult, ToolCallRecord
 from ._resume import ResumePlan
 from ._retry import RetryPolicy
+from ._standard import Toolkit
 from ._streaming import Sink, StreamReasoning, StreamText, StreamToolCall, StreamUsage
-from ._toolkit import Toolkit
 from ._types import Tool
 
 __all__ = ("Engine", "RunSpec")

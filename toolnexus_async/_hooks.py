@@ -32,8 +32,8 @@ import attrs
 
 from ._errors import UsageError
 from ._messages import Message, ModelReply
+from ._standard import Toolkit
 from ._suspension import GATE
-from ._toolkit import Toolkit
 from ._types import Request, Tool, ToolContext, ToolResult
 
 __all__ = ("GATE", "Hooks", "LlmCall", "require_approval")

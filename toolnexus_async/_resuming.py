@@ -16,7 +16,7 @@ from ._errors import UsageError
 from ._messages import Message
 from ._results import RunResult
 from ._resume import plan_from_transcript, plan_resume
-from ._toolkit import Toolkit
+from ._standard import Toolkit
 from ._types import Answer, Request
 
 __all__ = ("Resuming",)

@@ -52,8 +52,8 @@ from .._messages import Message
 from .._owner import TaskOwner
 from .._results import RunResult
 from .._resume import ResumePlan
+from .._standard import Toolkit
 from .._streaming import RunStream, Sink
-from .._toolkit import Toolkit
 from .._types import Answer, Request
 from ..suspend import Inbox
 from ._begun import BegunRun

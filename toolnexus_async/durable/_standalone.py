@@ -24,7 +24,7 @@ from .._client import LlmClient
 from .._engine import RunSpec
 from .._errors import AlreadyResumedError, UsageError
 from .._results import RunResult
-from .._toolkit import Toolkit
+from .._standard import Toolkit
 from .._types import Answer
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import RunStore, StoredRun

@@ -53,7 +53,7 @@ from ._oauth_flow import SignInLink, _Noticing, _Provider
 from ._tokens import TokenStore
 
 if TYPE_CHECKING:
-    from .._toolkit import Toolkit
+    from .._standard import Toolkit
     from ._connection import Connection
 
 __all__ = (

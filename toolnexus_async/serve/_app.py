@@ -41,7 +41,7 @@ from .._errors import (
     UsageError,
 )
 from .._owner import TaskOwner
-from .._toolkit import Toolkit
+from .._standard import Toolkit
 from ..durable import DurableHost, RunStore
 from ..suspend import GcFreezer
 from ._bodies import MAX_BODY, ApiError, json_errors

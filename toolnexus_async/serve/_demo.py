@@ -30,7 +30,7 @@ from .._client import LlmClient
 from .._demo import book_table
 from .._errors import UsageError
 from .._messages import AssistantMessage, Message, ToolCall, ToolReturn, UserMessage
-from .._toolkit import Toolkit
+from .._standard import Toolkit
 from .._types import Tool, ToolContext, ToolResult
 from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..mcp._tokens import RunStoreTokens

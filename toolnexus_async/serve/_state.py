@@ -23,7 +23,7 @@ from .._errors import (
     UnknownRequestError,
 )
 from .._owner import TaskOwner
-from .._toolkit import Toolkit
+from .._standard import Toolkit
 from .._types import Answer
 from ..durable import DurableHost, RunStore
 from ._bodies import ApiError
