@@ -316,7 +316,7 @@ class ToolRegistry(FlagClosing):
         arguments its ``input_schema`` refuses), or ``None`` when nothing is. Checks even
         when the toolkit was made with ``validate=False``.
 
-        >>> Toolkit().check_arguments("nope", {})
+        >>> ToolRegistry().check_arguments("nope", {})
         "unknown tool 'nope'; available tools: none"
         """
         tool = self._tools.get(name)

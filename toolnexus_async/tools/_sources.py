@@ -101,7 +101,7 @@ class HttpTools(NativeTools):
         super().__init__(*tools)
 
 
-class BuiltinTools(FlagClosing):
+class BuiltinTools(NativeTools):
     """The built-in tools (``bash``, ``read``, ``write``, ``webfetch``, ...) as one source,
     with the settings ``Toolkit.create`` takes (its docstring says what each means).
 
@@ -116,8 +116,6 @@ class BuiltinTools(FlagClosing):
     Leaving it closes the tools that hold a resource, then the HTTP sessions ``webfetch``
     opened.
     """
-
-    _kind = "tool source"
 
     def __init__(
         self,
@@ -141,19 +139,10 @@ class BuiltinTools(FlagClosing):
         workspace = Workspace(Path.cwd() if workdir is None else workdir, confine=confine)
         self.session = SharedSession()
         every = builtin_tools(workspace, self.session, approve=approve, allow_hosts=allow_hosts)
-        self._tools = tuple(tool for tool in every if tool.name not in off)
-
-    def tools(self) -> Sequence[Tool]:
-        return self._tools
+        super().__init__(*(tool for tool in every if tool.name not in off))
 
     async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
         try:
-            await _close_each(self._tools)
+            await super().aclose()
         finally:
-            await self.session.aclose()
-
-    def __repr__(self) -> str:
-        return f"BuiltinTools({', '.join(tool.name for tool in self._tools)})"
+            await self.session.aclose()  # idempotent
