@@ -3,10 +3,12 @@
 - **The pure core** (messages, wire data, results, the run loop, the suspension rule, the
   codecs, retries, validation) imports nothing above it and no event loop or I/O library:
   it is tested with plain calls.
+- **The layers of the runtime** (``_core`` < ``_io`` < ``_engine``) each import only
+  themselves and those below. So the engine's tool registry (``_engine.toolkit``) imports
+  no tool source: ``tools/`` and ``mcp/`` sit above the engine and are composed into it
+  (the public ``Toolkit`` with ``create`` is ``tools/_standard.py``).
 - **The fronts**: only serve (and the CLI) imports ``serve``; only the fronts above the
   engine (serve, the CLI, the package root) import ``durable``. The engine never does.
-- **The tool registry** (``_toolkit``) imports no tool source (``tools/``, ``mcp/``): the
-  sources sit above it and are composed into it; the assembly (``_standard``) imports both.
 - **No import cycles**, counting imports made inside functions (not those only for type
   checkers).
 - **No package reaches into another's private names**: a private name (one leading
@@ -28,29 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent / "toolnexus_async"
 
 
 PACKAGE = "toolnexus_async"
-CORE = {
-    f"{PACKAGE}.{name}"
-    for name in (
-        "_codecs",
-        "_config",
-        "_errors",
-        "_fastinit",
-        "_halted",
-        "_ids",
-        "_json",
-        "_loop",
-        "_messages",
-        "_results",
-        "_resume",
-        "_retry",
-        "_secrets",
-        "_suspension",
-        "_types",
-        "_validation",
-        "_version",
-        "_wire",
-    )
-}
+# The layers of the runtime, lowest first; each may import only itself and those below.
+LAYERS = (f"{PACKAGE}._core", f"{PACKAGE}._io", f"{PACKAGE}._engine")
+CORE = {LAYERS[0]}
 # What the pure core may not import: an event loop, a network or a database.
 IO = {"asyncio", "anyio", "aiohttp", "asyncpg", "sqlite3", "mcp", "socket", "subprocess"}
 # Who may import these packages: their own modules and the fronts above them.
@@ -58,10 +40,6 @@ FRONTS = {
     f"{PACKAGE}.serve": {f"{PACKAGE}.serve", f"{PACKAGE}._cli"},
     f"{PACKAGE}.durable": {f"{PACKAGE}.durable", f"{PACKAGE}.serve", f"{PACKAGE}._cli", PACKAGE},
 }
-
-# The registry composes tool sources and never imports one.
-REGISTRY = f"{PACKAGE}._toolkit"
-SOURCES = (f"{PACKAGE}.tools", f"{PACKAGE}.mcp")
 
 
 def _module_name(path: Path) -> str:
@@ -127,20 +105,15 @@ def layer_breaches(inner: dict[str, set[str]], outer: dict[str, set[str]]) -> li
     found = []
     for module, imported in sorted(inner.items()):
         core = any(_in(module, c) for c in CORE)
+        level = next((i for i, layer in enumerate(LAYERS) if _in(module, layer)), None)
         for target in sorted(imported):
-            if core and not any(_in(target, c) for c in CORE):
-                found.append(f"{module} (the pure core) imports {target}")
+            if level is not None and not any(_in(target, layer) for layer in LAYERS[: level + 1]):
+                found.append(f"{module} ({LAYERS[level]}) imports {target}, outside its layers")
             for front, allowed in FRONTS.items():
                 if _in(target, front) and not any(
                     module == a or (_in(module, a) and a != PACKAGE) for a in allowed
                 ):
                     found.append(f"{module} imports {target}, a front above it")
-        if module == REGISTRY:
-            found.extend(
-                f"{module} (the tool registry) imports {target}, a tool source"
-                for target in sorted(imported)
-                if any(_in(target, source) for source in SOURCES)
-            )
         if core:
             found.extend(
                 f"{module} (the pure core) imports {lib}" for lib in sorted(outer[module] & IO)
@@ -190,24 +163,32 @@ def test_there_is_no_import_cycle() -> None:
 
 
 def test_the_checks_see_a_breach() -> None:
-    """A lower layer importing a higher one, the core importing an event loop, the
-    registry importing a tool source, and a cycle are each reported."""
+    """A lower layer importing a higher one, the core importing an event loop, and a
+    cycle are each reported."""
     inner, outer = import_graph()
     inner = {module: set(targets) for module, targets in inner.items()}
     outer = {module: set(libraries) for module, libraries in outer.items()}
-    inner[f"{PACKAGE}._loop"].add(f"{PACKAGE}._engine")
-    inner[f"{PACKAGE}._engine"].add(f"{PACKAGE}.serve._app")
-    outer[f"{PACKAGE}._wire"].add("asyncio")
-    inner[f"{PACKAGE}._toolkit"].add(f"{PACKAGE}.mcp._connect")
-    breaches = layer_breaches(inner, outer)
-    assert (
-        f"{PACKAGE}._toolkit (the tool registry) imports {PACKAGE}.mcp._connect, a tool source"
-        in breaches
+    loop, engine, transport = (
+        f"{PACKAGE}._core.loop",
+        f"{PACKAGE}._engine.engine",
+        f"{PACKAGE}._io.transport",
     )
-    assert f"{PACKAGE}._loop (the pure core) imports {PACKAGE}._engine" in breaches
-    assert f"{PACKAGE}._engine imports {PACKAGE}.serve._app, a front above it" in breaches
-    assert f"{PACKAGE}._wire (the pure core) imports asyncio" in breaches
-    assert any(f"{PACKAGE}._loop" in part for part in cycles(inner))
+    inner[loop].add(engine)
+    inner[transport].add(engine)
+    inner[engine].add(f"{PACKAGE}.serve._app")
+    registry = f"{PACKAGE}._engine.toolkit"
+    inner[registry].add(f"{PACKAGE}.mcp._connect")
+    outer[f"{PACKAGE}._core.wire"].add("asyncio")
+    breaches = layer_breaches(inner, outer)
+    assert f"{loop} ({PACKAGE}._core) imports {engine}, outside its layers" in breaches
+    assert f"{transport} ({PACKAGE}._io) imports {engine}, outside its layers" in breaches
+    assert f"{engine} imports {PACKAGE}.serve._app, a front above it" in breaches
+    # The tool registry composes tool sources; it never imports one.
+    assert f"{registry} ({PACKAGE}._engine) imports {PACKAGE}.mcp._connect, outside its layers" in (
+        breaches
+    )
+    assert f"{PACKAGE}._core.wire (the pure core) imports asyncio" in breaches
+    assert any(loop in part for part in cycles(inner))
 
 
 def _private(name: str) -> bool:
@@ -285,7 +266,7 @@ def test_no_package_uses_another_packages_private_names() -> None:
     [
         ("def f(client):\n    return client._execute()\n", True),
         ("def f(self):\n    return self._execute()\n", False),
-        ("from toolnexus_async._client import _given\n", True),
+        ("from toolnexus_async._engine.client import _given\n", True),
     ],
 )
 def test_the_check_sees_a_reach(source: str, reaches: bool) -> None:

@@ -31,6 +31,7 @@ from toolnexus_async import (
     UsageError,
     define_tool,
     http_tool,
+    require_approval,
 )
 from toolnexus_async.mcp import McpTools
 from toolnexus_async.testing import reply, tool_call
@@ -286,3 +287,14 @@ async def test_create_is_the_standard_sources_composed():
         assert made.mcp_status == composed.mcp_status
         assert (await made.execute("bash", {})).output == "mine"
     assert_no_leaks()
+
+
+def test_an_approval_for_a_source_not_open_yet_says_when_its_tools_join():
+    """``require_approval`` naming an MCP tool of a toolkit not entered yet: the error says
+    the sources' tools join when it is entered (the engine asks the registry, not MCP)."""
+    tk = Toolkit.create(builtins=False, mcp=DEMO)
+    with pytest.raises(UsageError, match=r"\(its sources' tools join when it is entered\)"):
+        require_approval(["demo_echo"], toolkit=tk)
+    plain = Toolkit.compose(NativeTools(shout))
+    with pytest.raises(UsageError, match=r"the tools are: none \(its sources' tools join"):
+        require_approval(["shout2"], toolkit=plain)

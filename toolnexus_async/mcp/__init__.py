@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._types import Answer
+from .._core.types import Answer
 from ._config import McpStatus, OAuthConfig, ServerConfig, load_config, parse_config
 from ._source import McpTools, require_sdk
 from ._tokens import MemoryTokens, RunStoreTokens, TokenStore
 
 if TYPE_CHECKING:
-    from .._standard import Toolkit
+    from ..tools._standard import Toolkit
 
 __all__ = (
     "McpStatus",

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .._errors import UsageError
-from .._resolver import Resolver, WaitFor
-from .._types import Tool
+from .._core.errors import UsageError
+from .._core.types import Tool
+from .._engine.resolver import Resolver, WaitFor
 from ._config import McpStatus, load_config
 from ._tokens import TokenStore
 

@@ -37,13 +37,11 @@ from collections.abc import AsyncIterator, Iterable
 import anyio
 from aiohttp import web
 
-from .._errors import (
-    UsageError,
-)
-from .._owner import TaskOwner
-from .._standard import Toolkit
+from .._core.errors import UsageError
+from .._engine.owner import TaskOwner
 from ..durable import DurableHost, RunStore
 from ..suspend import GcFreezer
+from ..tools._standard import Toolkit
 from ._bodies import MAX_BODY, ApiError, json_errors
 from ._events import EventBus
 from ._feed import EventFeed

@@ -14,18 +14,18 @@ from pathlib import Path
 import attrs
 from aiohttp import web
 
-from .._client import LlmClient
-from .._errors import (
+from .._core.errors import (
     AlreadyAnsweredError,
     AlreadyResumedError,
     AnswerMismatchError,
     RequestExpiredError,
     UnknownRequestError,
 )
-from .._owner import TaskOwner
-from .._standard import Toolkit
-from .._types import Answer
+from .._core.types import Answer
+from .._engine.client import LlmClient
+from .._engine.owner import TaskOwner
 from ..durable import DurableHost, RunStore
+from ..tools._standard import Toolkit
 from ._bodies import ApiError
 from ._events import EventBus
 from ._feed import EventFeed

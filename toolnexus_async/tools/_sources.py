@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._closing import FlagClosing
-from .._errors import UsageError
-from .._types import Tool, check_tool
+from .._core.closing import FlagClosing
+from .._core.errors import UsageError
+from .._core.types import Tool, check_tool
 from ._session import SharedSession
 from .builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_tools, check_policy
 from .http import HttpTool

@@ -1,0 +1,409 @@
+"""The tool registry: which tools a run may call, where they came from, how they are executed.
+
+Rules of this module:
+
+- Arguments are checked against the tool's input schema before it runs (compiled once per
+  schema); a violation is an error result naming the field and the rule.
+- A tool never raises across the registry: :meth:`ToolRegistry.execute` turns an exception
+  into an error result naming the tool and the exception, and an unknown name into an error
+  result naming the tools that do exist. Only cancellation passes through. The same holds
+  for :meth:`ToolRegistry.refused`, which tells a tool that its request was refused.
+- Tools come from :class:`~toolnexus_async.ToolSource` s composed into the registry
+  (:meth:`ToolRegistry.compose`), entered in order when the registry is entered and left in
+  reverse when it closes. A source that fails to open closes the ones opened before it (and
+  the registry): nothing stays open. A composed registry refuses to execute before it is
+  entered, since its tools are not there yet.
+- Names are unique. Two sources offering one name when the registry opens is a
+  :class:`UsageError` naming both; :meth:`register` refuses a taken name unless told to
+  replace it. A *live* source (one whose tools change while it is open: it has
+  ``watch``) never takes a taken name: its tool is left out, with a warning, since its list
+  may change mid-run, when nobody could handle an error. A live source's tools keep their
+  places when its list changes.
+- The registry imports no tool source (the engine's layer rule): the built-ins, HTTP and
+  MCP sources sit above the engine, and the public :class:`~toolnexus_async.Toolkit`
+  (``tools/_standard.py``) is this class plus the standard assembly (``Toolkit.create``).
+  The engine takes any registry: it reads ``specs`` and calls ``execute`` and ``refused``.
+- The schema adapters (``to_openai`` ...) are the codecs' renderers, handed one tuple of
+  the tools that stays the same until the tools change, so the codecs render it once.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Self
+
+import anyio
+
+from .._core.closing import FlagClosing
+from .._core.codecs._tools import render_anthropic, render_gemini, render_openai
+from .._core.errors import UsageError
+from .._core.types import Tool, ToolContext, ToolResult, ToolSource, check_tool
+from .._core.validation import Validator, validator_for
+
+__all__ = ("ToolRegistry",)
+
+log = logging.getLogger("toolnexus_async")
+
+
+class ToolRegistry(FlagClosing):
+    """A set of uniquely named tools from composed sources, executed safely.
+
+    The public :class:`~toolnexus_async.Toolkit` is this class plus the standard assembly;
+    build one with ``Toolkit.compose(*sources)`` (or ``Toolkit.create``) and enter it, so
+    that every source it opened is closed::
+
+        async with Toolkit.compose(NativeTools(send_payment)) as tk:
+            result = await tk.execute("send_payment", {"amount": 30})
+
+    A closed toolkit refuses to execute, to register and to be entered again
+    (:class:`UsageError`), as a closed client refuses to run.
+    """
+
+    _kind = "toolkit"
+
+    def __init__(self, tools: Iterable[Tool] = (), *, validate: bool = True) -> None:
+        self._tools: dict[str, Tool] = {}
+        # The tools as one tuple, handed to the codecs every turn; rebuilt when tools change,
+        # so a codec can remember its rendering by the tuple's identity.
+        self._spec_tuple: tuple[Tool, ...] = ()
+        self._validate = validate
+        self._validators: dict[str, Validator] = {}
+        self._sources: list[ToolSource] = []  # composed, entered by start()
+        self._opened: list[ToolSource] = []  # entered, left in reverse by aclose()
+        self._owners: dict[str, ToolSource] = {}  # a source's tool's name -> that source
+        self._started = False
+        # True while execute must refuse: closed, or composed and not entered yet. One flag,
+        # so the hot path reads one attribute.
+        self._blocked = False
+        self._closed = False
+        for tool in tools:
+            self.register(tool)
+
+    @classmethod
+    def compose(cls, *sources: ToolSource, validate: bool = True) -> Self:
+        """A toolkit of the tools ``sources`` offer, in that order, once it is entered
+        (``async with``): entering opens the sources, leaving closes them in reverse.
+
+        Args:
+            sources: each a :class:`~toolnexus_async.ToolSource` (an async context manager
+                with ``tools()``), used by this toolkit only.
+            validate: check each call's arguments against the tool's input schema before
+                the tool runs; a violation is an error result for the model.
+
+        Raises:
+            UsageError: something given is not a tool source, or one is given twice.
+        """
+        toolkit = cls(validate=validate)
+        for source in sources:
+            toolkit._add_source(source)
+        toolkit._blocked = True
+        return toolkit
+
+    def _add_source(self, source: ToolSource) -> None:
+        if not isinstance(source, ToolSource):
+            raise UsageError(
+                f"{source!r} is not a tool source: it needs async __aenter__/__aexit__ and "
+                "tools() (wrap plain tools or functions in NativeTools)"
+            )
+        if any(source is mine for mine in self._sources):
+            raise UsageError(f"the tool source {source!r} is given twice")
+        self._sources.append(source)
+
+    def _adopt(self, source: ToolSource) -> None:
+        """Take the tools of ``source``, open already (its tools need no I/O), as if it had
+        been entered: for an assembly whose toolkit is usable before it is entered."""
+        self._add_source(source)
+        self._opened.append(source)
+        self._take(source, live=False)
+
+    @property
+    def sources(self) -> tuple[ToolSource, ...]:
+        """The composed sources, in order (open while the toolkit is entered)."""
+        return tuple(self._sources)
+
+    @property
+    def unopened(self) -> tuple[ToolSource, ...]:
+        """The composed sources not opened yet: their tools join when it is entered."""
+        if self._closed:
+            return ()
+        return tuple(s for s in self._sources if not any(s is o for o in self._opened))
+
+    async def start(self) -> None:
+        """Open the sources in order and take their tools (``async with`` does this).
+
+        Call :meth:`aclose` from the same task. If a source fails to open, or two offer one
+        name, the sources opened so far are closed, the toolkit too, and the error is
+        raised (a source's own exception carries a note naming the source).
+        """
+        self._check_open()
+        if self._started:
+            return
+        self._started = True
+        try:
+            for source in self._sources:
+                if any(source is opened for opened in self._opened):
+                    continue  # adopted open
+                watch = getattr(source, "watch", None)
+                if watch is not None:
+                    watch(functools.partial(self._changed, source))
+                try:
+                    await source.__aenter__()
+                except Exception as exc:
+                    exc.add_note(f"(while opening the tool source {source!r})")
+                    raise
+                self._opened.append(source)
+                self._take(source, live=watch is not None)
+        except BaseException:
+            # Cancelled or failed: whatever is open must close, even inside a cancelled scope.
+            with anyio.CancelScope(shield=True):
+                await self._close_all(quiet=True)
+            raise
+        self._blocked = False
+
+    def _take(self, source: ToolSource, *, live: bool) -> None:
+        """Register what ``source`` offers as it opens (see the module's rules on names)."""
+        for offered in source.tools():
+            tool = check_tool(offered)
+            holder = self._owners.get(tool.name)
+            if tool.name not in self._tools:
+                self._tools[tool.name] = tool
+                self._owners[tool.name] = source
+            elif live:
+                log.warning(
+                    "tool %r of %r is left out: the name is taken by %s",
+                    tool.name,
+                    source,
+                    "this source" if holder is source else _holder(holder),
+                )
+            elif holder is source:
+                raise UsageError(f"the tool source {source!r} offers {tool.name!r} twice")
+            else:
+                raise UsageError(
+                    f"two tool sources offer a tool named {tool.name!r}: {_holder(holder)} "
+                    f"and {source!r}; leave it out of one of them"
+                )
+        self._spec_tuple = tuple(self._tools.values())
+
+    def _changed(self, source: ToolSource) -> None:
+        """A live source's tools changed: offer what it offers now, in place of what it
+        offered before (a tool it still offers keeps its place)."""
+        if self._closed or not any(source is s for s in self._opened):
+            return
+        fresh: dict[str, Tool] = {}
+        for offered in source.tools():
+            try:
+                tool = check_tool(offered)
+            except UsageError as exc:
+                log.warning("a tool of %r is left out: %s", source, exc)
+                continue
+            fresh.setdefault(tool.name, tool)
+        tools: dict[str, Tool] = {}
+        for name, tool in self._tools.items():
+            if self._owners.get(name) is not source:
+                tools[name] = tool
+                continue
+            self._validators.pop(name, None)
+            del self._owners[name]
+            if name in fresh:
+                tools[name] = fresh.pop(name)
+                self._owners[name] = source
+        for name, tool in fresh.items():
+            if name in tools:
+                holder = _holder(self._owners.get(name))
+                log.warning(
+                    "tool %r of %r is left out: the name is taken by %s", name, source, holder
+                )
+                continue
+            tools[name] = tool
+            self._owners[name] = source
+        self._tools = tools
+        self._spec_tuple = tuple(tools.values())
+
+    async def __aenter__(self) -> Self:
+        self._check_open()
+        await self.start()
+        return self
+
+    def _check_ready(self) -> None:
+        self._check_open()
+        if self._blocked:
+            raise UsageError(
+                "this toolkit is not open yet: its sources open when it is entered "
+                "(async with toolkit: ...) or started (await toolkit.start())"
+            )
+
+    def register(self, tool: Tool, *, replace: bool = False) -> None:
+        """Add ``tool``; a taken name is refused unless ``replace=True``."""
+        self._check_open()
+        tool = check_tool(tool)
+        if tool.name in self._tools and not replace:
+            raise UsageError(
+                f"a tool named {tool.name!r} is already registered; pass replace=True to swap it"
+            )
+        self._tools[tool.name] = tool
+        self._owners.pop(tool.name, None)  # its source still closes the one replaced
+        self._spec_tuple = tuple(self._tools.values())
+        self._validators.pop(tool.name, None)
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, or None."""
+        return self._tools.get(name)
+
+    def tools(self) -> list[Tool]:
+        """Every tool, in registration order."""
+        return list(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self._tools)!r})"
+
+    async def execute(
+        self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
+    ) -> ToolResult:
+        """Run the tool ``name``; whatever happens, the answer is a :class:`ToolResult`.
+
+        Raises:
+            UsageError: the toolkit is closed (its tools' resources are gone), or it was
+                composed of sources and is not entered yet.
+        """
+        if self._blocked:
+            self._check_ready()
+        tool = self._tools.get(name)
+        if tool is None:
+            return ToolResult.error(self._unknown(name))
+        if self._validate:
+            problem = self._check_arguments(tool, args)
+            if problem is not None:
+                return ToolResult.error(problem)
+        try:
+            # Typed as object: tools are duck-typed user code and may return anything.
+            result: object = await tool.execute(args, ctx)
+        except Exception as exc:
+            log.debug("tool %r raised", name, exc_info=True)
+            return ToolResult.error(f"tool {name!r} raised {type(exc).__name__}: {exc}")
+        if not isinstance(result, ToolResult):
+            return ToolResult.error(
+                f"tool {name!r} returned {type(result).__name__}, not a ToolResult"
+            )
+        return result
+
+    async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
+        """Tell the tool ``name`` that its request ``ctx.request`` was refused
+        (``ctx.answer``: ``ok=False``) and that it will not run again for this call.
+
+        Calls the tool's optional ``async refused(args, ctx)``; nothing for an unknown tool
+        or one without it. Never raises for the tool's sake: an exception from it is logged
+        (a warning naming the tool and the exception's type) and ignored. Only cancellation
+        passes through.
+
+        Raises:
+            UsageError: the toolkit is closed, or composed and not entered yet.
+        """
+        if self._blocked:
+            self._check_ready()
+        tell = getattr(self._tools.get(name), "refused", None)
+        if tell is None:
+            return
+        try:
+            await tell(args, ctx)
+        except Exception as exc:
+            # The type only: an exception's text may carry what the tool was sent.
+            log.warning("tool %r raised %s in refused(); ignored", name, type(exc).__name__)
+            log.debug("tool %r raised in refused()", name, exc_info=True)
+
+    def check_arguments(self, name: str, args: dict[str, Any]) -> str | None:
+        """What is wrong with calling the tool ``name`` with ``args`` (unknown tool, or
+        arguments its ``input_schema`` refuses), or ``None`` when nothing is. Checks even
+        when the toolkit was made with ``validate=False``.
+
+        >>> ToolRegistry().check_arguments("nope", {})
+        "unknown tool 'nope'; available tools: none"
+        """
+        tool = self._tools.get(name)
+        if tool is None:
+            return self._unknown(name)
+        return self._check_arguments(tool, args)
+
+    def _unknown(self, name: str) -> str:
+        return f"unknown tool {name!r}; available tools: {', '.join(self._tools) or 'none'}"
+
+    def _check_arguments(self, tool: Tool, args: dict[str, Any]) -> str | None:
+        check = self._validators.get(tool.name)
+        if check is None:
+            try:
+                check = validator_for(tool.input_schema)
+            except UsageError as exc:
+                return f"tool {tool.name!r} cannot be called: its input schema is invalid: {exc}"
+            self._validators[tool.name] = check
+        problem = check(args)
+        if problem is None:
+            return None
+        return f"invalid arguments for tool {tool.name!r}: {problem}; the tool did not run"
+
+    @property
+    def specs(self) -> tuple[Tool, ...]:
+        """The tools, as the one tuple a model request renders: the same object until the
+        tools change, so a codec renders it once (see ``_codecs._tools``).
+
+        Raises:
+            UsageError: the toolkit was composed of sources and is not entered yet.
+        """
+        if self._blocked:
+            self._check_ready()
+        return self._spec_tuple
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """Chat Completions ``tools``: ``{"type": "function", "function": {...}}`` each."""
+        return copy.deepcopy(render_openai(self._spec_tuple))
+
+    def to_anthropic(self) -> list[dict[str, Any]]:
+        """Messages API ``tools``: ``{"name", "description", "input_schema"}`` each."""
+        return copy.deepcopy(render_anthropic(self._spec_tuple))
+
+    def to_gemini(self) -> list[dict[str, Any]]:
+        """Gemini ``functionDeclarations``, with the schema keys Gemini rejects removed."""
+        return copy.deepcopy(render_gemini(self._spec_tuple))
+
+    async def aclose(self) -> None:
+        """Close the sources (in reverse), then every tool registered directly that holds a
+        resource (it has an ``aclose``). Idempotent. One failing close does not keep the
+        others open: the first error is raised once everything was closed.
+        """
+        await self._close_all(quiet=False)
+
+    async def _close_all(self, *, quiet: bool) -> None:
+        if self._closed:
+            return
+        self._closed = self._blocked = True
+        opened, self._opened = self._opened[::-1], []
+        closers: list[Callable[[], Awaitable[object]] | None] = [
+            functools.partial(source.__aexit__, None, None, None) for source in opened
+        ]
+        closers += [
+            getattr(tool, "aclose", None)
+            for name, tool in self._tools.items()
+            if name not in self._owners
+        ]
+        first: Exception | None = None
+        for closer in closers:
+            if closer is None:
+                continue
+            try:
+                await closer()
+            except Exception as exc:
+                log.warning("closing a tool source failed: %r", exc)
+                first = first or exc
+        if first is not None and not quiet:
+            raise first
+
+
+def _holder(source: ToolSource | None) -> str:
+    return "a tool registered directly" if source is None else repr(source)
