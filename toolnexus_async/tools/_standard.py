@@ -3,8 +3,8 @@
 Rules of this module:
 
 - The registry (``_engine/toolkit.py``) imports no tool source; this module sits above
-  both and adds what needs the sources: :meth:`Toolkit.create` (the built-ins, your tools and MCP
-  servers composed as sources) and the MCP views (:attr:`Toolkit.mcp_status`,
+  both and adds what needs the sources: :meth:`Toolkit.create` (the built-ins, your tools
+  and MCP servers composed as sources) and the MCP views (:attr:`Toolkit.mcp_status`,
   :attr:`Toolkit.mcp_connections`), read from the :class:`~toolnexus_async.mcp.McpTools`
   sources composed in, however they were.
 - :meth:`Toolkit.create` is safe by default: the built-ins are confined to ``workdir`` and
