@@ -8,7 +8,7 @@
   no tool source: ``tools/`` and ``mcp/`` sit above the engine and are composed into it
   (the public ``Toolkit`` with ``create`` is ``tools/_standard.py``).
 - **The fronts**: only serve (and the CLI) imports ``serve``; only the fronts above the
-  engine (serve, the CLI, the package root) import ``durable``. The engine never does.
+  engine (serve and the CLI) import ``durable``: the engine and the package root never do.
 - **No import cycles**, counting imports made inside functions (not those only for type
   checkers).
 - **No package reaches into another's private names**: a private name (one leading
@@ -38,7 +38,7 @@ IO = {"asyncio", "anyio", "aiohttp", "asyncpg", "sqlite3", "mcp", "socket", "sub
 # Who may import these packages: their own modules and the fronts above them.
 FRONTS = {
     f"{PACKAGE}.serve": {f"{PACKAGE}.serve", f"{PACKAGE}._cli"},
-    f"{PACKAGE}.durable": {f"{PACKAGE}.durable", f"{PACKAGE}.serve", f"{PACKAGE}._cli", PACKAGE},
+    f"{PACKAGE}.durable": {f"{PACKAGE}.durable", f"{PACKAGE}.serve", f"{PACKAGE}._cli"},
 }
 
 
