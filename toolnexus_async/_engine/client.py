@@ -41,7 +41,7 @@ from .model import FunctionModel, Generate, HttpModel, Model, hints_for
 from .resolver import Resolver, WaitFor
 from .resuming import Resuming
 from .streaming import RunStream, Sink
-from .toolkit import Toolkit
+from .toolkit import ToolRegistry
 from .tracing import Tracing
 
 if TYPE_CHECKING:
@@ -333,7 +333,7 @@ class LlmClient(Resuming, Closing):
     async def run(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
@@ -361,7 +361,7 @@ class LlmClient(Resuming, Closing):
     def stream(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
@@ -394,7 +394,7 @@ class LlmClient(Resuming, Closing):
     def start(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
@@ -420,7 +420,7 @@ class LlmClient(Resuming, Closing):
     async def ask(
         self,
         prompt: str,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         conversation_id: str | None = None,
     ) -> RunResult:
