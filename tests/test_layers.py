@@ -29,6 +29,7 @@ PACKAGE = "toolnexus_async"
 CORE = {
     f"{PACKAGE}.{name}"
     for name in (
+        "_audit",
         "_codecs",
         "_config",
         "_errors",

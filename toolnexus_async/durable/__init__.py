@@ -9,6 +9,7 @@ run without a host. :class:`SqliteRunStore` keeps the journal in one SQLite file
 PostgreSQL database that any number of workers share.
 """
 
+from .._audit import AnswerRecord
 from ._begun import BegunRun
 from ._host import DurableHost
 from ._postgres import PostgresRunStore
@@ -25,6 +26,7 @@ from ._store import (
 )
 
 __all__ = (
+    "AnswerRecord",
     "DurableHost",
     "BegunRun",
     "RunStore",

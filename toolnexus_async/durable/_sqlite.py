@@ -43,6 +43,7 @@ from typing import Any, Literal, Self, TypeVar
 import anyio
 import anyio.to_thread
 
+from .._audit import AnswerRecord, check_answered_by
 from .._errors import StoreError, UsageError
 from .._results import RunResult, ToolCallRecord, record_to_json
 from .._sqlite_file import spoilt, store_error, writable
@@ -54,6 +55,7 @@ from . import _run_events as run_events
 from ._committer import GroupCommit
 from ._decide import saved
 from ._listing import RequestPage, RequestQuery, RunPage, RunQuery, RunView
+from ._listing import sqlite_answers as answer_records
 from ._ops import Ops, migrate
 from ._run_events import EventRead, Watchers, expired_request, saved_events, started_events
 from ._schema import APPLICATION_ID, SCHEMA_VERSION, create, encode, plain, prompt_of, state_text
@@ -352,12 +354,20 @@ class SqliteRunStore:
         await self._write(Ops.save, (saved(run), time.time(), saved_events(run)))
 
     async def accept(
-        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+        self,
+        answer: Answer,
+        now: float,
+        *,
+        delivered: bool = False,
+        by: str | None = None,
+        answered_by: str | None = None,
     ) -> Accepted:
         text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
+        who = check_answered_by(answered_by)
+        claim = approval_claim(answer)
         taken: Accepted = await self._write(
             Ops.accept,
-            (answer.id, text, now, delivered, approval_claim(answer), answer.ok, answer.reason, by),
+            (answer.id, text, now, delivered, claim, answer.ok, answer.reason, by, who),
         )
         self._tell(StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered))
         return taken
@@ -403,6 +413,9 @@ class SqliteRunStore:
     async def list_requests(self, query: RequestQuery) -> RequestPage:
         at = time.time()
         return await self._read(lambda conn: listing.sqlite_requests(conn, query, at))
+
+    async def answers(self, run_id: str) -> list[AnswerRecord]:
+        return await self._read(lambda conn: list(answer_records(conn, run_id)))
 
     async def run_view(self, run_id: str) -> RunView:
         at = time.time()
