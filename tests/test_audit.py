@@ -45,7 +45,7 @@ from toolnexus_async import (
     define_tool,
     require_approval,
 )
-from toolnexus_async._audit import shown_digest
+from toolnexus_async._core.audit import shown_digest
 from toolnexus_async.durable import (
     AnswerRecord,
     MemoryRunStore,
@@ -322,7 +322,7 @@ def test_no_statement_of_the_package_changes_or_removes_an_answer_record():
 
 
 async def test_a_version_4_sqlite_file_gains_the_trail_and_keeps_its_runs(tmp_path: Path):
-    from toolnexus_async.durable._schema import SCHEMA_VERSION
+    from toolnexus_async.durable.sqlite._schema import SCHEMA_VERSION
 
     path = tmp_path / "v4.db"
     pay = Payments()
@@ -345,7 +345,7 @@ async def test_a_version_4_sqlite_file_gains_the_trail_and_keeps_its_runs(tmp_pa
 
 
 async def test_a_version_3_postgres_schema_gains_the_trail_and_keeps_its_runs(pg_dsn: str):
-    from toolnexus_async.durable._pg_schema import SCHEMA_VERSION
+    from toolnexus_async.durable.postgres._schema import SCHEMA_VERSION
 
     pay = Payments()
     async with PostgresRunStore(pg_dsn) as store, client() as llm:

@@ -13,9 +13,9 @@ from tests.shared import Ledger
 from tests.test_store import halt
 from toolnexus_async.durable import PostgresRunStore, SqliteRunStore
 from toolnexus_async.durable._listing import RequestQuery, RunQuery
-from toolnexus_async.durable._pg_schema import SCHEMA_VERSION as PG_VERSION
 from toolnexus_async.durable._run_events import EventRead, EventTail, StoredEvent
-from toolnexus_async.durable._schema import SCHEMA_VERSION as SQLITE_VERSION
+from toolnexus_async.durable.postgres._schema import SCHEMA_VERSION as PG_VERSION
+from toolnexus_async.durable.sqlite._schema import SCHEMA_VERSION as SQLITE_VERSION
 
 NEW_COLUMNS = {
     "runs": ("outcome", "text"),

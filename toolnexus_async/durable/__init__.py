@@ -9,11 +9,9 @@ run without a host. :class:`SqliteRunStore` keeps the journal in one SQLite file
 PostgreSQL database that any number of workers share.
 """
 
-from .._audit import AnswerRecord
+from .._core.audit import AnswerRecord
 from ._begun import BegunRun
 from ._host import DurableHost
-from ._postgres import PostgresRunStore
-from ._sqlite import MemoryRunStore, SqliteRunStore
 from ._standalone import resume_stored
 from ._store import (
     Accepted,
@@ -24,6 +22,8 @@ from ._store import (
     StoredRun,
     StoreEvent,
 )
+from .postgres._store import PostgresRunStore
+from .sqlite._store import MemoryRunStore, SqliteRunStore
 
 __all__ = (
     "AnswerRecord",

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .._audit import AnswerRecord, refusal_detail, shown_digest, taken_outcome
-from .._errors import StoreError
-from .._types import Request
+from .._core.audit import AnswerRecord, refusal_detail, shown_digest, taken_outcome
+from .._core.errors import StoreError
+from .._core.types import Request
 from ._decide import accepted
 
 __all__ = (

@@ -40,15 +40,15 @@ from typing import Any, Literal
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .._audit import AnswerRecord, check_answered_by, shown_digest, taken_outcome
-from .._errors import (
+from .._core.audit import AnswerRecord, check_answered_by, shown_digest, taken_outcome
+from .._core.errors import (
     AlreadyAnsweredError,
     RequestExpiredError,
     UnknownRequestError,
     UsageError,
 )
-from .._types import Answer, HaltRun, Request
-from .._wire import approval_claim, claim_refusal
+from .._core.types import Answer, HaltRun, Request
+from .._core.wire import approval_claim, claim_refusal
 
 __all__ = ("Inbox",)
 
