@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,21 @@ def outside(request: Any, tmp_path: Path) -> Opened:
     return Opened(str(request.param), tmp_path / "runs.db", dsn)
 
 
+@asynccontextmanager
+async def hosted(
+    opened: Opened, pay: Payments, results: list[RunResult], **options: Any
+) -> AsyncIterator[tuple[RunStore, DurableHost]]:
+    """A store of ``opened``'s kind and a host on it whose runs pay through the gate."""
+    async with (
+        opened.store(**options) as store,
+        client() as llm,
+        DurableHost(
+            llm, _toolkit(pay), store, on_result=results.append, sweep=0.02, poll=0.02
+        ) as host,
+    ):
+        yield store, host
+
+
 async def halted_run(host: DurableHost) -> tuple[RunResult, Request]:
     halted = await host.run("pay")
     assert halted.status == "pending" and halted.pending is not None
@@ -155,13 +171,7 @@ async def test_the_host_records_who_answered_what_they_saw_and_each_refusal(open
     pay = Payments()
     results: list[RunResult] = []
     with anyio.fail_after(LIMIT):
-        async with (
-            opened.store() as store,
-            client() as llm,
-            DurableHost(
-                llm, _toolkit(pay), store, on_result=results.append, sweep=0.02, poll=0.02
-            ) as host,
-        ):
+        async with hosted(opened, pay, results) as (store, host):
             halted, request = await halted_run(host)
             assert request.data is not None and request.data["digest"].startswith("sha256:")
             # Approving another call than the one shown is refused, and kept as refused.
@@ -254,13 +264,7 @@ async def test_the_record_commits_with_the_answer_before_it_is_acknowledged(outs
         else "DROP TRIGGER no_audit ON toolnexus.answers"
     )
     with anyio.fail_after(LIMIT):
-        async with (
-            outside.store() as store,
-            client() as llm,
-            DurableHost(
-                llm, _toolkit(pay), store, on_result=results.append, sweep=0.02, poll=0.02
-            ) as host,
-        ):
+        async with hosted(outside, pay, results) as (store, host):
             _, request = await halted_run(host)
             await outside.sql(refuse)
             with pytest.raises(StoreError, match="no audit today"):
@@ -282,10 +286,9 @@ async def test_the_answers_table_refuses_change_and_outlives_its_runs(outside: O
     pay = Payments()
     results: list[RunResult] = []
     with anyio.fail_after(LIMIT):
-        async with (
-            outside.store(keep_finished=0, **_prune_now(outside)) as store,
-            client() as llm,
-            DurableHost(llm, _toolkit(pay), store, on_result=results.append, sweep=0.02) as host,
+        async with hosted(outside, pay, results, keep_finished=0, **_prune_now(outside)) as (
+            store,
+            host,
         ):
             halted, request = await halted_run(host)
             await host.answer(Answer(request.id, True), answered_by="user:alice")
