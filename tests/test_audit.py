@@ -31,7 +31,6 @@ from toolnexus_async import (
     AlreadyAnsweredError,
     Answer,
     AnswerMismatchError,
-    DurableHost,
     Hooks,
     Inbox,
     LlmClient,
@@ -49,6 +48,7 @@ from toolnexus_async import (
 from toolnexus_async._core.audit import shown_digest
 from toolnexus_async.durable import (
     AnswerRecord,
+    DurableHost,
     MemoryRunStore,
     PostgresRunStore,
     RunStore,
@@ -393,9 +393,9 @@ async def test_an_inbox_keeps_who_answered_in_memory_when_told():
                 await anyio.lowlevel.checkpoint()
             (request,) = inbox.pending()
             with pytest.raises(UsageError, match="printable"):
-                inbox.answer(Answer(request.id, True), answered_by="alice\u202e")
+                await inbox.answer(Answer(request.id, True), answered_by="alice\u202e")
             assert inbox.get(request.id) == request  # refused before anything changed
-            inbox.answer(Answer(request.id, True), answered_by="user:carol")
+            inbox.answer_nowait(Answer(request.id, True), answered_by="user:carol")
     record = inbox.answered(request.id)
     assert record is not None and done[0].text == "result: paid 30"
     assert (record.outcome, record.answered_by, record.run_id) == (

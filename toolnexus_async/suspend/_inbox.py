@@ -3,7 +3,8 @@
 Rules of this module:
 
 - It parks, and only parks: it holds no store, client or toolkit. Keeping runs that wait
-  too long, and resuming them, is a durable host's job (:class:`~toolnexus_async.DurableHost`).
+  too long, and resuming them, is a durable host's job
+  (:class:`~toolnexus_async.durable.DurableHost`).
 - A parked run costs one object, its slot (the future it awaits, keyed by the request
   id); nothing polls. ``answer()`` resolves exactly that future, so exactly that run wakes.
 - Expiry costs one timer for the whole inbox, not a sleeping task per request: deadlines
@@ -112,7 +113,7 @@ class Inbox:
             Older ones are forgotten (bounded memory).
         park_timeout: seconds a request may stay parked; past it the run halts on the
             request (``status == "pending"``) and stops holding memory. A
-            :class:`~toolnexus_async.DurableHost` saves such runs and resumes them when
+            :class:`~toolnexus_async.durable.DurableHost` saves such runs and resumes them when
             the answer comes.
     """
 
@@ -203,13 +204,33 @@ class Inbox:
                 self._listeners.discard(listener)
         return slot
 
-    def answer(self, answer: Answer, *, answered_by: str | None = None) -> None:
+    async def answer(self, answer: Answer, *, answered_by: str | None = None) -> None:
         """Wake the run parked on ``answer.id`` with this answer.
+
+        Awaited, as :meth:`DurableHost.answer` is, so that code answering either kind of
+        host reads alike; in memory nothing waits, and :meth:`answer_nowait` does the same
+        from code that cannot await (a callback, a sync handler on the loop's thread).
 
         ``answered_by`` names who gave it, as the caller authenticated them (never a
         credential); the inbox then keeps an :class:`~toolnexus_async.durable.AnswerRecord`
         of it, with the digest of what the request showed, for :meth:`answered` (in memory,
         as many as ``remember``; a store keeps them durably: ``DurableHost.answer``).
+
+        Raises:
+            UnknownRequestError: no run is parked on that id (the message says when its run
+                halted instead: answer the halted run, or its durable host).
+            AlreadyAnsweredError: that request was answered before.
+            RequestExpiredError: that request expired before this answer came.
+            AnswerMismatchError: it approves another call than its request shows (it names
+                a ``data["digest"]`` that is not the request's); the run still waits.
+            UsageError: not an :class:`Answer`, or ``answered_by`` is not a short printable
+                string (or None).
+        """
+        self.answer_nowait(answer, answered_by=answered_by)
+
+    def answer_nowait(self, answer: Answer, *, answered_by: str | None = None) -> None:
+        """:meth:`answer` without awaiting, on the inbox's loop thread: it raises what
+        :meth:`answer` raises.
 
         Raises:
             UnknownRequestError: no run is parked on that id (the message says when its run
@@ -289,7 +310,7 @@ class Inbox:
         """:meth:`answer` from another thread: blocks until applied, raises what it raises.
 
         Raises:
-            UsageError: called on the inbox's own loop thread (use :meth:`answer` there),
+            UsageError: called on the inbox's own loop thread (await :meth:`answer` there),
                 or before any run parked on the inbox.
             TimeoutError: the loop did not apply the answer within ``timeout`` seconds.
         """
@@ -306,7 +327,7 @@ class Inbox:
 
         def apply() -> None:
             try:
-                self.answer(answer, answered_by=answered_by)
+                self.answer_nowait(answer, answered_by=answered_by)
             except BaseException as exc:
                 done.set_exception(exc)
             else:
