@@ -384,11 +384,19 @@ async def test_a_store_failure_on_answer_is_the_callers_and_takes_nothing():
 
     class Flaky(MemoryRunStore):
         async def accept(
-            self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+            self,
+            answer: Answer,
+            now: float,
+            *,
+            delivered: bool = False,
+            by: str | None = None,
+            answered_by: str | None = None,
         ) -> Any:
             if failures:
                 raise failures.pop()
-            return await super().accept(answer, now, delivered=delivered, by=by)
+            return await super().accept(
+                answer, now, delivered=delivered, by=by, answered_by=answered_by
+            )
 
     results: list[RunResult] = []
     with anyio.fail_after(LIMIT):

@@ -43,9 +43,17 @@ class LateAck(SqliteRunStore):
         self.tell = anyio.Event()
 
     async def accept(
-        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+        self,
+        answer: Answer,
+        now: float,
+        *,
+        delivered: bool = False,
+        by: str | None = None,
+        answered_by: str | None = None,
     ) -> Accepted:
-        taken = await super().accept(answer, now, delivered=delivered, by=by)
+        taken = await super().accept(
+            answer, now, delivered=delivered, by=by, answered_by=answered_by
+        )
         self.committed.set()
         await self.tell.wait()
         return taken

@@ -29,6 +29,7 @@ import http.server
 import importlib.util
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -587,6 +588,18 @@ def test_approving_on_the_page_names_the_digest_of_what_it_showed(tmp_path: Path
             "data": {"digest": request["data"]["digest"]},
         }
         expect(inbox.approval).to_have_count(0)
+        # The run's history says who answered (the page's session, by its handle) and
+        # when; its audit trail has the digest the card showed.
+        run = inbox.page.locator("#runs > li").first
+        run.get_by_role("button", name="Details").click()
+        answer = inbox.page.locator("#run-detail .answer")
+        expect(answer).to_contain_text(re.compile(r"answered by session:[0-9a-f]{12} at "))
+        detail = json.loads(
+            inbox.page.request.get(f"{inbox.server.base}/runs/{request['run_id']}").text()
+        )
+        (record,) = detail["answers"]
+        assert record["digest"] == request["data"]["digest"]
+        assert record["answered_by"] in answer.inner_text()
 
 
 def test_a_newline_in_a_command_shows_as_two_lines(tmp_path: Path) -> None:

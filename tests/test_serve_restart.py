@@ -39,7 +39,7 @@ class WatchedSqliteStore(SqliteRunStore):
 
 
 # What the API shows since issue 34, beside what these tests check.
-NEW = ("created", "updated", "requests", "turn", "request", "answer")
+NEW = ("created", "updated", "requests", "turn", "request", "answer", "answers")
 
 
 async def stored_requests(path: Path) -> list[str]:

@@ -149,10 +149,18 @@ class AskedStore(MemoryRunStore):
         self.asked: list[str] = []
 
     async def accept(
-        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+        self,
+        answer: Answer,
+        now: float,
+        *,
+        delivered: bool = False,
+        by: str | None = None,
+        answered_by: str | None = None,
     ) -> Any:
         self.asked.append(answer.id)
-        return await super().accept(answer, now, delivered=delivered, by=by)
+        return await super().accept(
+            answer, now, delivered=delivered, by=by, answered_by=answered_by
+        )
 
 
 async def test_nul_is_not_text_in_a_body_or_a_request_id():

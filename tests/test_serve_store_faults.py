@@ -77,10 +77,18 @@ class FaultyStore(MemoryRunStore):
         await super().start(state, owner, lease_until, turn)
 
     async def accept(
-        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+        self,
+        answer: Answer,
+        now: float,
+        *,
+        delivered: bool = False,
+        by: str | None = None,
+        answered_by: str | None = None,
     ) -> Accepted:
         self._check()
-        return await super().accept(answer, now, delivered=delivered, by=by)
+        return await super().accept(
+            answer, now, delivered=delivered, by=by, answered_by=answered_by
+        )
 
     async def outstanding(self, now: float | None = None) -> Any:
         self._check()

@@ -14,6 +14,8 @@ from tests.test_store import halt
 from toolnexus_async.durable import PostgresRunStore, SqliteRunStore
 from toolnexus_async.durable._listing import RequestQuery, RunQuery
 from toolnexus_async.durable._run_events import EventRead, EventTail, StoredEvent
+from toolnexus_async.durable.postgres._schema import SCHEMA_VERSION as PG_VERSION
+from toolnexus_async.durable.sqlite._schema import SCHEMA_VERSION as SQLITE_VERSION
 
 NEW_COLUMNS = {
     "runs": ("outcome", "text"),
@@ -52,6 +54,7 @@ async def test_a_version_2_sqlite_file_is_migrated_to_listings_and_events(tmp_pa
                 db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         db.execute("DROP TABLE events")
         db.execute("DROP TABLE mcp_tokens")  # version 4's
+        db.execute("DROP TABLE answers")  # version 5's
         db.execute("PRAGMA user_version = 2")
     db.close()
     async with SqliteRunStore(path) as store:
@@ -62,7 +65,7 @@ async def test_a_version_2_sqlite_file_is_migrated_to_listings_and_events(tmp_pa
         await store.set_mcp_token("k", '{"a": 1}')
         assert await store.mcp_token("k") == '{"a": 1}'
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (4,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SQLITE_VERSION,)
     db.close()
 
 
@@ -77,6 +80,8 @@ async def test_a_version_1_postgres_schema_is_migrated_to_listings_and_events(pg
             await conn.execute(f"ALTER TABLE toolnexus.{table} {drops}")
         await conn.execute("DROP TABLE toolnexus.events")
         await conn.execute("DROP TABLE toolnexus.mcp_tokens")  # version 3's
+        await conn.execute("DROP TABLE toolnexus.answers")  # version 4's
+        await conn.execute("DROP FUNCTION toolnexus.answers_append_only()")
         await conn.execute("UPDATE toolnexus.meta SET value = '1' WHERE key = 'version'")
     finally:
         await conn.close()
@@ -92,4 +97,4 @@ async def test_a_version_1_postgres_schema_is_migrated_to_listings_and_events(pg
         version = await conn.fetchval("SELECT value FROM toolnexus.meta WHERE key = 'version'")
     finally:
         await conn.close()
-    assert version == "3"
+    assert version == str(PG_VERSION)

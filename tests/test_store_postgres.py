@@ -97,6 +97,8 @@ async def test_a_version_2_schema_gains_the_mcp_tokens_table(pg_dsn: str, case: 
     conn = await asyncpg.connect(pg_dsn)
     try:
         await conn.execute("DROP TABLE older.mcp_tokens")
+        await conn.execute("DROP TABLE older.answers")  # version 4's
+        await conn.execute("DROP FUNCTION older.answers_append_only()")
         await conn.execute("UPDATE older.meta SET value = '2' WHERE key = 'version'")
         async with PostgresRunStore(pg_dsn, schema="older") as store:
             assert [r.id for r in await store.requests()] == case.ids
@@ -106,7 +108,7 @@ async def test_a_version_2_schema_gains_the_mcp_tokens_table(pg_dsn: str, case: 
             await store.set_mcp_token("k", None)
             assert await store.mcp_token("k") is None
         version = await conn.fetchval("SELECT value FROM older.meta WHERE key = 'version'")
-        assert version == "3"
+        assert version == str(SCHEMA_VERSION)
     finally:
         await conn.close()
 

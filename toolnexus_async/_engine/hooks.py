@@ -22,14 +22,13 @@ Rules of this module:
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
 import attrs
 
+from .._core.audit import canonical_digest
 from .._core.errors import UsageError
 from .._core.messages import Message, ModelReply
 from .._core.suspension import GATE
@@ -235,14 +234,7 @@ def call_digest(tool: str, args: Mapping[str, Any]) -> str:
     """``sha256:`` over the tool's name and its arguments as canonical JSON (sorted keys, no
     spaces): what a ``require_approval`` request asks about, which an answer may echo in
     ``data["digest"]`` to approve exactly that call."""
-    canonical = json.dumps(
-        {"tool": tool, "arguments": dict(args)},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        default=repr,
-    )
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    return canonical_digest({"tool": tool, "arguments": dict(args)})
 
 
 def check_gate(hook: object, toolkit: ToolRegistry) -> None:

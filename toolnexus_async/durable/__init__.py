@@ -9,6 +9,7 @@ run without a host. :class:`SqliteRunStore` keeps the journal in one SQLite file
 PostgreSQL database that any number of workers share.
 """
 
+from .._core.audit import AnswerRecord
 from ._begun import BegunRun
 from ._host import DurableHost
 from ._standalone import resume_stored
@@ -25,6 +26,7 @@ from .postgres._store import PostgresRunStore
 from .sqlite._store import MemoryRunStore, SqliteRunStore
 
 __all__ = (
+    "AnswerRecord",
     "DurableHost",
     "BegunRun",
     "RunStore",

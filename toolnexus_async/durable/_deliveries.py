@@ -68,9 +68,9 @@ class Deliveries:
         ):
             self._wake.set()
 
-    async def take(self, answer: Answer) -> Accepted:
-        """Commit ``answer`` as the one answer of its request, then hand it to its run if
-        this worker holds the run and it is parked here.
+    async def take(self, answer: Answer, answered_by: str | None = None) -> Accepted:
+        """Commit ``answer`` (given by ``answered_by``) as the one answer of its request,
+        then hand it to its run if this worker holds the run and it is parked here.
 
         Raises what :meth:`RunStore.accept` raises; then nothing was taken.
         """
@@ -78,7 +78,9 @@ class Deliveries:
         own = self._own
         own.add(request_id)
         try:
-            accepted = await self._store.accept(answer, time.time(), by=self._worker)
+            accepted = await self._store.accept(
+                answer, time.time(), by=self._worker, answered_by=answered_by
+            )
         except AnswerError:
             own.discard(request_id)
             raise

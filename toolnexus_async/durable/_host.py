@@ -38,6 +38,7 @@ from typing import Any, Self
 import anyio
 from anyio.abc import TaskGroup
 
+from .._core.audit import check_answered_by
 from .._core.errors import DamagedRunError, StoreError, StoreUnavailableError, UsageError
 from .._core.loop import RunLoop
 from .._core.messages import Message
@@ -366,8 +367,14 @@ class DurableHost:
 
     # -- answering ---------------------------------------------------------------------------
 
-    async def answer(self, answer: Answer) -> None:
+    async def answer(self, answer: Answer, *, answered_by: str | None = None) -> None:
         """Take ``answer`` as the one answer of its request (durably), then wake its run.
+
+        ``answered_by`` names who gave it, as the caller authenticated them (a user id, an
+        API client's name; never a credential): the store keeps it, with the digest of
+        what the request showed, in the run's append-only audit trail
+        (:meth:`RunStore.answers`), committed with the answer before this returns. A
+        refused answer is kept there too, as refused.
 
         Raises:
             UnknownRequestError: no run ever waited for that id.
@@ -377,10 +384,12 @@ class DurableHost:
             StoreError: the store failed to take the answer; nothing was taken. (If it
                 takes the answer but cannot read the run back, the answer is kept and the
                 run goes on once the store can: a later sweep resumes it.)
-            UsageError: not an :class:`Answer`.
+            UsageError: not an :class:`Answer`, or ``answered_by`` is not a short
+                printable string (or None).
         """
         if not isinstance(answer, Answer):
             raise UsageError(f"answer() takes an Answer, got {type(answer).__name__}")
+        check_answered_by(answered_by)
         if self._tg is None or self._closing:
             # Checked before anything is taken: an answer the host could not act on must
             # not be acknowledged.
@@ -390,9 +399,11 @@ class DurableHost:
             )
         deliveries = self._deliveries
         if deliveries is None:
-            accepted = await self.store.accept(answer, time.time(), by=self.worker)
+            accepted = await self.store.accept(
+                answer, time.time(), by=self.worker, answered_by=answered_by
+            )
         else:
-            accepted = await deliveries.take(answer)
+            accepted = await deliveries.take(answer, answered_by)
             if accepted.owner == self.worker:
                 # Handed over here; or, not parked here now, handed over once it parks
                 # again, or resumed with the answer by the sweep once its halt commits.

@@ -25,9 +25,11 @@ from typing import Any
 
 import attrs
 
+from .._core.audit import AnswerRecord
 from .._core.errors import PayloadError, StoreError, UnknownRequestError
 from .._core.results import RunResult, ToolCallRecord, record_from_json
 from .._core.types import Answer, Request
+from ._answers import records, select_sql
 from ._rows import answer_of, listed, request_of, stored_request
 from ._run_events import EventRead, StoredEvent
 from ._store import StoredRequest
@@ -117,7 +119,7 @@ class AnsweredRow:
 @attrs.frozen
 class RunView:
     """A run whole: its listing, its transcript (the final one once it ended), the current
-    turn's recorded results and every request it made, oldest first."""
+    turn's recorded results, every request it made, and every answer given, oldest first."""
 
     item: RunItem
     turn: int
@@ -125,6 +127,7 @@ class RunView:
     ended: bool
     results: dict[str, ToolCallRecord]
     requests: tuple[AnsweredRow, ...]
+    answers: tuple[AnswerRecord, ...] = ()  # the audit trail (``_answers``), oldest first
 
 
 @attrs.frozen
@@ -302,7 +305,10 @@ def _counted(rows: Iterable[Sequence[Any]]) -> dict[str, int]:
 
 
 def run_view(
-    row: Sequence[Any], results: Iterable[Sequence[Any]], requests: Iterable[Sequence[Any]]
+    row: Sequence[Any],
+    results: Iterable[Sequence[Any]],
+    requests: Iterable[Sequence[Any]],
+    answers: Iterable[Sequence[Any]] = (),
 ) -> RunView:
     """A :class:`RunView` from its rows (see :func:`view_sql`); :class:`StoreError` naming
     the run if what it needs cannot be read back."""
@@ -339,7 +345,7 @@ def run_view(
         and _left(r.request)
     )
     item = RunItem(seq, run_id, status, prompt, text, error, created, updated, waiting)
-    return RunView(item, turn, transcript, ended, recorded, asked)
+    return RunView(item, turn, transcript, ended, recorded, asked, records(answers))
 
 
 def _left(request: Request) -> bool:
@@ -386,7 +392,12 @@ def sqlite_view(conn: sqlite3.Connection, run_id: str, now: float) -> RunView:
     row = conn.execute(*run).fetchone()
     if row is None:
         raise UnknownRequestError(run_id, f"no run {run_id!r}")
-    return run_view(row, conn.execute(*results), conn.execute(*requests))
+    answers = conn.execute(select_sql(""), (run_id,))
+    return run_view(row, conn.execute(*results), conn.execute(*requests), answers)
+
+
+def sqlite_answers(conn: sqlite3.Connection, run_id: str) -> tuple[AnswerRecord, ...]:
+    return records(conn.execute(select_sql(""), (run_id,)))
 
 
 def sqlite_events(conn: sqlite3.Connection, after: int, limit: int) -> EventRead:

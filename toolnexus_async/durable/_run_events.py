@@ -187,15 +187,24 @@ def pending(run_id: str, request: Request) -> EventRow:
 
 
 def answered(
-    run_id: str, ok: bool, reason: str | None, request_id: str, at: float, by: str | None
+    run_id: str,
+    ok: bool,
+    reason: str | None,
+    request_id: str,
+    at: float,
+    by: str | None,
+    answered_by: str | None = None,
 ) -> EventRow:
     """An answer taken (``ok``, ``reason``), or an expiry (``False``, ``"expired"``), at
-    ``at`` through worker ``by``."""
+    ``at`` through worker ``by``, given by ``answered_by`` (as the host authenticated
+    them)."""
     data: dict[str, Any] = {"request_id": request_id, "run_id": run_id, "ok": ok, "at": at}
     if reason is not None:
         data["reason"] = reason
     if by is not None:
         data["worker"] = by
+    if answered_by is not None:
+        data["answered_by"] = answered_by
     return _row(run_id, "answered", data)
 
 

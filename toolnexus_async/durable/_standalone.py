@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 import anyio
 
+from .._core.audit import check_answered_by
 from .._core.errors import AlreadyResumedError, UsageError
 from .._core.results import RunResult
 from .._core.types import Answer
@@ -42,6 +43,7 @@ async def resume_stored(
     answers: Answer | Iterable[Answer],
     *,
     lease: float = 600.0,
+    answered_by: str | None = None,
 ) -> RunResult:
     """Answer a stored run and go on with it here (no host needed).
 
@@ -49,7 +51,9 @@ async def resume_stored(
     claimed (held by this call until it halts again or ends), resumed with every answer the
     store has for it, and kept as it goes. The run is held for ``lease`` seconds, which
     this call does not renew (a :class:`DurableHost` renews its leases); if the process
-    dies, another worker goes on with it once the lease has run out.
+    dies, another worker goes on with it once the lease has run out. ``answered_by``
+    names who gave the answers (see :meth:`DurableHost.answer`): kept in the run's audit
+    trail with each.
 
     Raises:
         UnknownRequestError: no stored run waits for an answer's id.
@@ -58,7 +62,8 @@ async def resume_stored(
             worker claims it: a :class:`DurableHost` on the store does).
         AlreadyResumedError: another worker holds the run now; the answers taken so far
             are kept, and that worker goes on with them.
-        UsageError: no answers, answers of more than one run, or ``lease`` not > 0.
+        UsageError: no answers, answers of more than one run, ``lease`` not > 0, or
+            ``answered_by`` not a short printable string.
         ModelError, ...: the resume failed; the run is recorded as failed, with what ran.
     """
     given = [answers] if isinstance(answers, Answer) else list(answers)
@@ -74,7 +79,11 @@ async def resume_stored(
         found = {(await store.find(answer.id)).run_id for answer in given}
         if len(found) > 1:
             raise UsageError(f"the answers belong to more than one run: {sorted(found)}")
-    run_ids = {(await store.accept(answer, time.time())).run_id for answer in given}
+    check_answered_by(answered_by)
+    run_ids = {
+        (await store.accept(answer, time.time(), answered_by=answered_by)).run_id
+        for answer in given
+    }
     (run_id,) = run_ids
     worker = worker_name()
     stored = await _claim(store, run_id, worker, lease)

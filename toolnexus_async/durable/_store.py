@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, Self, runtime_checkable
 
 import attrs
 
+from .._core.audit import AnswerRecord
 from .._core.errors import StoreError
 from .._core.results import RunResult, ToolCallRecord
 from .._core.types import Answer, Request
@@ -205,13 +206,25 @@ class RunStore(Protocol):
     # -- answers and leases ------------------------------------------------------------
 
     async def accept(
-        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+        self,
+        answer: Answer,
+        now: float,
+        *,
+        delivered: bool = False,
+        by: str | None = None,
+        answered_by: str | None = None,
     ) -> Accepted:
         """Take ``answer`` as the one answer of its request, atomically; ``delivered``: the
         worker that holds the run hands it over itself; ``by``: the worker that took it
-        (kept with the answer, and its time, for a run's history).
+        (kept with the answer, and its time, for a run's history); ``answered_by``: who
+        gave it, as the host authenticated them (never a credential).
+
+        Every answer to a known request leaves an :class:`AnswerRecord` in the audit
+        trail (:meth:`answers`), written in the same transaction: the one taken, and each
+        refused (answered already, expired, closed, approving another call) beside it.
 
         Raises:
+            UsageError: ``answered_by`` is not a short printable string or ``None``.
             UnknownRequestError: no request has that id.
             AlreadyAnsweredError: it was answered before (by anyone).
             RequestExpiredError: its ``expires_at`` passed (it is marked expired).
@@ -281,6 +294,11 @@ class RunStore(Protocol):
     async def list_requests(self, query: RequestQuery) -> RequestPage:
         """A page of outstanding requests, oldest first, with the total matching and
         counts per kind."""
+        ...
+
+    async def answers(self, run_id: str) -> list[AnswerRecord]:
+        """The audit trail of a run's answers, in the order they were given (refused ones
+        included); kept after the run itself is forgotten, never changed."""
         ...
 
     async def run_view(self, run_id: str) -> RunView:

@@ -37,7 +37,14 @@ routes included, so nothing can be probed from outside):
    A state-changing request that logs in by cookie must carry an ``Origin`` header (rule 2
    has checked it is ours): browsers send one with every POST, so the cookie counts only
    for requests a page of this origin makes.
-5. **Headers.** Every response the app prepares (errors, files and the event stream
+5. **Who asked.** A request the guard admits carries its principal (:func:`principal_of`),
+   which an answer is recorded under (``answered_by``): ``"api"`` for the token in the
+   Bearer header (every API client holds the one token), ``"session:<12 hex digits>"`` for
+   a page's login session (the first digits of the SHA-256 the session is kept by: a
+   handle that tells sessions apart and reveals nothing of the id), ``"oauth-callback"``
+   for a sign-in's callback, ``"anonymous"`` when the app has no token. Never the token,
+   never a session id.
+6. **Headers.** Every response the app prepares (errors, files and the event stream
    included) carries :data:`SECURITY_HEADERS`, and a Content-Security-Policy:
    :data:`PAGE_CSP` for HTML, which allows the page's own files and nothing inline,
    :data:`OTHER_CSP` for everything else. No response may be framed by any page.
@@ -81,6 +88,7 @@ __all__ = (
     "guard_requests",
     "log_out",
     "new_token",
+    "principal_of",
     "security_headers",
 )
 
@@ -195,6 +203,11 @@ class Sessions:
         self._live[key] = (began, now)  # now the most recently used
         return True
 
+    @staticmethod
+    def handle(value: str) -> str:
+        """The principal of the session ``value`` (rule 5): never the id itself."""
+        return "session:" + _digest(value).hex()[:12]
+
     def end(self, value: str) -> None:
         """Forget the session ``value`` names, if it is one."""
         self._live.pop(_digest(value), None)
@@ -247,6 +260,22 @@ class Guard:
 
 
 GUARD = web.AppKey("toolnexus_guard", Guard)
+
+
+def principal_of(request: web.Request) -> str:
+    """Who the guard admitted ``request`` as (rule 5), for a handler of a route the guard
+    checks: read again from what it checked (no request storage, which aiohttp types
+    differently across its versions)."""
+    guard = request.app[GUARD]
+    if guard.token is None:
+        return "anonymous"
+    if request.path in CALLBACKS:
+        return "oauth-callback"
+    if guard.matches(_bearer(request)):
+        return "api"
+    cookie = request.cookies.get(cookie_name(request))
+    # The guard let it through on this cookie (rule 3), checked a moment ago.
+    return Sessions.handle(cookie) if cookie is not None else "anonymous"
 
 
 def parse_host(value: str) -> tuple[str, int | None] | None:

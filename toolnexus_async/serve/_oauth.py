@@ -26,6 +26,7 @@ from aiohttp import web
 from .._core.errors import UsageError
 from ..mcp import sign_in_answer
 from ._bodies import ApiError
+from ._guard import principal_of
 from ._state import SERVE, hand_over
 
 __all__ = ("CALLBACK", "oauth_callback")
@@ -50,7 +51,7 @@ async def oauth_callback(request: web.Request) -> web.Response:
     except UsageError as exc:
         return _page(400, "Sign-in refused", str(exc))
     try:
-        await hand_over(serve, answer)
+        await hand_over(serve, answer, principal_of(request))
     except ApiError as exc:
         if exc.status == 503:
             return _page(503, "Try again", "the server is shutting down; sign in again later")

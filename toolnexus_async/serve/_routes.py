@@ -21,6 +21,7 @@ from .._core.types import Answer
 from ..durable import BegunRun
 from ._bodies import ApiError, is_text, only, read_json_object
 from ._events import stream_events
+from ._guard import principal_of
 from ._outage import OUTAGE, retry_after
 from ._queries import cursor_of, request_query, run_query
 from ._runs import drive, run_detail, run_item, shown
@@ -148,7 +149,7 @@ async def post_answer(request: web.Request) -> web.Response:
         answer = Answer.from_dict({**body, "id": request_id})
     except ValueError as exc:  # PayloadError
         raise ApiError(422, str(exc)) from None
-    await hand_over(serve, answer)
+    await hand_over(serve, answer, principal_of(request))
     return web.json_response({"id": request_id, "ok": answer.ok})
 
 

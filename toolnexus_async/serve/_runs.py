@@ -15,7 +15,10 @@ Rules of this module:
   :func:`shown`, for all of them.
 - A run's steps are every executed call in order, from its transcript (the final one once
   it ended), the current turn's recorded results and the calls still waiting; each with the
-  request it raised and the answer it got: when, and through which worker.
+  request it raised and the answer it got: when, through which worker, who gave it
+  (``answered_by``) and the digest of what the request showed. Beside them, ``answers`` is
+  the run's audit trail as the store keeps it (``RunStore.answers``): every answer given,
+  refused ones included, oldest first.
 """
 
 from __future__ import annotations
@@ -59,10 +62,19 @@ def run_item(item: RunItem) -> dict[str, Any]:
 
 
 def run_detail(view: RunView) -> dict[str, Any]:
-    """A run as ``GET /runs/{id}`` shows it: its listing, ``declined``, and its steps."""
+    """A run as ``GET /runs/{id}`` shows it: its listing, ``declined``, its steps, and its
+    audit trail (``answers``)."""
     steps = _steps(view)
     declined = any(step["declined"] for step in steps)
-    return {**run_item(view.item), "declined": declined, "steps": steps}
+    taken = {r.request_id: r for r in view.answers if r.outcome != "refused"}
+    for step in steps:
+        answer, request = step.get("answer"), step.get("request")
+        record = taken.get(request["id"]) if answer is not None and request is not None else None
+        if answer is not None:
+            answer["answered_by"] = None if record is None else record.answered_by
+            answer["digest"] = None if record is None else record.digest
+    answers = [record.to_dict() for record in view.answers]
+    return {**run_item(view.item), "declined": declined, "steps": steps, "answers": answers}
 
 
 def _steps(view: RunView) -> list[dict[str, Any]]:

@@ -65,9 +65,10 @@ class ServeState:
 SERVE = web.AppKey("toolnexus_serve", ServeState)
 
 
-async def hand_over(serve: ServeState, answer: Answer) -> None:
-    """Give ``answer`` to the durable host, for ``POST /requests/{id}/answer`` and the
-    sign-in callback (``_oauth``): durable once this returns. :class:`ApiError` 503 while
+async def hand_over(serve: ServeState, answer: Answer, answered_by: str) -> None:
+    """Give ``answer``, from the principal ``answered_by`` (``_guard.principal_of``), to the
+    durable host, for ``POST /requests/{id}/answer`` and the sign-in callback (``_oauth``):
+    durable, with its audit record, once this returns. :class:`ApiError` 503 while
     the server stops, 404 for a request no run waits for, 409 for one answered, resumed or
     expired already, or answered otherwise. An MCP server's inline question (its id
     starts with ``req_inline_``) held by this process (``serve.inline``) is answered
@@ -78,11 +79,11 @@ async def hand_over(serve: ServeState, answer: Answer) -> None:
     try:
         if inline is not None and answer.id.startswith(INLINE_PREFIX):
             with contextlib.suppress(UnknownRequestError):  # not here: perhaps the store's
-                await inline.answer(answer)
+                await inline.answer(answer, answered_by=answered_by)
                 return
         # A store error is store_faults' to map: nothing was taken then, and the same
         # answer may be sent again.
-        await host.answer(answer)
+        await host.answer(answer, answered_by=answered_by)
     except UnknownRequestError as exc:
         if answer.id.startswith(INLINE_PREFIX):
             raise ApiError(404, NOT_HERE.format(id=answer.id)) from None

@@ -21,6 +21,9 @@ Rules of this module:
   with its request outstanding and its caller gets it back with ``status == "pending"``.
 - The inbox lives on one event loop (the first that parks on it); other threads answer
   through :meth:`Inbox.answer_threadsafe`.
+- Who answered is kept only when the host says (``answered_by``), in memory, bounded like
+  the outcomes (``remember``): an answer without it costs the inbox nothing more. A durable
+  audit trail is a store's (``DurableHost.answer``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any, Literal
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
+from .._core.audit import AnswerRecord, check_answered_by, shown_digest, taken_outcome
 from .._core.errors import (
     AlreadyAnsweredError,
     RequestExpiredError,
@@ -121,6 +125,9 @@ class Inbox:
         self._park_timeout = park_timeout
         self._slots: dict[str, _Slot] = {}
         self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
+        self._given: OrderedDict[str, tuple[Request, str | None, Answer, str, float]] = (
+            OrderedDict()
+        )
         self._remember = remember
         self._deadlines: list[tuple[float, int, str]] = []
         self._stale = 0  # heap entries of requests no longer parked
@@ -197,12 +204,17 @@ class Inbox:
                 self._listeners.discard(listener)
         return slot
 
-    async def answer(self, answer: Answer) -> None:
+    async def answer(self, answer: Answer, *, answered_by: str | None = None) -> None:
         """Wake the run parked on ``answer.id`` with this answer.
 
         Awaited, as :meth:`DurableHost.answer` is, so that code answering either kind of
         host reads alike; in memory nothing waits, and :meth:`answer_nowait` does the same
         from code that cannot await (a callback, a sync handler on the loop's thread).
+
+        ``answered_by`` names who gave it, as the caller authenticated them (never a
+        credential); the inbox then keeps an :class:`~toolnexus_async.durable.AnswerRecord`
+        of it, with the digest of what the request showed, for :meth:`answered` (in memory,
+        as many as ``remember``; a store keeps them durably: ``DurableHost.answer``).
 
         Raises:
             UnknownRequestError: no run is parked on that id (the message says when its run
@@ -211,10 +223,12 @@ class Inbox:
             RequestExpiredError: that request expired before this answer came.
             AnswerMismatchError: it approves another call than its request shows (it names
                 a ``data["digest"]`` that is not the request's); the run still waits.
+            UsageError: not an :class:`Answer`, or ``answered_by`` is not a short printable
+                string (or None).
         """
-        self.answer_nowait(answer)
+        self.answer_nowait(answer, answered_by=answered_by)
 
-    def answer_nowait(self, answer: Answer) -> None:
+    def answer_nowait(self, answer: Answer, *, answered_by: str | None = None) -> None:
         """:meth:`answer` without awaiting, on the inbox's loop thread: it raises what
         :meth:`answer` raises.
 
@@ -225,12 +239,16 @@ class Inbox:
             RequestExpiredError: that request expired before this answer came.
             AnswerMismatchError: it approves another call than its request shows (it names
                 a ``data["digest"]`` that is not the request's); the run still waits.
+            UsageError: not an :class:`Answer`, or ``answered_by`` is not a short printable
+                string (or None).
         """
         if not isinstance(answer, Answer):
             raise UsageError(
                 f"Inbox.answer() takes an Answer, got {type(answer).__name__}: build one with "
                 f"Answer(request.id, ok=True), or Answer.from_dict(payload) from a wire dict"
             )
+        if answered_by is not None:
+            check_answered_by(answered_by)
         slot = self._slots.get(answer.id)
         if slot is None or slot.done():
             raise self._refusal(answer.id)
@@ -240,8 +258,24 @@ class Inbox:
         del self._slots[answer.id]
         self._drop_timers(slot)
         self._record(answer.id, "answered")
+        if answered_by is not None and self._remember:
+            # The record is built when read: an answer pays a tuple, not a digest.
+            self._given[answer.id] = (slot.request, slot.run_id, answer, answered_by, time.time())
+            if len(self._given) > self._remember:
+                self._given.popitem(last=False)
         self._left(slot, answer)
         slot.set_result(answer)
+
+    def answered(self, request_id: str) -> AnswerRecord | None:
+        """Who answered ``request_id`` and what it showed them, if the answer named who
+        (``answered_by``) and is among the last ``remember``; else None."""
+        given = self._given.get(request_id)
+        if given is None:
+            return None
+        request, run_id, answer, answered_by, at = given
+        outcome, detail = taken_outcome(answer.ok, answer.reason)
+        digest = shown_digest(request)
+        return AnswerRecord(request_id, run_id, None, outcome, detail, answered_by, at, digest)
 
     def _left(self, slot: _Slot, answer: Answer | None) -> None:
         """A parked request left: answered or expired (``answer``), or its wait was
@@ -270,7 +304,9 @@ class Inbox:
             request_id, f"no run is waiting on request {request_id!r} (unknown or cancelled)"
         )
 
-    def answer_threadsafe(self, answer: Answer, timeout: float | None = None) -> None:
+    def answer_threadsafe(
+        self, answer: Answer, timeout: float | None = None, *, answered_by: str | None = None
+    ) -> None:
         """:meth:`answer` from another thread: blocks until applied, raises what it raises.
 
         Raises:
@@ -291,7 +327,7 @@ class Inbox:
 
         def apply() -> None:
             try:
-                self.answer_nowait(answer)
+                self.answer_nowait(answer, answered_by=answered_by)
             except BaseException as exc:
                 done.set_exception(exc)
             else:

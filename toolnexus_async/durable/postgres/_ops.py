@@ -22,7 +22,9 @@ from typing import Any
 
 from ..._core.errors import DamagedRunError, StoreError, UnknownRequestError, UsageError
 from ..._core.wire import ApprovalClaim, claim_refusal
+from .._answers import INSERT, refused_row, taken_row
 from .._decide import Saved, accepted, damaged_reason, judge
+from .._listing import numbered
 from .._run_events import EVENTS_KEEP, EventRow, answered, failed
 from .._store import Accepted, LeaseLostError, StoredRun, StoreEvent
 from ._queries import load
@@ -59,6 +61,7 @@ class PgOps:
 
     def __init__(self, schema: str) -> None:
         self.s = schema
+        self._insert_answer = numbered(INSERT.format(s=f"{schema}."))
 
     async def _lost(self, conn: Any, run_id: str, owner: str) -> Exception:
         row = await conn.fetchrow(
@@ -360,6 +363,7 @@ class PgOps:
         ok: bool = True,
         reason: str | None = None,
         by: str | None = None,
+        answered_by: str | None = None,
     ) -> Accepted | Exception:
         # FOR UPDATE OF q: a second answer to the same request waits here until the first
         # committed, then reads its outcome.
@@ -383,12 +387,13 @@ class PgOps:
             expiry = answered(values[1], False, "expired", answer_id, now, None)
             await self._tell(conn, [expiry], now)
         if refusal is not None:
-            return refusal
+            return await self._refused(conn, values, refusal, answered_by, by, now)
         assert values is not None
         taken = accepted(values)  # before the write: a damaged row is refused, changing nothing
         mismatch = claim_refusal(taken.request, claim)
         if mismatch is not None:
-            return mismatch  # it approves another call: nothing taken, the request waits
+            # It approves another call: nothing taken, the request waits.
+            return await self._refused(conn, values, mismatch, answered_by, by, now)
         await conn.execute(
             f"UPDATE {self.s}.requests SET status = 'answered', answer = $2, delivered = $3,"
             " answered_at = $4, answered_by = $5 WHERE request_id = $1 AND status = 'pending'",
@@ -398,8 +403,28 @@ class PgOps:
             now,
             by,
         )
-        await self._tell(conn, [answered(taken.run_id, ok, reason, answer_id, now, by)], now)
+        event = answered(taken.run_id, ok, reason, answer_id, now, by, answered_by)
+        await self._tell(conn, [event], now)
+        record = taken_row(
+            taken.request, taken.run_id, taken.call_id, ok, reason, answered_by, by, now
+        )
+        await conn.execute(self._insert_answer, *record)
         return taken
+
+    async def _refused(
+        self,
+        conn: Any,
+        values: tuple[Any, ...] | None,
+        refusal: Exception,
+        answered_by: str | None,
+        worker: str | None,
+        now: float,
+    ) -> Exception:
+        """Record a refused answer (``_answers``) and hand its refusal back."""
+        record = refused_row(values, refusal, answered_by, worker, now)
+        if record is not None:
+            await conn.execute(self._insert_answer, *record)
+        return refusal
 
     async def claim(
         self, conn: Any, run_id: str, owner: str, lease_until: float, now: float

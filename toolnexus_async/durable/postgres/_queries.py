@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..._core.audit import AnswerRecord
 from ..._core.errors import UnknownRequestError
 from ..._core.types import Answer
+from .._answers import records, select_sql
 from .._listing import (
     Dialect,
     RequestPage,
@@ -33,6 +35,7 @@ from .._run_events import EventRead, StoredEvent
 from .._store import RunSummary, StoredRequest, StoredRun
 
 __all__ = (
+    "answers",
     "deliveries",
     "event_bounds",
     "events",
@@ -167,7 +170,12 @@ async def view(conn: Any, s: str, run_id: str, now: float) -> RunView:
     rows = await _all(conn, run)
     if not rows:
         raise UnknownRequestError(run_id, f"no run {run_id!r}")
-    return run_view(rows[0], await _all(conn, results), await _all(conn, requests))
+    answers = await _all(conn, (select_sql(f"{s}."), [run_id]))
+    return run_view(rows[0], await _all(conn, results), await _all(conn, requests), answers)
+
+
+async def answers(conn: Any, s: str, run_id: str) -> list[AnswerRecord]:
+    return list(records(await _all(conn, (select_sql(f"{s}."), [run_id]))))
 
 
 async def events(conn: Any, s: str, after: int, limit: int) -> EventRead:

@@ -9,7 +9,8 @@ Rules of this module:
   other tables but no ``meta`` row of ours is refused, as is a version newer than this
   release reads; an older one is migrated here, under the same lock, one version at a
   time (1 to 2: the columns listings filter on, the answer's time and worker, the
-  ``events`` table; 2 to 3: ``mcp_tokens``, the sign-in state of remote MCP servers).
+  ``events`` table; 2 to 3: ``mcp_tokens``, the sign-in state of remote MCP servers; 3
+  to 4: ``answers``, the append-only audit trail of ``_answers``).
 - Creating the tables takes a transaction-scoped advisory lock first, so that several
   workers starting at once create them once and all see them.
 """
@@ -25,7 +26,7 @@ from ..._core.errors import StoreError, UsageError
 __all__ = ("APPLICATION", "SCHEMA_VERSION", "ensure", "qualified")
 
 APPLICATION = "toolnexus_async run store"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Any 64-bit number of our own: the advisory lock that serialises schema creation.
 _CREATE_LOCK = 0x546E7841_0001
@@ -43,6 +44,28 @@ _MCP_TOKENS = """CREATE TABLE {s}.mcp_tokens (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL,
         updated DOUBLE PRECISION NOT NULL)"""
+
+# Version 4: the audit trail (``_answers``), append-only in the database itself.
+_ANSWERS = (
+    """CREATE TABLE {s}.answers (
+        seq BIGSERIAL PRIMARY KEY,
+        request_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        detail TEXT,
+        answered_by TEXT,
+        worker TEXT,
+        digest TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX answers_by_run ON {s}.answers (run_id, seq)",
+    """CREATE FUNCTION {s}.answers_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'the answers table is append-only'; END $$""",
+    "CREATE TRIGGER answers_no_change BEFORE UPDATE OR DELETE ON {s}.answers"
+    " FOR EACH ROW EXECUTE FUNCTION {s}.answers_append_only()",
+    "CREATE TRIGGER answers_no_truncate BEFORE TRUNCATE ON {s}.answers"
+    " FOR EACH STATEMENT EXECUTE FUNCTION {s}.answers_append_only()",
+)
 
 _TABLES = (
     """CREATE TABLE {s}.meta (
@@ -95,6 +118,7 @@ _TABLES = (
     "CREATE INDEX requests_undelivered ON {s}.requests (run_id) WHERE delivered = 0",
     _EVENTS,
     _MCP_TOKENS,
+    *_ANSWERS,
 )
 
 _UPGRADE_1 = (
@@ -153,11 +177,14 @@ async def ensure(conn: Any, schema: str, where: str) -> None:
             )
         if version == SCHEMA_VERSION:
             return
-        if version not in (1, 2):
+        if version not in (1, 2, 3):
             raise StoreError(f"{where}: schema {schema!r} has unknown version {version}")
         if version == 1:
             await _upgrade_1(conn, schema)
-        await conn.execute(_MCP_TOKENS.format(s=schema))  # version 2 to 3: nothing else
+        if version <= 2:
+            await conn.execute(_MCP_TOKENS.format(s=schema))  # version 2 to 3: nothing else
+        for statement in _ANSWERS:  # version 3 to 4: nothing else
+            await conn.execute(statement.format(s=schema))
         await conn.execute(
             f"UPDATE {schema}.meta SET value = $1 WHERE key = 'version'", str(SCHEMA_VERSION)
         )

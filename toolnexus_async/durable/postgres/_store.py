@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Self
 
+from ..._core.audit import AnswerRecord, check_answered_by
 from ..._core.errors import UsageError
 from ..._core.results import RunResult, ToolCallRecord, record_to_json
 from ..._core.types import Answer, Request
@@ -218,9 +219,16 @@ class PostgresRunStore:
         await self._written(self._ops.save, saved(run), time.time(), saved_events(run))
 
     async def accept(
-        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+        self,
+        answer: Answer,
+        now: float,
+        *,
+        delivered: bool = False,
+        by: str | None = None,
+        answered_by: str | None = None,
     ) -> Accepted:
         text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
+        who = check_answered_by(answered_by)
 
         def answered(taken: Accepted) -> StoreEvent:
             return StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered)
@@ -235,6 +243,7 @@ class PostgresRunStore:
             answer.ok,
             answer.reason,
             by,
+            who,
             tell=answered,
         )
         return taken
@@ -316,6 +325,9 @@ class PostgresRunStore:
 
     async def list_requests(self, query: RequestQuery) -> RequestPage:
         return await self._in_transaction(pg_queries.list_requests, self.schema, query, time.time())
+
+    async def answers(self, run_id: str) -> list[AnswerRecord]:
+        return await self._in_transaction(pg_queries.answers, self.schema, run_id)
 
     async def run_view(self, run_id: str) -> RunView:
         return await self._in_transaction(pg_queries.view, self.schema, run_id, time.time())

@@ -36,15 +36,17 @@ from ..._core.errors import (
 )
 from ..._core.results import RunResult
 from ..._core.wire import ApprovalClaim, claim_refusal
+from .._answers import INSERT, refused_row, taken_row
 from .._decide import Saved, accepted, damaged_reason, judge, saved
 from .._run_events import EVENTS_KEEP, EventRow, answered, failed
 from .._store import Accepted, LeaseLostError, StoredRun
 from ._queries import load
-from ._schema import ENDED, OPEN, SCHEMA_VERSION, UPGRADE_2, UPGRADE_3, create
+from ._schema import ENDED, OPEN, SCHEMA_VERSION, UPGRADE_2, UPGRADE_3, UPGRADE_4, create
 
 __all__ = ("Ops", "migrate")
 
 _HELD = "run_id = ? AND owner = ? AND status = 'running'"
+_INSERT_ANSWER = INSERT.format(s="")
 
 
 class Ops:
@@ -327,6 +329,7 @@ class Ops:
         ok: bool = True,
         reason: str | None = None,
         by: str | None = None,
+        answered_by: str | None = None,
     ) -> Accepted | Exception:
         row = self._one(
             "SELECT q.body, q.run_id, q.call_id, q.status, q.expires_at, r.owner,"
@@ -344,18 +347,38 @@ class Ops:
             )
             self._tell([answered(row[1], False, "expired", answer_id, now, None)], now)
         if refusal is not None:
-            return refusal
+            return self._refused(row, refusal, answered_by, by, now)
         taken = accepted(row)  # before the write: a damaged row is refused, changing nothing
         mismatch = claim_refusal(taken.request, claim)
         if mismatch is not None:
-            return mismatch  # it approves another call: nothing taken, the request waits
+            # It approves another call: nothing taken, the request waits.
+            return self._refused(row, mismatch, answered_by, by, now)
         self.conn.execute(
             "UPDATE requests SET status = 'answered', answer = ?, delivered = ?,"
             " answered_at = ?, answered_by = ? WHERE request_id = ? AND status = 'pending'",
             (answer, int(delivered), now, by, answer_id),
         )
-        self._tell([answered(taken.run_id, ok, reason, answer_id, now, by)], now)
+        event = answered(taken.run_id, ok, reason, answer_id, now, by, answered_by)
+        self._tell([event], now)
+        record = taken_row(
+            taken.request, taken.run_id, taken.call_id, ok, reason, answered_by, by, now
+        )
+        self.conn.execute(_INSERT_ANSWER, record)
         return taken
+
+    def _refused(
+        self,
+        row: Any,
+        refusal: Exception,
+        answered_by: str | None,
+        worker: str | None,
+        now: float,
+    ) -> Exception:
+        """Record a refused answer (``_answers``) and hand its refusal back."""
+        record = refused_row(row, refusal, answered_by, worker, now)
+        if record is not None:
+            self.conn.execute(_INSERT_ANSWER, record)
+        return refusal
 
     def claim(
         self, run_id: str, owner: str, lease_until: float, now: float
@@ -428,7 +451,7 @@ class Ops:
 
 
 # Version n to n + 1, for each n from 2 on.
-_UPGRADES = {2: UPGRADE_2, 3: UPGRADE_3}
+_UPGRADES = {2: UPGRADE_2, 3: UPGRADE_3, 4: UPGRADE_4}
 
 
 def migrate(conn: sqlite3.Connection, version: int, path: str) -> None:

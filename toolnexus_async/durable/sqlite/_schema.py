@@ -2,7 +2,7 @@
 
 Rules of this module:
 
-- The tables (schema version 4): ``runs`` (one row per run: status, owner, the current
+- The tables (schema version 5): ``runs`` (one row per run: status, owner, the current
   turn, the run's state through that turn as JSON, its final JSON, and the outcome and
   text a listing shows), ``workers`` (each worker's lease: one row covers every run it
   holds), ``results`` (the current turn's recorded calls), ``requests`` (every request of
@@ -10,9 +10,13 @@ Rules of this module:
   answer, when and through which worker it was taken, and whether its run has it; kept
   after the run ends, so a late answer is told what happened), ``events`` (what happened
   to each run, in commit order: ``_run_events``), ``mcp_tokens`` (the sign-in state of
-  remote MCP servers, :class:`toolnexus_async.mcp.RunStoreTokens`'s: opaque JSON by key).
-  Files of versions 1 (halted runs only), 2 (no listing columns, no ``events``) and 3 (no
-  ``mcp_tokens``) are migrated when opened, one version at a time (``_ops.migrate``).
+  remote MCP servers, :class:`toolnexus_async.mcp.RunStoreTokens`'s: opaque JSON by key),
+  ``answers`` (every answer given, who gave it and what it was shown: append-only, kept
+  past its run: ``_answers``). The ``answered_by`` column of ``requests`` names the
+  *worker* that took the answer (its name predates the audit trail); who gave it is in
+  ``answers``. Files of versions 1 (halted runs only), 2 (no listing columns, no
+  ``events``), 3 (no ``mcp_tokens``) and 4 (no ``answers``) are migrated when opened, one
+  version at a time (``_ops.migrate``).
 - The indexes are partial where a query only ever looks at a few rows (held runs, runs
   let go, ended runs, pending, expiring and undelivered requests), so that the periodic
   queries of a host (what can go on, what to hand over) cost what they find, not what the
@@ -26,18 +30,20 @@ from __future__ import annotations
 import sqlite3
 
 __all__ = (
+    "ANSWERS",
     "APPLICATION_ID",
     "EVENTS",
     "MCP_TOKENS",
     "SCHEMA_VERSION",
     "UPGRADE_2",
     "UPGRADE_3",
+    "UPGRADE_4",
     "create",
 )
 
 # "TnxA": SQLite's header field for telling one application's files from another's.
 APPLICATION_ID = 0x546E7841
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The statuses of a run that is not over, and of one that is. Queries spell them exactly
 # so: SQLite uses a partial index only for a query whose WHERE implies the index's.
@@ -57,6 +63,27 @@ MCP_TOKENS = """CREATE TABLE mcp_tokens (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL,
         updated REAL NOT NULL)"""
+
+# Version 5: the audit trail (``_answers``), its index, and the triggers that keep it
+# append-only (RAISE(ABORT) undoes the statement, and SQLite reports it as an error).
+ANSWERS = (
+    """CREATE TABLE answers (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        request_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        detail TEXT,
+        answered_by TEXT,
+        worker TEXT,
+        digest TEXT NOT NULL,
+        at REAL NOT NULL)""",
+    "CREATE INDEX answers_by_run ON answers(run_id, seq)",
+    "CREATE TRIGGER answers_no_update BEFORE UPDATE ON answers"
+    " BEGIN SELECT RAISE(ABORT, 'the answers table is append-only'); END",
+    "CREATE TRIGGER answers_no_delete BEFORE DELETE ON answers"
+    " BEGIN SELECT RAISE(ABORT, 'the answers table is append-only'); END",
+)
 
 SCHEMA = (
     """CREATE TABLE runs (
@@ -110,6 +137,7 @@ SCHEMA = (
     "CREATE INDEX requests_undelivered ON requests(run_id) WHERE delivered = 0",
     EVENTS,
     MCP_TOKENS,
+    *ANSWERS,
 )
 
 # Version 2 to 3: what listings filter on, when and by whom an answer came, the events.
@@ -130,6 +158,9 @@ UPGRADE_2 = (
 
 # Version 3 to 4: a table, and nothing else.
 UPGRADE_3 = (MCP_TOKENS,)
+
+# Version 4 to 5: the audit trail, and nothing else.
+UPGRADE_4 = ANSWERS
 
 
 def create(conn: sqlite3.Connection) -> None:

@@ -43,6 +43,7 @@ from typing import Any, Literal, Self, TypeVar
 import anyio
 import anyio.to_thread
 
+from ..._core.audit import AnswerRecord, check_answered_by
 from ..._core.errors import StoreError, UsageError
 from ..._core.results import RunResult, ToolCallRecord, record_to_json
 from ..._core.types import Answer, Request
@@ -52,6 +53,7 @@ from .. import _listing as listing
 from .. import _run_events as run_events
 from .._decide import saved
 from .._listing import RequestPage, RequestQuery, RunPage, RunQuery, RunView
+from .._listing import sqlite_answers as answer_records
 from .._rows import encode, plain, prompt_of, state_text
 from .._run_events import EventRead, Watchers, expired_request, saved_events, started_events
 from .._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
@@ -353,12 +355,20 @@ class SqliteRunStore:
         await self._write(Ops.save, (saved(run), time.time(), saved_events(run)))
 
     async def accept(
-        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+        self,
+        answer: Answer,
+        now: float,
+        *,
+        delivered: bool = False,
+        by: str | None = None,
+        answered_by: str | None = None,
     ) -> Accepted:
         text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
+        who = check_answered_by(answered_by)
+        claim = approval_claim(answer)
         taken: Accepted = await self._write(
             Ops.accept,
-            (answer.id, text, now, delivered, approval_claim(answer), answer.ok, answer.reason, by),
+            (answer.id, text, now, delivered, claim, answer.ok, answer.reason, by, who),
         )
         self._tell(StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered))
         return taken
@@ -404,6 +414,9 @@ class SqliteRunStore:
     async def list_requests(self, query: RequestQuery) -> RequestPage:
         at = time.time()
         return await self._read(lambda conn: listing.sqlite_requests(conn, query, at))
+
+    async def answers(self, run_id: str) -> list[AnswerRecord]:
+        return await self._read(lambda conn: list(answer_records(conn, run_id)))
 
     async def run_view(self, run_id: str) -> RunView:
         at = time.time()

@@ -1,6 +1,7 @@
 // Runs: a card per run in the list (status, prompt, steps, final text), and a run's detail
 // view with its whole history: every step with its arguments (and the changed ones), the
-// request it raised and the answer it got (when, through which worker), and its output.
+// request it raised and the answer it got (who gave it, when, through which worker), and its
+// output; and the answers the server refused, from the run's audit trail.
 // Every text here goes through the display rules (display.js).
 import { ASKED, auth, getRun } from "./api.js";
 import { knowRunPrompt } from "./cards.js";
@@ -303,9 +304,22 @@ function detailOf(run) {
   const count = steps.length === 1 ? "1 step" : `${steps.length} steps`;
   parts.push(el("h3", { text: steps.length ? `History (${count})` : "No steps yet" }));
   parts.push(el("ol", { class: "history" }, ...steps.map(stepDetail)));
+  const refused = Array.isArray(run.answers) ? run.answers.filter((r) => r?.outcome === "refused") : [];
+  if (refused.length) {
+    parts.push(el("h3", { text: `Refused answers (${refused.length})` }));
+    parts.push(el("ul", { class: "refused-answers" }, ...refused.map(refusedItem)));
+  }
   if (run.text) parts.push(el("h3", { text: "Final answer" }), shownText(run.text, { className: "result" }));
   if (run.error) parts.push(el("h3", { text: "Error" }), shownText(run.error, { className: "error" }));
   return parts;
+}
+
+/** One refused answer of the audit trail: why, from whom, when. */
+function refusedItem(record) {
+  const facts = [`${String(record.detail ?? "refused").replaceAll("_", " ")} (call ${record.call_id ?? "?"})`];
+  if (record.answered_by) facts.push(`from ${record.answered_by}`);
+  if (typeof record.at === "number") facts.push(`at ${timeText(record.at)}`);
+  return el("li", { text: facts.join(" · ") });
 }
 
 function stepDetail(step) {
@@ -335,7 +349,10 @@ function stepDetail(step) {
     const a = step.answer;
     const verdict = a.ok ? "Answered: yes" : `Answered: no${a.reason ? ` (${a.reason})` : ""}`;
     const by = [verdict];
-    if (a.at !== undefined && a.at !== null) by.push(`at ${timeText(a.at)}`);
+    const at = a.at !== undefined && a.at !== null ? `at ${timeText(a.at)}` : null;
+    // Who answered is the server's word (the principal it admitted), never the answer's.
+    if (a.answered_by) by.push(at ? `answered by ${a.answered_by} ${at}` : `answered by ${a.answered_by}`);
+    else if (at) by.push(at);
     if (a.worker) by.push(`through ${a.worker}`);
     facts.append(el("dt", { text: "Answer" }), el("dd", { class: "answer", text: by.join(" · ") }));
   }
