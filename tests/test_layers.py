@@ -47,6 +47,7 @@ CORE = {
         "_validation",
         "_version",
         "_wire",
+        "ui",  # the front-end protocols, sans-IO (their adapters are serve's)
     )
 }
 # What the pure core may not import: an event loop, a network or a database.
