@@ -12,8 +12,6 @@ expired interrupt's answer is a ``RUN_ERROR``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +19,20 @@ import anyio
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
-from tests.test_serve_api import GuardedTestServer, closing
-from tests.ui_app import EFFECTS, HOLD_SECONDS, LIMIT, TOKEN, run_node, ui_client, ui_toolkit
-from toolnexus_async import SqliteRunStore
-from toolnexus_async.serve import create_app
+from tests.ui_app import (
+    EFFECTS,
+    HOLD_SECONDS,
+    LIMIT,
+    TOKEN,
+    Serving,
+    run_node,
+    serving,
+    serving_on,
+    ui_toolkit,
+)
+from toolnexus_async.durable import PostgresRunStore
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(Event)
-
-
-# (SQLite file) -> a server on it, yielding its base url.
-Serving = Callable[[Path], AbstractAsyncContextManager[str]]
-
-
-@asynccontextmanager
-async def serving(path: Path) -> AsyncIterator[str]:
-    """A serve app on the SQLite file ``path``, on a loopback port; its base url."""
-    async with ui_toolkit() as toolkit:
-        store = SqliteRunStore(path)
-        app = create_app(make_client=ui_client, toolkit=toolkit, store=store, token=TOKEN)
-        async with GuardedTestServer(closing(app, store)) as server:
-            yield str(server.make_url("")).rstrip("/")
 
 
 async def agui(url: str, thread: str, **given: Any) -> dict[str, Any]:
@@ -173,3 +165,27 @@ async def scenario(serving: Serving, path: Path) -> None:
             assert "expired" in by_client["error"]  # HttpAgent refuses to send it
             by_server = await agui(url, "t-hold", messages=held["messages"], resume=late)
             assert "expired" in error(by_server)
+
+
+async def test_a_thread_interrupted_on_one_worker_is_resumed_on_another(pg_dsn: str):
+    EFFECTS.clear()
+    with anyio.fail_after(LIMIT * 2):
+        async with (
+            ui_toolkit() as toolkit,
+            serving_on(PostgresRunStore(pg_dsn), toolkit) as base_a,
+            serving_on(PostgresRunStore(pg_dsn), toolkit) as base_b,
+        ):
+            a, b = base_a + "/ag-ui", base_b + "/ag-ui"
+            first = await agui(a, "t-pg", prompt="shop")
+            pay, refund, wrap = finished(first)["outcome"]["interrupts"]
+            resume = [
+                {"interruptId": pay["id"], "status": "resolved", "payload": {"approved": True}},
+                {"interruptId": refund["id"], "status": "cancelled"},
+                {"interruptId": wrap["id"], "status": "resolved", "payload": {"answers": ["no"]}},
+            ]
+            done = await agui(b, "t-pg", **state(first), resume=resume)  # parked on A
+            text = finished(done)["result"]["text"]
+            assert text.startswith("pay=paid 5 | refund=declined/expired: ")
+            again = await agui(a, "t-pg", messages=done["messages"], resume=resume)
+            assert kinds(again) == ["RUN_STARTED", "RUN_FINISHED"]
+            assert EFFECTS == {"pay:5": 1}

@@ -13,30 +13,20 @@ waits is told there is nothing to follow (204).
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from tests.test_serve_api import GuardedTestServer, closing
-from tests.ui_app import EFFECTS, HOLD_SECONDS, LIMIT, TOKEN, run_node, ui_client, ui_toolkit
-from toolnexus_async import SqliteRunStore
-from toolnexus_async.serve import create_app
-
-# (SQLite file) -> a server on it, yielding its base url.
-Serving = Callable[[Path], AbstractAsyncContextManager[str]]
-
-
-@asynccontextmanager
-async def serving(path: Path) -> AsyncIterator[str]:
-    """A serve app on the SQLite file ``path``, on a loopback port; its base url."""
-    async with ui_toolkit() as toolkit:
-        store = SqliteRunStore(path)
-        app = create_app(make_client=ui_client, toolkit=toolkit, store=store, token=TOKEN)
-        async with GuardedTestServer(closing(app, store)) as server:
-            yield str(server.make_url("")).rstrip("/")
+from tests.ui_app import (
+    EFFECTS,
+    HOLD_SECONDS,
+    LIMIT,
+    TOKEN,
+    Serving,
+    run_node,
+    serving,
+)
 
 
 async def chat(api: str, chat_id: str, **given: Any) -> dict[str, Any]:

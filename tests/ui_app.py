@@ -18,7 +18,8 @@ import json
 import os
 import shutil
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,14 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.test_serve_api import GuardedTestServer, closing
 from toolnexus_async import (
     AssistantMessage,
     Hooks,
     LlmClient,
     Message,
     Request,
+    SqliteRunStore,
     ToolCall,
     ToolContext,
     Toolkit,
@@ -41,7 +44,7 @@ from toolnexus_async import (
     define_tool,
     require_approval,
 )
-from toolnexus_async.serve import ServeInbox
+from toolnexus_async.serve import ServeInbox, create_app
 from toolnexus_async.tools.builtin.question import QuestionTool
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
@@ -141,3 +144,22 @@ async def run_node(name: str, given: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError(f"{name} failed ({done.returncode}): {done.stderr.decode()}")
     result: dict[str, Any] = json.loads(done.stdout)
     return result
+
+
+# (SQLite file) -> a server on it, yielding its base url.
+Serving = Callable[[Path], AbstractAsyncContextManager[str]]
+
+
+@asynccontextmanager
+async def serving(path: Path) -> AsyncIterator[str]:
+    """A serve app on the SQLite file ``path``, on a loopback port; its base url."""
+    async with ui_toolkit() as toolkit, serving_on(SqliteRunStore(path), toolkit) as base:
+        yield base
+
+
+@asynccontextmanager
+async def serving_on(store: Any, toolkit: Toolkit) -> AsyncIterator[str]:
+    """A serve app on ``store`` (closed with it), on a loopback port; its base url."""
+    app = create_app(make_client=ui_client, toolkit=toolkit, store=store, token=TOKEN)
+    async with GuardedTestServer(closing(app, store)) as server:
+        yield str(server.make_url("")).rstrip("/")

@@ -17,6 +17,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -36,6 +37,7 @@ __all__ = (
     "POLL",
     "Changes",
     "Follower",
+    "Send",
     "follow",
     "read_snapshot",
     "follow_aisdk",
@@ -44,6 +46,8 @@ __all__ = (
     "run_aisdk",
     "snapshot_of",
 )
+
+log = logging.getLogger("toolnexus_async.serve")
 
 # Seconds between two reads of a followed run when the store told nothing.
 POLL = 0.25
@@ -118,6 +122,12 @@ async def run_agui(serve: ServeState, given: agui.RunInput, send: Send) -> None:
     except StoreError:
         # Its message may name the store's server: the log has it (the outage watch).
         await send(stream.error("the run store is unavailable: send the same input again", "store"))
+    except ConnectionError:
+        raise  # the client left: there is nobody to tell
+    except Exception:
+        # The stream is under way: its error is an event, as no status can be sent now.
+        log.exception("unexpected error in an AG-UI stream")
+        await send(stream.error("internal server error", "internal"))
     finally:
         changes.close()
 
@@ -166,6 +176,11 @@ async def run_aisdk(serve: ServeState, given: aisdk.ChatInput, send: Send) -> No
         await follow(serve, given.chat_id, changes, stream, send)
     except StoreError:
         await send(stream.error("the run store is unavailable: send the same request again"))
+    except ConnectionError:
+        raise
+    except Exception:
+        log.exception("unexpected error in an AI SDK stream")
+        await send(stream.error("internal server error"))
     finally:
         changes.close()
 

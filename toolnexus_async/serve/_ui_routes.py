@@ -8,6 +8,8 @@ refusal (an unknown interrupt, an expired one) is an event of the stream, not a 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -16,60 +18,37 @@ from ..ui import agui, aisdk
 from ..ui.answers import Refusal
 from ._bodies import ApiError, read_json_object
 from ._state import SERVE
-from ._ui import follow_aisdk, reconnect_aisdk, run_agui, run_aisdk
+from ._ui import Send, follow_aisdk, reconnect_aisdk, run_agui, run_aisdk
 
-__all__ = ("SSE_HEADERS", "get_chat_stream", "post_agui", "post_chat")
+__all__ = ("CHAT_HEADERS", "SSE_HEADERS", "get_chat_stream", "post_agui", "post_chat")
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",  # tell nginx-style proxies not to buffer the stream
 }
+CHAT_HEADERS = {**SSE_HEADERS, **aisdk.HEADERS}
 
 
 async def post_agui(request: web.Request) -> web.StreamResponse:
     """``POST /ag-ui``: a ``RunAgentInput`` in, the AG-UI events of its thread's run out."""
     serve = request.app[SERVE]
-    body = await read_json_object(request)
     try:
-        given = agui.parse_input(body)
+        given = agui.parse_input(await read_json_object(request))
     except Refusal as exc:
         raise ApiError(422, str(exc)) from None
-    response = web.StreamResponse(headers=SSE_HEADERS)
-    await response.prepare(request)
-
-    async def send(event: dict[str, Any]) -> None:
-        await response.write(agui.encode(event))
-
-    try:
-        await run_agui(serve, given, send)
-        await response.write_eof()
-    except ConnectionError:
-        pass  # the client left; the run goes on, and the same input follows it again
-    return response
+    return await _streamed(request, partial(run_agui, serve, given), agui.encode, SSE_HEADERS)
 
 
 async def post_chat(request: web.Request) -> web.StreamResponse:
     """``POST /ai-sdk/chat``: ``useChat``'s request in, the UI message stream of its run out."""
     serve = request.app[SERVE]
-    body = await read_json_object(request)
     try:
-        given = aisdk.parse_chat(body)
+        given = aisdk.parse_chat(await read_json_object(request))
     except Refusal as exc:
         raise ApiError(422, str(exc)) from None
-    response = web.StreamResponse(headers={**SSE_HEADERS, **aisdk.HEADERS})
-    await response.prepare(request)
-
-    async def send(part: dict[str, Any]) -> None:
-        await response.write(aisdk.encode(part))
-
-    try:
-        await run_aisdk(serve, given, send)
-        await response.write(aisdk.DONE)
-        await response.write_eof()
-    except ConnectionError:
-        pass  # the client left; the run goes on, and it may reconnect
-    return response
+    produce = partial(run_aisdk, serve, given)
+    return await _streamed(request, produce, aisdk.encode, CHAT_HEADERS, aisdk.DONE)
 
 
 async def get_chat_stream(request: web.Request) -> web.StreamResponse:
@@ -80,16 +59,29 @@ async def get_chat_stream(request: web.Request) -> web.StreamResponse:
     stream = await reconnect_aisdk(serve, chat_id)
     if stream is None:
         return web.Response(status=204)
-    response = web.StreamResponse(headers={**SSE_HEADERS, **aisdk.HEADERS})
+    produce = partial(follow_aisdk, serve, chat_id, stream)
+    return await _streamed(request, produce, aisdk.encode, CHAT_HEADERS, aisdk.DONE)
+
+
+async def _streamed(
+    request: web.Request,
+    produce: Callable[[Send], Awaitable[None]],
+    encode: Callable[[dict[str, Any]], bytes],
+    headers: dict[str, str],
+    done: bytes | None = None,
+) -> web.StreamResponse:
+    """The server-sent events ``produce`` sends, then ``done``."""
+    response = web.StreamResponse(headers=headers)
     await response.prepare(request)
 
-    async def send(part: dict[str, Any]) -> None:
-        await response.write(aisdk.encode(part))
+    async def send(event: dict[str, Any]) -> None:
+        await response.write(encode(event))
 
     try:
-        await follow_aisdk(serve, chat_id, stream, send)
-        await response.write(aisdk.DONE)
+        await produce(send)
+        if done is not None:
+            await response.write(done)
         await response.write_eof()
     except ConnectionError:
-        pass
+        pass  # the client left; the run goes on, and the same request follows it again
     return response

@@ -52,7 +52,7 @@ from ._outage import StoreOutage
 from ._routes import STATIC_DIR
 from ._state import MakeClient, ServeState
 from ._ui import follow_aisdk, reconnect_aisdk, run_agui, run_aisdk
-from ._ui_routes import SSE_HEADERS
+from ._ui_routes import CHAT_HEADERS, SSE_HEADERS
 
 __all__ = ("Authorize", "UiEndpoints")
 
@@ -160,34 +160,36 @@ class UiEndpoints:
     # -- the routes -----------------------------------------------------------------------
 
     async def _agui(self, request: Request) -> Response:
-        body = await self._body(request)
-        if isinstance(body, Response):
-            return body
-        try:
-            given = agui.parse_input(body)
-        except Refusal as exc:
-            return _error(422, str(exc))
-        serve = self._serve
-
-        async def produce(emit: _Emit) -> None:
-            await run_agui(serve, given, emit)
-
-        return _Stream(produce, agui.encode, SSE_HEADERS)
+        return await self._protocol(request, agui.parse_input, run_agui, agui.encode, SSE_HEADERS)
 
     async def _chat(self, request: Request) -> Response:
+        return await self._protocol(
+            request, aisdk.parse_chat, run_aisdk, aisdk.encode, CHAT_HEADERS, aisdk.DONE
+        )
+
+    async def _protocol(
+        self,
+        request: Request,
+        parse: Callable[[dict[str, Any]], Any],
+        run: Callable[[ServeState, Any, _Emit], Awaitable[None]],
+        encode: Callable[[dict[str, Any]], bytes],
+        headers: dict[str, str],
+        done: bytes | None = None,
+    ) -> Response:
+        """A protocol's stream for ``request``'s body, parsed by ``parse``, run by ``run``."""
         body = await self._body(request)
         if isinstance(body, Response):
             return body
         try:
-            given = aisdk.parse_chat(body)
+            given = parse(body)
         except Refusal as exc:
             return _error(422, str(exc))
         serve = self._serve
 
         async def produce(emit: _Emit) -> None:
-            await run_aisdk(serve, given, emit)
+            await run(serve, given, emit)
 
-        return _Stream(produce, aisdk.encode, {**SSE_HEADERS, **aisdk.HEADERS}, aisdk.DONE)
+        return _Stream(produce, encode, headers, done)
 
     async def _reconnect(self, request: Request) -> Response:
         refused = await self._refused(request)
@@ -205,7 +207,7 @@ class UiEndpoints:
         async def produce(emit: _Emit) -> None:
             await follow_aisdk(serve, chat_id, found, emit)
 
-        return _Stream(produce, aisdk.encode, {**SSE_HEADERS, **aisdk.HEADERS}, aisdk.DONE)
+        return _Stream(produce, aisdk.encode, CHAT_HEADERS, aisdk.DONE)
 
     # -- checks ---------------------------------------------------------------------------
 

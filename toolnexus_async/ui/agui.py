@@ -34,11 +34,13 @@ from .._types import Answer
 from .answers import (
     CheckArguments,
     Refusal,
+    Resume,
+    Start,
     approval,
     cancelled,
-    is_replay,
     reply,
     response_schema,
+    taken,
 )
 from .runs import Asked, RunSnapshot, arguments_json, items, message_id
 
@@ -125,20 +127,6 @@ def _text(content: object, index: int) -> str:
 
 
 @attrs.frozen
-class Start:
-    """Start a run with this id and prompt."""
-
-    prompt: str
-
-
-@attrs.frozen
-class Resume:
-    """Hand these answers over (none: every entry was a replay), then follow the run."""
-
-    answers: tuple[Answer, ...]
-
-
-@attrs.frozen
 class Attach:
     """Follow the run from where it is (a client that sent the same input again)."""
 
@@ -194,18 +182,9 @@ def _answers(
         row = asked.get(rid)
         if row is None:
             raise Refusal(f"run {snapshot.run_id!r} has no interrupt {rid!r}")
-        answer = _answer(entry, row, check)
-        # Expired where its run was parked, the store may not have heard of it: the clock says.
-        if row.status == "expired" or (row.answer is None and row.request.expired(now)):
-            raise Refusal(f"interrupt {rid!r} expired at {row.request.expires_at}")
-        if rid in open_ids:
+        answer = taken(row, _answer(entry, row, check), open_ids, now)
+        if answer is not None:
             answers.append(answer)
-        elif is_replay(row.answer, answer):
-            continue  # taken already, with this very answer: a replay
-        elif row.answer is not None:
-            raise Refusal(f"interrupt {rid!r} was answered already, otherwise")
-        else:
-            raise Refusal(f"interrupt {rid!r} is no longer open (its run went on without it)")
     if missing := sorted(open_ids - seen):
         raise Refusal(f"resume must answer every open interrupt; missing: {', '.join(missing)}")
     return tuple(answers)

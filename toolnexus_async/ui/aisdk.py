@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 
 from .._types import Answer
-from .answers import CheckArguments, Refusal, approval, is_replay, reply
+from .answers import CheckArguments, Refusal, Resume, Start, approval, reply, taken
 from .runs import RunSnapshot, items
 
 __all__ = (
@@ -141,18 +141,6 @@ def _tool_part(
             )
 
 
-@attrs.frozen
-class Start:
-    prompt: str
-
-
-@attrs.frozen
-class Resume:
-    """Hand these answers over (maybe none), then follow the run."""
-
-    answers: tuple[Answer, ...]
-
-
 Decision = Start | Resume
 
 
@@ -176,18 +164,15 @@ def decide(
     when = now or datetime.now(UTC)
     asked = snapshot.asked_by_id()
     open_rows = {a.request.id: a for a in snapshot.open_requests()}
+    open_ids = set(open_rows)
     answers: list[Answer] = []
     for response in given.responses:
         row = asked.get(response.approval_id)
         if row is None or row.request.kind != "approval":
             raise Refusal(f"run {snapshot.run_id!r} asked for no approval {response.approval_id!r}")
         answer = approval(row.request, response.approved, note=response.reason, check=check)
-        if row.answer is None and (row.status == "expired" or row.request.expired(when)):
-            raise Refusal(f"approval {row.request.id!r} expired at {row.request.expires_at}")
-        if row.request.id in open_rows:
-            answers.append(answer)
-        elif not is_replay(row.answer, answer):
-            raise Refusal(f"approval {row.request.id!r} was answered already, otherwise")
+        if (new := taken(row, answer, open_ids, when)) is not None:
+            answers.append(new)
     by_call = {a.call_id: a for a in open_rows.values() if a.request.kind != "approval"}
     for call_id, output in given.outputs.items():
         row = by_call.get(call_id)

@@ -16,11 +16,24 @@ Rules of this module:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
-from .._types import Answer, Request
+import attrs
 
-__all__ = ("CheckArguments", "Refusal", "approval", "is_replay", "reply")
+from .._types import Answer, Request
+from .runs import Asked
+
+__all__ = (
+    "CheckArguments",
+    "Refusal",
+    "Resume",
+    "Start",
+    "approval",
+    "is_replay",
+    "reply",
+    "taken",
+)
 
 # (tool name, arguments) -> what is wrong with them, or None: Toolkit.check_arguments.
 CheckArguments = Callable[[str, dict[str, Any]], str | None]
@@ -28,6 +41,37 @@ CheckArguments = Callable[[str, dict[str, Any]], str | None]
 
 class Refusal(Exception):
     """A reply that cannot be taken; its message says why (shown to the client)."""
+
+
+@attrs.frozen
+class Start:
+    """Start a run with the thread's (the chat's) id and this prompt."""
+
+    prompt: str
+
+
+@attrs.frozen
+class Resume:
+    """Hand these answers over (none: each was a replay, or none was sent), then follow
+    the run."""
+
+    answers: tuple[Answer, ...]
+
+
+def taken(row: Asked, answer: Answer, open_ids: set[str], now: datetime) -> Answer | None:
+    """``answer`` if its request is open, None if the store took this very answer already
+    (a replay); else the :class:`Refusal`: expired, answered otherwise, or gone."""
+    rid = row.request.id
+    # Expired where its run was parked, the store may not have heard of it: the clock says.
+    if row.answer is None and (row.status == "expired" or row.request.expired(now)):
+        raise Refusal(f"request {rid!r} expired at {row.request.expires_at}")
+    if rid in open_ids:
+        return answer
+    if is_replay(row.answer, answer):
+        return None
+    if row.answer is not None:
+        raise Refusal(f"request {rid!r} was answered already, otherwise")
+    raise Refusal(f"request {rid!r} is no longer open (its run went on without it)")
 
 
 def approval(
@@ -70,15 +114,17 @@ def approval(
 def reply(request: Request, payload: object) -> Answer:
     """The answer giving ``payload`` (a JSON object: a question's ``answers``, a form's
     fields) to a request that is not an approval."""
-    if payload is None:
+    questions = (request.data or {}).get("questions")
+    asks = request.kind == "question" and isinstance(questions, list)
+    if payload is None and not asks:
         return Answer(request.id, True)
     if not isinstance(payload, dict):
         raise Refusal(
             f"the answer to request {request.id!r} must be a JSON object, "
             f"got {type(payload).__name__}"
         )
-    questions = (request.data or {}).get("questions")
-    if request.kind == "question" and isinstance(questions, list):
+    if asks:
+        assert isinstance(questions, list)
         given = payload.get("answers")
         if not isinstance(given, list) or len(given) != len(questions):
             raise Refusal(

@@ -71,11 +71,14 @@ class RunSnapshot:
     error: str | None = None
 
     def open_requests(self) -> list[Asked]:
-        """The requests the run waits for now, oldest first (expired ones included until
-        the store records them: answering them is refused as expired)."""
+        """The requests the run waits for now, in the order of their calls (expired ones
+        included until the store records them: answering them is refused as expired)."""
         if self.ended:
             return []
-        return [a for a in self.asked if a.status == "pending" and a.turn == self.turn]
+        open_now = [a for a in self.asked if a.status == "pending" and a.turn == self.turn]
+        # In the order of the turn's calls, not the order they asked in (they race).
+        order = {call_id: i for i, call_id in enumerate(self.turn_calls())}
+        return sorted(open_now, key=lambda a: order.get(a.call_id, len(order)))
 
     def turn_calls(self) -> tuple[str, ...]:
         """The ids of the current turn's calls (none once the run ended or between turns)."""
