@@ -43,7 +43,7 @@ from _mock import API_KEY, MODEL, MockServer
 from _park_hot import HotFigures, Probe, Toolnexus, make_tool, ms, park_and_wake, print_hot
 
 from toolnexus_async import AiohttpTransport, Inbox, LlmClient, Toolkit
-from toolnexus_async._transport import DEFAULT_MAX_CONNECTIONS
+from toolnexus_async._io.transport import DEFAULT_MAX_CONNECTIONS
 
 SAMPLE_EVERY = 0.1  # seconds between two counts of the open sockets
 

@@ -63,14 +63,7 @@ from _common import (
 from _mock import API_KEY, MODEL, MockServer
 from aiohttp import web
 
-from toolnexus_async import (
-    LlmClient,
-    ToolContext,
-    Toolkit,
-    ToolResult,
-    define_tool,
-    http_tool,
-)
+from toolnexus_async import LlmClient, ToolContext, Toolkit, ToolResult, define_tool, http_tool
 from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.serve import ServeInbox, create_app
 

@@ -117,7 +117,7 @@ from _park_hot import (
 )
 from _park_stalls import StallFigures, stalls
 
-from toolnexus_async._transport import DEFAULT_MAX_CONNECTIONS
+from toolnexus_async._io.transport import DEFAULT_MAX_CONNECTIONS
 
 if TYPE_CHECKING:
     from _pg import PgServer

@@ -86,13 +86,7 @@ from _common import (
 )
 from aiohttp import web
 
-from toolnexus_async import (
-    LlmClient,
-    ToolContext,
-    Toolkit,
-    ToolResult,
-    define_tool,
-)
+from toolnexus_async import LlmClient, ToolContext, Toolkit, ToolResult, define_tool
 from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.serve import ServeInbox, create_app
 

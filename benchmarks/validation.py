@@ -33,7 +33,7 @@ import jsonschema
 import jsonschema_rs
 from jsonschema.exceptions import best_match
 
-from toolnexus_async._validation import validator_for
+from toolnexus_async._core.validation import validator_for
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

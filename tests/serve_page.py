@@ -26,15 +26,7 @@ from typing import Any
 import anyio
 
 from tests.serve_acting import model  # the prompt's one call, then its result as the final text
-from toolnexus_async import (
-    LlmClient,
-    Request,
-    Tool,
-    ToolContext,
-    Toolkit,
-    ToolResult,
-    define_tool,
-)
+from toolnexus_async import LlmClient, Request, Tool, ToolContext, Toolkit, ToolResult, define_tool
 from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.serve import create_app, run_server
 from toolnexus_async.tools.builtin.question import QuestionTool

@@ -34,7 +34,7 @@ from toolnexus_async import (
     define_tool,
     require_approval,
 )
-from toolnexus_async._hooks import call_digest
+from toolnexus_async._engine.hooks import call_digest
 from toolnexus_async.durable import MemoryRunStore
 from toolnexus_async.serve import create_app
 

@@ -38,7 +38,7 @@ from toolnexus_async import (
     define_tool,
     require_approval,
 )
-from toolnexus_async._hooks import call_digest
+from toolnexus_async._engine.hooks import call_digest
 from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.testing import reply, tool_call
 

@@ -13,21 +13,8 @@ from typing import Any
 
 import pytest
 
-from toolnexus_async import (
-    Answer,
-    Request,
-    ToolContext,
-    ToolResult,
-    UsageError,
-    pending_of,
-)
-from toolnexus_async.tools.builtin import (
-    ApplyPatchTool,
-    BashTool,
-    EditTool,
-    Workspace,
-    WriteTool,
-)
+from toolnexus_async import Answer, Request, ToolContext, ToolResult, UsageError, pending_of
+from toolnexus_async.tools.builtin import ApplyPatchTool, BashTool, EditTool, Workspace, WriteTool
 
 PATCH = (
     "*** Begin Patch\n"

@@ -26,9 +26,9 @@ from toolnexus_async import (
     messages_from_json,
     messages_to_json,
 )
-from toolnexus_async._codecs import STYLES, codec_for
-from toolnexus_async._codecs.anthropic import AnthropicCodec
-from toolnexus_async._codecs.openai import OpenAICodec
+from toolnexus_async._core.codecs import STYLES, codec_for
+from toolnexus_async._core.codecs.anthropic import AnthropicCodec
+from toolnexus_async._core.codecs.openai import OpenAICodec
 
 OPENAI = OpenAICodec()
 ANTHROPIC = AnthropicCodec()

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import assert_no_leaks
 from tests.shared import Holding
-from toolnexus_async._concurrency import run_concurrently
+from toolnexus_async._engine.concurrency import run_concurrently
 
 LIMIT = 5
 

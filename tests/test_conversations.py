@@ -15,20 +15,20 @@ from anyio import wait_all_tasks_blocked
 
 from tests.conftest import assert_no_leaks
 from tests.shared import raw_sql
-from toolnexus_async._conversations import (
-    ConversationLocks,
-    ConversationStore,
-    MemoryConversationStore,
-    SqliteConversationStore,
-)
-from toolnexus_async._errors import PayloadError, StoreError, UsageError
-from toolnexus_async._messages import (
+from toolnexus_async._core.errors import PayloadError, StoreError, UsageError
+from toolnexus_async._core.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
     ToolCall,
     ToolReturn,
     UserMessage,
+)
+from toolnexus_async._engine.conversations import (
+    ConversationLocks,
+    ConversationStore,
+    MemoryConversationStore,
+    SqliteConversationStore,
 )
 from toolnexus_async.durable import SqliteRunStore
 
@@ -286,8 +286,8 @@ async def test_a_file_not_ours_or_newer_is_refused_and_not_touched(tmp_path: Pat
 
 async def test_the_run_store_refuses_a_conversation_file(tmp_path: Path):
     """The two stores do not share a file: the run store is told it is not its own."""
-    from toolnexus_async._conversations import _RUN_STORE_APPLICATION_ID
-    from toolnexus_async.durable._sqlite import APPLICATION_ID
+    from toolnexus_async._engine.conversations import _RUN_STORE_APPLICATION_ID
+    from toolnexus_async.durable.sqlite._store import APPLICATION_ID
 
     assert _RUN_STORE_APPLICATION_ID == APPLICATION_ID  # the copied stamp has not drifted
     path = tmp_path / "conversations.db"

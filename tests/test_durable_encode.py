@@ -10,7 +10,7 @@ import attrs
 import pytest
 
 from toolnexus_async import PayloadError, Usage
-from toolnexus_async.durable._schema import encode
+from toolnexus_async.durable._rows import encode
 
 
 def test_usage_to_dict_names_every_count() -> None:

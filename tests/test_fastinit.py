@@ -11,9 +11,14 @@ from typing import Any
 import attrs
 import pytest
 
-from toolnexus_async import _http, _messages, _results, _streaming, _types, _wire
-from toolnexus_async._errors import PayloadError
-from toolnexus_async._fastinit import fast_init
+from toolnexus_async._core import http as _http
+from toolnexus_async._core import messages as _messages
+from toolnexus_async._core import results as _results
+from toolnexus_async._core import types as _types
+from toolnexus_async._core import wire as _wire
+from toolnexus_async._core.errors import PayloadError
+from toolnexus_async._core.fastinit import fast_init
+from toolnexus_async._engine import streaming as _streaming
 
 MODULES: tuple[ModuleType, ...] = (_http, _messages, _results, _streaming, _types, _wire)
 

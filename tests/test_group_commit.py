@@ -24,9 +24,10 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from tests.conftest import assert_no_leaks
 from tests.shared import raw_sql
 from toolnexus_async import StoreError, UsageError
-from toolnexus_async._loop import RunLoop
-from toolnexus_async.durable import SqliteRunStore, _committer
-from toolnexus_async.durable._batch import apply as real_apply
+from toolnexus_async._core.loop import RunLoop
+from toolnexus_async.durable import SqliteRunStore
+from toolnexus_async.durable.sqlite import _committer
+from toolnexus_async.durable.sqlite._batch import apply as real_apply
 
 NOW = 1_900_000_000.0
 BOUND = 8  # a bound a test can reach (the store's own is thousands)
@@ -75,8 +76,9 @@ import sys, time
 
 import anyio
 
-from toolnexus_async._loop import RunLoop
-from toolnexus_async.durable import SqliteRunStore, _committer
+from toolnexus_async._core.loop import RunLoop
+from toolnexus_async.durable import SqliteRunStore
+from toolnexus_async.durable.sqlite import _committer
 
 DB, RUNS, BOUND = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 real_apply = _committer.apply

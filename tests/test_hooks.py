@@ -35,7 +35,7 @@ from toolnexus_async import (
     pending_of,
     require_approval,
 )
-from toolnexus_async._hooks import call_digest
+from toolnexus_async._engine.hooks import call_digest
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 LIMIT = 5  # seconds; only reached when the rule under test is broken

@@ -1,4 +1,4 @@
-"""toolnexus_async._json: the hot path's JSON gives exactly what the json module gives."""
+"""toolnexus_async._core.hotjson: the hot path's JSON gives exactly what the json module gives."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from toolnexus_async._json import compact_encoder, loads
+from toolnexus_async._core.hotjson import compact_encoder, loads
 
 
 def _outcome(call: Any, data: Any) -> tuple[str, Any]:

@@ -26,28 +26,20 @@ ROOT = Path(__file__).resolve().parent.parent / "toolnexus_async"
 
 
 PACKAGE = "toolnexus_async"
-CORE = {
-    f"{PACKAGE}.{name}"
+# The layers of the runtime, lowest first; each may import only itself and those below.
+LAYERS = (f"{PACKAGE}._core", f"{PACKAGE}._io", f"{PACKAGE}._engine")
+CORE = {LAYERS[0]}
+# Imports that break a layer today, each with the work that removes it.
+KNOWN: set[str] = {
+    # The toolkit still assembles its built-in and MCP sources (issue 36: tool sources).
+    f"{PACKAGE}._engine.toolkit ({PACKAGE}._engine) imports {PACKAGE}.{name}, outside its layers"
     for name in (
-        "_codecs",
-        "_config",
-        "_errors",
-        "_fastinit",
-        "_halted",
-        "_ids",
-        "_json",
-        "_loop",
-        "_messages",
-        "_results",
-        "_resume",
-        "_retry",
-        "_secrets",
-        "_suspension",
-        "_types",
-        "_validation",
-        "_version",
-        "_wire",
-        "ui",  # the front-end protocols, sans-IO (their adapters are serve's)
+        "mcp",
+        "mcp._connect",
+        "mcp._oauth",
+        "mcp._tool",
+        "tools._session",
+        "tools.builtin",
     )
 }
 # What the pure core may not import: an event loop, a network or a database.
@@ -122,9 +114,10 @@ def layer_breaches(inner: dict[str, set[str]], outer: dict[str, set[str]]) -> li
     found = []
     for module, imported in sorted(inner.items()):
         core = any(_in(module, c) for c in CORE)
+        level = next((i for i, layer in enumerate(LAYERS) if _in(module, layer)), None)
         for target in sorted(imported):
-            if core and not any(_in(target, c) for c in CORE):
-                found.append(f"{module} (the pure core) imports {target}")
+            if level is not None and not any(_in(target, layer) for layer in LAYERS[: level + 1]):
+                found.append(f"{module} ({LAYERS[level]}) imports {target}, outside its layers")
             for front, allowed in FRONTS.items():
                 if _in(target, front) and not any(
                     module == a or (_in(module, a) and a != PACKAGE) for a in allowed
@@ -170,7 +163,7 @@ def cycles(inner: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_layers_hold() -> None:
-    assert layer_breaches(*import_graph()) == []
+    assert sorted(set(layer_breaches(*import_graph())) - KNOWN) == []
 
 
 def test_there_is_no_import_cycle() -> None:
@@ -184,14 +177,21 @@ def test_the_checks_see_a_breach() -> None:
     inner, outer = import_graph()
     inner = {module: set(targets) for module, targets in inner.items()}
     outer = {module: set(libraries) for module, libraries in outer.items()}
-    inner[f"{PACKAGE}._loop"].add(f"{PACKAGE}._engine")
-    inner[f"{PACKAGE}._engine"].add(f"{PACKAGE}.serve._app")
-    outer[f"{PACKAGE}._wire"].add("asyncio")
+    loop, engine, transport = (
+        f"{PACKAGE}._core.loop",
+        f"{PACKAGE}._engine.engine",
+        f"{PACKAGE}._io.transport",
+    )
+    inner[loop].add(engine)
+    inner[transport].add(engine)
+    inner[engine].add(f"{PACKAGE}.serve._app")
+    outer[f"{PACKAGE}._core.wire"].add("asyncio")
     breaches = layer_breaches(inner, outer)
-    assert f"{PACKAGE}._loop (the pure core) imports {PACKAGE}._engine" in breaches
-    assert f"{PACKAGE}._engine imports {PACKAGE}.serve._app, a front above it" in breaches
-    assert f"{PACKAGE}._wire (the pure core) imports asyncio" in breaches
-    assert any(f"{PACKAGE}._loop" in part for part in cycles(inner))
+    assert f"{loop} ({PACKAGE}._core) imports {engine}, outside its layers" in breaches
+    assert f"{transport} ({PACKAGE}._io) imports {engine}, outside its layers" in breaches
+    assert f"{engine} imports {PACKAGE}.serve._app, a front above it" in breaches
+    assert f"{PACKAGE}._core.wire (the pure core) imports asyncio" in breaches
+    assert any(loop in part for part in cycles(inner))
 
 
 def _private(name: str) -> bool:
@@ -269,7 +269,7 @@ def test_no_package_uses_another_packages_private_names() -> None:
     [
         ("def f(client):\n    return client._execute()\n", True),
         ("def f(self):\n    return self._execute()\n", False),
-        ("from toolnexus_async._client import _given\n", True),
+        ("from toolnexus_async._engine.client import _given\n", True),
     ],
 )
 def test_the_check_sees_a_reach(source: str, reaches: bool) -> None:

@@ -17,15 +17,8 @@ from toolnexus_async import (
     UsageError,
     UserMessage,
 )
-from toolnexus_async._loop import (
-    CallModel,
-    CallOutcome,
-    Finish,
-    HaltedTurn,
-    RunLoop,
-    RunTools,
-)
-from toolnexus_async._messages import unpaired_calls
+from toolnexus_async._core.loop import CallModel, CallOutcome, Finish, HaltedTurn, RunLoop, RunTools
+from toolnexus_async._core.messages import unpaired_calls
 
 
 def calls_reply(

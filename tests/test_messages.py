@@ -18,7 +18,7 @@ from toolnexus_async import (
     messages_from_json,
     messages_to_json,
 )
-from toolnexus_async._messages import unpaired_calls
+from toolnexus_async._core.messages import unpaired_calls
 
 EVERY_KIND: list[Message] = [
     SystemMessage("Be brief."),

@@ -10,8 +10,8 @@ import weakref
 import attrs
 import pytest
 
-from toolnexus_async._errors import UsageError
-from toolnexus_async._metrics import (
+from toolnexus_async._core.errors import UsageError
+from toolnexus_async._engine.metrics import (
     CONTENT_TYPE,
     DURATION_BUCKETS,
     RUN_DURATION_BUCKETS,

@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from tests.conftest import assert_no_leaks
-from toolnexus_async._errors import UsageError
-from toolnexus_async._owner import TaskOwner
+from toolnexus_async._core.errors import UsageError
+from toolnexus_async._engine.owner import TaskOwner
 
 LIMIT = 5
 

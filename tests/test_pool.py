@@ -28,7 +28,7 @@ from toolnexus_async import (
     TransportError,
     UsageError,
 )
-from toolnexus_async._transport import _Slots
+from toolnexus_async._io.transport import _Slots
 
 KEY = "sk-pool-test-key-0123456789"
 REPLY = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hi"}}]}).encode()

@@ -33,7 +33,7 @@ from toolnexus_async import (
     define_tool,
     require_approval,
 )
-from toolnexus_async._suspension import CallRule, Execute, Halt, Settle
+from toolnexus_async._core.suspension import CallRule, Execute, Halt, Settle
 from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 

@@ -19,7 +19,7 @@ from toolnexus_async import (
     Usage,
     define_tool,
 )
-from toolnexus_async._messages import unpaired_calls
+from toolnexus_async._core.messages import unpaired_calls
 from toolnexus_async.testing import json_response, sse_response
 
 from .conftest import FakeProvider

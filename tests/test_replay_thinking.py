@@ -22,7 +22,7 @@ from toolnexus_async import (
     messages_from_json,
     messages_to_json,
 )
-from toolnexus_async._codecs.openai import OpenAICodec
+from toolnexus_async._core.codecs.openai import OpenAICodec
 
 from .conftest import FakeProvider
 from .replay import load, replay

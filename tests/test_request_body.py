@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from toolnexus_async import LlmClient, ModelSettings, Toolkit, define_tool
-from toolnexus_async._codecs import render_openai
-from toolnexus_async._codecs._tools import _REMEMBER, shared_json
-from toolnexus_async._http import HttpRequest
+from toolnexus_async._core.codecs import render_openai
+from toolnexus_async._core.codecs._tools import _REMEMBER, shared_json
+from toolnexus_async._core.http import HttpRequest
 from toolnexus_async.testing import MockTransport, json_response
 
 REPLIES = {
@@ -57,7 +57,7 @@ def _expected(client: LlmClient, prompt: str, toolkit: Toolkit) -> Any:
     """What the codec builds for a first request, through the json module."""
     model = client.engine.model
     codec = model._codec  # type: ignore[attr-defined]
-    from toolnexus_async._messages import UserMessage
+    from toolnexus_async._core.messages import UserMessage
 
     body = codec.encode(
         [UserMessage(prompt)],

@@ -27,7 +27,7 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
-from toolnexus_async._resolver import Resolver
+from toolnexus_async._engine.resolver import Resolver
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 

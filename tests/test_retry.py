@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-from toolnexus_async._errors import (
+from toolnexus_async._core.errors import (
     ModelError,
     ProtocolError,
     ProviderError,
     TransportError,
     UsageError,
 )
-from toolnexus_async._retry import RetryPolicy, parse_retry_after
+from toolnexus_async._core.retry import RetryPolicy, parse_retry_after
 
 URL = "https://api.example.test/v1/chat/completions"
 

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from toolnexus_async import LlmClient, ProviderError, Toolkit
-from toolnexus_async._secrets import Scrubber
+from toolnexus_async._core.secrets import Scrubber
 from toolnexus_async.testing import MockTransport, json_response
 
 

@@ -11,15 +11,7 @@ from typing import Any
 import anyio
 
 from tests.conftest import FakeProvider, assert_no_leaks, openai_reply
-from toolnexus_async import (
-    Answer,
-    LlmClient,
-    Request,
-    ToolContext,
-    Toolkit,
-    ToolResult,
-    pending_of,
-)
+from toolnexus_async import Answer, LlmClient, Request, ToolContext, Toolkit, ToolResult, pending_of
 
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 

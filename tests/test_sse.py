@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import pytest
 
 from toolnexus_async import UsageError
-from toolnexus_async._codecs._sse import SSEEvent, SSEParser
+from toolnexus_async._core.codecs._sse import SSEEvent, SSEParser
 
 # A realistic stream: named events, CRLF, a comment, multi-line data, multi-byte UTF-8
 # (two-, three- and four-byte characters), an id, a retry, and an event with no data.

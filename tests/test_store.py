@@ -43,7 +43,7 @@ from toolnexus_async import (
     UnknownRequestError,
     UsageError,
 )
-from toolnexus_async._loop import RunLoop
+from toolnexus_async._core.loop import RunLoop
 from toolnexus_async.durable import (
     MemoryRunStore,
     PostgresRunStore,
@@ -51,7 +51,7 @@ from toolnexus_async.durable import (
     SqliteRunStore,
     StoreEvent,
 )
-from toolnexus_async.durable._schema import APPLICATION_ID, SCHEMA_VERSION
+from toolnexus_async.durable.sqlite._schema import APPLICATION_ID, SCHEMA_VERSION
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 StoreFactory = Callable[..., RunStore]

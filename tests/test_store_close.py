@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from toolnexus_async import RunResult, UsageError
-from toolnexus_async._loop import RunLoop
+from toolnexus_async._core.loop import RunLoop
 from toolnexus_async.durable import RunSummary, SqliteRunStore
 
 

@@ -15,14 +15,9 @@ import pytest
 from tests.conftest import assert_no_leaks
 from tests.shared import Ledger
 from tests.test_store import LEASE, NOW, Case, fresh_state, halt, race_two_stores
-from toolnexus_async import (
-    Answer,
-    Request,
-    StoreError,
-    UsageError,
-)
+from toolnexus_async import Answer, Request, StoreError, UsageError
 from toolnexus_async.durable import PostgresRunStore, StoreEvent
-from toolnexus_async.durable._pg_schema import SCHEMA_VERSION
+from toolnexus_async.durable.postgres._schema import SCHEMA_VERSION
 
 LIMIT = 10
 

@@ -23,9 +23,9 @@ from typing import Any
 import anyio
 
 from toolnexus_async import Answer, AssistantMessage, Request, ToolCall
-from toolnexus_async._loop import RunLoop
+from toolnexus_async._core.loop import RunLoop
 from toolnexus_async.durable import SqliteRunStore
-from toolnexus_async.durable import _queries as queries
+from toolnexus_async.durable.sqlite import _queries as queries
 
 WORKER = "w1"
 RUNS = 60

@@ -16,7 +16,7 @@ import pytest
 from tests.test_store import LEASE, NOW, fresh_state
 from toolnexus_async import StoreError, StoreUnavailableError
 from toolnexus_async.durable import PostgresRunStore
-from toolnexus_async.durable._pg_errors import where
+from toolnexus_async.durable.postgres._errors import where
 
 
 def _closed_port() -> int:

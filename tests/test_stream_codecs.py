@@ -19,13 +19,13 @@ from toolnexus_async import (
     Usage,
     UserMessage,
 )
-from toolnexus_async._codecs import codec_for
-from toolnexus_async._codecs._sse import SSEEvent, SSEParser
-from toolnexus_async._codecs._stream import Delta, ReasoningDelta, StreamDecoder, TextDelta
-from toolnexus_async._codecs.anthropic import AnthropicCodec
-from toolnexus_async._codecs.anthropic_stream import AnthropicStreamDecoder
-from toolnexus_async._codecs.openai import OpenAICodec
-from toolnexus_async._codecs.openai_stream import OpenAIStreamDecoder
+from toolnexus_async._core.codecs import codec_for
+from toolnexus_async._core.codecs._sse import SSEEvent, SSEParser
+from toolnexus_async._core.codecs._stream import Delta, ReasoningDelta, StreamDecoder, TextDelta
+from toolnexus_async._core.codecs.anthropic import AnthropicCodec
+from toolnexus_async._core.codecs.anthropic_stream import AnthropicStreamDecoder
+from toolnexus_async._core.codecs.openai import OpenAICodec
+from toolnexus_async._core.codecs.openai_stream import OpenAIStreamDecoder
 
 OPENAI_URL = "https://api.openai.test/v1/chat/completions"
 ANTHROPIC_URL = "https://api.anthropic.test/v1/messages"

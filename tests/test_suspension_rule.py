@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from toolnexus_async import Answer, Request, ToolCall, ToolResult
-from toolnexus_async._hooks import GATE
-from toolnexus_async._suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
+from toolnexus_async._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
+from toolnexus_async._engine.hooks import GATE
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 CALL = ToolCall("c1", "pay", {"amount": 30})

@@ -9,7 +9,7 @@ import anyio.lowlevel
 import pytest
 
 from toolnexus_async import Tool, ToolContext, Toolkit, ToolResult, UsageError, define_tool
-from toolnexus_async._codecs import render_anthropic, render_gemini, render_openai
+from toolnexus_async._core.codecs import render_anthropic, render_gemini, render_openai
 from toolnexus_async.tools.builtin import BUILTIN_NAMES
 
 SCHEMA: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""The front-end protocols' logic without a socket or a store (``toolnexus_async.ui``): runs
+"""The front-end protocols' logic without a socket or a store (``toolnexus_async._core.ui``): runs
 as snapshots in, decisions and events out; every AG-UI event validated by ``ag-ui-protocol``.
 """
 
@@ -12,9 +12,9 @@ from ag_ui.core import Event
 from pydantic import TypeAdapter
 
 from toolnexus_async import Answer, AssistantMessage, Request, ToolCall, UserMessage
-from toolnexus_async.ui import agui, aisdk
-from toolnexus_async.ui.answers import Refusal
-from toolnexus_async.ui.runs import Asked, RunSnapshot, Settled
+from toolnexus_async._core.ui import agui, aisdk
+from toolnexus_async._core.ui.answers import Refusal
+from toolnexus_async._core.ui.runs import Asked, RunSnapshot, Settled
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(Event)
 DIGEST = "sha256:abc"

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from toolnexus_async import UsageError
-from toolnexus_async._validation import validator_for
+from toolnexus_async._core.validation import validator_for
 from toolnexus_async.tools.builtin.question import QuestionTool
 from toolnexus_async.tools.builtin.webfetch import WebFetchTool
 

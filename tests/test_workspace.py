@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from toolnexus_async import Tool, Toolkit
-from toolnexus_async._errors import ToolnexusError
+from toolnexus_async._core.errors import ToolnexusError
 from toolnexus_async.tools.builtin._workspace import (
     ArgumentError,
     ConfinementError,

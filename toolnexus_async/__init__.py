@@ -6,15 +6,8 @@ or, without ``wait_for``, halts with ``status == "pending"`` so a durable host c
 later. Everything awaits, so many suspended runs can share one event loop.
 """
 
-from ._client import LlmClient
-from ._config import Limits, ModelSettings
-from ._conversations import (
-    ConversationLocks,
-    ConversationStore,
-    MemoryConversationStore,
-    SqliteConversationStore,
-)
-from ._errors import (
+from ._core.config import Limits, ModelSettings
+from ._core.errors import (
     AlreadyAnsweredError,
     AlreadyResumedError,
     AnswerError,
@@ -36,10 +29,8 @@ from ._errors import (
     UnknownRequestError,
     UsageError,
 )
-from ._handle import RunHandle
-from ._hooks import Hooks, LlmCall, require_approval
-from ._http import HttpRequest, HttpResponse, Transport
-from ._messages import (
+from ._core.http import HttpRequest, HttpResponse, Transport
+from ._core.messages import (
     AssistantMessage,
     Message,
     ModelReply,
@@ -52,10 +43,21 @@ from ._messages import (
     messages_from_json,
     messages_to_json,
 )
-from ._metrics import LlmCallEvent, MetricEvent, MetricsRegistry, RunEvent, ToolCallEvent
-from ._results import RunResult, ToolCallRecord
-from ._retry import RetryPolicy, parse_retry_after
-from ._streaming import (
+from ._core.results import RunResult, ToolCallRecord
+from ._core.retry import RetryPolicy, parse_retry_after
+from ._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
+from ._core.version import __version__ as __version__
+from ._engine.client import LlmClient
+from ._engine.conversations import (
+    ConversationLocks,
+    ConversationStore,
+    MemoryConversationStore,
+    SqliteConversationStore,
+)
+from ._engine.handle import RunHandle
+from ._engine.hooks import Hooks, LlmCall, require_approval
+from ._engine.metrics import LlmCallEvent, MetricEvent, MetricsRegistry, RunEvent, ToolCallEvent
+from ._engine.streaming import (
     RunStream,
     StreamDone,
     StreamEvent,
@@ -66,11 +68,9 @@ from ._streaming import (
     StreamToolResult,
     StreamUsage,
 )
-from ._terminal import terminal_input
-from ._toolkit import Toolkit
-from ._transport import AiohttpTransport
-from ._types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
-from ._version import __version__ as __version__
+from ._engine.toolkit import Toolkit
+from ._io.terminal import terminal_input
+from ._io.transport import AiohttpTransport
 from .durable import (
     DurableHost,
     LeaseLostError,

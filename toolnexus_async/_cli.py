@@ -21,15 +21,15 @@ from typing import Any, TextIO
 
 import anyio
 
-from ._client import LlmClient
+from ._core.errors import StoreError, UsageError
+from ._core.messages import AssistantMessage, Message
+from ._core.secrets import redact_url
+from ._core.types import Answer, Request, Tool, ToolContext, ToolResult, request_in
+from ._core.version import __version__
 from ._demo import DEMO_PROMPT, demo_model, demo_tools
-from ._errors import StoreError, UsageError
-from ._messages import AssistantMessage, Message
-from ._secrets import redact_url
-from ._terminal import terminal_input
-from ._toolkit import Toolkit
-from ._types import Answer, Request, Tool, ToolContext, ToolResult, request_in
-from ._version import __version__
+from ._engine.client import LlmClient
+from ._engine.toolkit import Toolkit
+from ._io.terminal import terminal_input
 
 # ``serve --store``: a SQLite file by default; the variable keeps a DSN's password off the
 # command line.

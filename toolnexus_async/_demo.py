@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._messages import AssistantMessage, Message, ToolCall, ToolReturn
-from ._types import Request, Tool, ToolContext, ToolResult
+from ._core.messages import AssistantMessage, Message, ToolCall, ToolReturn
+from ._core.types import Request, Tool, ToolContext, ToolResult
 from .tools.native import define_tool
 
 __all__ = ("DEMO_PROMPT", "demo_model", "demo_tools")

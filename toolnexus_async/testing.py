@@ -35,10 +35,10 @@ from typing import Any
 
 import anyio
 
-from ._errors import TransportError, UsageError
-from ._http import HttpRequest, HttpResponse
-from ._messages import AssistantMessage, Message, ToolCall
-from ._types import Tool
+from ._core.errors import TransportError, UsageError
+from ._core.http import HttpRequest, HttpResponse
+from ._core.messages import AssistantMessage, Message, ToolCall
+from ._core.types import Tool
 
 __all__ = (
     "MockTransport",

@@ -11,8 +11,6 @@ PostgreSQL database that any number of workers share.
 
 from ._begun import BegunRun
 from ._host import DurableHost
-from ._postgres import PostgresRunStore
-from ._sqlite import MemoryRunStore, SqliteRunStore
 from ._standalone import resume_stored
 from ._store import (
     Accepted,
@@ -23,6 +21,8 @@ from ._store import (
     StoredRun,
     StoreEvent,
 )
+from .postgres._store import PostgresRunStore
+from .sqlite._store import MemoryRunStore, SqliteRunStore
 
 __all__ = (
     "DurableHost",

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from .._errors import UsageError
-from .._results import RunResult
-from .._streaming import RunStream, Sink
+from .._core.errors import UsageError
+from .._core.results import RunResult
+from .._engine.streaming import RunStream, Sink
 
 __all__ = ("BegunRun",)
 

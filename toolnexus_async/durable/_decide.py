@@ -15,17 +15,16 @@ from typing import Any
 
 import attrs
 
-from .._errors import (
+from .._core.errors import (
     AlreadyAnsweredError,
     AlreadyResumedError,
     RequestExpiredError,
     UnknownRequestError,
     UsageError,
 )
-from .._loop import HaltedTurn
-from .._results import RunResult, record_to_json
-from ._queries import stored_request
-from ._schema import ENCODE, prompt_of, state_text
+from .._core.loop import HaltedTurn
+from .._core.results import RunResult, record_to_json
+from ._rows import ENCODE, prompt_of, state_text, stored_request
 from ._store import Accepted
 
 __all__ = ("Saved", "accepted", "damaged_reason", "judge", "saved")

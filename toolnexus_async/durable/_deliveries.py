@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import anyio
 
-from .._errors import AnswerError, StoreUnavailableError, UsageError
-from .._types import Answer
+from .._core.errors import AnswerError, StoreUnavailableError, UsageError
+from .._core.types import Answer
 from ..suspend import Inbox
 from ._store import Accepted, RunStore, StoreEvent
 

@@ -38,23 +38,18 @@ from typing import Any, Self
 import anyio
 from anyio.abc import TaskGroup
 
-from .._client import LlmClient
-from .._engine import RunSpec
-from .._errors import (
-    DamagedRunError,
-    StoreError,
-    StoreUnavailableError,
-    UsageError,
-)
-from .._hooks import call_hook
-from .._loop import RunLoop
-from .._messages import Message
-from .._owner import TaskOwner
-from .._results import RunResult
-from .._resume import ResumePlan
-from .._streaming import RunStream, Sink
-from .._toolkit import Toolkit
-from .._types import Answer, Request
+from .._core.errors import DamagedRunError, StoreError, StoreUnavailableError, UsageError
+from .._core.loop import RunLoop
+from .._core.messages import Message
+from .._core.results import RunResult
+from .._core.resume import ResumePlan
+from .._core.types import Answer, Request
+from .._engine.client import LlmClient
+from .._engine.engine import RunSpec
+from .._engine.hooks import call_hook
+from .._engine.owner import TaskOwner
+from .._engine.streaming import RunStream, Sink
+from .._engine.toolkit import Toolkit
 from ..suspend import Inbox
 from ._begun import BegunRun
 from ._deliveries import Deliveries

@@ -33,12 +33,12 @@ from datetime import UTC, datetime
 
 import anyio
 
-from .._errors import StoreUnavailableError, UsageError
-from .._loop import CallOutcome, HaltedTurn, RunLoop
-from .._messages import AssistantMessage, ToolCall, ToolReturn
-from .._results import RunResult, ToolCallRecord
-from .._resume import ResumePlan
-from .._types import Answer, Request, ToolResult
+from .._core.errors import StoreUnavailableError, UsageError
+from .._core.loop import CallOutcome, HaltedTurn, RunLoop
+from .._core.messages import AssistantMessage, ToolCall, ToolReturn
+from .._core.results import RunResult, ToolCallRecord
+from .._core.resume import ResumePlan
+from .._core.types import Answer, Request, ToolResult
 from ._store import LeaseLostError, RunStore, StoredRun
 from ._tenure import Backoff, Tenure
 

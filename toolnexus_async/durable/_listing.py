@@ -25,12 +25,11 @@ from typing import Any
 
 import attrs
 
-from .._errors import PayloadError, StoreError, UnknownRequestError
-from .._results import RunResult, ToolCallRecord, record_from_json
-from .._types import Answer, Request
-from ._queries import listed, request_of, stored_request
+from .._core.errors import PayloadError, StoreError, UnknownRequestError
+from .._core.results import RunResult, ToolCallRecord, record_from_json
+from .._core.types import Answer, Request
+from ._rows import answer_of, listed, request_of, stored_request
 from ._run_events import EventRead, StoredEvent
-from ._schema import answer_of
 from ._store import StoredRequest
 
 __all__ = (

@@ -29,10 +29,10 @@ from typing import Any
 
 import attrs
 
-from .._messages import AssistantMessage
-from .._results import RunResult, ToolCallRecord
-from .._types import Request
-from ._schema import encode, prompt_of
+from .._core.messages import AssistantMessage
+from .._core.results import RunResult, ToolCallRecord
+from .._core.types import Request
+from ._rows import encode, prompt_of
 
 __all__ = (
     "EVENTS_KEEP",

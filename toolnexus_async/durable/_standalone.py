@@ -20,12 +20,12 @@ from collections.abc import Iterable
 
 import anyio
 
-from .._client import LlmClient
-from .._engine import RunSpec
-from .._errors import AlreadyResumedError, UsageError
-from .._results import RunResult
-from .._toolkit import Toolkit
-from .._types import Answer
+from .._core.errors import AlreadyResumedError, UsageError
+from .._core.results import RunResult
+from .._core.types import Answer
+from .._engine.client import LlmClient
+from .._engine.engine import RunSpec
+from .._engine.toolkit import Toolkit
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import RunStore, StoredRun
 

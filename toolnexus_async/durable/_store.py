@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Literal, Protocol, Self, runtime_checkable
 
 import attrs
 
-from .._errors import StoreError
-from .._results import RunResult, ToolCallRecord
-from .._types import Answer, Request
+from .._core.errors import StoreError
+from .._core.results import RunResult, ToolCallRecord
+from .._core.types import Answer, Request
 
 if TYPE_CHECKING:
     from ._listing import RequestPage, RequestQuery, RunPage, RunQuery, RunView

@@ -30,8 +30,8 @@ from typing import Any
 
 import anyio
 
-from .._errors import DamagedRunError, StoreError, StoreUnavailableError, UnknownRequestError
-from .._loop import RunLoop
+from .._core.errors import DamagedRunError, StoreError, StoreUnavailableError, UnknownRequestError
+from .._core.loop import RunLoop
 from ._deliveries import Deliveries
 from ._journal import RunJournal
 from ._store import LeaseLostError, RunStore, StoredRun

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._errors import UsageError
-from .._types import Answer
+from .._core.errors import UsageError
+from .._core.types import Answer
 from ._config import McpStatus, OAuthConfig, ServerConfig, load_config, parse_config
 from ._tokens import MemoryTokens, RunStoreTokens, TokenStore
 
 if TYPE_CHECKING:
-    from .._toolkit import Toolkit
+    from .._engine.toolkit import Toolkit
 
 __all__ = (
     "McpStatus",

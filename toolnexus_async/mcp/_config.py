@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import attrs
 
-from .._errors import UsageError
+from .._core.errors import UsageError
 
 __all__ = (
     "DEFAULT_CALL_TIMEOUT_MS",

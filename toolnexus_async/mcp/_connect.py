@@ -49,8 +49,8 @@ from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.subscriptions import Subscription, SubscriptionLost
 from mcp.shared.subscriptions import ToolsListChanged
 
-from .._resolver import Resolver
-from .._types import HaltRun
+from .._core.types import HaltRun
+from .._engine.resolver import Resolver
 from ._config import ServerConfig
 from ._connection import COOL_DOWN, Connection
 from ._oauth import ServerSignIn

@@ -33,7 +33,7 @@ import mcp_types as types
 from mcp import ClientSession
 from mcp.client.subscriptions import Subscription
 
-from .._secrets import Scrubber
+from .._core.secrets import Scrubber
 from ._config import ServerConfig
 
 if TYPE_CHECKING:

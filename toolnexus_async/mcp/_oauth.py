@@ -44,16 +44,16 @@ from mcp.shared.auth import (
     OAuthMetadata,
 )
 
-from .._errors import UsageError
-from .._secrets import Scrubber
-from .._types import Answer, Request, ToolContext, ToolResult
+from .._core.errors import UsageError
+from .._core.secrets import Scrubber
+from .._core.types import Answer, Request, ToolContext, ToolResult
 from ..tools.http import expand_headers
 from ._config import OAuthConfig, ServerConfig
 from ._oauth_flow import SignInLink, _Noticing, _Provider
 from ._tokens import TokenStore
 
 if TYPE_CHECKING:
-    from .._toolkit import Toolkit
+    from .._engine.toolkit import Toolkit
     from ._connection import Connection
 
 __all__ = (

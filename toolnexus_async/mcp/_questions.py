@@ -41,7 +41,7 @@ from mcp_types import (
     InputRequiredResult,
 )
 
-from .._types import Answer, Request
+from .._core.types import Answer, Request
 
 __all__ = (
     "INLINE_PREFIX",

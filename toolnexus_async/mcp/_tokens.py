@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol, runtime_checkable
 
-from .._errors import UsageError
+from .._core.errors import UsageError
 
 __all__ = ("MemoryTokens", "RunStoreTokens", "TokenStore")
 

@@ -62,7 +62,7 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND
 
-from .._types import Answer, ToolContext, ToolResult
+from .._core.types import Answer, ToolContext, ToolResult
 from ._connection import Clock, Connection
 from ._oauth import SignInLink, SignInTool, link_request, sign_in_of
 from ._questions import question_of, request_for, responses_for

@@ -59,8 +59,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from .._secrets import Scrubber
-from .._version import __version__
+from .._core.secrets import Scrubber
+from .._core.version import __version__
 from ..tools.http import expand_headers
 
 if TYPE_CHECKING:

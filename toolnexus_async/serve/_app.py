@@ -37,11 +37,9 @@ from collections.abc import AsyncIterator, Iterable
 import anyio
 from aiohttp import web
 
-from .._errors import (
-    UsageError,
-)
-from .._owner import TaskOwner
-from .._toolkit import Toolkit
+from .._core.errors import UsageError
+from .._engine.owner import TaskOwner
+from .._engine.toolkit import Toolkit
 from ..durable import DurableHost, RunStore
 from ..suspend import GcFreezer
 from ._bodies import MAX_BODY, ApiError, json_errors

@@ -26,12 +26,12 @@ from typing import Any
 
 from aiohttp import web
 
-from .._client import LlmClient
+from .._core.errors import UsageError
+from .._core.messages import AssistantMessage, Message, ToolCall, ToolReturn, UserMessage
+from .._core.types import Tool, ToolContext, ToolResult
 from .._demo import book_table
-from .._errors import UsageError
-from .._messages import AssistantMessage, Message, ToolCall, ToolReturn, UserMessage
-from .._toolkit import Toolkit
-from .._types import Tool, ToolContext, ToolResult
+from .._engine.client import LlmClient
+from .._engine.toolkit import Toolkit
 from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..mcp._tokens import RunStoreTokens
 from ..tools.builtin import QuestionTool

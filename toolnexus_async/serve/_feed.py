@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import anyio
 
-from .._errors import StoreError
-from .._types import Request
+from .._core.errors import StoreError
+from .._core.types import Request
 from ..durable import RunStore
 from ..durable._run_events import EventTail, StoredEvent
 from ._events import EventBus, format_event

@@ -60,7 +60,7 @@ from typing import Final
 import attrs
 from aiohttp import hdrs, web
 
-from .._errors import UsageError
+from .._core.errors import UsageError
 from ._bodies import ApiError
 
 __all__ = (

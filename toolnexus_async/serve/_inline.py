@@ -28,7 +28,7 @@ import asyncio
 import time
 from typing import Any
 
-from .._types import Answer, Request
+from .._core.types import Answer, Request
 from ..durable._listing import RequestQuery
 from ..suspend import Inbox
 from ._events import EventBus

@@ -23,7 +23,7 @@ import html
 
 from aiohttp import web
 
-from .._errors import UsageError
+from .._core.errors import UsageError
 from ..mcp import sign_in_answer
 from ._bodies import ApiError
 from ._state import SERVE, hand_over

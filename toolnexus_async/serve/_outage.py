@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 from aiohttp import web
 
-from .._errors import DamagedRunError, StoreError, StoreUnavailableError
+from .._core.errors import DamagedRunError, StoreError, StoreUnavailableError
 from ..durable import RunStore
 from ..durable._tenure import Tenure
 from ._bodies import ApiError

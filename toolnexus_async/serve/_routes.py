@@ -16,8 +16,8 @@ from pathlib import Path
 import anyio
 from aiohttp import web
 
-from .._errors import UnknownRequestError
-from .._types import Answer
+from .._core.errors import UnknownRequestError
+from .._core.types import Answer
 from ._bodies import ApiError, is_text, only, read_json_object
 from ._events import stream_events
 from ._outage import OUTAGE, retry_after

@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .._messages import AssistantMessage, ToolCall, ToolReturn
-from .._results import ToolCallRecord
-from .._types import Request
+from .._core.messages import AssistantMessage, ToolCall, ToolReturn
+from .._core.results import ToolCallRecord
+from .._core.types import Request
 from ..durable._begun import BegunRun
 from ..durable._listing import AnsweredRow, RunItem, RunView
 from ..durable._store import LeaseLostError

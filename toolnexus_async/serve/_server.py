@@ -53,7 +53,7 @@ import anyio
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from .._errors import UsageError
+from .._core.errors import UsageError
 from ._guard import security_headers
 
 __all__ = ("HEADER_TIMEOUT", "IDLE_TIMEOUT", "NoQueryAccessLogger", "ServeRunner", "run_server")

@@ -16,8 +16,7 @@ from pathlib import Path
 import attrs
 from aiohttp import web
 
-from .._client import LlmClient
-from .._errors import (
+from .._core.errors import (
     AlreadyAnsweredError,
     AlreadyResumedError,
     AnswerMismatchError,
@@ -25,9 +24,10 @@ from .._errors import (
     UnknownRequestError,
     UsageError,
 )
-from .._owner import TaskOwner
-from .._toolkit import Toolkit
-from .._types import Answer
+from .._core.types import Answer
+from .._engine.client import LlmClient
+from .._engine.owner import TaskOwner
+from .._engine.toolkit import Toolkit
 from ..durable import BegunRun, DurableHost, RunStore
 from ._bodies import ApiError
 from ._events import EventBus

@@ -1,4 +1,4 @@
-"""The front-end protocols (``toolnexus_async.ui``) over serve's runs, whatever the web
+"""The front-end protocols (``_core/ui``) over serve's runs, whatever the web
 framework: the store read, runs started and answers handed over for them.
 
 Rules of this module:
@@ -23,12 +23,12 @@ from typing import Any, Protocol
 
 import anyio
 
-from .._errors import StoreError, UnknownRequestError
+from .._core.errors import StoreError, UnknownRequestError
+from .._core.ui import agui, aisdk
+from .._core.ui.answers import Refusal
+from .._core.ui.runs import Asked, RunSnapshot, Settled
 from ..durable import RunStore
 from ..durable._listing import RunView
-from ..ui import agui, aisdk
-from ..ui.answers import Refusal
-from ..ui.runs import Asked, RunSnapshot, Settled
 from ._bodies import ApiError, is_text
 from ._state import ServeState, hand_over, start_run
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..ui import agui, aisdk
-from ..ui.answers import Refusal
+from .._core.ui import agui, aisdk
+from .._core.ui.answers import Refusal
 from ._bodies import ApiError, read_json_object
 from ._state import SERVE
 from ._ui import Send, follow_aisdk, reconnect_aisdk, run_agui, run_aisdk

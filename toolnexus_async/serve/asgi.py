@@ -39,11 +39,11 @@ except ImportError as exc:  # pragma: no cover - the message is the point
         "toolnexus_async.serve.asgi needs Starlette: pip install 'toolnexus-async[asgi]'"
     ) from exc
 
-from .._errors import UsageError
-from .._toolkit import Toolkit
+from .._core.errors import UsageError
+from .._core.ui import agui, aisdk
+from .._core.ui.answers import Refusal
+from .._engine.toolkit import Toolkit
 from ..durable import RunStore
-from ..ui import agui, aisdk
-from ..ui.answers import Refusal
 from ._app import GRACE, MAX_ACTIVE_RUNS, running
 from ._bodies import ApiError, decode_object
 from ._events import EventBus

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
-from .._errors import UsageError
+from .._core.errors import UsageError
 
 __all__ = ("GcFreezer",)
 

@@ -37,14 +37,14 @@ from typing import Any, Literal
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .._errors import (
+from .._core.errors import (
     AlreadyAnsweredError,
     RequestExpiredError,
     UnknownRequestError,
     UsageError,
 )
-from .._types import Answer, HaltRun, Request
-from .._wire import approval_claim, claim_refusal
+from .._core.types import Answer, HaltRun, Request
+from .._core.wire import approval_claim, claim_refusal
 
 __all__ = ("Inbox",)
 

@@ -45,7 +45,7 @@ import attrs
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
-from .._errors import UsageError
+from .._core.errors import UsageError
 from ._addresses import IPAddress, IPNetwork, non_public_reason, spelling
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from .._errors import UsageError
+from .._core.errors import UsageError
 from ._egress import EgressPolicy, GuardResolver
 
 __all__ = ("SharedSession",)

@@ -36,8 +36,8 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import anyio
 
-from .._errors import BODY_EXCERPT_LIMIT, UsageError
-from .._types import ToolContext, ToolResult, check_tool_name
+from .._core.errors import BODY_EXCERPT_LIMIT, UsageError
+from .._core.types import ToolContext, ToolResult, check_tool_name
 from ._egress import MAX_REDIRECTS, EgressPolicy, EgressRefused, guarded_request
 from ._session import SharedSession
 

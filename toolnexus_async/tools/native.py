@@ -40,8 +40,8 @@ from typing import Any, overload
 
 import anyio.to_thread
 
-from .._errors import UsageError
-from .._types import ToolContext, ToolResult, check_tool_name
+from .._core.errors import UsageError
+from .._core.types import ToolContext, ToolResult, check_tool_name
 
 __all__ = ("FunctionTool", "define_tool")
 

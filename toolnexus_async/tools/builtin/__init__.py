@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..._types import Tool
+from ..._core.types import Tool
 from .._session import SharedSession
 from ._approval import ApprovalPolicy, check_policy
 from ._regular import SpecialFileError

@@ -32,8 +32,8 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from ..._errors import UsageError
-from ..._types import Request, ToolContext, ToolResult
+from ..._core.errors import UsageError
+from ..._core.types import Request, ToolContext, ToolResult
 from ._regular import is_binary
 from ._workspace import Workspace, WorkspaceTool
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..._errors import ConfinementError
+from ..._core.errors import ConfinementError
 
 __all__ = (
     "MAX_LINKS",

@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from ..._errors import ConfinementError
+from ..._core.errors import ConfinementError
 from ._beneath import SUPPORTED, stat_beneath, unlink_beneath
 
 __all__ = (

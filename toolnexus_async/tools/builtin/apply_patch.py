@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from ..._types import ToolContext, ToolResult
+from ..._core.types import ToolContext, ToolResult
 from ._approval import ActingTool, Decision, Preview, cut_for_prompt, digest_of, unified_diff
 from ._patch import (
     AddFile,

@@ -37,7 +37,7 @@ from typing import Any
 
 import anyio
 
-from ..._types import ToolContext, ToolResult
+from ..._core.types import ToolContext, ToolResult
 from ._approval import ActingTool, ApprovalPolicy, Preview, digest_of
 from ._proctree import end_tree, pipe_id, preexec_fn, wait_gone
 from ._workspace import ArgumentError, Workspace, optional_str, required_str

@@ -27,22 +27,10 @@ from typing import Any
 
 import anyio
 
-from ..._types import ToolContext, ToolResult
+from ..._core.types import ToolContext, ToolResult
 from ._approval import ActingTool, Decision, Preview, cut_for_prompt, digest_of, unified_diff
-from ._regular import (
-    BINARY_PROBE,
-    is_binary,
-    open_regular,
-    read_regular,
-    write_regular,
-)
-from ._workspace import (
-    ArgumentError,
-    WorkspaceTool,
-    optional_bool,
-    optional_int,
-    required_str,
-)
+from ._regular import BINARY_PROBE, is_binary, open_regular, read_regular, write_regular
+from ._workspace import ArgumentError, WorkspaceTool, optional_bool, optional_int, required_str
 
 __all__ = (
     "BINARY_PROBE",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..._types import Request, ToolContext, ToolResult
+from ..._core.types import Request, ToolContext, ToolResult
 
 __all__ = ("QuestionTool",)
 

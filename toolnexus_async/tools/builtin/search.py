@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from ..._types import ToolContext, ToolResult
+from ..._core.types import ToolContext, ToolResult
 from ._globbing import GlobMatcher, _Compiled
 from ._lines import _blocks, _grep_regex, _matching_lines, _valid_utf8
 from ._regular import BINARY_PROBE, SpecialFileError, is_binary, open_regular

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from ..._types import ToolContext, ToolResult
+from ..._core.types import ToolContext, ToolResult
 
 __all__ = ("Todo", "TodoWriteTool")
 

@@ -36,8 +36,8 @@ from w3lib.encoding import (
     to_unicode,
 )
 
-from ..._errors import UsageError
-from ..._types import ToolContext, ToolResult
+from ..._core.errors import UsageError
+from ..._core.types import ToolContext, ToolResult
 from .._egress import MAX_REDIRECTS, EgressPolicy, EgressRefused, guarded_request
 from .._session import SharedSession
 from ._html import html_to_markdown, html_to_text

@@ -1,0 +1,219 @@
+"""The OpenAI Chat Completions wire style (also spoken by most local and proxy servers).
+
+Request: ``POST {base_url}/chat/completions`` with ``Authorization: Bearer <key>``; the
+base URL carries any ``/v1``. Tools are ``function`` tools; a tool result is a
+``{"role": "tool", "tool_call_id", "content"}`` message whose content is the result's
+output, unchanged. Reply: ``choices[0].message`` with ``content`` and ``tool_calls``.
+Streamed (``stream=True``): ``"stream": true`` with ``stream_options.include_usage``, and
+the chunks go to :class:`~.openai_stream.OpenAIStreamDecoder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ProtocolError
+from ..messages import (
+    ZERO_USAGE,
+    AssistantMessage,
+    Message,
+    ModelReply,
+    Reasoning,
+    SystemMessage,
+    ToolCall,
+    ToolReturn,
+    Usage,
+)
+from ._common import (
+    field,
+    generated_call_id,
+    obj,
+    openai_usage,
+    parse_arguments,
+    provider_error_message,
+    reasoning_of,
+    remember_wire_arguments,
+    wire_arguments,
+)
+from ._tools import ToolSpec, render_openai
+from .openai_stream import OpenAIStreamDecoder
+
+__all__ = ("OpenAICodec",)
+
+STYLE = "openai"
+
+
+def _render(message: Message) -> dict[str, Any]:
+    if isinstance(message, ToolReturn):
+        return {"role": "tool", "tool_call_id": message.call_id, "content": message.output}
+    if isinstance(message, AssistantMessage):
+        out: dict[str, Any] = {"role": "assistant", "content": message.text}
+        if message.refusal is not None:
+            out["refusal"] = message.refusal
+        if message.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": wire_arguments(call),
+                    },
+                }
+                for call in message.tool_calls
+            ]
+        return out
+    role = "system" if isinstance(message, SystemMessage) else "user"
+    return {"role": role, "content": message.text}
+
+
+def _text(content: object) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        # Some servers send content parts: [{"type": "text", "text": ...}, ...].
+        parts = [
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
+        return "".join(parts)
+    raise ProtocolError(
+        f"openai reply: choices[0].message.content must be a string or null, "
+        f"got {type(content).__name__}"
+    )
+
+
+def _calls(raw_calls: object, payload: dict[str, Any]) -> tuple[ToolCall, ...]:
+    if raw_calls is None:
+        return ()
+    if not isinstance(raw_calls, list):
+        raise ProtocolError("openai reply: choices[0].message.tool_calls must be a list")
+    calls = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_calls):
+        # The shape every provider sends, checked inline; anything else goes through
+        # _checked_call, which names what is wrong.
+        function = raw.get("function") if type(raw) is dict else None
+        call_id = raw.get("id") if function is not None else None
+        name = function.get("name") if type(function) is dict else None
+        if not (type(call_id) is str and call_id and call_id not in seen and type(name) is str):
+            call_id, function, name = _checked_call(raw, i, seen, payload)
+        assert isinstance(function, dict)
+        seen.add(call_id)
+        text = function.get("arguments", "")
+        arguments, invalid = parse_arguments(text)
+        call = ToolCall(call_id, name, arguments, invalid)
+        if invalid is None and type(text) is str and text:
+            # Sent back verbatim next turn instead of being encoded again.
+            remember_wire_arguments(call, text)
+        calls.append(call)
+    return tuple(calls)
+
+
+def _checked_call(
+    raw: object, i: int, seen: set[str], payload: dict[str, Any]
+) -> tuple[str, dict[str, Any], str]:
+    where = f"choices[0].message.tool_calls[{i}]"
+    raw = obj(raw, where, STYLE)
+    function = obj(raw.get("function"), f"{where}.function", STYLE)
+    name = field(function, "name", str, f"{where}.function", STYLE)
+    if raw.get("id") in ("", None):
+        # Gemini's OpenAI-compatible endpoint sends "id": "" (others omit it): the call is
+        # still usable, and the follow-up needs an id to pair its result with.
+        text = function.get("arguments", "")
+        call_id = generated_call_id(
+            payload.get("id"), payload.get("created"), i, name, text if type(text) is str else ""
+        )
+    else:
+        call_id = field(raw, "id", str, where, STYLE)
+    if call_id in seen:
+        raise ProtocolError(f"openai reply: {where}.id {call_id!r} is repeated")
+    return call_id, function, name
+
+
+class OpenAICodec:
+    """Encode and decode Chat Completions requests and replies."""
+
+    style = STYLE
+    key_env = "OPENAI_API_KEY"
+    default_base_url = "https://api.openai.com/v1"
+
+    def endpoint(self, base_url: str) -> str:
+        return base_url.rstrip("/") + "/chat/completions"
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        model: str,
+        max_tokens: int | None,
+        extra: dict[str, Any] | None = None,
+        stream: bool = False,
+        max_tokens_field: str | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "messages": [_render(m) for m in messages]}
+        if tools:
+            body["tools"] = render_openai(tools)
+        if max_tokens is not None:
+            # max_tokens is deprecated, and refused by reasoning models; servers that know
+            # only the old name are served through ModelSettings.max_tokens_field.
+            body[max_tokens_field or "max_completion_tokens"] = max_tokens
+        if stream:
+            # Without include_usage a streamed reply carries no token counts at all.
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        if extra:
+            body.update(extra)
+        return body
+
+    def stream_decoder(self, url: str) -> OpenAIStreamDecoder:
+        """A fresh decoder for one streamed reply from ``url`` (named in its errors)."""
+        return OpenAIStreamDecoder(url)
+
+    def decode(self, payload: object) -> ModelReply:
+        # The usual shape, checked inline; anything else goes through _checked_reply, which
+        # names what is missing.
+        choices = payload.get("choices") if type(payload) is dict else None
+        choice = choices[0] if type(choices) is list and choices else None
+        message = choice.get("message") if type(choice) is dict else None
+        if type(message) is not dict:
+            payload, choice, message = _checked_reply(payload)
+        assert isinstance(payload, dict) and isinstance(choice, dict)
+        content = message.get("content")
+        refusal = message.get("refusal")
+        thought = reasoning_of(message)
+        assistant = AssistantMessage(
+            content if content is None or type(content) is str else _text(content),
+            _calls(message.get("tool_calls"), payload),
+            # A refusal replaces the answer (content is null): kept, never silently lost.
+            refusal if type(refusal) is str and refusal else None,
+            # Kept in the transcript; servers do not ask for it back, so it is not sent.
+            (Reasoning(thought, style=STYLE),) if thought else (),
+        )
+        totals = _usage(payload.get("usage"))
+        model = payload.get("model")
+        reason = choice.get("finish_reason")
+        return ModelReply(
+            assistant,
+            totals,
+            model if isinstance(model, str) else None,
+            reason if isinstance(reason, str) else None,
+            raw=payload,
+        )
+
+
+def _checked_reply(payload: object) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    payload = obj(payload, "the body", STYLE)
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ProtocolError("openai reply has no choices[0]" + provider_error_message(payload))
+    choice = obj(choices[0], "choices[0]", STYLE)
+    return payload, choice, obj(choice.get("message"), "choices[0].message", STYLE)
+
+
+def _usage(usage: object) -> Usage:
+    return openai_usage(usage) if isinstance(usage, dict) else ZERO_USAGE

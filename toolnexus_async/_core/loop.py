@@ -1,0 +1,408 @@
+"""The run loop as a sans-IO state machine.
+
+Rule of this module: it decides, it never waits. No coroutine, no clock, no socket: the
+client asks :meth:`RunLoop.next_action` what to do, does it, and feeds the outcome back
+(:meth:`RunLoop.model_replied`, :meth:`RunLoop.tools_finished`). Everything here can be
+tested with plain function calls.
+
+Theory of operation::
+
+    CallModel --model_replied--> cut by the output limit? --yes--> Finish(incomplete,
+        ^                            | no                              limit="max_tokens")
+        |                        tool calls? --no--> Finish(done)
+        |                            | yes
+        |                            v
+        |                        RunTools --tools_finished--> suspended? --yes--> Finish(pending)
+        |                                                | no
+        +------------- yes -- turns < max_turns? <-------+
+                                     | no
+                                     v
+                      Finish(incomplete, limit="max_turns")
+
+Rules kept here, each pinned by a test in ``tests/test_loop.py``:
+
+1. A turn is one model request; ``turns`` counts requests made; ``max_turns`` caps them.
+   The tool calls of the last allowed turn still run, so the transcript stays paired.
+2. Tool results enter the transcript in tool-call order, whatever order they finished in.
+3. Every tool call gets exactly one result before the next model request.
+4. A result that is still a suspension halts the run: ``status == "pending"`` with the
+   request of the **first** suspended call in tool-call order. The halted transcript keeps
+   the results of the calls that completed and leaves the suspended ones unanswered, so it
+   is enough, with the answer, to resume the run (:class:`HaltedTurn`).
+5. A reply cut by the model's output limit (``stop_reason`` ``"length"`` or
+   ``"max_tokens"``) ends the run ``"incomplete"`` with ``limit == "max_tokens"``. Its text
+   is kept; its tool calls are not run and not kept: the last one is cut short, and no call
+   is acted on from a reply that did not end.
+6. A reply that paused (anthropic ``stop_reason`` ``"pause_turn"``: a long server tool
+   turn) is sent back as it is, and the model asked again to go on: another turn, within
+   ``max_turns``. The paused reply's text stays in the transcript; the run's ``text`` is
+   the last reply's, as always.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from .errors import UsageError
+from .halted import HaltedTurn
+from .messages import (
+    ZERO_USAGE,
+    AssistantMessage,
+    Message,
+    ModelReply,
+    SystemMessage,
+    ToolCall,
+    ToolReturn,
+    Usage,
+    UserMessage,
+    unpaired_calls,
+)
+from .results import RunResult, RunStatus, ToolCallRecord
+from .types import Request, ToolResult, request_in
+
+__all__ = (
+    "CallModel",
+    "CallOutcome",
+    "Finish",
+    "HaltedTurn",
+    "RunLoop",
+    "RunTools",
+)
+
+
+# The loop's own messages to and from its driver, made several times per run: plain slotted
+# classes, since a frozen attrs class pays for every field it sets (treat them as frozen).
+
+
+@attrs.define
+class CallOutcome:
+    """What became of one tool call: its final result and, if it suspended, the request."""
+
+    result: ToolResult
+    request: Request | None = None
+    answered_ok: bool | None = None
+    # What the tool was given instead of the model's arguments (a hook or an approver changed
+    # them); None when it got the model's.
+    changed_arguments: dict[str, Any] | None = None
+
+
+@attrs.define
+class CallModel:
+    """Send ``messages`` to the model; this will be request number ``turn``."""
+
+    messages: Sequence[Message]
+    turn: int
+
+
+@attrs.define
+class RunTools:
+    """Execute ``calls`` (concurrently) and report one outcome per call, in this order."""
+
+    calls: tuple[ToolCall, ...]
+    turn: int
+
+
+@attrs.define
+class Finish:
+    """The run is over."""
+
+    result: RunResult
+
+
+Action = CallModel | RunTools | Finish
+
+
+# One executed call, until its ToolCallRecord is needed: (call, turn, request, answered_ok,
+# kept, changed), where ``kept`` is the tool's result, or the ToolReturn it was copied into
+# when that says it all (a plain ToolResult without metadata), and ``changed`` the
+# arguments the tool got instead of the model's (None: the model's).
+_Entry = tuple[
+    ToolCall, int, Request | None, bool | None, ToolResult | ToolReturn, dict[str, Any] | None
+]
+
+# The stop reasons of a reply cut by the model's output limit: openai's finish_reason,
+# anthropic's stop_reason.
+CUT_BY_LIMIT = frozenset({"length", "max_tokens"})
+
+# Never appended to (see RunLoop.records).
+_NO_RECORDS: list[ToolCallRecord] = []
+_NO_ENTRIES: list[_Entry] = []
+
+
+class _Expect(enum.Enum):
+    MODEL = "a model reply"
+    TOOLS = "tool outcomes"
+    NOTHING = "nothing (the run is finished)"
+
+
+class RunLoop:
+    """The state of one run, advanced by the outcomes the caller feeds in."""
+
+    # Slots: every parked run holds one RunLoop, and a __dict__ each adds up.
+    __slots__ = (
+        "_calls",
+        "_entries",
+        "_expect",
+        "_records",
+        "_result",
+        "max_turns",
+        "messages",
+        "model",
+        "run_id",
+        "style",
+        "turns",
+        "usage",
+    )
+
+    def __init__(
+        self,
+        prompt: str | None,
+        *,
+        history: Sequence[Message] = (),
+        system_prompt: str | None = None,
+        max_turns: int = 10,
+        run_id: str = "",
+        style: str | None = None,
+    ) -> None:
+        if max_turns < 1:
+            raise UsageError(f"max_turns must be at least 1, got {max_turns}")
+        unpaired = unpaired_calls(history) if history else ()
+        if unpaired:
+            names = ", ".join(f"{c.name} ({c.id})" for c in unpaired)
+            raise UsageError(
+                f"history ends with tool calls that have no result: {names}; "
+                "resume a halted run instead of starting a new one from it"
+            )
+        messages: list[Message] = list(history)
+        if system_prompt is not None and not (messages and isinstance(messages[0], SystemMessage)):
+            messages.insert(0, SystemMessage(system_prompt))
+        if prompt is not None:
+            messages.append(UserMessage(prompt))
+        self.messages = messages
+        self.max_turns = max_turns
+        self.run_id = run_id
+        self.style = style
+        self.turns = 0
+        self.usage = ZERO_USAGE
+        self.model: str | None = None
+        # Shared until the first tool call: a run parked in its first turn holds no list.
+        self._records: list[ToolCallRecord] = _NO_RECORDS
+        self._entries: list[_Entry] = _NO_ENTRIES
+        self._expect = _Expect.MODEL
+        self._calls: tuple[ToolCall, ...] = ()
+        self._result: RunResult | None = None
+
+    @classmethod
+    def resume(
+        cls,
+        halted: HaltedTurn,
+        *,
+        turns: int,
+        usage: Usage,
+        model: str | None,
+        records: Sequence[ToolCallRecord],
+        max_turns: int = 10,
+        run_id: str = "",
+        style: str | None = None,
+    ) -> RunLoop:
+        """A loop that continues a halted run: it expects the halted turn's tool outcomes.
+
+        The halted turn's results (the kept ones and the new ones) enter the transcript in
+        tool-call order, exactly one per call, and no new user message is added.
+        """
+        loop = cls(None, max_turns=max_turns, run_id=run_id, style=style)
+        loop.messages = list(halted.before)
+        loop.messages.append(halted.assistant)
+        loop.turns = turns
+        loop.usage = usage
+        loop.model = model
+        loop.records = [r for r in records if r.turn < turns]
+        loop._calls = halted.assistant.tool_calls
+        loop._expect = _Expect.TOOLS
+        return loop
+
+    @classmethod
+    def restore(cls, state: RunResult, *, max_turns: int = 10) -> RunLoop:
+        """A loop that goes on from ``state`` (a :meth:`snapshot`) with no turn in
+        progress: its next action is the model request after ``state.messages``."""
+        loop = cls(None, max_turns=max_turns, run_id=state.run_id, style=state.style)
+        loop.messages = list(state.messages)
+        loop.turns = state.turns
+        loop.usage = state.usage
+        loop.model = state.model
+        loop.records = list(state.tool_calls)
+        return loop
+
+    def snapshot(self) -> RunResult:
+        """The run as it stands (``status == "incomplete"``, ``limit == "running"``): its
+        transcript through the current turn, its counters and the records of its calls.
+        What a durable host keeps; the loop is unchanged."""
+        return RunResult(
+            status="incomplete",
+            text="",
+            messages=tuple(self.messages),
+            tool_calls=tuple(self.records),
+            turns=self.turns,
+            usage=self.usage,
+            model=self.model,
+            limit="running",
+            run_id=self.run_id,
+            style=self.style,
+        )
+
+    @property
+    def records(self) -> list[ToolCallRecord]:
+        """A :class:`ToolCallRecord` for every executed call so far, in order.
+
+        Built when asked for (in practice once, when the run ends) rather than per call: a
+        run in flight then holds a tuple per call instead of a record and a result object,
+        and the garbage collector, which keeps visiting what every run in flight holds,
+        has half as much to visit.
+        """
+        entries = self._entries
+        if entries:
+            if self._records is _NO_RECORDS:
+                self._records = []
+            for call, turn, request, answered_ok, kept, changed in entries:
+                result = (
+                    kept if isinstance(kept, ToolResult) else ToolResult(kept.output, kept.is_error)
+                )
+                self._records.append(
+                    ToolCallRecord(call, result, turn, request, answered_ok, changed)
+                )
+            entries.clear()
+        return self._records
+
+    @records.setter
+    def records(self, records: list[ToolCallRecord]) -> None:
+        self._records = records
+        self._entries = _NO_ENTRIES
+
+    def next_action(self) -> Action:
+        """What the caller must do next. Asking twice without feeding anything is harmless."""
+        if self._result is not None:
+            return Finish(self._result)
+        if self._expect is _Expect.TOOLS:
+            return RunTools(self._calls, self.turns)
+        if self.turns >= self.max_turns:
+            return Finish(self._finish("incomplete", limit="max_turns"))
+        return CallModel(self.messages, self.turns + 1)
+
+    def interrupted(self, limit: str = "model_error") -> RunResult:
+        """The run as it stands while a model request is due (e.g. after that request failed).
+
+        ``status == "incomplete"`` with the given ``limit``; the loop itself is unchanged.
+        """
+        self._check(_Expect.MODEL)
+        result = self._finish("incomplete", limit=limit)
+        self._expect, self._result = _Expect.MODEL, None
+        return result
+
+    def model_replied(self, reply: ModelReply) -> AssistantMessage:
+        """Feed the model's reply to the request :meth:`next_action` asked for; returns the
+        message the transcript keeps (a cut reply's without its tool calls)."""
+        self._check(_Expect.MODEL)
+        self.turns += 1
+        self.usage = self.usage + reply.usage
+        if reply.model is not None:
+            self.model = reply.model
+        message = reply.message
+        if reply.stop_reason in CUT_BY_LIMIT:
+            if message.tool_calls:
+                message = attrs.evolve(message, tool_calls=())
+            self.messages.append(message)
+            self._finish("incomplete", limit="max_tokens")
+            return message
+        self.messages.append(message)
+        if message.tool_calls:
+            self._calls = message.tool_calls
+            self._expect = _Expect.TOOLS
+        elif reply.stop_reason != "pause_turn":
+            self._finish("done")
+        # else: paused, the model goes on from its own reply at the next request
+        return message
+
+    def tools_finished(self, outcomes: Sequence[CallOutcome]) -> None:
+        """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls."""
+        self._check(_Expect.TOOLS)
+        calls = self._calls
+        if len(outcomes) != len(calls):
+            raise UsageError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
+        if self._entries is _NO_ENTRIES:
+            self._entries = []
+        entries = self._entries
+        suspended = False
+        for index, call in enumerate(calls):
+            outcome = outcomes[index]
+            result = outcome.result
+            # No metadata, no suspension: the usual result needs no call to tell.
+            still = None if result.metadata is None else request_in(result)
+            kept: ToolResult | ToolReturn = result
+            if still is None:
+                message = ToolReturn(call.id, call.name, result.output, result.is_error)
+                self.messages.append(message)
+                if type(result) is ToolResult and result.metadata is None:
+                    kept = message  # the same output and flag: the result is rebuilt from it
+            else:
+                suspended = True
+            entries.append(
+                (
+                    call,
+                    self.turns,
+                    outcome.request or still,
+                    outcome.answered_ok,
+                    kept,
+                    outcome.changed_arguments,
+                )
+            )
+        self._calls = ()
+        if suspended:
+            # The suspended calls stay without a result: the transcript alone says where the
+            # run stands, and the run resumes from exactly here once a request is answered.
+            turn = self.records[-len(calls) :]
+            halted = tuple(r for r in turn if request_in(r.result) is not None)
+            self._finish("pending", pending=request_in(halted[0].result), suspended=halted)
+            return
+        self._expect = _Expect.MODEL
+
+    def _check(self, expected: _Expect) -> None:
+        if self._expect is not expected:
+            raise UsageError(f"the loop expects {self._expect.value}, not {expected.value}")
+
+    def _finish(
+        self,
+        status: RunStatus,
+        *,
+        limit: str | None = None,
+        pending: Request | None = None,
+        suspended: tuple[ToolCallRecord, ...] = (),
+    ) -> RunResult:
+        text = ""
+        refusal = None
+        messages = self.messages
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if isinstance(message, AssistantMessage):
+                text, refusal = message.text or "", message.refusal
+                break
+        self._expect = _Expect.NOTHING
+        self._result = RunResult(
+            status=status,
+            text=text,
+            messages=tuple(self.messages),
+            tool_calls=tuple(self.records),
+            turns=self.turns,
+            usage=self.usage,
+            model=self.model,
+            pending=pending,
+            limit=limit,
+            suspended=suspended,
+            run_id=self.run_id,
+            style=self.style,
+            refusal=refusal,
+        )
+        return self._result

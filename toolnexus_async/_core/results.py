@@ -1,0 +1,337 @@
+"""What a run hands back: its status, transcript, tool calls and token usage.
+
+Rule of this module: results are frozen values built once, by the loop, when a run ends,
+and a run's JSON form (``to_dict``/``from_dict``) carries everything needed to resume it in
+another process.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import attrs
+
+from .errors import PayloadError
+from .fastinit import fast_init
+from .messages import (
+    ZERO_USAGE,
+    Message,
+    ToolCall,
+    Usage,
+    call_from_json,
+    call_to_json,
+    messages_from_json,
+    messages_to_json,
+)
+from .types import Request, ToolResult
+
+__all__ = ("RunResult", "ToolCallRecord")
+
+RunStatus = Literal["done", "pending", "incomplete"]
+
+
+@fast_init
+@attrs.frozen
+class ToolCallRecord:
+    """One executed tool call: what the model asked, what came back, and in which turn.
+
+    ``request`` is the suspension the call raised, if any; ``answered_ok`` says how the
+    host answered it (``None`` when it was not answered).
+
+    ``arguments`` are always the model's. ``changed_arguments`` are those the tool was given
+    instead, when a ``before_tool`` hook or an approver (``require_approval(...,
+    editable=True)``) changed them; ``None`` when the tool got the model's. Both are kept,
+    so the history shows what was asked and what ran.
+    """
+
+    call: ToolCall
+    result: ToolResult
+    turn: int
+    request: Request | None = None
+    answered_ok: bool | None = None
+    changed_arguments: dict[str, Any] | None = None
+
+    @property
+    def id(self) -> str:
+        return self.call.id
+
+    @property
+    def name(self) -> str:
+        return self.call.name
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return self.call.arguments
+
+
+@fast_init
+@attrs.frozen
+class RunResult:
+    """The outcome of :meth:`LlmClient.run`.
+
+    Attributes:
+        status: ``"done"`` (the model answered), ``"pending"`` (a tool suspended and no
+            ``wait_for`` was set) or ``"incomplete"`` (a limit stopped the run).
+        text: the model's last text (empty when it said none).
+        pending: the :class:`Request` of the first suspended call in tool-call order, only
+            when ``status == "pending"``.
+        messages: the whole provider-neutral transcript, history included.
+        tool_calls: every executed call, in order.
+        turns: model requests made.
+        usage: tokens summed across turns.
+        model: the model that answered last (as the provider reported it).
+        limit: which limit stopped an ``"incomplete"`` run, e.g. ``"max_turns"``.
+        suspended: for a ``"pending"`` run, every suspended call of the halted turn with
+            its request, in call order (``pending`` is the first of them).
+        run_id: the run's id, kept across halts and resumes.
+        style: the wire style that ran it (``"openai"``, ``"anthropic"``, ``"in-process"``).
+        refusal: the model's refusal, when its last reply declined to answer (OpenAI's
+            ``message.refusal``); ``text`` is then empty. ``None`` otherwise.
+    """
+
+    status: RunStatus
+    text: str
+    messages: tuple[Message, ...]
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+    turns: int = 0
+    usage: Usage = ZERO_USAGE
+    model: str | None = None
+    pending: Request | None = None
+    limit: str | None = None
+    suspended: tuple[ToolCallRecord, ...] = ()
+    run_id: str = ""
+    style: str | None = None
+    refusal: str | None = None
+
+    @property
+    def declined(self) -> tuple[Request, ...]:
+        """The requests answered with ``ok=False`` (declined, cancelled or expired), in call
+        order. A run can be ``"done"`` with some: the model was told, and went on without.
+        Empty when every request was approved (or none was asked)."""
+        return tuple(
+            c.request for c in self.tool_calls if c.request is not None and c.answered_ok is False
+        )
+
+    @property
+    def approved(self) -> tuple[Request, ...]:
+        """The requests answered with ``ok=True``, in call order."""
+        return tuple(c.request for c in self.tool_calls if c.request is not None and c.answered_ok)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned JSON form: status, style, model, transcript, turns, usage, every
+        tool call, and every outstanding suspended call of a halted turn (call id, tool,
+        arguments and its request). ``RunResult.from_dict(r.to_dict()) == r``.
+
+        Raises:
+            PayloadError: a tool result's metadata is not JSON.
+        """
+        return run_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, payload: object) -> RunResult:
+        """Rebuild a run from :meth:`to_dict`'s form (a dict, or its JSON text).
+
+        Raises:
+            PayloadError: the payload is malformed; the message names what is wrong.
+        """
+        return run_from_dict(payload)
+
+
+# Version 2: the transcript may carry reasoning. Version 1 runs read unchanged.
+RUN_VERSION = 2
+_RUN_READS = (1, 2)
+_USAGE_PARTS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
+def _result_to_json(result: ToolResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"output": result.output, "is_error": result.is_error}
+    meta = dict(result.metadata or {})
+    pending = meta.pop("pending", None)
+    if isinstance(pending, Request):
+        out["pending"] = pending.to_dict()
+    elif pending is not None:
+        meta["pending"] = pending
+    if meta:
+        try:
+            json.dumps(meta)
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(f"tool result metadata is not JSON: {exc}") from None
+        out["metadata"] = meta
+    return out
+
+
+def _result_from_json(item: object, where: str) -> ToolResult:
+    if not isinstance(item, dict):
+        raise PayloadError(f"{where} must be an object")
+    output, is_error = item.get("output"), item.get("is_error")
+    if not isinstance(output, str) or not isinstance(is_error, bool):
+        raise PayloadError(f"{where} needs a string 'output' and a bool 'is_error'")
+    meta = item.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise PayloadError(f"{where}.metadata must be an object")
+    meta = dict(meta) if meta else {}
+    if "pending" in item:
+        meta["pending"] = Request.from_dict(item["pending"])
+    return ToolResult(output, is_error, meta or None)
+
+
+def record_to_json(record: ToolCallRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "call": call_to_json(record.call),
+        "result": _result_to_json(record.result),
+        "turn": record.turn,
+    }
+    if record.request is not None:
+        out["request"] = record.request.to_dict()
+    if record.answered_ok is not None:
+        out["answered_ok"] = record.answered_ok
+    if record.changed_arguments is not None:
+        out["changed_arguments"] = record.changed_arguments
+    return out
+
+
+def record_from_json(item: object, where: str) -> ToolCallRecord:
+    if not isinstance(item, dict):
+        raise PayloadError(f"{where} must be an object")
+    turn = item.get("turn")
+    if not isinstance(turn, int) or isinstance(turn, bool):
+        raise PayloadError(f"{where}.turn must be an integer")
+    answered = item.get("answered_ok")
+    if answered is not None and not isinstance(answered, bool):
+        raise PayloadError(f"{where}.answered_ok must be a bool")
+    request = item.get("request")
+    changed = item.get("changed_arguments")
+    if changed is not None and not isinstance(changed, dict):
+        raise PayloadError(f"{where}.changed_arguments must be an object")
+    return ToolCallRecord(
+        call_from_json(item.get("call"), f"{where}.call"),
+        _result_from_json(item.get("result"), f"{where}.result"),
+        turn,
+        Request.from_dict(request) if request is not None else None,
+        answered,
+        changed,
+    )
+
+
+def run_to_dict(run: RunResult) -> dict[str, Any]:
+    """The versioned JSON form of a run (see :meth:`RunResult.to_dict`)."""
+    out: dict[str, Any] = {
+        "version": RUN_VERSION,
+        "run_id": run.run_id,
+        "status": run.status,
+        "text": run.text,
+        "style": run.style,
+        "model": run.model,
+        "turns": run.turns,
+        "usage": run.usage.to_dict(),
+        "limit": run.limit,
+        "refusal": run.refusal,
+        "messages": messages_to_json(run.messages)["messages"],
+        "tool_calls": [record_to_json(r) for r in run.tool_calls],
+        "pending": run.pending.to_dict() if run.pending is not None else None,
+        "suspended": [
+            {
+                "call_id": r.call.id,
+                "tool": r.call.name,
+                "arguments": r.call.arguments,
+                "turn": r.turn,
+                "request": r.request.to_dict() if r.request is not None else None,
+            }
+            for r in run.suspended
+        ],
+    }
+    return out
+
+
+def _int(payload: dict[str, Any], key: str) -> int:
+    value = payload.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise PayloadError(f"run {key!r} must be an integer")
+    return value
+
+
+def _opt_str(payload: dict[str, Any], key: str) -> str | None:
+    value = payload.get(key)
+    if value is not None and not isinstance(value, str):
+        raise PayloadError(f"run {key!r} must be a string or null")
+    return value
+
+
+def run_from_dict(payload: object) -> RunResult:
+    """Rebuild a run from :func:`run_to_dict`'s form; :class:`PayloadError` names the fault."""
+    if isinstance(payload, str | bytes):
+        try:
+            payload = json.loads(payload)
+        except ValueError as exc:
+            raise PayloadError(f"run is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise PayloadError("run JSON is nested too deeply to read") from None
+    if not isinstance(payload, dict):
+        raise PayloadError("a run must be a JSON object")
+    version = payload.get("version")
+    if isinstance(version, bool) or version not in _RUN_READS:
+        raise PayloadError(
+            f"run version {version!r} is not supported (this release reads versions "
+            f"{' and '.join(map(str, _RUN_READS))})"
+        )
+    status = payload.get("status")
+    if status not in ("done", "pending", "incomplete"):
+        raise PayloadError(f"run status {status!r} is not done, pending or incomplete")
+    text = payload.get("text")
+    if not isinstance(text, str):
+        raise PayloadError("run 'text' must be a string")
+    usage = payload.get("usage")
+    if not isinstance(usage, dict):
+        raise PayloadError("run 'usage' must be an object")
+    messages = messages_from_json({"version": version, "messages": payload.get("messages")})
+    records = payload.get("tool_calls")
+    if not isinstance(records, list):
+        raise PayloadError("run 'tool_calls' must be a list")
+    tool_calls = tuple(record_from_json(r, f"tool_calls[{i}]") for i, r in enumerate(records))
+    raw_suspended = payload.get("suspended")
+    if not isinstance(raw_suspended, list):
+        raise PayloadError("run 'suspended' must be a list")
+    suspended = []
+    for i, item in enumerate(raw_suspended):
+        where = f"suspended[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("request"), dict):
+            raise PayloadError(f"{where} must be an object with a 'request'")
+        request = Request.from_dict(item["request"])
+        arguments = item.get("arguments")
+        if not isinstance(arguments, dict):
+            raise PayloadError(f"{where}.arguments must be an object")
+        call = ToolCall(_req_str(item, "call_id", where), _req_str(item, "tool", where), arguments)
+        turn = item.get("turn")
+        if not isinstance(turn, int) or isinstance(turn, bool):
+            raise PayloadError(f"{where}.turn must be an integer")
+        suspended.append(ToolCallRecord(call, ToolResult.pending(request), turn, request))
+    pending = payload.get("pending")
+    return RunResult(
+        status=status,
+        text=text,
+        messages=tuple(messages),
+        tool_calls=tool_calls,
+        turns=_int(payload, "turns"),
+        usage=Usage(
+            _int(usage, "prompt_tokens"),
+            _int(usage, "completion_tokens"),
+            _int(usage, "total_tokens"),
+            # Absent from runs stored before these were counted.
+            *(_int(usage, key) if key in usage else 0 for key in _USAGE_PARTS),
+        ),
+        model=_opt_str(payload, "model"),
+        pending=Request.from_dict(pending) if pending is not None else None,
+        limit=_opt_str(payload, "limit"),
+        suspended=tuple(suspended),
+        run_id=_opt_str(payload, "run_id") or "",
+        style=_opt_str(payload, "style"),
+        refusal=_opt_str(payload, "refusal"),  # absent from runs stored before it existed
+    )
+
+
+def _req_str(item: dict[str, Any], key: str, where: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str):
+        raise PayloadError(f"{where}.{key} must be a string")
+    return value

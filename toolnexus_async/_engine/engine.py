@@ -1,0 +1,444 @@
+"""The engine: the one place that drives a run, for every front (client, host, serve).
+
+A run is a value, :class:`RunSpec` (its loop, its toolkit, the plan of a resume, its
+journal and who is told of its steps); :meth:`Engine.drive` runs one to its end.
+:class:`LlmClient` (``client.engine``), the durable host, ``resume_stored`` and ``serve``
+all build a spec and hand it here; none of them reaches into another's internals.
+
+Rules of this module:
+
+- It performs what :class:`RunLoop` asks (a model request, a turn of tool calls) and feeds
+  the outcome back; the loop decides everything else.
+- Time limits are cancel scopes: a whole-run ``timeout`` (which, with
+  ``count_wait_in_timeout=False``, is paused while a human is being waited for) and a
+  per-request ``request_timeout``. Cancelling the task that awaits a run cancels the
+  in-flight request and the tool tasks with it.
+- Retries are decided by :class:`RetryPolicy` (pure) and the host's ``on_error``; only this
+  module sleeps between attempts.
+- Every model request, tool execution and run is reported as a metric event; a suspension
+  is reported as pending, never as an error.
+- A ``require_approval`` gate is checked against the run's toolkit before the run does
+  anything: a name that is no tool there ends the run with :class:`UsageError`, since the
+  tool it was meant to guard would run unasked.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
+
+import anyio
+import attrs
+
+from .._core.config import Limits
+from .._core.errors import ModelError, RunTimeoutError, TransportError, UsageError
+from .._core.ids import new_run_id
+from .._core.loop import CallModel, HaltedTurn, RunLoop, RunTools
+from .._core.messages import ZERO_USAGE, Message, ModelReply, Usage, raw_of
+from .._core.metric_events import Reporter
+from .._core.results import RunResult, ToolCallRecord
+from .._core.resume import ResumePlan
+from .._core.retry import RetryPolicy
+from .._core.types import Tool
+from .executor import Executor
+from .hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate
+from .journal import Journal
+from .model import Model
+from .resolver import Resolver
+from .streaming import Sink, StreamReasoning, StreamText, StreamToolCall, StreamUsage
+from .toolkit import Toolkit
+
+__all__ = ("Engine", "RunSpec")
+
+log = logging.getLogger("toolnexus_async")
+
+OnError = Callable[[ModelError, int], Any]
+
+# Shared by every request that is not streamed: nothing is ever appended to it.
+_NO_TEXT: list[str] = []
+
+
+@attrs.frozen
+class RunSpec:
+    """One run, as the engine drives it.
+
+    Attributes:
+        loop: the run's :class:`RunLoop` (a new run's, or a resumed one's).
+        toolkit: the tools it may call.
+        plan: for a resumed run, which call gets which answer (``None``: a new run).
+        journal: where each step is kept before the run goes on (a durable run).
+        stream: told every event, the model's text included (the request is streamed).
+        observe: told the tool steps only (a suspended call, each result); the model's
+            replies are not streamed. Ignored when ``stream`` is set.
+        on_tools_done: called once a resumed turn's calls have run (see
+            :meth:`LlmClient.resume`).
+    """
+
+    loop: RunLoop
+    toolkit: Toolkit
+    plan: ResumePlan | None = None
+    journal: Journal | None = None
+    stream: Sink | None = None
+    observe: Sink | None = None
+    on_tools_done: Callable[[RunResult], Any] | None = None
+
+
+class _Budget:
+    """A run deadline that stops while someone is waited for (count_wait_in_timeout=False)."""
+
+    __slots__ = ("_paused_at", "_saved", "_scope", "_waiting")
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self._scope = scope
+        self._waiting = 0
+        self._paused_at = 0.0
+        self._saved = math.inf
+
+    def pause(self) -> None:
+        if self._waiting == 0:
+            self._paused_at = anyio.current_time()
+            self._saved = self._scope.deadline
+            self._scope.deadline = math.inf
+        self._waiting += 1
+
+    def resume(self) -> None:
+        self._waiting -= 1
+        if self._waiting == 0:
+            self._scope.deadline = self._saved + (anyio.current_time() - self._paused_at)
+
+
+class Engine:
+    """Drives runs for one client: requests, retries, hooks, limits and metrics."""
+
+    def __init__(
+        self,
+        model: Model,
+        style: str,
+        *,
+        resolver: Resolver | None,
+        hooks: Hooks | None,
+        retry: RetryPolicy,
+        limits: Limits,
+        report: Reporter,
+        system_prompt: str | None = None,
+        max_turns: int = 10,
+    ) -> None:
+        self.model = model
+        self.style = style
+        self.system_prompt = system_prompt
+        self.max_turns = max_turns
+        self.resolver = resolver
+        self.hooks = hooks
+        self._before_tool = hooks.before_tool if hooks is not None else None
+        self.retry = retry
+        self.on_error = retry.on_error
+        self.timeout = limits.timeout
+        self.request_timeout = limits.request_timeout
+        # A request that is not streamed and needs no cancel scope of ours (the model
+        # applies its own limit, or there is none): the model's coroutine as it is.
+        self._plain = self.request_timeout is None or model.enforces_timeout
+        self.count_wait_in_timeout = limits.count_wait_in_timeout
+        self._report = report
+        # Bound once: every run's executor shares it instead of binding its own.
+        self._on_tool = report.tool
+
+    def new_loop(
+        self,
+        prompt: str | None,
+        *,
+        history: Sequence[Message] | None = None,
+        run_id: str | None = None,
+        entry: str = "run",
+    ) -> RunLoop:
+        """A new run's loop; ``entry`` names the method that asked, for its error."""
+        if prompt is None and not history:
+            raise UsageError(f"{entry}(None, ...) continues a history; pass history=")
+        return RunLoop(
+            prompt,
+            history=history or (),
+            system_prompt=self.system_prompt,
+            max_turns=self.max_turns,
+            run_id=run_id or new_run_id(),
+            style=self.style,
+        )
+
+    def resumed_loop(
+        self,
+        turn: HaltedTurn,
+        *,
+        run_id: str | None,
+        turns: int = 0,
+        usage: Usage | None = None,
+        model: str | None = None,
+        records: Sequence[ToolCallRecord] = (),
+    ) -> RunLoop:
+        """The loop of a run that goes on from its halted ``turn``."""
+        return RunLoop.resume(
+            turn,
+            turns=turns,
+            usage=usage if usage is not None else ZERO_USAGE,
+            model=model,
+            records=records,
+            max_turns=self.max_turns,
+            run_id=run_id or new_run_id(),
+            style=self.style,
+        )
+
+    def drive(self, spec: RunSpec) -> Awaitable[RunResult]:
+        """Run ``spec`` to its end (continuing its halted turn first when it has a plan).
+
+        Not a coroutine itself: it hands back the driving coroutine, one frame fewer for
+        each of the many runs that may be parked at once.
+        """
+        if self.timeout is None:
+            return self._drive(spec, None)
+        return self._drive_limited(spec, self.timeout)
+
+    async def _drive_limited(self, spec: RunSpec, limit: float) -> RunResult:
+        with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
+            budget = None if self.count_wait_in_timeout else _Budget(scope)
+            driving = self._drive(spec, budget)
+            del spec  # as in _drive: not held by this frame while the run is parked
+            return await driving
+        # Only reached when the scope cancelled the run.
+        raise RunTimeoutError(f"the run took longer than its timeout of {limit} s")
+
+    async def _drive(self, spec: RunSpec, budget: _Budget | None) -> RunResult:
+        # One frame for the whole run: it is what a parked run holds while it waits.
+        loop, toolkit, resume, journal = spec.loop, spec.toolkit, spec.plan, spec.journal
+        sink, on_tools_done = spec.stream, spec.on_tools_done
+        steps = sink if sink is not None else spec.observe  # what the tool steps are told to
+        # Not held while parked: one pymalloc block fewer per parked run (benchmarks/park.py,
+        # "pymalloc blocks/run": 35.0 with the spec kept, 34.0 without, as before RunSpec).
+        del spec
+        started = time.perf_counter()
+        status: Literal["done", "pending", "incomplete", "error"] = "error"
+        run_id = loop.run_id
+        # Asked once per run: a log.debug call asks the logger again on every turn.
+        debug = log.isEnabledFor(logging.DEBUG)
+        try:
+            if self._before_tool is not None:
+                # Each run: the client's runs may each bring a toolkit of their own.
+                check_gate(self._before_tool, toolkit)
+            if resume is not None:
+                log.debug("%s: resuming with %d answer(s)", run_id, len(resume.answers))
+                executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
+                outcomes = await executor.resume(
+                    resume.turn, resume.answers, resume.kept, resume.waiting
+                )
+                del executor
+                loop.tools_finished(outcomes)
+                if on_tools_done is not None and isinstance(loop.next_action(), CallModel):
+                    # The answered calls have run: from here on, the old state must not be
+                    # resumed again (a durable host learns it here).
+                    await call_hook(on_tools_done, loop.interrupted("resumed"))
+            while True:
+                action = loop.next_action()
+                if isinstance(action, CallModel):
+                    messages = action.messages
+                    if debug:
+                        log.debug("%s: model request %d (%s)", run_id, action.turn, self.model.name)
+                    del action  # not held while the request is in flight
+                    hooks = self.hooks
+                    if hooks is not None and hooks.before_llm is not None:
+                        messages, toolkit = await _before_llm(
+                            hooks.before_llm, loop, messages, toolkit
+                        )
+                    streamed: list[str] = [] if sink is not None else _NO_TEXT
+                    request_started = time.perf_counter()
+                    try:
+                        # The first attempt is awaited right here: a frame of its own would be
+                        # one more object per run in flight. Retries (rare) have their own,
+                        # entered outside the except block so that a later failure is not
+                        # chained to the first.
+                        failure: ModelError | None = None
+                        try:
+                            reply = await (
+                                self.model.request(messages, toolkit.specs)
+                                if sink is None and self._plain
+                                else self._attempt(messages, toolkit.specs, sink, streamed)
+                            )
+                        except ModelError as exc:
+                            failure = exc
+                        if failure is None:
+                            self._report_reply(reply, request_started)
+                        else:
+                            reply = await self._retry(
+                                failure, request_started, messages, toolkit.specs, sink, streamed
+                            )
+                            failure = None
+                        if hooks is not None and hooks.after_llm is not None:
+                            await call_hook(hooks.after_llm, reply, raw_of(reply))
+                    except ModelError as exc:
+                        # The host may retry from here; tools that already ran are not redone.
+                        exc.run = loop.interrupted()
+                        raise
+                    # What the transcript keeps: a reply cut by the output limit loses its calls.
+                    kept = loop.model_replied(reply)
+                    if journal is not None and kept.tool_calls:
+                        # The turn is kept before any of its calls runs.
+                        await journal.turn(loop)
+                    if sink is not None:
+                        sink(StreamUsage(reply.usage))
+                        for call in kept.tool_calls:
+                            sink(StreamToolCall(call.id, call.name, call.arguments))
+                    # Not held while the tools run (and maybe park for hours).
+                    del reply, messages, kept
+                elif isinstance(action, RunTools):
+                    calls, turn = action.calls, action.turn
+                    del action  # not held while the tools run (and maybe park for hours)
+                    if debug:
+                        log.debug("%s: running %d tool call(s)", run_id, len(calls))
+                    # One executor per turn of tool calls: it is not held while the model
+                    # is asked, so a run in flight holds one object fewer.
+                    executor = self._executor(toolkit, run_id, budget, steps, journal, turn)
+                    if len(calls) == 1:
+                        # The common turn, awaited here: one coroutine fewer while parked.
+                        loop.tools_finished([await executor.run_one(calls[0])])
+                    else:
+                        loop.tools_finished(await executor.run(calls))
+                    del executor
+                else:
+                    result = action.result
+                    if journal is not None:
+                        await journal.finished(result)
+                    status = result.status
+                    break
+        finally:
+            self._report.run(status, loop.turns, time.perf_counter() - started, loop.model)
+        if debug:
+            log.debug("%s: %s after %d turn(s)", run_id, result.status, result.turns)
+        return result
+
+    def _executor(
+        self,
+        toolkit: Toolkit,
+        run_id: str,
+        budget: _Budget | None,
+        sink: Sink | None,
+        journal: Journal | None = None,
+        turn: int | None = None,
+    ) -> Executor:
+        return Executor(
+            toolkit,
+            self.resolver,
+            run_id,
+            hooks=self.hooks,
+            budget=budget,
+            on_tool=self._on_tool,
+            on_event=sink,
+            journal=journal,
+            turn=turn,
+        )
+
+    def _report_reply(self, reply: ModelReply, started: float) -> None:
+        usage = reply.usage
+        self._report.llm(
+            self.model.name,
+            self.style,
+            "ok",
+            time.perf_counter() - started,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            parts=(usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens),
+        )
+
+    async def _retry(
+        self,
+        failure: ModelError,
+        started: float,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        sink: Sink | None,
+        streamed: list[str],
+    ) -> ModelReply:
+        """After a failed first attempt: retry as the policy and ``on_error`` decide.
+
+        Every attempt is reported to metrics; raises the last failure when they give up.
+        """
+        attempt = 1
+        while True:
+            seconds = time.perf_counter() - started
+            self._report.llm(
+                self.model.name, self.style, "error", seconds, error=type(failure).__name__
+            )
+            verdict = None
+            if self.on_error is not None:
+                verdict = await call_hook(self.on_error, failure, attempt)
+            delay = self.retry.delay(attempt, failure, verdict=verdict)
+            if delay is None or streamed:
+                # Text already reached the consumer: a retry would repeat it.
+                raise failure
+            log.info("model request failed (%s); retry %d in %.2f s", failure, attempt, delay)
+            await anyio.sleep(delay)
+            attempt += 1
+            started = time.perf_counter()
+            try:
+                reply = await self._attempt(messages, tools, sink, streamed)
+            except ModelError as exc:
+                failure = exc
+                continue
+            self._report_reply(reply, started)
+            return reply
+
+    # _attempt and _ask_model hand back the model's coroutine rather than awaiting it:
+    # two coroutine objects fewer per request on the hot path.
+
+    def _attempt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        sink: Sink | None,
+        streamed: list[str],
+    ) -> Awaitable[ModelReply]:
+        limit = self.request_timeout
+        call = self._ask_model(messages, tools, sink, streamed)
+        if limit is None or self.model.enforces_timeout:
+            # An HTTP model has the limit in its session: no cancel scope per request.
+            return call
+        return _limited(call, limit)
+
+    def _ask_model(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        sink: Sink | None,
+        streamed: list[str],
+    ) -> Awaitable[ModelReply]:
+        if sink is None:
+            return self.model.request(messages, tools)
+
+        def on_text(text: str) -> None:
+            streamed.append(text)
+            sink(StreamText(text))
+
+        def on_reasoning(text: str) -> None:
+            streamed.append(text)  # shown to someone: the request is not retried either
+            sink(StreamReasoning(text))
+
+        return self.model.stream(messages, tools, on_text, on_reasoning)
+
+
+async def _limited(call: Awaitable[ModelReply], limit: float) -> ModelReply:
+    with anyio.move_on_after(limit):
+        return await call
+    raise TransportError(f"the model request took longer than {limit} s")
+
+
+async def _before_llm(
+    hook: BeforeLlm, loop: RunLoop, messages: Sequence[Message], toolkit: Toolkit
+) -> tuple[Sequence[Message], Toolkit]:
+    tools = toolkit.tools()
+    # The hook gets its own lists: an in-place edit must show as a change.
+    changed = await call_hook(hook, LlmCall(list(messages), list(tools)))
+    if not isinstance(changed, LlmCall):
+        return messages, toolkit
+    # A replacement holds for the rest of the run: the loop keeps the new transcript
+    # and a toolkit of the new tools executes what the model calls from now on.
+    loop.messages[:] = changed.messages
+    if changed.tools != tools:
+        toolkit = Toolkit(changed.tools)
+    return loop.messages, toolkit

@@ -1,0 +1,427 @@
+"""Runs the tool calls of one turn, performing what the suspension rule asks for each.
+
+Rules of this module:
+
+- It decides nothing about suspensions: :class:`~toolnexus_async._core.suspension.CallRule`
+  does, and this module performs its actions (execute the call, ask the resolver) and feeds
+  back what happened. What it owns is the I/O around them: hooks, metrics, stream events,
+  the time limit of an :class:`Ask`, and pausing the run's deadline while a human is asked.
+- The calls of a turn run concurrently (``_concurrency.run_concurrently``): a call that
+  finishes without awaiting needs no task, the first call that waits goes on in the
+  calling task and the calls after it start in tasks of one ``asyncio.TaskGroup``; the
+  outcomes come back in call order. A failing tool is an error result (the toolkit sees
+  to that) and never cancels its siblings; only cancellation propagates. The group is
+  ``asyncio.TaskGroup``, not anyio's: on this hot path anyio's group cost 52 us of CPU per
+  run against 31 us and doubled GC collections (500 concurrent runs, no HTTP). Both are
+  structured; an anyio cancel scope around a run still reaches the children, through the
+  calling task that the group belongs to.
+- A suspended call waits for its answer in the course of that call, concurrently with the
+  other calls of the turn, so two approvals asked in one turn are outstanding at once.
+- A parking resolver (the Inbox) is awaited right in :meth:`Executor.run_one`, and a parked
+  call holds only what it needs to wake: what 100,000 parked runs hold adds up.
+- A request becomes visible to a stream (``StreamPending``) when it is outstanding: before
+  the resolver is asked, or when the run halts on it. With a journal (a durable run) it is
+  kept there first, and every result the model will see is kept before it is fed back.
+- A call settled as declined/expired on its own request tells its tool first
+  (``Toolkit.refused``, rule 8 of ``_suspension``), before the result is kept or fed back:
+  a crash in between tells it again on recovery (at least once, like an execution).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+import anyio
+
+from .._core.errors import StoreError, UsageError
+from .._core.loop import CallOutcome, HaltedTurn
+from .._core.messages import ToolCall
+from .._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
+from .._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
+from .concurrency import run_concurrently
+from .hooks import Hooks, call_hook
+from .journal import Journal
+from .resolver import Resolver
+from .streaming import Sink, StreamPending, StreamToolResult
+
+__all__ = ("Executor",)
+
+log = logging.getLogger("toolnexus_async")
+
+
+class _Executes(Protocol):
+    async def execute(
+        self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
+    ) -> ToolResult: ...
+
+    def get(self, name: str) -> Tool | None: ...
+
+    def check_arguments(self, name: str, args: dict[str, Any]) -> str | None: ...
+
+    async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None: ...
+
+
+class Pausable(Protocol):
+    """A run deadline that human waits may be kept out of (``count_wait_in_timeout=False``)."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+ToolOutcome = Literal["ok", "error", "pending"]
+# (tool name, tool source, outcome, seconds) for metrics; a suspension is "pending".
+OnTool = Callable[[str, str, ToolOutcome, float], None]
+
+
+class Executor:
+    """Executes tool calls through a toolkit on behalf of one run."""
+
+    __slots__ = (
+        "_budget",
+        "_hooks",
+        "_journal",
+        "_on_event",
+        "_on_tool",
+        "_park",
+        "_resolver",
+        "_run_id",
+        "_toolkit",
+        "_turn",
+    )
+
+    def __init__(
+        self,
+        toolkit: _Executes,
+        resolver: Resolver | None,
+        run_id: str,
+        *,
+        hooks: Hooks | None = None,
+        budget: Pausable | None = None,
+        on_tool: OnTool | None = None,
+        on_event: Sink | None = None,
+        journal: Journal | None = None,
+        turn: int | None = None,
+    ) -> None:
+        self._toolkit = toolkit
+        self._journal = journal
+        self._turn = turn
+        self._resolver = resolver
+        self._run_id = run_id
+        # Hooks without tool seams cost nothing per call.
+        has_tool_hooks = hooks is not None and (hooks.before_tool or hooks.after_tool)
+        self._hooks = hooks if has_tool_hooks else None
+        self._budget = budget
+        self._on_tool = on_tool
+        self._on_event = on_event
+        # Awaited in run_one itself, unless a wait budget must be paused around the wait.
+        self._park = resolver.park if resolver is not None and budget is None else None
+
+    async def run(self, calls: Sequence[ToolCall]) -> list[CallOutcome]:
+        """One outcome per call, in call order."""
+        if len(calls) == 1:
+            # The common turn: no partials, one frame fewer while parked.
+            return [await self.run_one(calls[0])]
+        return await _loud(run_concurrently(self.run_one, calls))
+
+    async def resume(
+        self,
+        halted: HaltedTurn,
+        answers: Mapping[str, tuple[Request, Answer]],
+        kept: Mapping[str, ToolResult] | None = None,
+        waiting: Mapping[str, Request] | None = None,
+    ) -> list[CallOutcome]:
+        """Outcomes for every call of a halted turn, in call order.
+
+        A call that completed keeps its result and is never executed again (``kept`` may
+        supply the full results, metadata included); a call answered in ``answers`` (keyed
+        by call id) goes on from that answer; a call in ``waiting`` waits for its request
+        again without running again; any other open call runs again and may suspend again.
+        """
+        jobs: list[Callable[[], Coroutine[Any, Any, CallOutcome]]] = []
+        for call in halted.assistant.tool_calls:
+            done = halted.completed.get(call.id)
+            if done is not None:
+                result = (kept or {}).get(call.id) or ToolResult(done.output, done.is_error)
+                jobs.append(functools.partial(_ready, CallOutcome(result)))
+            elif call.id in answers:
+                jobs.append(functools.partial(self.run_one, call, answers[call.id]))
+            elif waiting is not None and call.id in waiting:
+                jobs.append(functools.partial(self.run_one, call, (waiting[call.id], None)))
+            else:
+                jobs.append(functools.partial(self.run_one, call))
+        return await _loud(run_concurrently(_start, jobs))
+
+    def _rule(self, call: ToolCall) -> CallRule:
+        resolver = self._resolver
+        if resolver is None:
+            return CallRule(call, can_ask=False)
+        return CallRule(call, can_ask=True, enforces_expiry=resolver.enforces_expiry)
+
+    async def run_one(
+        self, call: ToolCall, resumed: tuple[Request, Answer | None] | None = None
+    ) -> CallOutcome:
+        """One call under the suspension rule, to the outcome the model sees.
+
+        ``resumed``: the call raised this request before a halt, and here is its answer
+        (``None``: not answered yet; the call waits for it again).
+        """
+        last = FIRST  # the latest execution: whose ctx after_tool sees
+        if resumed is not None:
+            rule = self._rule(call)
+            request, answer = resumed
+            action = rule.waiting(request) if answer is None else rule.resumed(request, answer)
+        elif self._hooks is None and call.invalid_arguments is None:
+            # The common call: the tool is awaited right here, a coroutine fewer per call,
+            # and the rule is consulted only if it suspends.
+            if self._journal is not None:
+                fence = self._journal.fence()
+                if fence is not None:
+                    await fence
+            started = time.perf_counter()
+            ctx = ToolContext(
+                call_id=call.id, run_id=self._run_id, tool_name=call.name, turn=self._turn
+            )
+            result = await self._toolkit.execute(call.name, call.arguments, ctx)
+            self._report(call.name, result, started)
+            if request_in(result) is None:
+                if self._on_event is None and self._journal is None:
+                    return CallOutcome(result)
+                return await self._final(call, last, CallOutcome(result))
+            rule = self._rule(call)
+            rule.start()  # FIRST: what was just performed
+            action = rule.executed(result)
+            # Not held while parked (maybe for hours): the suspension is in the rule.
+            del result, ctx
+        else:
+            rule = self._rule(call)
+            action = rule.start()
+            if isinstance(action, Settle):
+                # A call the model made counts in the metrics, even when the tool never ran.
+                self._report(call.name, action.outcome.result, time.perf_counter())
+        changed: dict[str, Any] | None = None  # what the latest execution ran with instead
+        while True:
+            if isinstance(action, Execute):
+                last = action
+                result, by_gate, changed = await self._invoke(call, action)
+                action = rule.executed(result, by_gate=by_gate)
+                del result
+            elif isinstance(action, Ask):
+                request = action.request
+                if not action.again:
+                    if self._journal is not None:
+                        # Kept before it is told anywhere: a restart finds what was shown.
+                        await self._journal.suspended(call, request)
+                    if self._on_event is not None:
+                        # Before anyone is asked, so a host can push the link at once.
+                        self._on_event(StreamPending(request, call.id, call.name))
+                park = self._park
+                if park is None:
+                    action = await self._ask(rule, action)
+                    continue
+                del action
+                try:
+                    answer = await park(request, self._run_id)
+                except HaltRun:
+                    action = rule.halted()
+                except UsageError:
+                    raise  # a misconfigured resolver: the host's bug, not the model's
+                except Exception as exc:
+                    log.exception("wait_for raised while resolving request %s", request.id)
+                    action = rule.failed(exc)
+                else:
+                    action = rule.answered(answer)
+                    del answer
+            elif isinstance(action, Halt):
+                if action.announce:
+                    pending = action.outcome.request
+                    assert pending is not None
+                    if self._journal is not None:
+                        await self._journal.suspended(call, pending)
+                    if self._on_event is not None:
+                        self._on_event(StreamPending(pending, call.id, call.name))
+                return _with_changed(action.outcome, changed)
+            else:
+                if action.refusal is not None:
+                    await self._tell_refused(call, action.outcome.request, action.refusal)
+                return await self._final(call, last, _with_changed(action.outcome, changed))
+
+    async def _ask(self, rule: CallRule, ask: Ask) -> Settle | Halt | Execute | Ask:
+        """Ask a resolver that is not a parking one (or with a wait budget to pause)."""
+        resolver = self._resolver
+        assert resolver is not None
+        budget = self._budget
+        if budget is not None:
+            budget.pause()
+        try:
+            if ask.timeout is not None:
+                with anyio.move_on_after(ask.timeout) as scope:
+                    answer = await resolver.ask(ask.request, self._run_id)
+                if scope.cancelled_caught:
+                    return rule.timed_out()
+            else:
+                answer = await resolver.ask(ask.request, self._run_id)
+        except HaltRun:
+            return rule.halted()
+        except UsageError:
+            raise  # a misconfigured resolver (it returned no Answer): loud, not fed to the model
+        except Exception as exc:
+            # The host's resolver failed: tell the model, keep the sibling calls running.
+            log.exception("wait_for raised while resolving request %s", ask.request.id)
+            return rule.failed(exc)
+        finally:
+            if budget is not None:
+                budget.resume()
+        return rule.answered(answer)
+
+    async def _invoke(
+        self, call: ToolCall, action: Execute
+    ) -> tuple[ToolResult, bool, dict[str, Any] | None]:
+        """``before_tool`` (if any), then the tool; reports the execution to metrics.
+
+        Returns the result, whether the hook (not the tool) gave it, and the arguments the
+        hook gave instead of the model's (``None``: it changed nothing).
+        """
+        if self._journal is not None:
+            fence = self._journal.fence()
+            if fence is not None:
+                await fence
+        started = time.perf_counter()
+        ctx = self._context(call, action)
+        result: ToolResult | None = None
+        by_gate = False
+        changed: dict[str, Any] | None = None
+        args = call.arguments
+        hooks = self._hooks
+        if hooks is not None and hooks.before_tool is not None:
+            hook_ctx = ctx
+            if action.hook_answer is not None:
+                # An approved gate: the hook sees its answer; the tool, which never asked,
+                # does not.
+                hook_ctx = ToolContext(
+                    answer=action.hook_answer,
+                    call_id=call.id,
+                    run_id=self._run_id,
+                    tool_name=call.name,
+                    turn=self._turn,
+                )
+            try:
+                verdict = await call_hook(hooks.before_tool, call.name, args, hook_ctx)
+            except Exception as exc:
+                result = ToolResult.error(
+                    f"before_tool hook raised {type(exc).__name__} for {call.name!r}: {exc}"
+                )
+            else:
+                if isinstance(verdict, ToolResult):
+                    result = verdict
+                    by_gate = request_in(verdict) is not None
+                elif isinstance(verdict, dict) and verdict != args:
+                    # Checked even when the toolkit does not validate the model's calls: these
+                    # arguments come from a hook or an approver, after the model's were shown.
+                    args = changed = verdict
+                    problem = self._toolkit.check_arguments(call.name, args)
+                    if problem is not None:
+                        result = ToolResult.error(
+                            f"{problem} (they were changed by a before_tool hook or on approval)"
+                        )
+        if result is None:
+            result = await self._toolkit.execute(call.name, args, ctx)
+        self._report(call.name, result, started)
+        return result, by_gate, changed
+
+    def _report(self, name: str, result: ToolResult, started: float) -> None:
+        """One tool execution to metrics: a suspension is "pending", never "error"."""
+        if self._on_tool is None:
+            return
+        outcome: ToolOutcome = (
+            "pending" if request_in(result) is not None else ("error" if result.is_error else "ok")
+        )
+        tool = self._toolkit.get(name)
+        source = tool.source if tool is not None else "unknown"
+        self._on_tool(name, source, outcome, time.perf_counter() - started)
+
+    def _context(self, call: ToolCall, action: Execute) -> ToolContext:
+        """What the hooks and the tool are told of the call ``action`` executes."""
+        return ToolContext(
+            answer=action.answer,
+            call_id=call.id,
+            run_id=self._run_id,
+            tool_name=call.name,
+            request=action.request,
+            turn=self._turn,
+        )
+
+    async def _tell_refused(self, call: ToolCall, request: Request | None, refusal: Answer) -> None:
+        """Tell the tool its request was refused; ctx is the one its executions had."""
+        ctx = ToolContext(
+            answer=refusal,
+            call_id=call.id,
+            run_id=self._run_id,
+            tool_name=call.name,
+            request=request,
+            turn=self._turn,
+        )
+        await self._toolkit.refused(call.name, call.arguments, ctx)
+
+    async def _final(self, call: ToolCall, last: Execute, outcome: CallOutcome) -> CallOutcome:
+        """Apply ``after_tool`` to a result the model will see (never to a suspension)."""
+        hooks = self._hooks
+        if hooks is not None and hooks.after_tool is not None:
+            ctx = self._context(call, last)
+            try:
+                changed = await call_hook(
+                    hooks.after_tool, call.name, call.arguments, outcome.result, ctx
+                )
+            except Exception as exc:
+                changed = ToolResult.error(
+                    f"after_tool hook raised {type(exc).__name__} for {call.name!r}: {exc}"
+                )
+            if isinstance(changed, ToolResult) and request_in(changed) is None:
+                outcome = CallOutcome(changed, outcome.request, outcome.answered_ok)
+        if self._journal is not None:
+            # Kept before the model sees it: after a crash this call never runs again.
+            await self._journal.settled(call, outcome)
+        if self._on_event is not None:
+            result = outcome.result
+            declined = outcome.answered_ok is False
+            self._on_event(
+                StreamToolResult(call.id, call.name, result.output, result.is_error, declined)
+            )
+        return outcome
+
+
+async def _loud(turn: Coroutine[Any, Any, list[CallOutcome]]) -> list[CallOutcome]:
+    """The turn's outcomes; a misconfigured resolver's :class:`UsageError`, or a store's
+    :class:`StoreError` (a durable run's lease lost), comes out as itself, not inside the
+    task group's exception group, so the host sees the plain
+    error it can act on."""
+    try:
+        return await turn
+    except ExceptionGroup as group:
+        # A store's verdict (another worker took the run) stops the run as itself too.
+        usage, _ = group.split((UsageError, StoreError))
+        if usage is None:
+            raise
+        first: BaseException = usage
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+
+
+def _with_changed(outcome: CallOutcome, changed: dict[str, Any] | None) -> CallOutcome:
+    """``outcome``, saying which arguments the tool ran with instead of the model's."""
+    if changed is None:
+        return outcome
+    return CallOutcome(outcome.result, outcome.request, outcome.answered_ok, changed)
+
+
+async def _ready(outcome: CallOutcome) -> CallOutcome:
+    return outcome
+
+
+def _start(job: Callable[[], Coroutine[Any, Any, CallOutcome]]) -> Coroutine[Any, Any, CallOutcome]:
+    return job()

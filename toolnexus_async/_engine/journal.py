@@ -1,0 +1,46 @@
+"""What a durable host is told as a run goes, before the run goes further.
+
+Rule of this module: a protocol and nothing else. A run with a journal (one driven by a
+:class:`~toolnexus_async.DurableHost`) awaits each of these calls at the moment it names,
+so that what the journal keeps is never behind what anyone was told:
+
+- :meth:`Journal.turn` when the model asked for tool calls, before any of them runs;
+- :meth:`Journal.suspended` when a call raised a new request, before the request is
+  announced (a stream's ``pending``, an inbox's listing) or waited for;
+- :meth:`Journal.settled` when a call has the result the model will see, before the run
+  feeds it to the model;
+- :meth:`Journal.finished` when the run ends or halts, before its caller gets the result;
+- :meth:`Journal.fence` before each tool execution: ``None`` to go on at once, or an
+  awaitable that must finish first (a durable host proving it still holds the run).
+
+A run without a journal (a plain ``client.run``) pays nothing for any of this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Protocol
+
+from .._core.loop import CallOutcome, RunLoop
+from .._core.messages import ToolCall
+from .._core.results import RunResult
+from .._core.types import Request
+
+__all__ = ("Journal",)
+
+
+class Journal(Protocol):
+    """Where one run's progress is kept (see the module docstring for when each is called)."""
+
+    async def turn(self, loop: RunLoop) -> None: ...
+
+    # Awaitables, not coroutine functions: a journal may hand back its store's own
+    # awaitable, so that a run waiting for the write holds no frame of the journal's.
+    def suspended(self, call: ToolCall, request: Request) -> Awaitable[None]: ...
+
+    def settled(self, call: ToolCall, outcome: CallOutcome) -> Awaitable[None]: ...
+
+    async def finished(self, result: RunResult) -> None: ...
+
+    # Not a coroutine function: the common answer, "go on", costs no coroutine.
+    def fence(self) -> Awaitable[None] | None: ...

@@ -1,0 +1,377 @@
+"""Where a model reply comes from: an HTTP provider (codec + transport) or a Python function.
+
+Rule of this module: a model turns a transcript and the tools' specs into one
+:class:`~toolnexus_async._core.loop.ModelReply`; it does not loop, execute tools or keep state
+between requests. The client drives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+from urllib.parse import urljoin, urlsplit
+
+from .._core.codecs import Codec, SSEParser, TextDelta
+from .._core.codecs._tools import shared_json
+from .._core.errors import (
+    ModelError,
+    ProtocolError,
+    ProviderError,
+    ReplyTooLargeError,
+    TransportError,
+)
+from .._core.hotjson import compact, loads
+from .._core.http import HttpRequest, HttpResponse, Transport
+from .._core.messages import AssistantMessage, Message, ModelReply
+from .._core.secrets import Scrubber, redact_url
+from .._core.types import Tool
+
+__all__ = ("FunctionModel", "Generate", "HttpModel", "Model", "hints_for")
+
+_VERSION = re.compile(r"v\d")  # a path segment naming an API version: v1, v1beta, v2
+
+
+def _body_bytes(body: dict[str, Any]) -> bytes:
+    """``body`` as compact JSON bytes; it may take its ``"tools"`` out (a body is encoded
+    once).
+
+    A toolkit's tools are the same cached rendering on every request, and most of a body's
+    JSON: their text, encoded once by the renderers' cache, is put at the end of the object
+    (a JSON object's members have no order) instead of being encoded again.
+    """
+    tools = shared_json(body.get("tools"))
+    if tools is None:
+        text = compact(body)
+    else:
+        del body["tools"]
+        rest = compact(body)
+        text = rest[:-1] + ("," if rest != "{}" else "") + '"tools":' + tools + "}"
+    # A lone surrogate (a file name that is not UTF-8, decoded by os.fsdecode) is written as
+    # the JSON escape ensure_ascii would give it; every other character as UTF-8.
+    return text.encode("utf-8", "backslashreplace")
+
+
+Generate = Callable[
+    [list[Message], list[Tool]],
+    Awaitable[AssistantMessage | ModelReply | str] | AssistantMessage | ModelReply | str,
+]
+
+
+OnText = Callable[[str], None]
+
+
+class Model(Protocol):
+    name: str
+    # True when the model applies the request time limit itself (an HTTP session timeout).
+    enforces_timeout: bool
+
+    def request(
+        self, messages: Sequence[Message], tools: Sequence[Tool]
+    ) -> Awaitable[ModelReply]: ...
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        on_text: OnText,
+        on_reasoning: OnText | None = None,
+    ) -> ModelReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+def hints_for(codec: Codec, base_url: str, api_key: str | None) -> dict[int, str]:
+    """The likely fix for a status this configuration makes likely, told with the error.
+
+    A 404 from an OpenAI-style ``base_url`` with no version in its path (``/v1``, or
+    ``/v1beta`` as Gemini's has) most often means the ``/v1`` was left out; a 401 with no
+    key means the key was never given.
+    """
+    hints: dict[int, str] = {}
+    segments = urlsplit(base_url).path.split("/")
+    if codec.style == "openai" and not any(_VERSION.match(s) for s in segments):
+        fixed = redact_url(base_url.rstrip("/") + "/v1")
+        hints[404] = (
+            f"an OpenAI-style base_url usually ends in /v1 (requests go to "
+            f"{{base_url}}/chat/completions): try base_url={fixed!r}"
+        )
+    if not api_key:
+        hints[401] = f"no API key was given: pass api_key=... to LlmClient, or set {codec.key_env}"
+    return hints
+
+
+class HttpModel:
+    """A provider reached over HTTP in one wire style, through a :class:`Transport`.
+
+    Rules kept here, whatever the transport:
+
+    - A non-2xx reply is a :class:`ProviderError` (a bounded excerpt of its body), a 2xx
+      body that is not JSON, or that lacks what the style requires, a
+      :class:`ProtocolError`; one too large to read a :class:`ReplyTooLargeError`; JSON nested
+      too deeply to parse a :class:`ProtocolError` saying so, never a ``RecursionError``.
+    - Secrets are scrubbed from every message and attribute built from what the provider
+      sent (the key, header values, URL credentials), and URLs are shown without their
+      credentials; errors are raised with no ``__cause__`` or ``__context__``.
+    """
+
+    __slots__ = (
+        "_codec",
+        "_extra",
+        "_headers",
+        "_hints",
+        "_max_bytes",
+        "_max_tokens",
+        "_max_tokens_field",
+        "_scrub",
+        "_shown",
+        "_timeout",
+        "_transport",
+        "_url",
+        "name",
+    )
+
+    enforces_timeout = True
+
+    def __init__(
+        self,
+        codec: Codec,
+        transport: Transport,
+        *,
+        base_url: str,
+        model: str,
+        headers: Mapping[str, str],
+        max_tokens: int | None,
+        max_tokens_field: str | None = None,
+        extra_body: dict[str, Any] | None,
+        timeout: float | None,
+        max_reply_bytes: int,
+        secrets: Iterable[str],
+        hints: Mapping[int, str] | None = None,
+    ) -> None:
+        self._codec = codec
+        self._hints = dict(hints or {})  # status -> the likely fix, told with the error
+        self._transport = transport
+        self._url = codec.endpoint(base_url)
+        self._headers = {**headers, "Content-Type": "application/json"}
+        self._max_tokens = max_tokens
+        self._max_tokens_field = max_tokens_field
+        self._extra = extra_body
+        self._timeout = timeout
+        self._max_bytes = max_reply_bytes
+        self._scrub = Scrubber(secrets)
+        self._shown = self._scrub(redact_url(self._url))
+        self.name = model
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def scrub(self, text: str) -> str:
+        return self._scrub(text)
+
+    def _request(
+        self, messages: Sequence[Message], tools: Sequence[Tool], stream: bool
+    ) -> HttpRequest:
+        body = self._codec.encode(
+            messages,
+            tools,
+            model=self.name,
+            max_tokens=self._max_tokens,
+            max_tokens_field=self._max_tokens_field,
+            extra=self._extra,
+            stream=stream,
+        )
+        return HttpRequest(
+            "POST", self._url, self._headers, _body_bytes(body), self._timeout, self._max_bytes
+        )
+
+    async def request(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
+        # The body goes straight into the request, not into a local: no frame of this run
+        # holds its dicts while the request is in flight, so the garbage collector, which
+        # visits every live container of every run in flight, does not visit them over and
+        # over.
+        failure: str | None = None
+        cause: OSError | None = None
+        try:
+            response = await self._transport.send(self._request(messages, tools, False))
+        except TransportError as exc:
+            failure = self._scrub(str(exc))  # raised below, outside the except block
+            cause = self._os_cause(exc)
+        if failure is not None:
+            raise TransportError(failure) from cause
+        content = response.content
+        if content is None or len(content) > self._max_bytes:
+            raise self._too_large()
+        if not 200 <= response.status < 300:
+            raise self._provider_error(response)
+        try:
+            payload = loads(content)
+        except ValueError:
+            excerpt = self._scrub(content[:200].decode("utf-8", "replace"))
+            failure = f"reply from {self._shown} is not JSON: {excerpt!r}"
+        except RecursionError:
+            failure = f"reply from {self._shown} is JSON nested too deeply to read"
+        if failure is not None:
+            raise ProtocolError(failure)
+        try:
+            return self._codec.decode(payload)
+        except ProtocolError as exc:
+            # Rebuilt outside the except block: decoders quote what the provider sent, which
+            # may echo the key, and the unscrubbed error must not survive even as context.
+            failure = self._scrub(str(exc))
+        raise ProtocolError(failure)
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        on_text: OnText,
+        on_reasoning: OnText | None = None,
+    ) -> ModelReply:
+        """A streamed request: ``on_text`` gets the text as it arrives (``on_reasoning`` the
+        reasoning); the reply at the end.
+
+        A stream that breaks off or carries a provider error raises; a truncated reply is
+        never returned.
+        """
+        parser = SSEParser()
+        decoder = self._codec.stream_decoder(self._shown)
+        failure: ModelError | None = None
+        chunks = self._transport.stream(self._request(messages, tools, True))
+        left = self._max_bytes
+        try:
+            async with contextlib.aclosing(chunks):  # type: ignore[type-var]
+                async for chunk in chunks:
+                    if isinstance(chunk, HttpResponse):
+                        if not 200 <= chunk.status < 300:
+                            raise self._provider_error(chunk)
+                        continue
+                    left -= len(chunk)
+                    if left < 0:
+                        raise self._too_large()
+                    for event in parser.feed(chunk):
+                        for delta in decoder.feed(event):
+                            if type(delta) is TextDelta:
+                                on_text(delta.text)
+                            elif on_reasoning is not None:
+                                on_reasoning(delta.text)
+                    if decoder.done:
+                        break
+                return decoder.finish()
+        except ModelError as exc:
+            failure = exc
+        # Decoders quote what the provider sent, which may echo the key back: rebuilt
+        # scrubbed, outside the except block so the original is not even __context__.
+        scrub = self._scrub
+        if isinstance(failure, ReplyTooLargeError):
+            raise ReplyTooLargeError(str(failure), limit=failure.limit)  # built scrubbed
+        if isinstance(failure, ProviderError):
+            raise ProviderError(
+                failure.status,
+                scrub(failure.body),
+                failure.url,
+                headers=failure.headers,
+                hint=failure.hint or self._hints.get(failure.status),
+            )
+        if isinstance(failure, TransportError):
+            raise TransportError(scrub(str(failure))) from self._os_cause(failure)
+        raise ProtocolError(scrub(str(failure)))
+
+    def _os_cause(self, error: TransportError) -> OSError | None:
+        """The bare ``OSError`` a transport chains to a resource error (EMFILE...), rebuilt
+        from its errno and scrubbed text alone; anything else chained is dropped."""
+        cause = error.__cause__
+        if type(cause) is not OSError or cause.errno is None:
+            return None
+        return OSError(cause.errno, self._scrub(cause.strerror or ""))
+
+    def _provider_error(self, response: HttpResponse) -> ProviderError:
+        body = self._scrub((response.content or b"").decode("utf-8", "replace"))
+        headers = self._scrub.headers(response.headers)
+        hint = self._hints.get(response.status)
+        if hint is None and 300 <= response.status < 400:
+            hint = self._redirect_hint(headers)
+        return ProviderError(response.status, body, self._shown, headers=headers, hint=hint)
+
+    def _redirect_hint(self, headers: Mapping[str, str]) -> str:
+        """Why a redirect was not followed, and where it pointed (from scrubbed headers)."""
+        location = next((v for k, v in headers.items() if k.lower() == "location"), None)
+        where = ""
+        if location:
+            # A relative Location is resolved as a client would; the URL is shown without
+            # credentials, its own or the ones it took from base_url.
+            try:
+                target = urljoin(self._url, location)
+            except ValueError:  # not a URL urllib can read ("http://[oops"): shown as sent
+                target = location
+            where = f" to {self._scrub(redact_url(target))}"
+        return (
+            f"the provider redirected the request{where}; model requests do not follow"
+            " redirects, since the API key and headers would go along: if the new address"
+            " is the provider's, use it in base_url"
+        )
+
+    def _too_large(self) -> ReplyTooLargeError:
+        return ReplyTooLargeError(
+            f"reply from {self._shown} is larger than max_reply_bytes={self._max_bytes}; "
+            "it was not read further",
+            limit=self._max_bytes,
+        )
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+
+class FunctionModel:
+    """A model played by a Python function: ``generate(messages, tools)`` returns one reply.
+
+    The reply may be an :class:`AssistantMessage`, a plain string (a final text), or a full
+    ``ModelReply`` when the function wants to report usage.
+    """
+
+    __slots__ = ("_generate", "name")
+
+    enforces_timeout = False
+
+    def __init__(self, generate: Generate, model: str) -> None:
+        self._generate = generate
+        self.name = model
+
+    async def request(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
+        # A copy: the function may keep or mutate what it gets without touching the run.
+        reply: object = self._generate(list(messages), list(tools))
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if isinstance(reply, ModelReply):
+            return reply
+        if isinstance(reply, AssistantMessage):
+            return ModelReply(reply, model=self.name, raw=reply)
+        if isinstance(reply, str):
+            return ModelReply(AssistantMessage(reply), model=self.name, raw=reply)
+        raise ProtocolError(
+            f"in-process model {self.name!r} returned {type(reply).__name__}; "
+            "return an AssistantMessage, a ModelReply or a str"
+        )
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        on_text: OnText,
+        on_reasoning: OnText | None = None,
+    ) -> ModelReply:
+        """The function's reply; its reasoning and text are handed over in one piece each."""
+        reply = await self.request(messages, tools)
+        if on_reasoning is not None:
+            for thought in reply.message.reasoning:
+                if thought.text:
+                    on_reasoning(thought.text)
+        if reply.message.text:
+            on_text(reply.message.text)
+        return reply
+
+    async def aclose(self) -> None:
+        return None

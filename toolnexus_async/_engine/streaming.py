@@ -1,0 +1,208 @@
+"""Streaming a run: typed events as they happen, from one owned producer task.
+
+Rules of this module:
+
+- A stream is a run like any other (same loop, tools, hooks, suspension rule); it only
+  reports more: ``text`` and ``reasoning`` deltas, each ``tool_call``, each
+  ``tool_result``, each ``pending`` request (before ``wait_for`` is awaited, so a host can
+  push a login link at once), ``usage`` per model reply, and a last ``done`` carrying the
+  :class:`RunResult`.
+- A run that fails raises from the iteration; it never ends with a truncated ``done``.
+- The run is a task owned by the stream's task group: leaving ``async with`` early (a
+  ``break``, an exception) cancels it, which aborts the HTTP request and the tool tasks.
+  Iterating without ``async with`` is refused with a clear error: a plain ``async for``
+  that stops early could not close the run's task group from the right task.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Literal, Self
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from .._core.errors import UsageError
+from .._core.fastinit import fast_init
+from .._core.messages import Usage
+from .._core.results import RunResult
+from .._core.types import Request
+
+__all__ = (
+    "RunStream",
+    "StreamDone",
+    "StreamEvent",
+    "StreamPending",
+    "StreamReasoning",
+    "StreamText",
+    "StreamToolCall",
+    "StreamToolResult",
+    "StreamUsage",
+)
+
+
+@fast_init
+@attrs.frozen
+class StreamText:
+    """A piece of the model's text; the pieces of one reply join to its text."""
+
+    text: str
+    kind: Literal["text"] = attrs.field(default="text", init=False)
+
+
+@fast_init
+@attrs.frozen
+class StreamReasoning:
+    """A piece of the model's reasoning (Anthropic's thinking, the ``reasoning`` of
+    OpenAI-compatible servers), as it arrives; never part of the text."""
+
+    text: str
+    kind: Literal["reasoning"] = attrs.field(default="reasoning", init=False)
+
+
+@fast_init
+@attrs.frozen
+class StreamToolCall:
+    """The model called a tool (emitted when its reply is complete)."""
+
+    id: str
+    name: str
+    arguments: dict[str, object]
+    kind: Literal["tool_call"] = attrs.field(default="tool_call", init=False)
+
+
+@fast_init
+@attrs.frozen
+class StreamToolResult:
+    """What a call's result is, as the model will see it (never a suspension);
+    ``declined``: the call asked and its request was refused, cancelled or expired."""
+
+    id: str
+    name: str
+    output: str
+    is_error: bool
+    declined: bool = False
+    kind: Literal["tool_result"] = attrs.field(default="tool_result", init=False)
+
+
+@fast_init
+@attrs.frozen
+class StreamPending:
+    """A call suspended on ``request``; emitted before anyone is asked."""
+
+    request: Request
+    call_id: str
+    tool: str
+    kind: Literal["pending"] = attrs.field(default="pending", init=False)
+
+
+@fast_init
+@attrs.frozen
+class StreamUsage:
+    """The tokens of one model reply."""
+
+    usage: Usage
+    kind: Literal["usage"] = attrs.field(default="usage", init=False)
+
+
+@fast_init
+@attrs.frozen
+class StreamDone:
+    """The run is over; the last event."""
+
+    result: RunResult
+    kind: Literal["done"] = attrs.field(default="done", init=False)
+
+
+StreamEvent = (
+    StreamText
+    | StreamReasoning
+    | StreamToolCall
+    | StreamToolResult
+    | StreamPending
+    | StreamUsage
+    | StreamDone
+)
+Sink = Callable[[StreamEvent], None]
+
+
+class RunStream:
+    """The events of one run: ``async with client.stream(...) as events: async for e in events``.
+
+    Leaving the ``async with`` stops the run if it is still going.
+    """
+
+    def __init__(self, start: Callable[[Sink], Awaitable[RunResult]]) -> None:
+        self._start = start
+        self._tg: TaskGroup | None = None
+        self._send: MemoryObjectSendStream[StreamEvent] | None = None
+        self._receive: MemoryObjectReceiveStream[StreamEvent] | None = None
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        if self._tg is not None or self._closed:
+            raise UsageError("a run stream can be entered once")
+        self._send, self._receive = anyio.create_memory_object_stream[StreamEvent](math.inf)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._produce)
+        return self
+
+    async def _produce(self) -> None:
+        send = self._send
+        assert send is not None
+        with send:
+            try:
+                result = await self._start(send.send_nowait)
+            except Exception as exc:
+                # Kept and raised from the iteration: a task group would wrap it in a group.
+                self._failure = exc
+                return
+            send.send_nowait(StreamDone(result))
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        if self._tg is None and not self._closed:
+            raise UsageError(
+                "iterate a run stream inside `async with client.stream(...) as events:`; "
+                "leaving that block is what stops the run when you stop early"
+            )
+        receive = self._receive
+        if receive is None or self._closed:
+            raise StopAsyncIteration
+        try:
+            return await receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            pass
+        failure = self._failure
+        if failure is not None:
+            self._failure = None
+            raise failure
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Stop the run if it is still going and release everything. Idempotent."""
+        await self.__aexit__(None, None, None)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+        if self._receive is not None:
+            self._receive.close()

@@ -1,0 +1,1 @@
+"""The PostgreSQL run store: one database that any number of workers share."""

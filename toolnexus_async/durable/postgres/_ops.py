@@ -1,0 +1,456 @@
+"""The run store's operations in PostgreSQL: the SQLite store's, in another dialect.
+
+Rules of this module:
+
+- One method per write, each over a connection inside a transaction its caller opened;
+  the statements are those of ``_ops`` (the same tables, the same guards), and the rows
+  become values through the same functions (``_decide.judge``; the reads, ``_pg_queries``,
+  through ``_queries.run_of``), so the two stores keep one contract.
+- Ownership is checked in the statement that writes (``... AND owner = $n``), and a row a
+  write depends on is locked by that statement, so two workers racing for one request or
+  one run are serialised by PostgreSQL: exactly one wins, the other sees its result.
+- The operations notify nobody: the store announces what committed (:func:`event_payload`)
+  after the commit, in a statement of its own.
+- A write's events (``_run_events``) are inserted after its own first write, so that its
+  transaction has its id before it takes an event ``seq`` (what ``EventTail`` relies on).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..._core.errors import DamagedRunError, StoreError, UnknownRequestError, UsageError
+from ..._core.wire import ApprovalClaim, claim_refusal
+from .._decide import Saved, accepted, damaged_reason, judge
+from .._run_events import EVENTS_KEEP, EventRow, answered, failed
+from .._store import Accepted, LeaseLostError, StoredRun, StoreEvent
+from ._queries import load
+
+__all__ = ("CHANNEL", "PgOps", "event_payload")
+
+# The channel every store on a database announces on; one LISTEN serves all its hosts.
+CHANNEL = "toolnexus_run_store"
+
+
+def event_payload(event: StoreEvent) -> str:
+    """The NOTIFY payload of ``event``: the ids it names, never data."""
+    body: dict[str, str | bool | None] = {
+        "kind": event.kind,
+        "request": event.request_id,
+        "run": event.run_id,
+        "owner": event.owner,
+    }
+    if event.delivered:
+        body["delivered"] = True
+    return json.dumps(body)
+
+
+_HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
+
+
+def _count(status: str) -> int:
+    """The row count of an asyncpg command status such as ``UPDATE 1``."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class PgOps:
+    """The operations on the tables of one PostgreSQL schema."""
+
+    def __init__(self, schema: str) -> None:
+        self.s = schema
+
+    async def _lost(self, conn: Any, run_id: str, owner: str) -> Exception:
+        row = await conn.fetchrow(
+            f"SELECT owner, status FROM {self.s}.runs WHERE run_id = $1", run_id
+        )
+        if row is None:
+            return UnknownRequestError(run_id, f"no stored run {run_id!r}")
+        return LeaseLostError(
+            f"run {run_id!r} is not held by this worker any more (held by {row[0]!r}, "
+            f"{row[1]}); it must stop here"
+        )
+
+    async def _guarded(self, conn: Any, sql: str, run_id: str, owner: str, *args: Any) -> None:
+        if not _count(await conn.execute(sql, run_id, owner, *args)):
+            raise await self._lost(conn, run_id, owner)
+
+    async def _alive(self, conn: Any, owner: str, until: float) -> None:
+        """Extend ``owner``'s lease to ``until`` (renewal: always)."""
+        await conn.execute(
+            f"INSERT INTO {self.s}.workers (name, alive_until) VALUES ($1, $2)"
+            " ON CONFLICT (name) DO UPDATE SET alive_until ="
+            f" GREATEST({self.s}.workers.alive_until, excluded.alive_until)",
+            owner,
+            until,
+        )
+
+    async def _known(self, conn: Any, owner: str, until: float, now: float) -> None:
+        """Give ``owner`` a lease if it has none that still runs at ``now``.
+
+        A run started or claimed by a worker whose lease runs is covered by that lease,
+        which its host renews; writing the row for every run would make all of one
+        worker's transactions wait on that row's lock, one after the other.
+        """
+        await conn.execute(
+            f"INSERT INTO {self.s}.workers (name, alive_until) SELECT $1, $2 WHERE NOT EXISTS"
+            f" (SELECT 1 FROM {self.s}.workers WHERE name = $1 AND alive_until >= $3)"
+            " ON CONFLICT (name) DO UPDATE SET alive_until ="
+            f" GREATEST({self.s}.workers.alive_until, excluded.alive_until)",
+            owner,
+            until,
+            now,
+        )
+
+    async def _tell(self, conn: Any, rows: list[EventRow], now: float) -> None:
+        """The events of this write, after its first write (see the module rules)."""
+        insert = f"INSERT INTO {self.s}.events (run_id, kind, data, at) VALUES ($1, $2, $3, $4)"
+        if len(rows) == 1:
+            await conn.execute(insert, *rows[0], now)
+        elif rows:
+            await conn.executemany(insert, [(*row, now) for row in rows])
+
+    async def _close_requests(self, conn: Any, run_id: str, before_turn: int | None = None) -> None:
+        turn = "" if before_turn is None else f" AND turn < {int(before_turn)}"
+        await conn.execute(
+            f"UPDATE {self.s}.requests SET status = CASE status WHEN 'pending' THEN 'closed'"
+            " ELSE status END, delivered = 1"
+            f" WHERE run_id = $1{turn} AND (status = 'pending' OR delivered = 0)",
+            run_id,
+        )
+
+    # -- a run's progress -----------------------------------------------------------------
+
+    async def start(
+        self,
+        conn: Any,
+        run_id: str,
+        owner: str,
+        lease_until: float,
+        turn: int,
+        state: str,
+        prompt: str,
+        now: float,
+        events: list[EventRow],
+    ) -> None:
+        inserted = await conn.execute(
+            f"INSERT INTO {self.s}.runs (run_id, status, owner, turn, state, prompt, created,"
+            " updated) VALUES ($1, 'running', $2, $3, $4, $5, $6, $6)"
+            " ON CONFLICT (run_id) DO NOTHING",
+            run_id,
+            owner,
+            turn,
+            state,
+            prompt,
+            now,
+        )
+        if not _count(inserted):
+            raise UsageError(f"a run {run_id!r} is stored already; run ids must be unique")
+        await self._known(conn, owner, lease_until, now)
+        await self._tell(conn, events, now)
+
+    async def turn(
+        self,
+        conn: Any,
+        run_id: str,
+        turn: int,
+        owner: str,
+        state: str,
+        now: float,
+        events: list[EventRow],
+    ) -> None:
+        await self._guarded(
+            conn,
+            f"UPDATE {self.s}.runs SET turn = $3, state = $4, updated = $5 WHERE {_HELD}",
+            run_id,
+            owner,
+            turn,
+            state,
+            now,
+        )
+        if turn > 1:
+            await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
+            await self._close_requests(conn, run_id, before_turn=turn)
+        await self._tell(conn, events, now)
+
+    async def record(
+        self,
+        conn: Any,
+        run_id: str,
+        call_id: str,
+        owner: str,
+        record: str,
+        event: EventRow,
+        request_id: str | None,
+        now: float,
+    ) -> None:
+        await self._guarded(
+            conn,
+            f"INSERT INTO {self.s}.results (run_id, call_id, record)"
+            f" SELECT $1, $3, $4 WHERE EXISTS (SELECT 1 FROM {self.s}.runs WHERE {_HELD})"
+            " ON CONFLICT (run_id, call_id) DO UPDATE SET record = excluded.record",
+            run_id,
+            owner,
+            call_id,
+            record,
+        )
+        rows = [event]
+        if request_id is not None and await conn.fetchval(
+            f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1 AND status = 'pending'",
+            request_id,
+        ):
+            rows.insert(0, answered(run_id, False, "expired", request_id, now, None))
+        await self._tell(conn, rows, now)
+
+    async def suspend(
+        self,
+        conn: Any,
+        run_id: str,
+        call_id: str,
+        owner: str,
+        request_id: str,
+        body: str,
+        expires_at: float | None,
+        kind: str,
+        prompt: str,
+        event: EventRow,
+        now: float,
+    ) -> None:
+        inserted = await conn.execute(
+            f"INSERT INTO {self.s}.requests (request_id, run_id, call_id, turn, body, status,"
+            f" expires_at, kind, prompt) SELECT $3, run_id, $4, turn, $5, 'pending', $6, $7,"
+            f" $8 FROM {self.s}.runs WHERE {_HELD} ON CONFLICT (request_id) DO NOTHING",
+            run_id,
+            owner,
+            request_id,
+            call_id,
+            body,
+            expires_at,
+            kind,
+            prompt,
+        )
+        if not _count(inserted):
+            if await conn.fetchval(
+                f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1", request_id
+            ):
+                raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
+            raise await self._lost(conn, run_id, owner)
+        await self._tell(conn, [event], now)
+
+    async def halt(self, conn: Any, run_id: str, owner: str, now: float) -> None:
+        await self._guarded(
+            conn,
+            f"UPDATE {self.s}.runs SET status = 'halted', owner = NULL, updated = $3 WHERE {_HELD}",
+            run_id,
+            owner,
+            now,
+        )
+
+    async def release(self, conn: Any, run_id: str, owner: str, now: float) -> None:
+        await conn.execute(
+            f"UPDATE {self.s}.runs SET owner = NULL, updated = $3 WHERE run_id = $1 AND owner = $2",
+            run_id,
+            owner,
+            now,
+        )
+
+    async def finish(
+        self,
+        conn: Any,
+        run_id: str,
+        owner: str,
+        final: str,
+        now: float,
+        outcome: str,
+        text: str | None,
+        event: EventRow,
+    ) -> None:
+        await self._guarded(
+            conn,
+            f"UPDATE {self.s}.runs SET status = 'done', owner = NULL, final = $3, updated = $4,"
+            f" outcome = $5, text = $6 WHERE {_HELD}",
+            run_id,
+            owner,
+            final,
+            now,
+            outcome,
+            text,
+        )
+        await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
+        await self._close_requests(conn, run_id)
+        await self._tell(conn, [event], now)
+
+    async def fail(self, conn: Any, run_id: str, error: str, owner: str, now: float) -> None:
+        await self._guarded(
+            conn,
+            f"UPDATE {self.s}.runs SET status = 'failed', owner = NULL, error = $3, updated = $4"
+            f" WHERE {_HELD}",
+            run_id,
+            owner,
+            error,
+            now,
+        )
+        await self._close_requests(conn, run_id)
+        await self._tell(conn, [failed(run_id, error)], now)
+
+    async def prune(self, conn: Any, keep: int, now: float) -> None:
+        old = await conn.fetch(
+            f"SELECT run_id FROM {self.s}.runs WHERE status IN ('done', 'failed')"
+            " ORDER BY updated DESC OFFSET $1",
+            keep,
+        )
+        if old:
+            ids = [row[0] for row in old]
+            for table in ("requests", "results", "runs"):
+                await conn.execute(f"DELETE FROM {self.s}.{table} WHERE run_id = ANY($1)", ids)
+        await conn.execute(
+            f"DELETE FROM {self.s}.workers w WHERE alive_until < $1 AND NOT EXISTS"
+            f" (SELECT 1 FROM {self.s}.runs r WHERE r.owner = w.name)",
+            now - 86_400,
+        )
+        await conn.execute(
+            f"DELETE FROM {self.s}.events WHERE seq <= (SELECT max(seq) FROM {self.s}.events) - $1",
+            EVENTS_KEEP,
+        )
+
+    async def save(self, conn: Any, saved: Saved, now: float, events: list[EventRow]) -> None:
+        """A run halted elsewhere (see ``_ops.saved``), held by nobody."""
+        run_id = saved.run_id
+        taken = await conn.fetchrow(
+            f"SELECT request_id, run_id FROM {self.s}.requests"
+            " WHERE request_id = ANY($1) AND run_id <> $2 LIMIT 1",
+            [r[0] for r in saved.requests],
+            run_id,
+        )
+        if taken is not None:
+            raise UsageError(f"request {taken[0]!r} is already filed under run {taken[1]!r}")
+        for table in ("requests", "results", "runs"):
+            await conn.execute(f"DELETE FROM {self.s}.{table} WHERE run_id = $1", run_id)
+        await conn.execute(
+            f"INSERT INTO {self.s}.runs (run_id, status, owner, turn, state, prompt, created,"
+            " updated) VALUES ($1, 'halted', NULL, $2, $3, $4, $5, $5)",
+            run_id,
+            saved.turn,
+            saved.state,
+            saved.prompt,
+            now,
+        )
+        await conn.executemany(
+            f"INSERT INTO {self.s}.results (run_id, call_id, record) VALUES ($1, $2, $3)",
+            [(run_id, call_id, record) for call_id, record in saved.results],
+        )
+        await conn.executemany(
+            f"INSERT INTO {self.s}.requests (request_id, run_id, call_id, turn, body, status,"
+            " expires_at, kind, prompt) VALUES ($1, $2, $3, $4, $5, 'pending', $6,"
+            " $5::text::json->>'kind', $5::text::json->>'prompt')",
+            [(rid, run_id, cid, saved.turn, body, exp) for rid, cid, body, exp in saved.requests],
+        )
+        await self._tell(conn, events, now)
+
+    # -- answers and leases ---------------------------------------------------------------
+
+    async def accept(
+        self,
+        conn: Any,
+        answer_id: str,
+        answer: str,
+        now: float,
+        delivered: bool,
+        claim: ApprovalClaim | None = None,
+        ok: bool = True,
+        reason: str | None = None,
+        by: str | None = None,
+    ) -> Accepted | Exception:
+        # FOR UPDATE OF q: a second answer to the same request waits here until the first
+        # committed, then reads its outcome.
+        row = await conn.fetchrow(
+            "SELECT q.body, q.run_id, q.call_id, q.status, q.expires_at, r.owner,"
+            " w.alive_until, r.status, q.turn = r.turn"
+            f" FROM {self.s}.requests q JOIN {self.s}.runs r USING (run_id)"
+            f" LEFT JOIN {self.s}.workers w ON w.name = r.owner"
+            " WHERE q.request_id = $1 FOR UPDATE OF q",
+            answer_id,
+        )
+        values = None if row is None else tuple(row)
+        refusal, expire = judge(answer_id, values, now)
+        if expire:
+            await conn.execute(
+                f"UPDATE {self.s}.requests SET status = 'expired', delivered = 0"
+                " WHERE request_id = $1 AND status = 'pending'",
+                answer_id,
+            )
+            assert values is not None  # judge marks an existing request only
+            expiry = answered(values[1], False, "expired", answer_id, now, None)
+            await self._tell(conn, [expiry], now)
+        if refusal is not None:
+            return refusal
+        assert values is not None
+        taken = accepted(values)  # before the write: a damaged row is refused, changing nothing
+        mismatch = claim_refusal(taken.request, claim)
+        if mismatch is not None:
+            return mismatch  # it approves another call: nothing taken, the request waits
+        await conn.execute(
+            f"UPDATE {self.s}.requests SET status = 'answered', answer = $2, delivered = $3,"
+            " answered_at = $4, answered_by = $5 WHERE request_id = $1 AND status = 'pending'",
+            answer_id,
+            answer,
+            int(delivered),
+            now,
+            by,
+        )
+        await self._tell(conn, [answered(taken.run_id, ok, reason, answer_id, now, by)], now)
+        return taken
+
+    async def claim(
+        self, conn: Any, run_id: str, owner: str, lease_until: float, now: float
+    ) -> StoredRun | DamagedRunError | None:
+        changed = await conn.execute(
+            f"UPDATE {self.s}.runs SET status = 'running', owner = $2, updated = $3"
+            " WHERE run_id = $1 AND status IN ('running', 'halted') AND (owner IS NULL"
+            f" OR owner = $2 OR owner IN (SELECT name FROM {self.s}.workers"
+            " WHERE alive_until < $3))",
+            run_id,
+            owner,
+            now,
+        )
+        if not _count(changed):
+            return None
+        await self._known(conn, owner, lease_until, now)
+        await conn.execute(
+            f"UPDATE {self.s}.requests SET delivered = 1 WHERE run_id = $1 AND delivered = 0",
+            run_id,
+        )
+        expired = await conn.fetch(
+            f"UPDATE {self.s}.requests SET status = 'expired', delivered = 1"
+            " WHERE run_id = $1 AND status = 'pending' AND expires_at <= $2 RETURNING request_id",
+            run_id,
+            now,
+        )
+        await self._tell(
+            conn, [answered(run_id, False, "expired", r[0], now, None) for r in expired], now
+        )
+        try:
+            return await load(conn, self.s, run_id)
+        except StoreError as exc:
+            # As in ``_ops``: failed with the reason, once, and never ready again.
+            error = damaged_reason(exc)
+            await conn.execute(
+                f"UPDATE {self.s}.runs SET status = 'failed', owner = NULL, error = $2,"
+                " updated = $3 WHERE run_id = $1",
+                run_id,
+                error,
+                now,
+            )
+            await self._close_requests(conn, run_id)
+            await self._tell(conn, [failed(run_id, error)], now)
+            return DamagedRunError(run_id, f"run {run_id!r} {error}")
+
+    async def renew(self, conn: Any, owner: str, lease_until: float) -> None:
+        await self._alive(conn, owner, lease_until)
+
+    async def delivered(self, conn: Any, request_ids: list[str]) -> None:
+        await conn.execute(
+            f"UPDATE {self.s}.requests SET delivered = 1"
+            " WHERE request_id = ANY($1) AND delivered = 0",
+            request_ids,
+        )

@@ -1,0 +1,306 @@
+"""``PgConnections``: the connections a :class:`PostgresRunStore` writes and listens on.
+
+Rules of this module:
+
+- Every call is one transaction on a pooled connection (:meth:`PgConnections.in_transaction`),
+  committed before the call returns: with PostgreSQL's defaults (``fsync``,
+  ``synchronous_commit`` on) what it wrote survives a crash of the worker and of the
+  database server. Concurrent transactions share WAL flushes in the server, so there is
+  no batching of our own.
+- A transaction, once it has its connection, is not cut short by anyio cancellation, and
+  a connection that saw a passing fault is not used again.
+- One extra connection, opened by the first :meth:`PgConnections.listen`, LISTENs on the
+  store's channel and hands each event to the listeners. If it drops, events are missed
+  until it is opened again (at the next call that reads the store); hosts look at the
+  store every few seconds regardless, so a missed event delays, never loses.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+
+from ..._core.errors import ToolnexusError, UsageError
+from .._run_events import Watchers
+from .._store import StoreEvent
+from ._errors import PgErrors
+from ._ops import CHANNEL, event_payload
+from ._schema import ensure
+
+__all__ = ("PgConnections",)
+
+log = logging.getLogger("toolnexus_async.durable")
+
+T = TypeVar("T")
+
+
+async def _nothing_to_reset(conn: Any) -> None:
+    return None
+
+
+class PgConnections:
+    """The pool (opened on first use) and the LISTEN connection of one store.
+
+    Args:
+        asyncpg: the asyncpg module (imported by the store, not here).
+        dsn: the database's DSN.
+        schema: the (quoted) schema the tables live in, created on first use.
+        min_size, max_size, command_timeout, call_timeout: as :class:`PostgresRunStore`.
+    """
+
+    def __init__(
+        self,
+        asyncpg: Any,
+        dsn: str,
+        schema: str,
+        *,
+        min_size: int,
+        max_size: int,
+        command_timeout: float,
+        call_timeout: float | None,
+    ) -> None:
+        self._asyncpg = asyncpg
+        self._dsn = dsn
+        self._schema = schema
+        self._error = PgErrors(dsn, asyncpg)
+        self.where = self._error.where
+        self._pool_options = {
+            "min_size": min_size,
+            "max_size": max_size,
+            "command_timeout": command_timeout,
+            # Our transactions leave no session state behind (no LISTEN, no session
+            # locks, no SET), so asyncpg's reset, one more round trip per write, is skipped.
+            "reset": _nothing_to_reset,
+        }
+        self._timeout = command_timeout
+        self._call_timeout = call_timeout
+        self._pool: Any = None
+        self._opening = anyio.Lock()
+        self._closed = False
+        # The calls under way, which aclose() lets finish before it closes the pool: one
+        # waiting for a pooled connection would otherwise be refused ("pool is closing"),
+        # and one given a connection while the pool closes would lose it mid-transaction.
+        self._busy = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._listeners: list[Callable[[StoreEvent], None]] = []
+        # Told after each write here, and each event heard: a write of this store ended.
+        self.committed = Watchers()
+        self._listening: Any = None  # the LISTEN connection, once a listener came
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the listening connection and the pool; idempotent. The calls made before
+        end first (each is bounded by ``command_timeout`` once it has a connection)."""
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self._idle.wait()
+            listening, self._listening = self._listening, None
+            if listening is not None:
+                await self._quietly(listening.close())
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                with anyio.move_on_after(10) as waited:
+                    await self._quietly(pool.close())
+                if waited.cancelled_caught:  # a connection hung: do not wait forever
+                    pool.terminate()
+
+    @staticmethod
+    async def _quietly(closing: Awaitable[Any]) -> None:
+        try:
+            await closing
+        except Exception as exc:  # closing what already broke: nothing more to do
+            log.debug("closing a PostgreSQL connection: %r", exc)
+
+    async def connected(self) -> Any:
+        """The pool, opened (and the schema made) if it is not yet."""
+        if self._closed:
+            raise UsageError("this run store is closed")
+        if self._pool is not None:
+            return self._pool
+        async with self._opening:
+            if self._pool is None:
+                try:
+                    pool = await self._asyncpg.create_pool(self._dsn, **self._pool_options)
+                except (OSError, self._asyncpg.PostgresError, self._asyncpg.InterfaceError) as exc:
+                    raise self._error("cannot be opened", exc) from None
+                try:
+                    async with pool.acquire() as conn:
+                        await ensure(conn, self._schema, self.where)
+                except BaseException:
+                    await pool.close()
+                    raise
+                self._pool = pool
+        return self._pool
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
+
+    # -- writing -------------------------------------------------------------------------------
+
+    async def in_transaction(
+        self,
+        op: Callable[..., Awaitable[T | Exception]],
+        *args: Any,
+        tell: Callable[[T], StoreEvent] | None = None,
+    ) -> T:
+        """``op(conn, *args)`` in a transaction; refusals it returns are raised after the
+        commit (what they changed is kept), refusals it raises roll it back.
+
+        ``tell(outcome)`` is the event to announce once the transaction committed, with a
+        NOTIFY of its own: PostgreSQL serialises the commits of transactions that notify,
+        flush and all, so a NOTIFY inside the write would cost every write a disk flush
+        of its own instead of sharing flushes with the writes committing with it. A
+        notification-only transaction writes nothing that needs a flush. Telling may fail
+        (a dropped connection): the write stands, and the event is missed (listeners
+        look at the store every few seconds anyway).
+
+        Waiting for a pooled connection has no deadline of its own (unless
+        ``call_timeout``) and can be cancelled: a burst of writes queues for the pool rather
+        than fails, and every transaction ahead in the queue is bounded by
+        ``command_timeout``. The transaction itself is
+        shielded from anyio cancellation (a cancel scope, a time limit): it takes effect
+        once the transaction is over (committed or rolled back), never in the middle of
+        it, which would leave a connection in an unknown state and the caller not knowing
+        whether its write committed. A native asyncio cancellation (``asyncio.timeout``,
+        ``Task.cancel``) is not held off by an anyio shield: that caller is not told
+        whether its write committed (PostgreSQL keeps it whole or not at all), and no
+        other caller's write depends on it, each being a transaction of its own.
+        """
+        self._busy += 1
+        if self._busy == 1:
+            self._idle = anyio.Event()
+        try:
+            pool = await self.connected()  # counted: a pool opened meanwhile is closed too
+            failures = self._error.failures()
+            began = time.monotonic()
+            limit = self._call_timeout
+            try:
+                async with pool.acquire(timeout=limit) as conn:
+                    left = self._left(limit, time.monotonic() - began)
+                    with anyio.CancelScope(shield=True):
+                        try:
+                            async with conn.transaction():
+                                if left is not None:
+                                    await self._within(conn, left)
+                                outcome = await op(conn, *args)
+                        except failures as exc:
+                            if self._error.passing(exc):
+                                # A connection that saw a fault (the server ended it, a
+                                # statement timed out mid-protocol) is not trusted again:
+                                # the pool opens a new one in its place.
+                                conn.terminate()
+                            raise
+                        if tell is not None and not isinstance(outcome, Exception):
+                            await self._notify(conn, tell(outcome))
+            except ToolnexusError:
+                raise
+            except failures as exc:
+                raise self._error("failed", exc) from None
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle.set()
+        if isinstance(outcome, Exception):
+            raise outcome
+        result: T = outcome
+        return result
+
+    def _left(self, limit: float | None, waited: float) -> float | None:
+        """What is left of ``call_timeout`` for the statements, when the wait for the
+        connection took enough of it (a tenth) that ``command_timeout`` would overrun it."""
+        if limit is None:
+            return None
+        left = limit - waited
+        return left if left < 0.9 * min(limit, self._timeout) else None
+
+    async def _within(self, conn: Any, left: float) -> None:
+        """One deadline per call (``call_timeout``): what waiting for a connection took
+        (the pool full of writes held up by a lock, say) is taken from what its statements
+        may take, so a call fails within about ``call_timeout``, not twice that. Only when
+        the wait took some of it: it costs a round trip."""
+        if left <= 0.001:
+            raise TimeoutError("no time was left after waiting for a pooled connection")
+        await conn.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
+
+    async def _notify(self, conn: Any, event: StoreEvent) -> None:
+        try:
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, event_payload(event))
+        except self._error.failures() as exc:
+            log.warning("%s", self._error(f"{event.kind} {event.request_id!r} not announced", exc))
+
+    # -- being told ------------------------------------------------------------------------
+
+    async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
+        """Events committed by any worker on the database (through LISTEN/NOTIFY)."""
+        self._listeners.append(callback)
+        await self.keep_listening()
+
+        def stop() -> None:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+        return stop
+
+    async def keep_listening(self) -> None:
+        """Open the LISTEN connection if there are listeners and it is not open."""
+        if not self._listeners or self._closed:
+            return
+        if self._listening is not None and not self._listening.is_closed():
+            return
+        await self.connected()
+        async with self._opening:  # one LISTEN connection, however many callers race here
+            if self._closed or (self._listening is not None and not self._listening.is_closed()):
+                return
+            asyncpg = self._asyncpg
+            with anyio.CancelScope(shield=True):  # a connection half made would leak
+                conn: Any = None
+                failures = self._error.failures()
+                try:
+                    conn = await asyncpg.connect(self._dsn, timeout=self._timeout)
+                    await conn.add_listener(CHANNEL, self._notified)
+                except failures as exc:
+                    if conn is not None:
+                        await self._quietly(conn.close())
+                    log.warning(
+                        "%s", self._error("cannot listen for events (hosts will look instead)", exc)
+                    )
+                    return
+            if self.closed:  # closed while connecting: aclose did not see this one
+                await self._quietly(conn.close())
+                return
+            stale, self._listening = self._listening, conn
+            if stale is not None:
+                await self._quietly(stale.close())
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """``callback()`` after each write here (:meth:`committed`) and each event heard."""
+        return self.committed.add(callback)
+
+    def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        self.committed()
+        try:
+            data = json.loads(payload)
+            event = StoreEvent(
+                data["kind"],
+                data["request"],
+                data["run"],
+                data["owner"],
+                bool(data.get("delivered", False)),
+            )
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s: an event that is not ours on %s: %.200r", self.where, channel, payload)
+            return
+        for callback in tuple(self._listeners):
+            try:
+                callback(event)
+            except Exception:
+                log.exception("a run store listener raised on %r", event)

@@ -1,0 +1,339 @@
+"""``PostgresRunStore``: the run journal in PostgreSQL, shared by every worker on it.
+
+Rules of this module:
+
+- Every write is one transaction, committed before the write returns (the connections,
+  the transactions and the LISTEN connection are :mod:`._pg_pool`'s; how the database's
+  failures are told, :mod:`._pg_errors`'s; the statements, :mod:`._pg_ops`'s and
+  :mod:`._pg_queries`'s). This module holds the :class:`RunStore` contract's methods.
+- asyncpg is imported when the store is made, not with the package: it is the optional
+  ``postgres`` extra.
+- The DSN may hold a password: it is never shown. The repr names the database as
+  ``host:port/dbname`` only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Self
+
+from ..._core.errors import UsageError
+from ..._core.results import RunResult, ToolCallRecord, record_to_json
+from ..._core.types import Answer, Request
+from ..._core.wire import approval_claim
+from .. import _run_events as run_events
+from .._decide import saved
+from .._listing import RequestPage, RequestQuery, RunPage, RunQuery, RunView
+from .._rows import encode, plain, prompt_of, state_text
+from .._run_events import EventRead, expired_request, saved_events, started_events
+from .._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
+from . import _queries as pg_queries
+from ._ops import PgOps
+from ._pool import PgConnections
+from ._schema import qualified
+
+__all__ = ("PostgresRunStore",)
+
+DEFAULT_KEEP_FINISHED = 10_000
+
+
+async def _select_one(conn: Any) -> None:
+    await conn.fetchval("SELECT 1")
+
+
+class PostgresRunStore:
+    """A :class:`RunStore` in a PostgreSQL database, shared by every worker on it.
+
+    The connection pool is opened on first use or by ``async with``; :meth:`aclose`
+    closes it. The tables are created in ``schema`` on first use.
+
+    Args:
+        dsn: ``postgresql://user:password@host:port/dbname`` (any form asyncpg accepts).
+        schema: the PostgreSQL schema the tables live in (created if missing).
+        min_size, max_size: the pool's connections (each write holds one for its
+            transaction; a worker needs about as many as it has writes in flight).
+        keep_finished: how many ended runs are kept, the most recent.
+        prune_every: seconds between two prunings of the ended runs beyond
+            ``keep_finished`` (done by whichever write ends a run then): finding them costs
+            a scan of ``keep_finished`` index entries, too much for every ended run.
+        command_timeout: seconds a statement may take (a lock held too long included)
+            before it fails with :class:`StoreUnavailableError`.
+        call_timeout: seconds a whole call may take, the wait for a pooled connection
+            included, before it fails with :class:`StoreUnavailableError`; ``None`` (the
+            default): a call waits for a connection as long as it takes (a burst slows
+            down rather than fails) and each statement is bounded by ``command_timeout``.
+            A server answering requests sets it (``serve`` uses ``--store-timeout``), so
+            that no request waits past it while the pool is held up.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "toolnexus",
+        min_size: int = 2,
+        max_size: int = 10,
+        keep_finished: int = DEFAULT_KEEP_FINISHED,
+        prune_every: float = 10.0,
+        command_timeout: float = 30.0,
+        call_timeout: float | None = None,
+    ) -> None:
+        try:
+            import asyncpg
+        except ImportError as exc:  # the optional extra is not installed
+            raise UsageError(
+                "PostgresRunStore needs asyncpg: pip install -e '.[postgres]' in the "
+                "toolnexus-async checkout (or pip install 'asyncpg>=0.30')"
+            ) from exc
+        if not isinstance(dsn, str) or not dsn.startswith(("postgresql://", "postgres://")):
+            raise UsageError("dsn must be a postgresql:// URL")
+        if keep_finished < 0:
+            raise UsageError(f"keep_finished must be >= 0, got {keep_finished}")
+        if call_timeout is not None and not 0 < call_timeout < float("inf"):
+            raise UsageError(f"call_timeout must be > 0 seconds and finite, got {call_timeout}")
+        if not 1 <= min_size <= max_size:
+            raise UsageError(f"need 1 <= min_size <= max_size, got {min_size}, {max_size}")
+        self.schema = qualified(schema)
+        self._pg = PgConnections(
+            asyncpg,
+            dsn,
+            self.schema,
+            min_size=min_size,
+            max_size=max_size,
+            command_timeout=command_timeout,
+            call_timeout=call_timeout,
+        )
+        self.where = self._pg.where
+        # Every call of the contract is one transaction on a pooled connection.
+        self._in_transaction = self._pg.in_transaction
+        self._ops = PgOps(self.schema)
+        self._keep = keep_finished
+        self._prune_every = prune_every
+        self._pruned = 0.0
+
+    def __repr__(self) -> str:
+        return f"PostgresRunStore({self.where!r}, schema={self.schema!r})"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self._pg.connected()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the listening connection and the pool; idempotent. The calls made before
+        end first (each is bounded by ``command_timeout`` once it has a connection)."""
+        await self._pg.aclose()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._pg.closed
+
+    async def _ended(self, conn: Any, now: float) -> None:
+        """Prune ended runs beyond the bound, at most every few seconds."""
+        if now - self._pruned >= self._prune_every:
+            self._pruned = now
+            await self._ops.prune(conn, self._keep, now)
+
+    # -- the contract --------------------------------------------------------------------------
+
+    async def _written(self, op: Any, *args: Any, tell: Any = None) -> Any:
+        """A write in its transaction; then this worker's event feeds look (``watch``)."""
+        try:
+            return await self._in_transaction(op, *args, tell=tell)
+        finally:
+            self._pg.committed()
+
+    async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
+        text, prompt, now = state_text(state), prompt_of(state), time.time()
+        events = started_events(state, turn)
+        await self._written(
+            self._ops.start, state.run_id, owner, lease_until, turn, text, prompt, now, events
+        )
+
+    async def turn(self, state: RunResult, turn: int, owner: str) -> None:
+        text, events = state_text(state), run_events.tool_calls(state)
+        await self._written(self._ops.turn, state.run_id, turn, owner, text, time.time(), events)
+
+    async def record(self, run_id: str, record: ToolCallRecord, owner: str) -> None:
+        text = encode(record_to_json(record), f"the result of call {record.call.id!r}")
+        event, request_id = run_events.tool_result(run_id, record), expired_request(record)
+        await self._written(
+            self._ops.record, run_id, record.call.id, owner, text, event, request_id, time.time()
+        )
+
+    async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
+        body = encode(request.to_dict(), f"request {request.id!r}")
+        left = request.seconds_left()
+        now = time.time()
+        expires = None if left is None else now + left
+        event = StoreEvent("requested", request.id, run_id, owner)
+        await self._written(
+            self._ops.suspend,
+            run_id,
+            call_id,
+            owner,
+            request.id,
+            body,
+            expires,
+            plain(request.kind),
+            plain(request.prompt),
+            run_events.pending(run_id, request),
+            now,
+            tell=lambda _: event,
+        )
+
+    async def halt(self, run_id: str, owner: str) -> None:
+        await self._written(self._ops.halt, run_id, owner, time.time())
+
+    async def finish(self, result: RunResult, owner: str) -> None:
+        final, now, event = state_text(result), time.time(), run_events.done(result)
+
+        async def finish(conn: Any) -> None:
+            await self._ops.finish(
+                conn, result.run_id, owner, final, now, result.status, plain(result.text), event
+            )
+            await self._ended(conn, now)
+
+        await self._written(finish)
+
+    async def fail(self, run_id: str, error: str, owner: str) -> None:
+        now = time.time()
+
+        async def fail(conn: Any) -> None:
+            await self._ops.fail(conn, run_id, error, owner, now)
+            await self._ended(conn, now)
+
+        await self._written(fail)
+
+    async def release(self, run_id: str, owner: str) -> None:
+        await self._in_transaction(self._ops.release, run_id, owner, time.time())
+
+    async def save(self, run: RunResult) -> None:
+        await self._written(self._ops.save, saved(run), time.time(), saved_events(run))
+
+    async def accept(
+        self, answer: Answer, now: float, *, delivered: bool = False, by: str | None = None
+    ) -> Accepted:
+        text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
+
+        def answered(taken: Accepted) -> StoreEvent:
+            return StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered)
+
+        taken: Accepted = await self._written(
+            self._ops.accept,
+            answer.id,
+            text,
+            now,
+            delivered,
+            approval_claim(answer),
+            answer.ok,
+            answer.reason,
+            by,
+            tell=answered,
+        )
+        return taken
+
+    async def claim(
+        self, run_id: str, owner: str, lease_until: float, now: float
+    ) -> StoredRun | None:
+        claimed: StoredRun | None = await self._written(
+            self._ops.claim, run_id, owner, lease_until, now
+        )
+        return claimed
+
+    async def renew(self, owner: str, lease_until: float) -> None:
+        await self._in_transaction(self._ops.renew, owner, lease_until)
+
+    # -- the sign-in state of MCP servers (toolnexus_async.mcp.RunStoreTokens) -----------------
+
+    async def mcp_token(self, key: str) -> str | None:
+        """The value kept under ``key`` in ``mcp_tokens``, or ``None``."""
+        sql = f"SELECT value FROM {self.schema}.mcp_tokens WHERE key = $1"
+
+        async def read(conn: Any) -> str | None:
+            value = await conn.fetchval(sql, key)
+            return None if value is None else str(value)
+
+        return await self._in_transaction(read)
+
+    async def set_mcp_token(self, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key`` in ``mcp_tokens`` (``None`` deletes it)."""
+        table = f"{self.schema}.mcp_tokens"
+
+        async def write(conn: Any) -> None:
+            if value is None:
+                await conn.execute(f"DELETE FROM {table} WHERE key = $1", key)
+            else:
+                await conn.execute(
+                    f"INSERT INTO {table} (key, value, updated) VALUES ($1, $2, $3)"
+                    " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,"
+                    " updated = EXCLUDED.updated",
+                    key,
+                    value,
+                    time.time(),
+                )
+
+        await self._in_transaction(write)
+
+    async def ping(self) -> None:
+        """One round trip to the database; :class:`StoreUnavailableError` if it fails."""
+        await self._in_transaction(_select_one)
+
+    async def ready(self, now: float, limit: int) -> list[str]:
+        await self._pg.keep_listening()
+        return await self._in_transaction(pg_queries.ready, self.schema, now, limit)
+
+    async def deliveries(self, owner: str) -> list[tuple[str, Answer]]:
+        return await self._in_transaction(pg_queries.deliveries, self.schema, owner)
+
+    async def delivered(self, request_ids: list[str]) -> None:
+        await self._in_transaction(self._ops.delivered, list(request_ids))
+
+    async def requests(self, now: float | None = None) -> list[Request]:
+        return [stored.request for stored in await self.outstanding(now)]
+
+    async def outstanding(self, now: float | None = None) -> list[StoredRequest]:
+        at = time.time() if now is None else now
+        return await self._in_transaction(pg_queries.outstanding, self.schema, at)
+
+    async def find(self, request_id: str) -> StoredRequest:
+        return await self._in_transaction(pg_queries.find, self.schema, request_id)
+
+    async def load(self, run_id: str) -> StoredRun:
+        return await self._in_transaction(pg_queries.load, self.schema, run_id)
+
+    async def runs(self, limit: int = 1000) -> list[RunSummary]:
+        return await self._in_transaction(pg_queries.runs, self.schema, limit)
+
+    async def list_runs(self, query: RunQuery) -> RunPage:
+        return await self._in_transaction(pg_queries.list_runs, self.schema, query, time.time())
+
+    async def list_requests(self, query: RequestQuery) -> RequestPage:
+        return await self._in_transaction(pg_queries.list_requests, self.schema, query, time.time())
+
+    async def run_view(self, run_id: str) -> RunView:
+        return await self._in_transaction(pg_queries.view, self.schema, run_id, time.time())
+
+    async def events(self, after: int, limit: int = 500) -> EventRead:
+        await self._pg.keep_listening()
+        return await self._in_transaction(pg_queries.events, self.schema, after, limit)
+
+    async def event_bounds(self) -> tuple[int, int]:
+        return await self._in_transaction(pg_queries.event_bounds, self.schema)
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """``callback()`` after each write of this store object, and on each event told by
+        another worker on the database (while a :meth:`listen` is open)."""
+        return self._pg.watch(callback)
+
+    # -- being told ------------------------------------------------------------------------
+
+    async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
+        """Events committed by any worker on the database (through LISTEN/NOTIFY)."""
+        return await self._pg.listen(callback)

@@ -1,0 +1,1 @@
+"""The SQLite run store: one file, group commit, the same contract as every store."""
