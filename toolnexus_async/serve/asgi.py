@@ -1,5 +1,5 @@
 """serve's runs behind AG-UI and the AI SDK's UI message stream, as an ASGI application a
-FastAPI or Starlette service mounts (``pip install 'toolnexus-async[asgi]'``).
+FastAPI or Starlette service mounts (``pip install -e '.[asgi]'`` in a checkout).
 
 Rules of this module:
 
@@ -36,7 +36,8 @@ try:
     from starlette.types import Receive, Scope, Send
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
-        "toolnexus_async.serve.asgi needs Starlette: pip install 'toolnexus-async[asgi]'"
+        "toolnexus_async.serve.asgi needs Starlette: pip install -e '.[asgi]' in a "
+        "checkout of toolnexus-async"
     ) from exc
 
 from .._core.errors import UsageError
