@@ -22,7 +22,8 @@ from starlette.requests import Request
 from tests import test_ui_agui, test_ui_aisdk
 from tests.conftest import assert_no_leaks
 from tests.ui_app import LIMIT, TOKEN, ui_client, ui_toolkit
-from toolnexus_async import SqliteRunStore, UsageError
+from toolnexus_async import UsageError
+from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.serve.asgi import UiEndpoints
 
 

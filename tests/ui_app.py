@@ -34,7 +34,6 @@ from toolnexus_async import (
     LlmClient,
     Message,
     Request,
-    SqliteRunStore,
     ToolCall,
     ToolContext,
     Toolkit,
@@ -44,6 +43,7 @@ from toolnexus_async import (
     define_tool,
     require_approval,
 )
+from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.serve import ServeInbox, create_app
 from toolnexus_async.tools.builtin.question import QuestionTool
 
