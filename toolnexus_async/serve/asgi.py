@@ -43,8 +43,8 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 from .._core.errors import UsageError
 from .._core.ui import agui, aisdk
 from .._core.ui.answers import Refusal
-from .._engine.toolkit import Toolkit
 from ..durable import RunStore
+from ..tools._standard import Toolkit
 from ._app import GRACE, MAX_ACTIVE_RUNS, running
 from ._bodies import ApiError, decode_object
 from ._events import EventBus
