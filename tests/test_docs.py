@@ -39,7 +39,7 @@ RUN = "python"
 SHOW_ONLY = "python-norun"
 # Fences that are never Python. Anything else is refused, so that a misspelt ```pyhton
 # block cannot slip through unrun.
-OTHER_LANGUAGES = {"", "console", "sh", "json", "text"}
+OTHER_LANGUAGES = {"", "console", "sh", "json", "text", "ts", "tsx"}
 
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)[ \t]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
 

@@ -14,6 +14,12 @@ timeouts) and restart behaviour.
   :mod:`toolnexus_async.serve.demo`;
 - :class:`ServeRunner` and :func:`run_server` serve it with deadlines on every connection
   and an access log that never shows a token.
+
+The app also speaks AG-UI and the AI SDK's UI message stream to front-ends
+(``POST /ag-ui``, ``POST /ai-sdk/chat``; docs/ui-protocols.md), and
+:mod:`toolnexus_async.serve.asgi` offers the same endpoints as an ASGI application for a
+FastAPI or Starlette service (the ``asgi`` extra; it is not imported here, so serve does
+not need Starlette).
 """
 
 from ._app import MakeClient, create_app

@@ -66,8 +66,9 @@ from ._routes import (
 )
 from ._runs import ServeInbox
 from ._state import SERVE, MakeClient, ServeState
+from ._ui_routes import get_chat_stream, post_agui, post_chat
 
-__all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app")
+__all__ = ("SERVE", "STATIC_DIR", "ApiError", "MakeClient", "create_app", "running")
 
 log = logging.getLogger("toolnexus_async.serve")
 
@@ -190,6 +191,9 @@ def create_app(
     app.router.add_get("/requests", list_requests)
     app.router.add_post("/requests/{id}/answer", post_answer)
     app.router.add_get("/events", events)
+    app.router.add_post("/ag-ui", post_agui)
+    app.router.add_post("/ai-sdk/chat", post_chat)
+    app.router.add_get("/ai-sdk/chat/{id}/stream", get_chat_stream)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/healthz", healthz)
@@ -202,7 +206,14 @@ def create_app(
 
 
 async def _lifespan(app: web.Application) -> AsyncIterator[None]:
-    serve = app[SERVE]
+    async with running(app[SERVE], app[OUTAGE]):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def running(serve: ServeState, outage: StoreOutage) -> AsyncIterator[None]:
+    """The app's life between startup and shutdown: its client, durable host, event feed
+    and task group (the aiohttp app's cleanup context, and the ASGI endpoints' own)."""
     inbox = ServeInbox(serve.park_timeout)
     client = serve.make_client(inbox)
     if client.wait_for is not inbox:
@@ -214,8 +225,8 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
         feed = EventFeed(serve.store, serve.bus)
         async with anyio.create_task_group() as tg, host:
             with _freezing(serve, inbox):
-                app[OUTAGE].attach(host.store_health)  # one outage state, one log line
-                tg.start_soon(app[OUTAGE].watch, name="the probe of the run store")
+                outage.attach(host.store_health)  # one outage state, one log line
+                tg.start_soon(outage.watch, name="the probe of the run store")
                 await feed.open()
                 tg.start_soon(feed.run, name="the event feed of the server")
                 runs = await TaskOwner.open_in(tg, "the runs of the server")

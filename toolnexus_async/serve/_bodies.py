@@ -34,6 +34,7 @@ __all__ = (
     "MAX_BODY",
     "MAX_DEPTH",
     "ApiError",
+    "decode_object",
     "is_text",
     "json_errors",
     "only",
@@ -136,6 +137,11 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         except TimeoutError:
             message = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
             raise ApiError(408, message, close=True) from None
+    return decode_object(raw)
+
+
+def decode_object(raw: bytes) -> dict[str, Any]:
+    """A body's bytes as a JSON object, or the 422 saying why not (every adapter's rules)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -16,24 +16,21 @@ from pathlib import Path
 import anyio
 from aiohttp import web
 
-from .._core.errors import UnknownRequestError, UsageError
+from .._core.errors import UnknownRequestError
 from .._core.types import Answer
-from ..durable import BegunRun
 from ._bodies import ApiError, is_text, only, read_json_object
 from ._events import stream_events
 from ._guard import principal_of
 from ._outage import OUTAGE, retry_after
 from ._queries import cursor_of, request_query, run_query
-from ._runs import drive, run_detail, run_item, shown
-from ._state import SERVE, ServeState, hand_over
+from ._runs import run_detail, run_item, shown
+from ._state import SERVE, hand_over, start_run
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 OPENAPI = STATIC_DIR.parent / "openapi.json"
 
 MAX_PROMPT = 10_000
 REASONS = ("declined", "cancelled", "expired")
-# Seconds a client refused for the admission limit is told to wait (Retry-After).
-RETRY_FULL = 1
 
 _STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -55,31 +52,8 @@ async def post_run(request: web.Request) -> web.Response:
         raise ApiError(422, "'prompt' must not be empty")
     if len(prompt) > MAX_PROMPT:
         raise ApiError(422, f"'prompt' is longer than {MAX_PROMPT} characters")
-    runs, host = serve.runs, serve.host
-    if serve.closing or runs is None or host is None:
-        raise ApiError(503, "the server is shutting down")
-    if serve.active >= serve.max_active:
-        raise ApiError(
-            429,
-            f"this server runs {serve.max_active} runs already (--max-active-runs); "
-            "try again shortly, or another server",
-            headers={"Retry-After": str(RETRY_FULL)},
-        )
-    # Kept before it is acknowledged: a crash after the 202 loses nothing.
-    begun = await host.begin(prompt)
-    serve.active += 1
-    try:
-        runs.start_soon(_drive, serve, begun, name=f"run {begun.run_id}")
-    except UsageError:
-        serve.active -= 1  # the server stopped meanwhile: the next one goes on with the run
+    begun = await start_run(serve, prompt)
     return web.json_response({"id": begun.run_id, "status": "running"}, status=202)
-
-
-async def _drive(serve: ServeState, begun: BegunRun) -> None:
-    try:
-        await drive(begun)
-    finally:
-        serve.active -= 1
 
 
 async def list_runs(request: web.Request) -> web.Response:

@@ -1,8 +1,10 @@
-"""What one serve app holds while it runs, and the one way an answer reaches its runs.
+"""What one serve app holds while it runs, and the one way a run starts and an answer
+reaches its runs.
 
-Rule of this module: it is below the routes (``_app``, ``_oauth``), which all reach the
-app's state through :data:`SERVE` and hand answers over through :func:`hand_over`, so an
-answer gets the same refusals (503, 404, 409) whichever route brought it.
+Rule of this module: it is below the routes (``_routes``, ``_oauth``, ``_ui``), which all
+reach the app's state through :data:`SERVE`, start runs through :func:`start_run` and
+hand answers over through :func:`hand_over`, so a run is admitted, and an answer gets the
+same refusals (503, 404, 409), whichever route or protocol brought it.
 """
 
 from __future__ import annotations
@@ -20,19 +22,23 @@ from .._core.errors import (
     AnswerMismatchError,
     RequestExpiredError,
     UnknownRequestError,
+    UsageError,
 )
 from .._core.types import Answer
 from .._engine.client import LlmClient
 from .._engine.owner import TaskOwner
-from ..durable import DurableHost, RunStore
+from ..durable import BegunRun, DurableHost, RunStore
 from ..tools._standard import Toolkit
 from ._bodies import ApiError
 from ._events import EventBus
 from ._feed import EventFeed
 from ._inline import INLINE_PREFIX, NOT_HERE, InlineQuestions
-from ._runs import ServeInbox
+from ._runs import ServeInbox, drive
 
-__all__ = ("SERVE", "MakeClient", "ServeState", "hand_over")
+__all__ = ("RETRY_FULL", "SERVE", "MakeClient", "ServeState", "hand_over", "start_run")
+
+# Seconds a client refused for the admission limit is told to wait (Retry-After).
+RETRY_FULL = 1
 
 MakeClient = Callable[[ServeInbox], LlmClient]
 
@@ -95,3 +101,33 @@ async def hand_over(serve: ServeState, answer: Answer, answered_by: str) -> None
         RequestExpiredError,
     ) as exc:
         raise ApiError(409, str(exc)) from None
+
+
+async def start_run(serve: ServeState, prompt: str, run_id: str | None = None) -> BegunRun:
+    """Keep a new run in the store, then drive it in the app's task group. :class:`ApiError`
+    503 while the server stops, 429 (with ``Retry-After``) beyond ``max_active_runs``."""
+    runs, host = serve.runs, serve.host
+    if serve.closing or runs is None or host is None:
+        raise ApiError(503, "the server is shutting down")
+    if serve.active >= serve.max_active:
+        raise ApiError(
+            429,
+            f"this server runs {serve.max_active} runs already (--max-active-runs); "
+            "try again shortly, or another server",
+            headers={"Retry-After": str(RETRY_FULL)},
+        )
+    # Kept before it is acknowledged: a crash after the reply loses nothing.
+    begun = await host.begin(prompt, run_id=run_id)
+    serve.active += 1
+    try:
+        runs.start_soon(_drive, serve, begun, name=f"run {begun.run_id}")
+    except UsageError:
+        serve.active -= 1  # the server stopped meanwhile: the next one goes on with the run
+    return begun
+
+
+async def _drive(serve: ServeState, begun: BegunRun) -> None:
+    try:
+        await drive(begun)
+    finally:
+        serve.active -= 1
