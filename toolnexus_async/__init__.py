@@ -15,6 +15,7 @@ from ._core.errors import (
     ConfinementError,
     DamagedRunError,
     ModelError,
+    OutputValidationError,
     PayloadError,
     ProtocolError,
     ProviderError,
@@ -43,6 +44,7 @@ from ._core.messages import (
     messages_from_json,
     messages_to_json,
 )
+from ._core.output import OutputSpec
 from ._core.results import RunResult, ToolCallRecord
 from ._core.retry import RetryPolicy, parse_retry_after
 from ._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
@@ -61,6 +63,7 @@ from ._engine.streaming import (
     RunStream,
     StreamDone,
     StreamEvent,
+    StreamOutput,
     StreamPending,
     StreamReasoning,
     StreamText,
@@ -117,6 +120,7 @@ __all__ = (
     "SqliteRunStore",
     "resume_stored",
     "RunResult",
+    "OutputSpec",
     "ToolCallRecord",
     "Usage",
     "ModelReply",
@@ -129,6 +133,7 @@ __all__ = (
     "StreamToolResult",
     "StreamPending",
     "StreamUsage",
+    "StreamOutput",
     "StreamDone",
     # hooks, resilience, metrics, conversations
     "Hooks",
@@ -173,6 +178,7 @@ __all__ = (
     "DamagedRunError",
     "LeaseLostError",
     "ModelError",
+    "OutputValidationError",
     "ProviderError",
     "ProtocolError",
     "ReplyTooLargeError",
