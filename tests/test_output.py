@@ -5,7 +5,7 @@ real clients over an in-process model (the recorded provider traffic is
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, assert_type
 
 import attrs
 import pydantic
@@ -24,6 +24,7 @@ from toolnexus_async import (
     ToolCall,
     Toolkit,
     UsageError,
+    define_tool,
 )
 from toolnexus_async._core.partial_json import parse_partial
 
@@ -321,3 +322,32 @@ def test_a_stored_spec_is_checked_when_read():
 )
 def test_partial_json(text: str, value: object):
     assert parse_partial(text) == value
+
+
+async def test_a_tool_named_like_the_output_tool_is_refused():
+    @define_tool(name="final_result")
+    async def clash() -> str:
+        """A tool with the output tool's name."""
+        return "x"
+
+    async with (
+        LlmClient.in_process(replying("{}")) as client,
+        Toolkit.create(builtins=False, extra_tools=[clash]) as toolkit,
+    ):
+        with pytest.raises(UsageError, match="name of the output tool"):
+            await client.run("go", toolkit, output_type=Point, output_method="tool")
+
+
+async def test_the_output_is_typed_for_mypy():
+    """mypy checks this file: run(..., output_type=Point) is a RunResult[Point]."""
+    async with (
+        LlmClient.in_process(replying('{"x": 1, "y": 2}', "hello")) as client,
+        Toolkit.create(builtins=False) as toolkit,
+    ):
+        result = await client.run("go", toolkit, output_type=Point)
+        plain = await client.run("go", toolkit)
+    assert_type(result, RunResult[Point])
+    assert_type(result.output, Point | None)
+    assert_type(plain, RunResult)
+    assert result.output is not None and result.output.x == 1
+    assert (plain.output, plain.text) == (None, "hello")

@@ -158,7 +158,14 @@ class OutputSpec:
         the tools, or the schema in the instructions (after the run's own). Neither enters
         the transcript, so a stored run asks the same way when it is resumed."""
         if self.method == "tool":
-            return messages, (*tools, self.tool())
+            if any(tool.name == OUTPUT_TOOL for tool in tools):
+                raise UsageError(
+                    f"a tool is named {OUTPUT_TOOL!r}, the name of the output tool; rename "
+                    "it, or use output_method='native' or 'prompt'"
+                )
+            # A list, not a tuple: the renderers cache tuples (a toolkit's, the same on
+            # every request), and a new one per request would push those out.
+            return messages, [*tools, self.tool()]
         if self.method == "prompt":
             told = SystemMessage(self.instructions())
             if messages and isinstance(messages[0], SystemMessage):
