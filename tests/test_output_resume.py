@@ -16,7 +16,6 @@ import anyio
 
 from toolnexus_async import (
     Answer,
-    DurableHost,
     LlmClient,
     Message,
     Request,
@@ -25,7 +24,7 @@ from toolnexus_async import (
     ToolResult,
     define_tool,
 )
-from toolnexus_async.durable import SqliteRunStore
+from toolnexus_async.durable import DurableHost, SqliteRunStore
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 # Generous: an interpreter starts and imports aiohttp; a hang must still end the test.
@@ -149,7 +148,7 @@ async def test_a_halted_typed_run_resumed_with_its_type_builds_it(tmp_path: Path
 
     async with LlmClient.in_process(model) as client, toolkit() as tools:
         result = await client.resume(
-            halted, tools, Answer(halted.pending.id, True), output_type=Receipt
+            halted, tools, answers=Answer(halted.pending.id, True), output_type=Receipt
         )
     assert result.output == Receipt(30, "approved")
     assert result.output_method == "prompt"
