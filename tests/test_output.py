@@ -168,12 +168,11 @@ def test_a_type_that_is_no_json_schema_is_refused_before_the_run():
         client.output_spec(Point, retries=-1)
 
 
-def test_native_is_not_offered_for_anthropic():
+def test_anthropic_asks_by_the_output_tool_unless_told():
     client = LlmClient(style="anthropic", model="claude", api_key="sk-ant-test-key")
-    with pytest.raises(UsageError, match="'tool'"):
-        client.output_spec(Point, "native")
-    spec = client.output_spec(Point)
-    assert spec is not None and spec.method == "tool"
+    default, native = client.output_spec(Point), client.output_spec(Point, "native")
+    assert default is not None and default.method == "tool"
+    assert native is not None and native.method == "native"
 
 
 async def test_an_invalid_reply_is_corrected_with_the_errors():

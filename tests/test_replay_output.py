@@ -34,6 +34,7 @@ NATIVE = "pydantic-ai/test_openai/test_openai_native_output.yaml"
 NATIVE_UNION = "pydantic-ai/test_openai/test_openai_native_output_multiple.yaml"
 PROMPTED = "pydantic-ai/test_openai/test_openai_prompted_output.yaml"
 ANTHROPIC_TOOL = "pydantic-ai/test_anthropic/test_anthropic_tool_output.yaml"
+ANTHROPIC_NATIVE = "pydantic-ai/test_anthropic/test_anthropic_native_output_decimal_strict.yaml"
 ANTHROPIC_PROMPTED = "pydantic-ai/test_anthropic/test_anthropic_prompted_output.yaml"
 GROQ_NATIVE = "pydantic-ai/test_groq/test_groq_native_output.yaml"
 GROQ_PROMPTED = "pydantic-ai/test_groq/test_groq_prompted_output.yaml"
@@ -280,6 +281,19 @@ async def test_pydantic_ai_anthropic_output_tool(provider: FakeProvider):
     # The output tool's call is answered in the transcript, which stays paired.
     last = result.messages[-1]
     assert (last.name, last.is_error) == ("final_result", False)  # type: ignore[union-attr]
+
+
+async def test_pydantic_ai_anthropic_native_output(provider: FakeProvider):
+    """Anthropic's structured outputs (output_config.format), asked for by name."""
+    (recorded,) = replay(provider, ANTHROPIC_NATIVE)
+    amount = recorded.request["output_config"]["format"]["schema"]
+    async with provider.client("anthropic", model="claude-sonnet-4-5") as client, no_tools() as tk:
+        result = await client.run("12.34", tk, output_type=amount, output_method="native")
+    assert (result.output, result.output_method) == ({"amount": 12.34}, "native")
+    (body,) = provider.bodies
+    anthropic_request_valid(body)
+    assert body["output_config"] == recorded.request["output_config"]
+    assert "tool_choice" not in body and "tools" not in body
 
 
 async def test_pydantic_ai_anthropic_prompted_output(provider: FakeProvider):

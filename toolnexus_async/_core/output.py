@@ -10,7 +10,8 @@ given a Python type, converts to it.
 The three ways of asking (``method``):
 
 - ``"native"``: the provider's structured output (OpenAI's ``response_format`` of type
-  ``json_schema``, ``strict`` when the schema allows it); the reply's text is the JSON.
+  ``json_schema``, ``strict`` when the schema allows it; Anthropic's ``output_config``
+  ``format``, on the models that support it); the reply's text is the JSON.
 - ``"tool"``: an output tool, :data:`OUTPUT_TOOL`, whose arguments are the value; the
   model is made to call a tool (Anthropic's ``tool_choice: any``).
 - ``"prompt"``: the schema in the instructions, for servers that support neither; the
@@ -260,11 +261,6 @@ def output_spec(
             cannot ask that way.
     """
     chosen = method if method is not None else DEFAULT_METHOD.get(style, "prompt")
-    if chosen == "native" and style == "anthropic":
-        raise UsageError(
-            "output_method='native' is not offered for the anthropic style; use 'tool' "
-            "(the default there) or 'prompt'"
-        )
     if chosen == "native" and style == "in-process":
         raise UsageError(
             "an in-process model has no native structured output; use 'prompt' or 'tool'"

@@ -152,7 +152,11 @@ class AnthropicCodec:
             body["tools"] = render_anthropic(tools)
         if stream:
             body["stream"] = True
-        if output is not None and output.method == "tool" and not (extra and "thinking" in extra):
+        if output is not None and output.method == "native":
+            # Structured outputs: the reply's text is JSON of this schema (models that
+            # support it; the output tool, the default, works with every model).
+            body["output_config"] = {"format": {"type": "json_schema", "schema": output.wire}}
+        elif output is not None and output.method == "tool" and not (extra and "thinking" in extra):
             # A tool must be called, the output tool ending the run. Not with extended
             # thinking, which the API refuses with a forced tool choice: the model is then
             # asked again if it answers in text.
