@@ -18,6 +18,7 @@ import pydantic
 import pytest
 
 from toolnexus_async import (
+    LlmClient,
     OutputValidationError,
     StreamDone,
     StreamOutput,
@@ -25,7 +26,7 @@ from toolnexus_async import (
     define_tool,
 )
 
-from .conftest import FakeProvider, anthropic_reply, openai_reply
+from .conftest import FakeLLM, FakeProvider, anthropic_reply, openai_reply
 from .replay import load, replay, schema
 
 PARSE = "openai-python/chat_completions/"
@@ -220,6 +221,20 @@ async def test_pydantic_ai_openai_native_output_after_a_tool(provider: FakeProvi
             == sent.request["response_format"]["json_schema"]["schema"]["properties"]
         )
     assert provider.bodies[1]["messages"][-1]["content"] == "Mexico"
+
+
+async def test_native_output_over_a_real_socket(fake_llm: FakeLLM):
+    """The same recording over HTTP on 127.0.0.1, through the default aiohttp transport."""
+    recorded = [r.json() for r in load(NATIVE)]
+    fake_llm.handler = lambda body, seen: recorded[len(fake_llm.requests) - 1]
+    async with LlmClient(fake_llm.url, model="gpt-4o", api_key="sk-test-key") as client:
+        async with country() as toolkit:
+            result = await client.run("largest city?", toolkit, output_type=CityLocation)
+    assert result.output == CityLocation("Mexico City", "Mexico")
+    assert [b["response_format"]["json_schema"]["name"] for b in fake_llm.bodies] == [
+        "CityLocation",
+        "CityLocation",
+    ]
 
 
 async def test_pydantic_ai_openai_native_output_of_a_union(provider: FakeProvider):
