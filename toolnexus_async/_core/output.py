@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -112,6 +114,7 @@ class OutputSpec:
     convert: Convert | None = attrs.field(default=None, eq=False, repr=False)
     wire: dict[str, Any] = attrs.field(init=False, eq=False, repr=False)
     strict: bool = attrs.field(init=False, eq=False, repr=False)
+    _told: str = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.method not in METHODS:
@@ -133,6 +136,13 @@ class OutputSpec:
         validator_for(wire)  # a schema that is no JSON Schema is refused now, not mid-run
         object.__setattr__(self, "wire", wire)
         object.__setattr__(self, "strict", _closed(wire))
+        # Written once: the prompt method sends it with every request.
+        object.__setattr__(
+            self,
+            "_told",
+            "Reply with only a JSON value that matches this JSON Schema, with no text or "
+            f"Markdown fence around it:\n\n{json.dumps(wire, separators=(',', ':'))}",
+        )
 
     @property
     def wrapped(self) -> bool:
@@ -176,10 +186,7 @@ class OutputSpec:
 
     def instructions(self) -> str:
         """What the ``"prompt"`` method tells the model."""
-        return (
-            "Reply with only a JSON value that matches this JSON Schema, with no text or "
-            f"Markdown fence around it:\n\n{json.dumps(self.wire, separators=(',', ':'))}"
-        )
+        return self._told
 
     def feedback(self, error: str) -> str:
         """What the model is told of an invalid reply."""
@@ -267,8 +274,31 @@ def output_spec(
         )
     if chosen not in METHODS:
         raise UsageError(f"output_method must be one of {', '.join(METHODS)}, got {chosen!r}")
+    try:
+        key: Hashable = (output_type, style, chosen, retries)
+        hash(key)
+    except TypeError:  # a schema dict: by identity, treated as frozen once used
+        key = (id(output_type), style, chosen, retries)
+    with _lock:
+        hit = _specs.get(key)
+        if hit is not None and hit[0] is output_type:
+            _specs.move_to_end(key)
+            return hit[1]
     name, schema, convert = describe(output_type)
-    return OutputSpec(name, schema, chosen, retries, convert)  # type: ignore[arg-type]
+    spec = OutputSpec(name, schema, chosen, retries, convert)  # type: ignore[arg-type]
+    with _lock:
+        # The type is kept with its spec, so that an id is never reused for another.
+        _specs[key] = (output_type, spec)
+        while len(_specs) > _REMEMBER:
+            _specs.popitem(last=False)
+    return spec
+
+
+# Describing a type and compiling its schema costs several times a run's own overhead: a
+# spec is made once per output type, and runs share it (it is frozen).
+_REMEMBER = 256
+_specs: OrderedDict[Hashable, tuple[object, OutputSpec]] = OrderedDict()
+_lock = threading.Lock()
 
 
 def stored_output(stored: OutputSpec | None, output_type: object) -> OutputSpec | None:
