@@ -350,3 +350,13 @@ async def test_the_output_is_typed_for_mypy():
     assert_type(plain, RunResult)
     assert result.output is not None and result.output.x == 1
     assert (plain.output, plain.text) == (None, "hello")
+
+
+def test_a_spec_is_made_once_per_output_type():
+    client = LlmClient.in_process(replying())
+    assert client.output_spec(Point) is client.output_spec(Point)
+    assert client.output_spec(Yes | No) is client.output_spec(Yes | No)
+    assert client.output_spec(Point, retries=3) is not client.output_spec(Point)
+    schema = {"type": "object"}
+    assert client.output_spec(schema) is client.output_spec(schema)
+    assert client.output_spec(schema) is not client.output_spec({"type": "object"})

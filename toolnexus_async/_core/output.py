@@ -277,11 +277,13 @@ def output_spec(
     try:
         key: Hashable = (output_type, style, chosen, retries)
         hash(key)
+        by_identity = False
     except TypeError:  # a schema dict: by identity, treated as frozen once used
-        key = (id(output_type), style, chosen, retries)
+        key, by_identity = (id(output_type), style, chosen, retries), True
     with _lock:
         hit = _specs.get(key)
-        if hit is not None and hit[0] is output_type:
+        # A union (A | B) is a new object each time it is written: equal is enough there.
+        if hit is not None and (hit[0] is output_type or not by_identity):
             _specs.move_to_end(key)
             return hit[1]
     name, schema, convert = describe(output_type)
