@@ -43,7 +43,7 @@ from .model import FunctionModel, Generate, HttpModel, Model, hints_for
 from .resolver import Resolver, WaitFor
 from .resuming import Resuming
 from .streaming import RunStream, Sink
-from .toolkit import Toolkit
+from .toolkit import ToolRegistry
 
 __all__ = ("LlmClient",)
 
@@ -322,7 +322,7 @@ class LlmClient(Resuming, Closing):
     async def run(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = ...,
         run_id: str | None = ...,
@@ -335,7 +335,7 @@ class LlmClient(Resuming, Closing):
     async def run(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = ...,
         run_id: str | None = ...,
@@ -348,7 +348,7 @@ class LlmClient(Resuming, Closing):
     async def run(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = ...,
         run_id: str | None = ...,
@@ -360,7 +360,7 @@ class LlmClient(Resuming, Closing):
     async def run(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
@@ -400,7 +400,7 @@ class LlmClient(Resuming, Closing):
     def stream(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
@@ -439,7 +439,7 @@ class LlmClient(Resuming, Closing):
     def start(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
@@ -469,7 +469,7 @@ class LlmClient(Resuming, Closing):
     async def ask(
         self,
         prompt: str,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         conversation_id: str | None = None,
         output_type: object = None,

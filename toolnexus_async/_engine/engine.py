@@ -63,7 +63,7 @@ from .streaming import (
     StreamUsage,
     output_preview,
 )
-from .toolkit import Toolkit
+from .toolkit import ToolRegistry
 
 __all__ = ("Engine", "RunSpec")
 
@@ -92,7 +92,7 @@ class RunSpec:
     """
 
     loop: RunLoop
-    toolkit: Toolkit
+    toolkit: ToolRegistry
     plan: ResumePlan | None = None
     journal: Journal | None = None
     stream: Sink | None = None
@@ -347,7 +347,7 @@ class Engine:
 
     def _executor(
         self,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         run_id: str,
         budget: _Budget | None,
         sink: Sink | None,
@@ -468,8 +468,8 @@ async def _limited(call: Awaitable[ModelReply], limit: float) -> ModelReply:
 
 
 async def _before_llm(
-    hook: BeforeLlm, loop: RunLoop, messages: Sequence[Message], toolkit: Toolkit
-) -> tuple[Sequence[Message], Toolkit]:
+    hook: BeforeLlm, loop: RunLoop, messages: Sequence[Message], toolkit: ToolRegistry
+) -> tuple[Sequence[Message], ToolRegistry]:
     tools = toolkit.tools()
     # The hook gets its own lists: an in-place edit must show as a change.
     changed = await call_hook(hook, LlmCall(list(messages), list(tools)))
@@ -479,5 +479,5 @@ async def _before_llm(
     # and a toolkit of the new tools executes what the model calls from now on.
     loop.messages[:] = changed.messages
     if changed.tools != tools:
-        toolkit = Toolkit(changed.tools)
+        toolkit = ToolRegistry(changed.tools)
     return loop.messages, toolkit
