@@ -16,6 +16,7 @@ from ._core.errors import (
     ConfinementError,
     DamagedRunError,
     ModelError,
+    OutputValidationError,
     PayloadError,
     ProtocolError,
     ProviderError,
@@ -44,6 +45,7 @@ from ._core.messages import (
     messages_from_json,
     messages_to_json,
 )
+from ._core.output import OutputSpec
 from ._core.results import RunResult, ToolCallRecord
 from ._core.retry import RetryPolicy, parse_retry_after
 from ._core.types import (
@@ -71,6 +73,7 @@ from ._engine.streaming import (
     RunStream,
     StreamDone,
     StreamEvent,
+    StreamOutput,
     StreamPending,
     StreamReasoning,
     StreamText,
@@ -118,6 +121,7 @@ __all__ = (
     "Inbox",
     "terminal_input",
     "RunResult",
+    "OutputSpec",
     "ToolCallRecord",
     "Usage",
     "ModelReply",
@@ -130,6 +134,7 @@ __all__ = (
     "StreamToolResult",
     "StreamPending",
     "StreamUsage",
+    "StreamOutput",
     "StreamDone",
     # hooks, resilience, metrics, conversations
     "Hooks",
@@ -174,6 +179,7 @@ __all__ = (
     "StoreUnavailableError",
     "DamagedRunError",
     "ModelError",
+    "OutputValidationError",
     "ProviderError",
     "ProtocolError",
     "ReplyTooLargeError",

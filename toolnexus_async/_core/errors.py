@@ -24,6 +24,8 @@
     │                               failed with the reason and will not resume
     ├── RunTimeoutError(TimeoutError)    a run exceeded the client's whole-run ``timeout``
     ├── RunCancelledError           a held run (``RunHandle``) was cancelled: no result
+    ├── OutputValidationError       a run's output stayed invalid after its retries;
+    │                               carries the raw reply and what is wrong with it
     └── ModelError                  anything between us and the model
         ├── ProviderError           the provider answered with a non-2xx status;
         │                           carries ``status`` and a bounded ``body`` excerpt
@@ -70,6 +72,7 @@ __all__ = (
     "StoreError",
     "UnknownRequestError",
     "ModelError",
+    "OutputValidationError",
     "PayloadError",
     "ProtocolError",
     "ProviderError",
@@ -187,6 +190,24 @@ class RunTimeoutError(ToolnexusError, TimeoutError):
 
 class RunCancelledError(ToolnexusError):
     """A run held by a ``RunHandle`` was cancelled before it ended: it has no result."""
+
+
+class OutputValidationError(ToolnexusError):
+    """A run given ``output_type=`` got no valid output: its last reply was still invalid
+    after the model was asked to correct it ``output_retries`` times.
+
+    Attributes:
+        raw: the reply that was read: its text, or the output tool's arguments as JSON.
+        errors: what is wrong with it (the validator's message, or the JSON error).
+        run: the run as it ended: ``status == "incomplete"``, ``limit ==
+            "output_invalid"``, every reply and correction in ``messages``.
+    """
+
+    def __init__(self, raw: str, errors: str, run: RunResult) -> None:
+        super().__init__(f"the model's output is not valid after the retries: {errors}")
+        self.raw = raw
+        self.errors = errors
+        self.run = run
 
 
 class ModelError(ToolnexusError):

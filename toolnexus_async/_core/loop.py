@@ -37,11 +37,21 @@ Rules kept here, each pinned by a test in ``tests/test_loop.py``:
    turn) is sent back as it is, and the model asked again to go on: another turn, within
    ``max_turns``. The paused reply's text stays in the transcript; the run's ``text`` is
    the last reply's, as always.
+7. A run with an :class:`OutputSpec` ends only on a valid output: the final reply (or, in
+   the ``"tool"`` method, its call of the output tool) is read by the spec. An invalid one
+   is answered with the errors (a user message, or the output tool's error result) and the
+   model asked again, up to ``retries`` times, within ``max_turns``; past that the run
+   ends ``"incomplete"`` with ``limit == "output_invalid"`` and :attr:`RunLoop.output_failure`
+   says why (the engine raises it as :class:`OutputValidationError`). A refusal ends the
+   run ``"done"`` with no output: it is never read as an invalid reply. The output tool's
+   call is answered in the transcript (which stays paired) and never executed, nor are the
+   other calls of its reply.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,6 +71,7 @@ from .messages import (
     UserMessage,
     unpaired_calls,
 )
+from .output import OUTPUT_TOOL, OutputSpec
 from .results import RunResult, RunStatus, ToolCallRecord
 from .types import Request, ToolResult, request_in
 
@@ -128,6 +139,9 @@ _Entry = tuple[
 # anthropic's stop_reason.
 CUT_BY_LIMIT = frozenset({"length", "max_tokens"})
 
+# The result of a call made in the same reply as the output tool's: it was not run.
+_NOT_RUN = "not run: this reply gave the final result"
+
 # Never appended to (see RunLoop.records).
 _NO_RECORDS: list[ToolCallRecord] = []
 _NO_ENTRIES: list[_Entry] = []
@@ -147,11 +161,14 @@ class RunLoop:
         "_calls",
         "_entries",
         "_expect",
+        "_output_tries",
         "_records",
         "_result",
         "max_turns",
         "messages",
         "model",
+        "output",
+        "output_failure",
         "run_id",
         "style",
         "trace",
@@ -168,6 +185,7 @@ class RunLoop:
         max_turns: int = 10,
         run_id: str = "",
         style: str | None = None,
+        output: OutputSpec | None = None,
     ) -> None:
         if max_turns < 1:
             raise UsageError(f"max_turns must be at least 1, got {max_turns}")
@@ -199,6 +217,10 @@ class RunLoop:
         # The run's trace context, opaque here: set by a traced engine, kept in every
         # result (so in a stored run) and handed to the loop of its resume.
         self.trace: dict[str, str] | None = None
+        self.output = output
+        self._output_tries = 0
+        # (the raw reply, what is wrong with it) once the output retries are spent.
+        self.output_failure: tuple[str, str] | None = None
 
     @classmethod
     def resume(
@@ -213,13 +235,14 @@ class RunLoop:
         run_id: str = "",
         style: str | None = None,
         trace: dict[str, str] | None = None,
+        output: OutputSpec | None = None,
     ) -> RunLoop:
         """A loop that continues a halted run: it expects the halted turn's tool outcomes.
 
         The halted turn's results (the kept ones and the new ones) enter the transcript in
         tool-call order, exactly one per call, and no new user message is added.
         """
-        loop = cls(None, max_turns=max_turns, run_id=run_id, style=style)
+        loop = cls(None, max_turns=max_turns, run_id=run_id, style=style, output=output)
         loop.messages = list(halted.before)
         loop.messages.append(halted.assistant)
         loop.turns = turns
@@ -232,10 +255,19 @@ class RunLoop:
         return loop
 
     @classmethod
-    def restore(cls, state: RunResult, *, max_turns: int = 10) -> RunLoop:
+    def restore(
+        cls, state: RunResult, *, max_turns: int = 10, output: OutputSpec | None = None
+    ) -> RunLoop:
         """A loop that goes on from ``state`` (a :meth:`snapshot`) with no turn in
-        progress: its next action is the model request after ``state.messages``."""
-        loop = cls(None, max_turns=max_turns, run_id=state.run_id, style=state.style)
+        progress: its next action is the model request after ``state.messages``. Its output
+        spec is ``output``, else the state's."""
+        loop = cls(
+            None,
+            max_turns=max_turns,
+            run_id=state.run_id,
+            style=state.style,
+            output=output if output is not None else state.output_spec,
+        )
         loop.messages = list(state.messages)
         loop.turns = state.turns
         loop.usage = state.usage
@@ -260,6 +292,7 @@ class RunLoop:
             run_id=self.run_id,
             style=self.style,
             trace_context=self.trace,
+            output_spec=self.output,
         )
 
     @property
@@ -326,6 +359,8 @@ class RunLoop:
             self._finish("incomplete", limit="max_tokens")
             return message
         self.messages.append(message)
+        if self.output is not None and self._read_output(message, reply.stop_reason):
+            return message
         if message.tool_calls:
             self._calls = message.tool_calls
             self._expect = _Expect.TOOLS
@@ -333,6 +368,68 @@ class RunLoop:
             self._finish("done")
         # else: paused, the model goes on from its own reply at the next request
         return message
+
+    def _read_output(self, message: AssistantMessage, stop_reason: str | None) -> bool:
+        """Read the reply for the run's output (rule 7); True when that settled what
+        happens next (the run finished, or the model is asked to correct itself)."""
+        spec = self.output
+        assert spec is not None
+        error: str | None
+        if message.refusal is not None or stop_reason == "refusal":
+            if not message.tool_calls:
+                self._finish("done")
+                return True
+            return False
+        if spec.method == "tool":
+            found = next((c for c in message.tool_calls if c.name == OUTPUT_TOOL), None)
+            if found is None:
+                if message.tool_calls or stop_reason == "pause_turn":
+                    return False  # the model works with its tools first
+                return self._retry_output(
+                    message.text or "",
+                    f"the reply must call the {OUTPUT_TOOL} tool with the answer",
+                    told=False,
+                )
+            else:
+                raw = found.invalid_arguments or json.dumps(found.arguments)
+                if found.invalid_arguments is not None:
+                    value, data, error = None, None, "its arguments are not a JSON object"
+                else:
+                    value, data, error = spec.accept(found.arguments)
+                # Every call of the reply is answered, so the transcript stays paired; none
+                # but the output tool's was acted on.
+                for call in message.tool_calls:
+                    if call is found:
+                        text = spec.feedback(error) if error else "Final result accepted."
+                        self.messages.append(ToolReturn(call.id, call.name, text, bool(error)))
+                    else:
+                        self.messages.append(ToolReturn(call.id, call.name, _NOT_RUN, True))
+                if error is None:
+                    self._finish("done", output=(value, data))
+                    return True
+                return self._retry_output(raw, error, told=True)
+        else:
+            if message.tool_calls or stop_reason == "pause_turn":
+                return False
+            raw = message.text or ""
+            value, data, error = spec.read_text(raw)
+            if error is None:
+                self._finish("done", output=(value, data))
+                return True
+        return self._retry_output(raw, error, told=False)
+
+    def _retry_output(self, raw: str, error: str, *, told: bool) -> bool:
+        spec = self.output
+        assert spec is not None
+        if self._output_tries >= spec.retries:
+            self.output_failure = (raw, error)
+            self._finish("incomplete", limit="output_invalid")
+            return True
+        self._output_tries += 1
+        if not told:
+            self.messages.append(UserMessage(spec.feedback(error)))
+        # The next action asks the model again (or ends the run at max_turns).
+        return True
 
     def tools_finished(self, outcomes: Sequence[CallOutcome]) -> None:
         """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls."""
@@ -388,6 +485,7 @@ class RunLoop:
         limit: str | None = None,
         pending: Request | None = None,
         suspended: tuple[ToolCallRecord, ...] = (),
+        output: tuple[Any, Any] = (None, None),
     ) -> RunResult:
         text = ""
         refusal = None
@@ -413,5 +511,8 @@ class RunLoop:
             style=self.style,
             refusal=refusal,
             trace_context=self.trace,
+            output=output[0],
+            output_data=output[1],
+            output_spec=self.output,
         )
         return self._result

@@ -8,10 +8,14 @@ another process.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Generic, Literal
 
 import attrs
+from typing_extensions import TypeVar
 
+# The module, not the class: OutputSpec is built once per run, not many times, and is not
+# one of the fast_init classes of this module.
+from . import output as _output
 from .errors import PayloadError
 from .fastinit import fast_init
 from .messages import (
@@ -29,6 +33,8 @@ from .types import Request, ToolResult
 __all__ = ("RunResult", "ToolCallRecord")
 
 RunStatus = Literal["done", "pending", "incomplete"]
+# The type of a run's validated output (RunResult[Order]); Any for a run without one.
+OutputT = TypeVar("OutputT", default=Any)
 
 
 @fast_init
@@ -67,7 +73,7 @@ class ToolCallRecord:
 
 @fast_init
 @attrs.frozen
-class RunResult:
+class RunResult(Generic[OutputT]):
     """The outcome of :meth:`LlmClient.run`.
 
     Attributes:
@@ -93,6 +99,11 @@ class RunResult:
             nanoseconds since the epoch, when its latest request was raised), so that
             resuming it, in any process, continues its trace. ``None`` for a run that was
             not traced.
+        output: the validated value of a run given ``output_type=``, built as that type
+            (``None`` until the run is ``"done"``, and after a refusal). A run read back
+            from its JSON form has the JSON value here, unless resumed with the type.
+        output_data: the validated JSON ``output`` was built from.
+        output_spec: the run's :class:`OutputSpec` (schema and method), kept across halts.
     """
 
     status: RunStatus
@@ -109,6 +120,15 @@ class RunResult:
     style: str | None = None
     refusal: str | None = None
     trace_context: dict[str, str] | None = None
+    output: OutputT | None = None
+    output_data: Any = None
+    output_spec: _output.OutputSpec | None = None
+
+    @property
+    def output_method(self) -> str | None:
+        """How the model was asked for the output: ``"native"``, ``"tool"`` or
+        ``"prompt"``; ``None`` for a run without an output type."""
+        return self.output_spec.method if self.output_spec is not None else None
 
     @property
     def declined(self) -> tuple[Request, ...]:
@@ -233,6 +253,12 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
         "usage": run.usage.to_dict(),
         "limit": run.limit,
         "refusal": run.refusal,
+        # Kept only when the run has an output type: the JSON of other runs is unchanged.
+        **(
+            {"output_spec": run.output_spec.to_dict(), "output": run.output_data}
+            if run.output_spec is not None
+            else {}
+        ),
         "messages": messages_to_json(run.messages)["messages"],
         "tool_calls": [record_to_json(r) for r in run.tool_calls],
         "pending": run.pending.to_dict() if run.pending is not None else None,
@@ -316,6 +342,9 @@ def run_from_dict(payload: object) -> RunResult:
             raise PayloadError(f"{where}.turn must be an integer")
         suspended.append(ToolCallRecord(call, ToolResult.pending(request), turn, request))
     pending = payload.get("pending")
+    spec = payload.get("output_spec")
+    output_spec = _output.OutputSpec.from_dict(spec) if spec is not None else None
+    output = payload.get("output") if output_spec is not None else None
     return RunResult(
         status=status,
         text=text,
@@ -337,6 +366,9 @@ def run_from_dict(payload: object) -> RunResult:
         style=_opt_str(payload, "style"),
         refusal=_opt_str(payload, "refusal"),  # absent from runs stored before it existed
         trace_context=_trace_context(payload.get("trace_context")),
+        output=output,
+        output_data=output,
+        output_spec=output_spec,
     )
 
 

@@ -15,11 +15,12 @@ Rules of this module:
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import warnings
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from .._core.closing import Closing
 from .._core.codecs import codec_for
@@ -28,6 +29,7 @@ from .._core.errors import UsageError
 from .._core.http import Transport, check_headers
 from .._core.messages import Message
 from .._core.metric_events import Reporter
+from .._core.output import OutputSpec, output_spec
 from .._core.results import RunResult
 from .._core.retry import RetryPolicy
 from .._core.secrets import redact_url, url_secrets
@@ -53,6 +55,8 @@ log = logging.getLogger("toolnexus_async")
 
 # Every provider's keys are dozens of characters; a shorter one is a placeholder or a slip.
 SHORT_KEY = 8
+
+T = TypeVar("T")
 
 
 def _given(value: Any, default: Any, kind: type, name: str) -> Any:
@@ -330,6 +334,58 @@ class LlmClient(Resuming, Closing):
         where = f", base_url={redact_url(self.base_url)!r}" if self.base_url else ""
         return f"LlmClient(style={self.style!r}, model={self.model!r}{where}, api_key=<{key}>)"
 
+    def output_spec(
+        self, output_type: object, method: str | None = None, retries: int = 1
+    ) -> OutputSpec | None:
+        """The :class:`OutputSpec` a run of this client gets for ``output_type`` (``None``
+        for ``None``): see ``docs/output.md``.
+
+        Raises:
+            UsageError: the type cannot be described, or the method does not suit the style.
+        """
+        if output_type is None:
+            return None
+        return output_spec(output_type, style=self.style, method=method, retries=retries)
+
+    @overload
+    async def run(
+        self,
+        prompt: str | None,
+        toolkit: ToolRegistry,
+        *,
+        history: Sequence[Message] | None = ...,
+        run_id: str | None = ...,
+        output_type: None = ...,
+        output_method: str | None = ...,
+        output_retries: int = ...,
+    ) -> RunResult: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: str | None,
+        toolkit: ToolRegistry,
+        *,
+        history: Sequence[Message] | None = ...,
+        run_id: str | None = ...,
+        output_type: type[T],
+        output_method: str | None = ...,
+        output_retries: int = ...,
+    ) -> RunResult[T]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: str | None,
+        toolkit: ToolRegistry,
+        *,
+        history: Sequence[Message] | None = ...,
+        run_id: str | None = ...,
+        output_type: object,
+        output_method: str | None = ...,
+        output_retries: int = ...,
+    ) -> RunResult[Any]: ...
+
     async def run(
         self,
         prompt: str | None,
@@ -337,13 +393,22 @@ class LlmClient(Resuming, Closing):
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
+        output_type: object = None,
+        output_method: str | None = None,
+        output_retries: int = 1,
+    ) -> RunResult[Any]:
         """Run the tool-calling loop on ``prompt`` until the model answers or a limit stops it.
 
         ``prompt=None`` adds no user message: the model is asked to go on from ``history``
         as it stands (for instance ``error.run.messages`` after a :class:`ModelError`).
         ``run_id`` names the run (a host that tracks runs by its own ids); by default a
         unique id is made.
+
+        ``output_type`` (an attrs class, a dataclass, a ``TypedDict``, a pydantic model, a
+        union of these, or a JSON Schema ``dict``) makes the run end on a validated value,
+        ``result.output``; ``output_method`` says how the model is asked (``"native"``,
+        ``"tool"`` or ``"prompt"``; by default the style's strongest) and
+        ``output_retries`` how often an invalid reply is sent back (``docs/output.md``).
 
         Returns a :class:`RunResult` whose ``status`` is ``"done"``, ``"pending"`` (a tool
         suspended and no ``wait_for`` is set) or ``"incomplete"`` (``max_turns`` reached).
@@ -352,10 +417,13 @@ class LlmClient(Resuming, Closing):
             ProviderError: the provider replied with a non-2xx status.
             ProtocolError: a 2xx reply lacked what the wire style requires.
             TransportError: the provider could not be reached.
-            UsageError: the client is closed, or ``history`` ends with unanswered calls.
+            OutputValidationError: the output stayed invalid after ``output_retries``.
+            UsageError: the client is closed, ``history`` ends with unanswered calls, or
+                ``output_type`` cannot be described as JSON Schema.
         """
         engine = self.engine
-        loop = engine.new_loop(prompt, history=history, run_id=run_id)
+        output = self.output_spec(output_type, output_method, output_retries)
+        loop = engine.new_loop(prompt, history=history, run_id=run_id, output=output)
         return await engine.drive(RunSpec(loop, toolkit))
 
     def stream(
@@ -365,6 +433,9 @@ class LlmClient(Resuming, Closing):
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
+        output_type: object = None,
+        output_method: str | None = None,
+        output_retries: int = 1,
     ) -> RunStream:
         """:meth:`run`, reported step by step as typed events.
 
@@ -384,7 +455,10 @@ class LlmClient(Resuming, Closing):
         (:class:`UsageError`), since nothing could stop the run if the loop broke off.
         """
         engine = self.engine
-        loop = engine.new_loop(prompt, history=history, run_id=run_id, entry="stream")
+        output = self.output_spec(output_type, output_method, output_retries)
+        loop = engine.new_loop(
+            prompt, history=history, run_id=run_id, entry="stream", output=output
+        )
 
         async def start(sink: Sink) -> RunResult:
             return await engine.drive(RunSpec(loop, toolkit, stream=sink))
@@ -398,6 +472,9 @@ class LlmClient(Resuming, Closing):
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
+        output_type: object = None,
+        output_method: str | None = None,
+        output_retries: int = 1,
     ) -> RunHandle:
         """:meth:`run`, held while it goes: ``async with client.start(...) as run:``.
 
@@ -406,7 +483,8 @@ class LlmClient(Resuming, Closing):
         started and ended by the block (see ``_handle``). ``run_id`` and errors: as :meth:`run`.
         """
         engine = self.engine
-        loop = engine.new_loop(prompt, history=history, run_id=run_id, entry="start")
+        output = self.output_spec(output_type, output_method, output_retries)
+        loop = engine.new_loop(prompt, history=history, run_id=run_id, entry="start", output=output)
 
         def begin(observe: Sink) -> Awaitable[RunResult]:
             return engine.drive(RunSpec(loop, toolkit, observe=observe))
@@ -423,7 +501,10 @@ class LlmClient(Resuming, Closing):
         toolkit: ToolRegistry,
         *,
         conversation_id: str | None = None,
-    ) -> RunResult:
+        output_type: object = None,
+        output_method: str | None = None,
+        output_retries: int = 1,
+    ) -> RunResult[Any]:
         """A run that continues a stored conversation and saves it back.
 
         With ``conversation_id`` the transcript is loaded from the client's conversation
@@ -431,15 +512,22 @@ class LlmClient(Resuming, Closing):
         on the same id wait for each other (one at a time, in arrival order) instead of
         interleaving. Without an id, this is :meth:`run`. A run that halts is saved halted;
         once :meth:`resume` (on this client) finishes it, the conversation is saved again
-        and the next ``ask`` goes on from there.
+        and the next ``ask`` goes on from there. ``output_type``, ``output_method`` and
+        ``output_retries``: as :meth:`run`.
 
         Raises:
             UsageError: a bad id, or the stored conversation halted on a tool call that
                 has no result yet (resume that run first).
         """
+        run = functools.partial(
+            self.run,
+            output_type=output_type,
+            output_method=output_method,
+            output_retries=output_retries,
+        )
         if conversation_id is None:
-            return await self.run(prompt, toolkit)
-        return await self._conversation_runs.ask(self.run, prompt, toolkit, conversation_id)
+            return await run(prompt, toolkit)
+        return await self._conversation_runs.ask(run, prompt, toolkit, conversation_id)
 
     async def _after_resume(self, halted: RunResult, result: RunResult) -> None:
         # A run that came from ask(): its conversation goes on from the resumed transcript.

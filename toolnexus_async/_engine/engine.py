@@ -38,11 +38,18 @@ import anyio
 import attrs
 
 from .._core.config import Limits
-from .._core.errors import ModelError, RunTimeoutError, TransportError, UsageError
+from .._core.errors import (
+    ModelError,
+    OutputValidationError,
+    RunTimeoutError,
+    TransportError,
+    UsageError,
+)
 from .._core.ids import new_run_id
 from .._core.loop import CallModel, HaltedTurn, RunLoop, RunTools
 from .._core.messages import ZERO_USAGE, Message, ModelReply, Usage, raw_of
 from .._core.metric_events import Reporter
+from .._core.output import OutputSpec
 from .._core.results import RunResult, ToolCallRecord
 from .._core.resume import ResumePlan
 from .._core.retry import RetryPolicy
@@ -52,7 +59,14 @@ from .hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate
 from .journal import Journal
 from .model import Model
 from .resolver import Resolver
-from .streaming import Sink, StreamReasoning, StreamText, StreamToolCall, StreamUsage
+from .streaming import (
+    Sink,
+    StreamReasoning,
+    StreamText,
+    StreamToolCall,
+    StreamUsage,
+    output_preview,
+)
 from .toolkit import ToolRegistry
 from .tracing import run_extra
 
@@ -92,6 +106,12 @@ class RunSpec:
     stream: Sink | None = None
     observe: Sink | None = None
     on_tools_done: Callable[[RunResult], Any] | None = None
+
+    @property
+    def output(self) -> OutputSpec | None:
+        """What the run's output must be (``None``: text). Kept by its loop, so that the
+        loop's snapshot, which a durable run stores, carries it."""
+        return self.loop.output
 
 
 class _Budget:
@@ -165,6 +185,7 @@ class Engine:
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
         entry: str = "run",
+        output: OutputSpec | None = None,
     ) -> RunLoop:
         """A new run's loop; ``entry`` names the method that asked, for its error."""
         if prompt is None and not history:
@@ -176,6 +197,7 @@ class Engine:
             max_turns=self.max_turns,
             run_id=run_id or new_run_id(),
             style=self.style,
+            output=output,
         )
 
     def resumed_loop(
@@ -188,6 +210,7 @@ class Engine:
         model: str | None = None,
         records: Sequence[ToolCallRecord] = (),
         trace: dict[str, str] | None = None,
+        output: OutputSpec | None = None,
     ) -> RunLoop:
         """The loop of a run that goes on from its halted ``turn`` (``trace``: the halted
         run's trace context, which a traced resume continues)."""
@@ -201,6 +224,7 @@ class Engine:
             run_id=run_id or new_run_id(),
             style=self.style,
             trace=trace,
+            output=output,
         )
 
     def drive(self, spec: RunSpec) -> Awaitable[RunResult]:
@@ -233,7 +257,7 @@ class Engine:
     async def _drive(self, spec: RunSpec, budget: _Budget | None) -> RunResult:
         # One frame for the whole run: it is what a parked run holds while it waits.
         loop, toolkit, resume, journal = spec.loop, spec.toolkit, spec.plan, spec.journal
-        sink, on_tools_done = spec.stream, spec.on_tools_done
+        sink, on_tools_done, output = spec.stream, spec.on_tools_done, spec.output
         steps = sink if sink is not None else spec.observe  # what the tool steps are told to
         # Not held while parked: one pymalloc block fewer per parked run (benchmarks/park.py,
         # "pymalloc blocks/run": 35.0 with the spec kept, 34.0 without, as before RunSpec).
@@ -283,6 +307,9 @@ class Engine:
                         messages, toolkit = await _before_llm(
                             hooks.before_llm, loop, messages, toolkit
                         )
+                    specs: Sequence[Tool] = toolkit.specs
+                    if output is not None:
+                        messages, specs = output.shape(messages, specs)
                     streamed: list[str] = [] if sink is not None else _NO_TEXT
                     request_started = time.perf_counter()
                     try:
@@ -293,9 +320,9 @@ class Engine:
                         failure: ModelError | None = None
                         try:
                             reply = await (
-                                self.model.request(messages, toolkit.specs)
+                                self.model.request(messages, specs, output)
                                 if sink is None and self._plain
-                                else self._attempt(messages, toolkit.specs, sink, streamed)
+                                else self._attempt(messages, specs, sink, streamed, output)
                             )
                         except ModelError as exc:
                             failure = exc
@@ -306,10 +333,11 @@ class Engine:
                                 failure,
                                 request_started,
                                 messages,
-                                toolkit.specs,
+                                specs,
                                 sink,
                                 streamed,
                                 run_id,
+                                output,
                             )
                             failure = None
                         if hooks is not None and hooks.after_llm is not None:
@@ -328,7 +356,7 @@ class Engine:
                         for call in kept.tool_calls:
                             sink(StreamToolCall(call.id, call.name, call.arguments))
                     # Not held while the tools run (and maybe park for hours).
-                    del reply, messages, kept
+                    del reply, messages, kept, specs
                 elif isinstance(action, RunTools):
                     calls, turn = action.calls, action.turn
                     del action  # not held while the tools run (and maybe park for hours)
@@ -350,6 +378,11 @@ class Engine:
                     del executor
                 else:
                     result = action.result
+                    if loop.output_failure is not None:
+                        # Raised before the journal ends the run: a durable host records
+                        # it as failed, as it does a model error.
+                        raw, errors = loop.output_failure
+                        raise OutputValidationError(raw, errors, result)
                     if journal is not None:
                         await journal.finished(result)
                     status = result.status
@@ -410,6 +443,7 @@ class Engine:
         sink: Sink | None,
         streamed: list[str],
         run_id: str,
+        output: OutputSpec | None = None,
     ) -> ModelReply:
         """After a failed first attempt: retry as the policy and ``on_error`` decide.
 
@@ -440,7 +474,7 @@ class Engine:
             attempt += 1
             started = time.perf_counter()
             try:
-                reply = await self._attempt(messages, tools, sink, streamed)
+                reply = await self._attempt(messages, tools, sink, streamed, output)
             except ModelError as exc:
                 failure = exc
                 continue
@@ -456,9 +490,10 @@ class Engine:
         tools: Sequence[Tool],
         sink: Sink | None,
         streamed: list[str],
+        output: OutputSpec | None = None,
     ) -> Awaitable[ModelReply]:
         limit = self.request_timeout
-        call = self._ask_model(messages, tools, sink, streamed)
+        call = self._ask_model(messages, tools, sink, streamed, output)
         if limit is None or self.model.enforces_timeout:
             # An HTTP model has the limit in its session: no cancel scope per request.
             return call
@@ -470,9 +505,10 @@ class Engine:
         tools: Sequence[Tool],
         sink: Sink | None,
         streamed: list[str],
+        output: OutputSpec | None = None,
     ) -> Awaitable[ModelReply]:
         if sink is None:
-            return self.model.request(messages, tools)
+            return self.model.request(messages, tools, output)
 
         def on_text(text: str) -> None:
             streamed.append(text)
@@ -482,7 +518,11 @@ class Engine:
             streamed.append(text)  # shown to someone: the request is not retried either
             sink(StreamReasoning(text))
 
-        return self.model.stream(messages, tools, on_text, on_reasoning)
+        if output is not None and output.method != "tool":
+            return self.model.stream(
+                messages, tools, output_preview(on_text, sink), on_reasoning, output
+            )
+        return self.model.stream(messages, tools, on_text, on_reasoning, output)
 
 
 async def _limited(call: Awaitable[ModelReply], limit: float) -> ModelReply:

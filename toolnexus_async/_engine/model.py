@@ -26,6 +26,7 @@ from .._core.errors import (
 from .._core.hotjson import compact, loads
 from .._core.http import HttpRequest, HttpResponse, Transport
 from .._core.messages import AssistantMessage, Message, ModelReply
+from .._core.output import OutputSpec
 from .._core.secrets import Scrubber, redact_url
 from .._core.types import Tool
 
@@ -68,8 +69,10 @@ class Model(Protocol):
     # True when the model applies the request time limit itself (an HTTP session timeout).
     enforces_timeout: bool
 
+    # ``output``: the run's output spec, for the codec to shape the request with (an
+    # in-process model gets the output tool or instructions from the engine instead).
     def request(
-        self, messages: Sequence[Message], tools: Sequence[Tool]
+        self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
     ) -> Awaitable[ModelReply]: ...
 
     async def stream(
@@ -78,6 +81,7 @@ class Model(Protocol):
         tools: Sequence[Tool],
         on_text: OnText,
         on_reasoning: OnText | None = None,
+        output: OutputSpec | None = None,
     ) -> ModelReply: ...
 
     async def aclose(self) -> None: ...
@@ -173,7 +177,11 @@ class HttpModel:
         return self._scrub(text)
 
     def _request(
-        self, messages: Sequence[Message], tools: Sequence[Tool], stream: bool
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        stream: bool,
+        output: OutputSpec | None = None,
     ) -> HttpRequest:
         body = self._codec.encode(
             messages,
@@ -183,12 +191,15 @@ class HttpModel:
             max_tokens_field=self._max_tokens_field,
             extra=self._extra,
             stream=stream,
+            output=output,
         )
         return HttpRequest(
             "POST", self._url, self._headers, _body_bytes(body), self._timeout, self._max_bytes
         )
 
-    async def request(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
+    async def request(
+        self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
+    ) -> ModelReply:
         # The body goes straight into the request, not into a local: no frame of this run
         # holds its dicts while the request is in flight, so the garbage collector, which
         # visits every live container of every run in flight, does not visit them over and
@@ -196,7 +207,7 @@ class HttpModel:
         failure: str | None = None
         cause: OSError | None = None
         try:
-            response = await self._transport.send(self._request(messages, tools, False))
+            response = await self._transport.send(self._request(messages, tools, False, output))
         except TransportError as exc:
             failure = self._scrub(str(exc))  # raised below, outside the except block
             cause = self._os_cause(exc)
@@ -230,6 +241,7 @@ class HttpModel:
         tools: Sequence[Tool],
         on_text: OnText,
         on_reasoning: OnText | None = None,
+        output: OutputSpec | None = None,
     ) -> ModelReply:
         """A streamed request: ``on_text`` gets the text as it arrives (``on_reasoning`` the
         reasoning); the reply at the end.
@@ -240,7 +252,7 @@ class HttpModel:
         parser = SSEParser()
         decoder = self._codec.stream_decoder(self._shown)
         failure: ModelError | None = None
-        chunks = self._transport.stream(self._request(messages, tools, True))
+        chunks = self._transport.stream(self._request(messages, tools, True, output))
         left = self._max_bytes
         try:
             async with contextlib.aclosing(chunks):  # type: ignore[type-var]
@@ -340,7 +352,9 @@ class FunctionModel:
         self._generate = generate
         self.name = model
 
-    async def request(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
+    async def request(
+        self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
+    ) -> ModelReply:
         # A copy: the function may keep or mutate what it gets without touching the run.
         reply: object = self._generate(list(messages), list(tools))
         if inspect.isawaitable(reply):
@@ -362,6 +376,7 @@ class FunctionModel:
         tools: Sequence[Tool],
         on_text: OnText,
         on_reasoning: OnText | None = None,
+        output: OutputSpec | None = None,
     ) -> ModelReply:
         """The function's reply; its reasoning and text are handed over in one piece each."""
         reply = await self.request(messages, tools)

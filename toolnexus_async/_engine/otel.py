@@ -57,6 +57,7 @@ from .tracing import TOOL_FAILURE, Tracing
 
 if TYPE_CHECKING:
     from .._core.messages import ToolCall
+    from .._core.output import OutputSpec
     from .._core.resume import ResumePlan
     from .engine import RunSpec
     from .model import Model, OnText
@@ -372,8 +373,11 @@ class _TracedModel:
         url = getattr(self._model, "url", None)
         return url if isinstance(url, str) else None
 
-    def request(self, messages: Sequence[Message], tools: Sequence[Tool]) -> Awaitable[ModelReply]:
-        return self._in_span(messages, self._model.request(messages, tools), streamed=False)
+    def request(
+        self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
+    ) -> Awaitable[ModelReply]:
+        asked = self._model.request(messages, tools, output)
+        return self._in_span(messages, asked, streamed=False)
 
     async def stream(
         self,
@@ -381,8 +385,9 @@ class _TracedModel:
         tools: Sequence[Tool],
         on_text: OnText,
         on_reasoning: OnText | None = None,
+        output: OutputSpec | None = None,
     ) -> ModelReply:
-        asked = self._model.stream(messages, tools, on_text, on_reasoning)
+        asked = self._model.stream(messages, tools, on_text, on_reasoning, output)
         return await self._in_span(messages, asked, streamed=True)
 
     async def _in_span(

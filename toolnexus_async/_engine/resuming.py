@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core.messages import Message
+from .._core.output import stored_output
 from .._core.results import RunResult
 from .._core.resume import plan_from_transcript, plan_resume
 from .._core.types import Answer, Request
@@ -40,7 +41,8 @@ class Resuming:
         *,
         answers: Answer | Iterable[Answer],
         on_tools_done: Callable[[RunResult], Any] | None = None,
-    ) -> RunResult:
+        output_type: object = None,
+    ) -> RunResult[Any]:
         """Continue a run that halted with ``status == "pending"``, given answers to it.
 
         Each answer must echo the id of one of the halted turn's outstanding requests
@@ -59,6 +61,10 @@ class Resuming:
         resumed again, or the answered calls would run twice. A durable host uses it to
         know; :func:`resume_stored` does.
 
+        A run given an ``output_type`` keeps its schema (``halted.output_spec``): the
+        resumed run's output is validated against it, and built as ``output_type`` when
+        that is given again (else it is the validated JSON).
+
         Raises:
             AnswerMismatchError: an answer echoes no outstanding request; nothing was executed.
             UsageError: ``halted`` is not a halted run, no answer was given, or two answers
@@ -74,6 +80,7 @@ class Resuming:
             model=halted.model,
             records=halted.tool_calls,
             trace=halted.trace_context,
+            output=stored_output(halted.output_spec, output_type),
         )
         result = await engine.drive(RunSpec(loop, toolkit, plan, on_tools_done=on_tools_done))
         await self._after_resume(halted, result)

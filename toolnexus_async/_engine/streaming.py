@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from .._core.errors import UsageError
 from .._core.fastinit import fast_init
 from .._core.messages import Usage
+from .._core.partial_json import parse_partial
 from .._core.results import RunResult
 from .._core.types import Request
 
@@ -36,12 +37,14 @@ __all__ = (
     "RunStream",
     "StreamDone",
     "StreamEvent",
+    "StreamOutput",
     "StreamPending",
     "StreamReasoning",
     "StreamText",
     "StreamToolCall",
     "StreamToolResult",
     "StreamUsage",
+    "output_preview",
 )
 
 
@@ -111,6 +114,18 @@ class StreamUsage:
 
 @fast_init
 @attrs.frozen
+class StreamOutput:
+    """A preview of a run's typed output as its JSON arrives (best effort, not validated):
+    the JSON value the reply holds so far, completed where it is cut off. Emitted when it
+    grows, for the ``"native"`` and ``"prompt"`` methods; the validated value is
+    ``StreamDone.result.output``."""
+
+    partial: object
+    kind: Literal["output"] = attrs.field(default="output", init=False)
+
+
+@fast_init
+@attrs.frozen
 class StreamDone:
     """The run is over; the last event."""
 
@@ -125,6 +140,7 @@ StreamEvent = (
     | StreamToolResult
     | StreamPending
     | StreamUsage
+    | StreamOutput
     | StreamDone
 )
 Sink = Callable[[StreamEvent], None]
@@ -206,3 +222,26 @@ class RunStream:
             await tg.__aexit__(None, None, None)
         if self._receive is not None:
             self._receive.close()
+
+
+def output_preview(on_text: Callable[[str], None], sink: Sink) -> Callable[[str], None]:
+    """``on_text`` that also tells the sink the output's JSON so far, when it changed."""
+    text_so_far: list[str] = []
+    shown: list[object] = [None]
+
+    def previewing(text: str) -> None:
+        on_text(text)
+        text_so_far.append(text)
+        # Read again only when a value may have grown: at a quote, a separator or a
+        # bracket, not at every letter of a long string.
+        if not any(c in text for c in _GROWS):
+            return
+        partial = parse_partial("".join(text_so_far))
+        if partial is not None and partial != shown[0]:
+            shown[0] = partial
+            sink(StreamOutput(partial))
+
+    return previewing
+
+
+_GROWS = frozenset('",]}0123456789el')  # "...e" ends true/false, "l" ends null

@@ -255,9 +255,14 @@ class DurableHost:
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
-    ) -> Awaitable[RunResult]:
+        output_type: object = None,
+        output_method: str | None = None,
+        output_retries: int = 1,
+    ) -> Awaitable[RunResult[Any]]:
         """:meth:`LlmClient.run` with the host's toolkit, every step kept in the store:
-        ``result = await host.run(prompt)``.
+        ``result = await host.run(prompt)``. ``output_type`` (and its method and retries):
+        as :meth:`LlmClient.run`; its schema is stored with the run, and a run resumed by
+        any host is checked against it (its ``output`` is then the validated JSON).
 
         The run is written to the store when the model first asks for tools (a run that
         asks for none is written when it ends); use :meth:`begin` to have it written
@@ -265,7 +270,8 @@ class DurableHost:
         """
         # Not a coroutine: no frame of its own for a run to hold while it is parked.
         self._check_open()
-        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id)
+        output = self.client.output_spec(output_type, output_method, output_retries)
+        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id, output=output)
         journal = self._journal(loop.run_id, lease=self._lease)
         return self._drive(loop, journal)
 
@@ -275,11 +281,17 @@ class DurableHost:
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
+        output_type: object = None,
+        output_method: str | None = None,
+        output_retries: int = 1,
     ) -> RunStream:
         """:meth:`LlmClient.stream` with the host's toolkit, every step kept in the store
-        (the run is written before its first event)."""
+        (the run is written before its first event); ``output_type``: as :meth:`run`."""
         self._check_open()
-        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id, entry="stream")
+        output = self.client.output_spec(output_type, output_method, output_retries)
+        loop = self.client.engine.new_loop(
+            prompt, history=history, run_id=run_id, entry="stream", output=output
+        )
         journal = self._journal(loop.run_id)
 
         async def start(sink: Sink) -> RunResult:
@@ -294,13 +306,20 @@ class DurableHost:
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
+        output_type: object = None,
+        output_method: str | None = None,
+        output_retries: int = 1,
     ) -> BegunRun:
         """Keep a new run in the store, held by this host, before anyone is told of it
         (a web handler acknowledges it once this returns); then run it with
         :meth:`BegunRun.run` or :meth:`BegunRun.stream`. If nothing runs it (the process
-        dies first), the next host goes on with it once its lease runs out."""
+        dies first), the next host goes on with it once its lease runs out.
+        ``output_type``: as :meth:`run`."""
         self._check_open()
-        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id, entry="begin")
+        output = self.client.output_spec(output_type, output_method, output_retries)
+        loop = self.client.engine.new_loop(
+            prompt, history=history, run_id=run_id, entry="begin", output=output
+        )
         journal = self._journal(loop.run_id)
         try:
             await journal.start(loop.snapshot(), self._lease)

@@ -36,6 +36,7 @@ import anyio
 from .._core.errors import StoreUnavailableError, UsageError
 from .._core.loop import CallOutcome, HaltedTurn, RunLoop
 from .._core.messages import AssistantMessage, ToolCall, ToolReturn
+from .._core.output import stored_output
 from .._core.results import RunResult, ToolCallRecord
 from .._core.resume import ResumePlan
 from .._core.types import Answer, Request, ToolResult
@@ -243,13 +244,15 @@ def worker_name() -> str:
 
 
 def plan_of(
-    stored: StoredRun, *, max_turns: int, now: float | None = None
+    stored: StoredRun, *, max_turns: int, now: float | None = None, output_type: object = None
 ) -> tuple[RunLoop, ResumePlan | None]:
-    """The loop (and, with a turn in progress, the plan) that continue ``stored``."""
+    """The loop (and, with a turn in progress, the plan) that continue ``stored``; its
+    output checked against the stored schema (built as ``output_type`` when given)."""
     state = stored.state
+    output = stored_output(state.output_spec, output_type)
     last = state.messages[-1] if state.messages else None
     if not stored.turn or not isinstance(last, AssistantMessage) or not last.tool_calls:
-        return RunLoop.restore(state, max_turns=max_turns), None
+        return RunLoop.restore(state, max_turns=max_turns, output=output), None
     at = time.time() if now is None else now
     completed: dict[str, ToolReturn] = {}
     kept: dict[str, ToolResult] = {}
@@ -288,6 +291,7 @@ def plan_of(
         run_id=stored.run_id,
         style=state.style,
         trace=state.trace_context,
+        output=output,
     )
     return loop, ResumePlan(turn, answers, kept, waiting)
 

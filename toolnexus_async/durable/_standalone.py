@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import anyio
 
@@ -44,7 +45,8 @@ async def resume_stored(
     *,
     lease: float = 600.0,
     answered_by: str | None = None,
-) -> RunResult:
+    output_type: object = None,
+) -> RunResult[Any]:
     """Answer a stored run and go on with it here (no host needed).
 
     Each answer is taken by the store as the one answer of its request; then the run is
@@ -54,6 +56,9 @@ async def resume_stored(
     dies, another worker goes on with it once the lease has run out. ``answered_by``
     names who gave the answers (see :meth:`DurableHost.answer`): kept in the run's audit
     trail with each.
+
+    A run started with an ``output_type`` is checked against the schema stored with it;
+    its ``output`` is built as ``output_type`` when given here, else it is the JSON value.
 
     Raises:
         UnknownRequestError: no stored run waits for an answer's id.
@@ -93,7 +98,7 @@ async def resume_stored(
             f"run {run_id!r} is held by another worker; it goes on there with this answer",
         )
     while True:
-        result = await _go_on(client, toolkit, store, stored, worker)
+        result = await _go_on(client, toolkit, store, stored, worker, output_type)
         if result.status != "pending" or not await _answered_meanwhile(store, run_id):
             return result
         again = await _claim(store, run_id, worker, lease)
@@ -108,9 +113,14 @@ async def _claim(store: RunStore, run_id: str, worker: str, lease: float) -> Sto
 
 
 async def _go_on(
-    client: LlmClient, toolkit: Toolkit, store: RunStore, stored: StoredRun, worker: str
+    client: LlmClient,
+    toolkit: Toolkit,
+    store: RunStore,
+    stored: StoredRun,
+    worker: str,
+    output_type: object = None,
 ) -> RunResult:
-    loop, plan = plan_of(stored, max_turns=client.max_turns)
+    loop, plan = plan_of(stored, max_turns=client.max_turns, output_type=output_type)
     journal = RunJournal(store, stored.run_id, worker, stored.turn)
     try:
         return await client.engine.drive(RunSpec(loop, toolkit, plan, journal))

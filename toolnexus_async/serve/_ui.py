@@ -108,9 +108,11 @@ class Changes:
         self._unwatch()
 
 
-async def run_agui(serve: ServeState, given: agui.RunInput, send: Send) -> None:
+async def run_agui(
+    serve: ServeState, given: agui.RunInput, send: Send, *, answered_by: str
+) -> None:
     """One AG-UI run over the thread's run: decide, act, then follow the run until it
-    waits for people or ends."""
+    waits for people or ends; its answers are recorded as given by ``answered_by``."""
     stream = agui.Stream(given)
     await send(stream.started())
     if len(given.thread_id) > MAX_THREAD_ID or not is_text(given.thread_id):
@@ -118,7 +120,7 @@ async def run_agui(serve: ServeState, given: agui.RunInput, send: Send) -> None:
         return
     changes = Changes(serve.store)
     try:
-        await _agui(serve, given, stream, changes, send)
+        await _agui(serve, given, stream, changes, send, answered_by)
     except StoreError:
         # Its message may name the store's server: the log has it (the outage watch).
         await send(stream.error("the run store is unavailable: send the same input again", "store"))
@@ -133,7 +135,12 @@ async def run_agui(serve: ServeState, given: agui.RunInput, send: Send) -> None:
 
 
 async def _agui(
-    serve: ServeState, given: agui.RunInput, stream: agui.Stream, changes: Changes, send: Send
+    serve: ServeState,
+    given: agui.RunInput,
+    stream: agui.Stream,
+    changes: Changes,
+    send: Send,
+    answered_by: str,
 ) -> None:
     snapshot = await read_snapshot(serve.store, given.thread_id)
     try:
@@ -144,16 +151,18 @@ async def _agui(
                 await start_run(serve, decision.prompt, run_id=given.thread_id)
             elif isinstance(decision, agui.Resume):
                 for answer in decision.answers:
-                    await hand_over(serve, answer)
+                    await hand_over(serve, answer, answered_by)
     except (Refusal, ApiError) as exc:
         await send(stream.error(str(exc)))
         return
     await follow(serve, given.thread_id, changes, stream, send)
 
 
-async def run_aisdk(serve: ServeState, given: aisdk.ChatInput, send: Send) -> None:
+async def run_aisdk(
+    serve: ServeState, given: aisdk.ChatInput, send: Send, *, answered_by: str
+) -> None:
     """One AI SDK chat request over the chat's run: decide, act, then follow the run until
-    it waits for people or ends."""
+    it waits for people or ends; its answers are recorded as given by ``answered_by``."""
     stream = aisdk.Stream(given.known, given.texts)
     if len(given.chat_id) > MAX_THREAD_ID or not is_text(given.chat_id):
         await send(stream.error(f"'id' must be text of at most {MAX_THREAD_ID} characters"))
@@ -168,7 +177,7 @@ async def run_aisdk(serve: ServeState, given: aisdk.ChatInput, send: Send) -> No
                     await start_run(serve, decision.prompt, run_id=given.chat_id)
                 else:
                     for answer in decision.answers:
-                        await hand_over(serve, answer)
+                        await hand_over(serve, answer, answered_by)
         except (Refusal, ApiError) as exc:
             await send(stream.error(str(exc)))
             return

@@ -17,6 +17,7 @@ from aiohttp import web
 from .._core.ui import agui, aisdk
 from .._core.ui.answers import Refusal
 from ._bodies import ApiError, read_json_object
+from ._guard import principal_of
 from ._state import SERVE
 from ._ui import Send, follow_aisdk, reconnect_aisdk, run_agui, run_aisdk
 
@@ -37,7 +38,8 @@ async def post_agui(request: web.Request) -> web.StreamResponse:
         given = agui.parse_input(await read_json_object(request))
     except Refusal as exc:
         raise ApiError(422, str(exc)) from None
-    return await _streamed(request, partial(run_agui, serve, given), agui.encode, SSE_HEADERS)
+    produce = partial(run_agui, serve, given, answered_by=principal_of(request))
+    return await _streamed(request, produce, agui.encode, SSE_HEADERS)
 
 
 async def post_chat(request: web.Request) -> web.StreamResponse:
@@ -47,7 +49,7 @@ async def post_chat(request: web.Request) -> web.StreamResponse:
         given = aisdk.parse_chat(await read_json_object(request))
     except Refusal as exc:
         raise ApiError(422, str(exc)) from None
-    produce = partial(run_aisdk, serve, given)
+    produce = partial(run_aisdk, serve, given, answered_by=principal_of(request))
     return await _streamed(request, produce, aisdk.encode, CHAT_HEADERS, aisdk.DONE)
 
 

@@ -58,7 +58,7 @@ from ._ui_routes import CHAT_HEADERS, SSE_HEADERS
 __all__ = ("Authorize", "UiEndpoints")
 
 # (request) -> whether it may use the endpoints; sync or async. The host's own check.
-Authorize = Callable[[Request], bool | Awaitable[bool]]
+Authorize = Callable[[Request], bool | str | Awaitable[bool | str]]
 
 _Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -81,8 +81,10 @@ class UiEndpoints:
         make_client, toolkit, store, park_timeout, lease, grace, max_active_runs,
             max_body, store_timeout: as for :func:`~toolnexus_async.serve.create_app`.
         token: the bearer token every request must carry (``Authorization: Bearer``).
-        authorize: the host's own check instead, ``(request) -> bool`` (sync or async),
-            given the Starlette request; False is 401.
+        authorize: the host's own check instead, ``(request) -> bool | str`` (sync or
+            async), given the Starlette request: False is 401; a name (a user id, say) is
+            whom the request's answers are recorded as given by (``answered_by``), True
+            records them as ``"host"``.
         insecure_no_auth: serve without either, for tests on your own machine.
     """
 
@@ -172,7 +174,7 @@ class UiEndpoints:
         self,
         request: Request,
         parse: Callable[[dict[str, Any]], Any],
-        run: Callable[[ServeState, Any, _Emit], Awaitable[None]],
+        run: Callable[..., Awaitable[None]],
         encode: Callable[[dict[str, Any]], bytes],
         headers: dict[str, str],
         done: bytes | None = None,
@@ -187,8 +189,10 @@ class UiEndpoints:
             return _error(422, str(exc))
         serve = self._serve
 
+        answered_by = self._principal(request)
+
         async def produce(emit: _Emit) -> None:
-            await run(serve, given, emit)
+            await run(serve, given, emit, answered_by=answered_by)
 
         return _Stream(produce, encode, headers, done)
 
@@ -218,7 +222,8 @@ class UiEndpoints:
             allowed = self._authorize(request)
             if inspect.isawaitable(allowed):
                 allowed = await allowed
-            if allowed is True:
+            if allowed is True or (isinstance(allowed, str) and allowed):
+                request.state.toolnexus_principal = allowed if isinstance(allowed, str) else "host"
                 return None
             return _error(401, "not authorised")
         if self._token is None:
@@ -228,6 +233,14 @@ class UiEndpoints:
         if hmac.compare_digest(given.encode("utf-8", "backslashreplace"), self._token.encode()):
             return None
         return _error(401, "send the token as Authorization: Bearer <token>")
+
+    def _principal(self, request: Request) -> str:
+        """Who an admitted request's answers are recorded as given by (``answered_by``):
+        what ``authorize`` returned when it returned a name (``"host"`` for True), ``"api"``
+        for the token, ``"anonymous"`` without auth. Never the token."""
+        if self._authorize is not None:
+            return str(getattr(request.state, "toolnexus_principal", "host"))
+        return "api" if self._token is not None else "anonymous"
 
     async def _body(self, request: Request) -> dict[str, Any] | Response:
         """The request's JSON object, or the refusal (401, 413, 415, 422, 503)."""

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..messages import Message, ModelReply
+from ..output import OutputSpec
 from ._sse import SSEEvent, SSEParser
 from ._stream import StreamDecoder, TextDelta
 from ._tools import ToolSpec, render_anthropic, render_gemini, render_openai
@@ -58,6 +59,7 @@ class Codec(Protocol):
         extra: dict[str, Any] | None = None,
         stream: bool = False,
         max_tokens_field: str | None = None,
+        output: OutputSpec | None = None,
     ) -> dict[str, Any]: ...
 
     def decode(self, payload: object) -> ModelReply: ...

@@ -29,6 +29,7 @@ from ..messages import (
     ToolReturn,
     Usage,
 )
+from ..output import OutputSpec
 from ._common import (
     NEUTRAL_BLOCKS,
     anthropic_usage,
@@ -137,6 +138,7 @@ class AnthropicCodec:
         extra: dict[str, Any] | None = None,
         stream: bool = False,
         max_tokens_field: str | None = None,  # the Messages API has one name: max_tokens
+        output: OutputSpec | None = None,
     ) -> dict[str, Any]:
         system, rendered = _render(messages)
         body: dict[str, Any] = {
@@ -150,6 +152,15 @@ class AnthropicCodec:
             body["tools"] = render_anthropic(tools)
         if stream:
             body["stream"] = True
+        if output is not None and output.method == "native":
+            # Structured outputs: the reply's text is JSON of this schema (models that
+            # support it; the output tool, the default, works with every model).
+            body["output_config"] = {"format": {"type": "json_schema", "schema": output.wire}}
+        elif output is not None and output.method == "tool" and not (extra and "thinking" in extra):
+            # A tool must be called, the output tool ending the run. Not with extended
+            # thinking, which the API refuses with a forced tool choice: the model is then
+            # asked again if it answers in text.
+            body["tool_choice"] = {"type": "any"}
         if extra:
             body.update(extra)
         return body

@@ -25,6 +25,7 @@ from ..messages import (
     ToolReturn,
     Usage,
 )
+from ..output import OutputSpec
 from ._common import (
     field,
     generated_call_id,
@@ -154,6 +155,7 @@ class OpenAICodec:
         extra: dict[str, Any] | None = None,
         stream: bool = False,
         max_tokens_field: str | None = None,
+        output: OutputSpec | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "messages": [_render(m) for m in messages]}
         if tools:
@@ -166,6 +168,8 @@ class OpenAICodec:
             # Without include_usage a streamed reply carries no token counts at all.
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
+        if output is not None:
+            _ask_output(body, output)
         if extra:
             body.update(extra)
         return body
@@ -204,6 +208,22 @@ class OpenAICodec:
             reason if isinstance(reason, str) else None,
             raw=payload,
         )
+
+
+def _ask_output(body: dict[str, Any], output: OutputSpec) -> None:
+    if output.method == "native":
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": output.wire_name,
+                "schema": output.wire,
+                # Strict decoding only where OpenAI allows it: every object closed and all
+                # of its fields required; otherwise the schema guides and we validate.
+                "strict": output.strict,
+            },
+        }
+    elif output.method == "tool":
+        body["tool_choice"] = "required"  # a tool must be called: the output tool ends it
 
 
 def _checked_reply(payload: object) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

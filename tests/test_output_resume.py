@@ -1,0 +1,154 @@
+"""A run with an output type halts, is stored, and is resumed elsewhere against the schema
+it was started with: in another process that does not even know the type (the stored
+schema asks and validates; the output is the validated JSON), and in this one with the
+type given again (the output is built as that type)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from toolnexus_async import (
+    Answer,
+    LlmClient,
+    Message,
+    Request,
+    ToolContext,
+    Toolkit,
+    ToolResult,
+    define_tool,
+)
+from toolnexus_async.durable import DurableHost, SqliteRunStore
+from toolnexus_async.testing import ScriptedModel, reply, tool_call
+
+# Generous: an interpreter starts and imports aiohttp; a hang must still end the test.
+LIMIT = 60
+
+
+@dataclasses.dataclass
+class Receipt:
+    paid: int
+    note: str
+
+
+@define_tool
+async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
+    """Pay; needs approval."""
+    if ctx is None or ctx.answer is None:
+        return ToolResult.pending(Request("", "approval", f"Pay {amount} EUR?"))
+    return ToolResult.ok(f"paid {amount}")
+
+
+# The resuming process: no Receipt anywhere, only the stored run. Its model's first answer
+# breaks the schema (a string where an integer is due), its second keeps it.
+CHILD = """
+import json, sys
+
+import anyio
+
+from toolnexus_async import Answer, LlmClient, Request, ToolContext, Toolkit, ToolResult
+from toolnexus_async import define_tool
+from toolnexus_async.durable import SqliteRunStore, resume_stored
+
+DB, REQUEST = sys.argv[1:3]
+SEEN = []
+
+
+@define_tool
+async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
+    \"\"\"Pay; needs approval.\"\"\"
+    if ctx is None or ctx.answer is None:
+        return ToolResult.pending(Request("", "approval", f"Pay {amount} EUR?"))
+    return ToolResult.ok(f"paid {amount}")
+
+
+REPLIES = iter(['{"paid": "30", "note": "ok"}', '{"paid": 30, "note": "ok"}'])
+
+
+def model(messages, tools):
+    SEEN.append([getattr(m, "text", None) for m in messages])
+    return next(REPLIES)
+
+
+async def main():
+    toolkit = Toolkit.create(builtins=False, extra_tools=[pay])
+    async with SqliteRunStore(DB) as store, LlmClient.in_process(model) as client:
+        result = await resume_stored(client, toolkit, store, Answer(REQUEST, True))
+    print(json.dumps({"result": result.to_dict(), "seen": SEEN}))
+
+
+anyio.run(main)
+"""
+
+
+def child_env() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+
+
+def toolkit() -> Toolkit:
+    return Toolkit.create(builtins=False, extra_tools=[pay])
+
+
+async def halt_in_store(db: Path) -> Any:
+    model = ScriptedModel(reply(tool_call("pay", {"amount": 30}, id="c1")))
+    async with (
+        SqliteRunStore(db) as store,
+        LlmClient.in_process(model) as client,
+        DurableHost(client, toolkit(), store) as host,
+    ):
+        halted = await host.run("pay 30", output_type=Receipt)
+        stored = await store.load(halted.run_id)
+    return halted, stored
+
+
+async def test_a_halted_typed_run_is_resumed_by_another_process(tmp_path: Path):
+    db = tmp_path / "runs.db"
+    halted, stored = await halt_in_store(db)
+    assert halted.status == "pending"
+    assert halted.output_spec is not None and halted.output_spec.name == "Receipt"
+    # What the store keeps says which schema the output must match.
+    assert stored.state.output_spec == halted.output_spec
+
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    with anyio.fail_after(LIMIT):
+        done = await anyio.run_process(
+            [sys.executable, "-W", "error", str(script), str(db), halted.pending.id],
+            env=child_env(),
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()
+    out = json.loads(done.stdout)
+    result = out["result"]
+    assert result["status"] == "done"
+    assert result["run_id"] == halted.run_id
+    assert result["output"] == {"paid": 30, "note": "ok"}
+    assert result["output_spec"]["name"] == "Receipt"
+    assert result["output_spec"]["method"] == "prompt"
+    first, second = out["seen"]
+    # The other process asked with the stored schema, and checked the reply against it.
+    assert '"title":"Receipt"' in first[0]
+    assert "paid must be integer, got string" in second[-1]
+
+
+async def test_a_halted_typed_run_resumed_with_its_type_builds_it(tmp_path: Path):
+    halted, _ = await halt_in_store(tmp_path / "runs.db")
+    again: list[Message] = []
+
+    def model(messages: list[Message], tools: list[Any]) -> str:
+        again.extend(messages)
+        return '{"paid": 30, "note": "approved"}'
+
+    async with LlmClient.in_process(model) as client, toolkit() as tools:
+        result = await client.resume(
+            halted, tools, answers=Answer(halted.pending.id, True), output_type=Receipt
+        )
+    assert result.output == Receipt(30, "approved")
+    assert result.output_method == "prompt"
