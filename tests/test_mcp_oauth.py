@@ -247,8 +247,7 @@ async def test_a_reconnect_refused_for_want_of_a_sign_in_asks_through_the_next_c
         answer = await sign_in_answer(toolkit, await follow(request))
         assert not (await toolkit.execute("guarded_sign_in", {}, ctx_for(request, answer))).is_error
         await tokens.set(f"mcp-oauth guarded {url}", None)
-        assert toolkit._mcp is not None
-        [connection] = toolkit._mcp.connections
+        [connection] = toolkit.mcp_connections
         assert connection.session is not None
         connection.end(connection.session, "ended by the test")
         halted = await toolkit.execute("guarded_whoami", {})

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from tests.shared import loopback
-from toolnexus_async import ToolContext, Toolkit, ToolResult, UsageError, pending_of
+from toolnexus_async import BuiltinTools, ToolContext, Toolkit, ToolResult, UsageError, pending_of
 from toolnexus_async.tools.builtin import ACTING_NAMES, BUILTIN_NAMES
 
 SCHEMA: dict[str, Any] = {
@@ -251,7 +251,9 @@ async def test_aclose_closes_the_shared_http_session():
     async with loopback(app) as url:
         toolkit = Toolkit.create(allow_hosts=["127.0.0.1"])
         result = await toolkit.execute("webfetch", {"url": f"{url}/"})
-        session = toolkit._resources[0]
+        builtins = toolkit.sources[0]
+        assert isinstance(builtins, BuiltinTools)
+        session = builtins.session
         opened = repr(session)
         await toolkit.aclose()
 
@@ -309,7 +311,9 @@ async def test_a_failing_close_does_not_keep_the_others_open():
                 raise OSError(f"{self.name} would not close")
 
     toolkit = Toolkit.create(extra_tools=[Closer("a", True), Closer("b", False)])
-    session = toolkit._resources[0]
+    builtins = toolkit.sources[0]
+    assert isinstance(builtins, BuiltinTools)
+    session = builtins.session
 
     with pytest.raises(OSError, match="a would not close"):
         await toolkit.aclose()

@@ -46,7 +46,16 @@ from ._core.messages import (
 )
 from ._core.results import RunResult, ToolCallRecord
 from ._core.retry import RetryPolicy, parse_retry_after
-from ._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, pending_of
+from ._core.types import (
+    Answer,
+    HaltRun,
+    Request,
+    Tool,
+    ToolContext,
+    ToolResult,
+    ToolSource,
+    pending_of,
+)
 from ._core.version import __version__ as __version__
 from ._engine.client import LlmClient
 from ._engine.conversations import (
@@ -69,10 +78,11 @@ from ._engine.streaming import (
     StreamToolResult,
     StreamUsage,
 )
-from ._engine.toolkit import Toolkit
 from ._io.terminal import terminal_input
 from ._io.transport import AiohttpTransport
 from .suspend import Inbox
+from .tools._sources import BuiltinTools, HttpTools, NativeTools
+from .tools._standard import Toolkit
 from .tools.http import HttpTool, http_tool
 from .tools.native import FunctionTool, define_tool
 
@@ -87,6 +97,10 @@ __all__ = (
     "HaltRun",
     # tools
     "Toolkit",
+    "ToolSource",
+    "NativeTools",
+    "HttpTools",
+    "BuiltinTools",
     "FunctionTool",
     "define_tool",
     "HttpTool",

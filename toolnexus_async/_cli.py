@@ -28,8 +28,8 @@ from ._core.types import Answer, Request, Tool, ToolContext, ToolResult, request
 from ._core.version import __version__
 from ._demo import DEMO_PROMPT, demo_model, demo_tools
 from ._engine.client import LlmClient
-from ._engine.toolkit import Toolkit
 from ._io.terminal import terminal_input
+from .tools._standard import Toolkit
 
 # ``serve --store``: a SQLite file by default; the variable keeps a DSN's password off the
 # command line.

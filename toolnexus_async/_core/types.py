@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -26,6 +27,7 @@ __all__ = (
     "Tool",
     "ToolContext",
     "ToolResult",
+    "ToolSource",
     "pending_of",
 )
 
@@ -238,3 +240,48 @@ class Tool(Protocol):
     def source(self) -> str: ...
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult: ...
+
+
+def check_tool(tool: object) -> Tool:
+    """``tool`` if it has a tool's shape and a valid name, else :class:`UsageError`."""
+    missing = [
+        attr
+        for attr in ("name", "description", "input_schema", "source", "execute")
+        if not hasattr(tool, attr)
+    ]
+    if missing:
+        raise UsageError(f"{tool!r} is not a tool: it lacks {', '.join(missing)}")
+    assert isinstance(tool, Tool)
+    check_tool_name(tool.name)
+    if not isinstance(tool.input_schema, Mapping):
+        raise UsageError(f"tool {tool.name!r}: input_schema must be a JSON Schema object")
+    return tool
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Where a toolkit's tools come from: an async context manager that, entered, offers
+    its tools (:meth:`tools`) and, left, releases what it opened (sessions, processes).
+
+    A toolkit enters its sources in order when it is entered, and leaves them in reverse.
+    Entering a source must either succeed or leave nothing open behind.
+
+    Optional, not part of the protocol's check: ``watch(changed)``, for a *live* source
+    whose tools change while it is open (an MCP server's list): the toolkit calls it once,
+    before entering the source, and the source calls ``changed()`` whenever :meth:`tools`
+    would answer differently. A live source's tool never takes a name another source's
+    tool holds; it is left out, with a warning.
+    """
+
+    async def __aenter__(self) -> object: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
+
+    def tools(self) -> Sequence[Tool]:
+        """The tools offered now, in a stable order; called after entering."""
+        ...

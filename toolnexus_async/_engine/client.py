@@ -41,7 +41,7 @@ from .model import FunctionModel, Generate, HttpModel, Model, hints_for
 from .resolver import Resolver, WaitFor
 from .resuming import Resuming
 from .streaming import RunStream, Sink
-from .toolkit import Toolkit
+from .toolkit import ToolRegistry
 
 __all__ = ("LlmClient",)
 
@@ -304,7 +304,7 @@ class LlmClient(Resuming, Closing):
     async def run(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
@@ -332,7 +332,7 @@ class LlmClient(Resuming, Closing):
     def stream(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
@@ -365,7 +365,7 @@ class LlmClient(Resuming, Closing):
     def start(
         self,
         prompt: str | None,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         history: Sequence[Message] | None = None,
         run_id: str | None = None,
@@ -391,7 +391,7 @@ class LlmClient(Resuming, Closing):
     async def ask(
         self,
         prompt: str,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         conversation_id: str | None = None,
     ) -> RunResult:

@@ -49,7 +49,7 @@ from .journal import Journal
 from .model import Model
 from .resolver import Resolver
 from .streaming import Sink, StreamReasoning, StreamText, StreamToolCall, StreamUsage
-from .toolkit import Toolkit
+from .toolkit import ToolRegistry
 
 __all__ = ("Engine", "RunSpec")
 
@@ -78,7 +78,7 @@ class RunSpec:
     """
 
     loop: RunLoop
-    toolkit: Toolkit
+    toolkit: ToolRegistry
     plan: ResumePlan | None = None
     journal: Journal | None = None
     stream: Sink | None = None
@@ -315,7 +315,7 @@ class Engine:
 
     def _executor(
         self,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         run_id: str,
         budget: _Budget | None,
         sink: Sink | None,
@@ -429,8 +429,8 @@ async def _limited(call: Awaitable[ModelReply], limit: float) -> ModelReply:
 
 
 async def _before_llm(
-    hook: BeforeLlm, loop: RunLoop, messages: Sequence[Message], toolkit: Toolkit
-) -> tuple[Sequence[Message], Toolkit]:
+    hook: BeforeLlm, loop: RunLoop, messages: Sequence[Message], toolkit: ToolRegistry
+) -> tuple[Sequence[Message], ToolRegistry]:
     tools = toolkit.tools()
     # The hook gets its own lists: an in-place edit must show as a change.
     changed = await call_hook(hook, LlmCall(list(messages), list(tools)))
@@ -440,5 +440,5 @@ async def _before_llm(
     # and a toolkit of the new tools executes what the model calls from now on.
     loop.messages[:] = changed.messages
     if changed.tools != tools:
-        toolkit = Toolkit(changed.tools)
+        toolkit = ToolRegistry(changed.tools)
     return loop.messages, toolkit

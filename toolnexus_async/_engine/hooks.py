@@ -34,7 +34,7 @@ from .._core.errors import UsageError
 from .._core.messages import Message, ModelReply
 from .._core.suspension import GATE
 from .._core.types import Request, Tool, ToolContext, ToolResult
-from .toolkit import Toolkit
+from .toolkit import ToolRegistry
 
 __all__ = ("GATE", "Hooks", "LlmCall", "require_approval")
 
@@ -107,7 +107,7 @@ def require_approval(
     tools: Iterable[str],
     *,
     prompt: Callable[[str, Mapping[str, Any]], str] | None = None,
-    toolkit: Toolkit | None = None,
+    toolkit: ToolRegistry | None = None,
     editable: bool = False,
 ) -> BeforeTool:
     """A ``before_tool`` hook that asks for approval before any of ``tools`` runs.
@@ -245,12 +245,12 @@ def call_digest(tool: str, args: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def check_gate(hook: object, toolkit: Toolkit) -> None:
+def check_gate(hook: object, toolkit: ToolRegistry) -> None:
     """Raise :class:`UsageError` if ``hook`` is a ``require_approval`` gate naming a tool
     ``toolkit`` does not have; any other hook passes (its names cannot be known)."""
     if not isinstance(hook, _Gate):
         return
-    if not isinstance(toolkit, Toolkit):
+    if not isinstance(toolkit, ToolRegistry):
         raise UsageError(
             f"require_approval: toolkit must be a Toolkit, got {type(toolkit).__name__}"
         )
@@ -258,8 +258,8 @@ def check_gate(hook: object, toolkit: Toolkit) -> None:
     if not unknown:
         return
     known = ", ".join(repr(tool.name) for tool in toolkit.tools()) or "none"
-    # An MCP server's tools are registered when the toolkit is entered, not before.
-    hint = " (MCP tools join when the toolkit is entered)" if toolkit.mcp_status else ""
+    # A source's tools (an MCP server's) are registered when the toolkit is entered.
+    hint = " (its sources' tools join when it is entered)" if toolkit.unopened else ""
     raise UsageError(
         f"require_approval names {', '.join(map(repr, sorted(unknown)))}, which the toolkit "
         f"does not have, so it would guard nothing; the tools are: {known}{hint}"

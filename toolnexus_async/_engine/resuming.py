@@ -16,7 +16,7 @@ from .._core.results import RunResult
 from .._core.resume import plan_from_transcript, plan_resume
 from .._core.types import Answer, Request
 from .engine import Engine, RunSpec
-from .toolkit import Toolkit
+from .toolkit import ToolRegistry
 
 __all__ = ("Resuming",)
 
@@ -36,7 +36,7 @@ class Resuming:
     async def resume(
         self,
         halted: RunResult,
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         answers: Answer | Iterable[Answer],
         on_tools_done: Callable[[RunResult], Any] | None = None,
@@ -81,7 +81,7 @@ class Resuming:
     async def run_with_answer(
         self,
         history: Sequence[Message],
-        toolkit: Toolkit,
+        toolkit: ToolRegistry,
         *,
         pending: Request,
         answer: Answer,

@@ -1,78 +1,61 @@
-"""The toolkit: which tools a run may call, how they are found, and how they are executed.
+"""The tool registry: which tools a run may call, where they came from, how they are executed.
 
 Rules of this module:
 
 - Arguments are checked against the tool's input schema before it runs (compiled once per
   schema); a violation is an error result naming the field and the rule.
-- A tool never raises across the toolkit: :meth:`Toolkit.execute` turns an exception into
-  an error result naming the tool and the exception, and an unknown name into an error
+- A tool never raises across the registry: :meth:`ToolRegistry.execute` turns an exception
+  into an error result naming the tool and the exception, and an unknown name into an error
   result naming the tools that do exist. Only cancellation passes through. The same holds
-  for :meth:`Toolkit.refused`, which tells a tool that its request was refused.
-- Names are unique. In :meth:`Toolkit.create` an extra tool with a built-in's name replaces
-  that built-in, and among the extra tools the first of a name wins; :meth:`register`
-  refuses a taken name unless told to replace it.
+  for :meth:`ToolRegistry.refused`, which tells a tool that its request was refused.
+- Tools come from :class:`~toolnexus_async.ToolSource` s composed into the registry
+  (:meth:`ToolRegistry.compose`), entered in order when the registry is entered and left in
+  reverse when it closes. A source that fails to open closes the ones opened before it (and
+  the registry): nothing stays open. A composed registry refuses to execute before it is
+  entered, since its tools are not there yet.
+- Names are unique. Two sources offering one name when the registry opens is a
+  :class:`UsageError` naming both; :meth:`register` refuses a taken name unless told to
+  replace it. A *live* source (one whose tools change while it is open: it has
+  ``watch``) never takes a taken name: its tool is left out, with a warning, since its list
+  may change mid-run, when nobody could handle an error. A live source's tools keep their
+  places when its list changes.
+- The registry imports no tool source (the engine's layer rule): the built-ins, HTTP and
+  MCP sources sit above the engine, and the public :class:`~toolnexus_async.Toolkit`
+  (``tools/_standard.py``) is this class plus the standard assembly (``Toolkit.create``).
+  The engine takes any registry: it reads ``specs`` and calls ``execute`` and ``refused``.
 - The schema adapters (``to_openai`` ...) are the codecs' renderers, handed one tuple of
   the tools that stays the same until the tools change, so the codecs render it once.
-- :meth:`Toolkit.create` is safe by default: the built-ins are confined to ``workdir`` and
-  the acting ones ask before they act (``approve="ask"``); loosening either is explicit.
-  Its switches fail closed: an unknown built-in, a switch that is not a bool or a policy
-  that is not one is a :class:`UsageError`, never read as "leave it on".
-- MCP servers (``create(mcp=...)``) connect when the toolkit is entered (``async with``, or
-  :meth:`start`) and their tools are registered then; a server that fails is reported in
-  :attr:`mcp_status` and the toolkit loads without it. Leaving closes every session and
-  server process. An MCP tool never replaces a tool of the same name: it is left out.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
-import os
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Self
+
+import anyio
 
 from .._core.closing import FlagClosing
 from .._core.codecs._tools import render_anthropic, render_gemini, render_openai
 from .._core.errors import UsageError
-from .._core.types import Tool, ToolContext, ToolResult, check_tool_name
+from .._core.types import Tool, ToolContext, ToolResult, ToolSource, check_tool
 from .._core.validation import Validator, validator_for
-from ..tools._session import SharedSession
-from ..tools.builtin import BUILTIN_NAMES, ApprovalPolicy, Workspace, builtin_tools, check_policy
-from .resolver import Resolver, WaitFor
 
-if TYPE_CHECKING:
-    from ..mcp import McpStatus, TokenStore
-    from ..mcp._connect import McpServers
-    from ..mcp._connection import Connection
-
-__all__ = ("Toolkit",)
+__all__ = ("ToolRegistry",)
 
 log = logging.getLogger("toolnexus_async")
 
 
-def _check_tool(tool: object) -> Tool:
-    missing = [
-        attr
-        for attr in ("name", "description", "input_schema", "source", "execute")
-        if not hasattr(tool, attr)
-    ]
-    if missing:
-        raise UsageError(f"{tool!r} is not a tool: it lacks {', '.join(missing)}")
-    assert isinstance(tool, Tool)
-    check_tool_name(tool.name)
-    if not isinstance(tool.input_schema, Mapping):
-        raise UsageError(f"tool {tool.name!r}: input_schema must be a JSON Schema object")
-    return tool
+class ToolRegistry(FlagClosing):
+    """A set of uniquely named tools from composed sources, executed safely.
 
+    The public :class:`~toolnexus_async.Toolkit` is this class plus the standard assembly;
+    build one with ``Toolkit.compose(*sources)`` (or ``Toolkit.create``) and enter it, so
+    that every source it opened is closed::
 
-class Toolkit(FlagClosing):
-    """A set of uniquely named tools, executed safely.
-
-    Build one with :meth:`create`; use it as an async context manager so that every source
-    it opened is closed::
-
-        async with Toolkit.create(builtins=False, extra_tools=[send_payment]) as tk:
+        async with Toolkit.compose(NativeTools(send_payment)) as tk:
             result = await tk.execute("send_payment", {"amount": 30})
 
     A closed toolkit refuses to execute, to register and to be entered again
@@ -88,209 +71,180 @@ class Toolkit(FlagClosing):
         self._spec_tuple: tuple[Tool, ...] = ()
         self._validate = validate
         self._validators: dict[str, Validator] = {}
-        # Resources the toolkit created for its tools (the shared HTTP session), closed last.
-        self._resources: list[SharedSession] = []
-        self._mcp: McpServers | None = None
+        self._sources: list[ToolSource] = []  # composed, entered by start()
+        self._opened: list[ToolSource] = []  # entered, left in reverse by aclose()
+        self._owners: dict[str, ToolSource] = {}  # a source's tool's name -> that source
+        self._started = False
+        # True while execute must refuse: closed, or composed and not entered yet. One flag,
+        # so the hot path reads one attribute.
+        self._blocked = False
         self._closed = False
         for tool in tools:
             self.register(tool)
 
     @classmethod
-    def create(
-        cls,
-        builtins: bool | Mapping[str, Any] = True,
-        extra_tools: Iterable[Tool] = (),
-        *,
-        workdir: str | os.PathLike[str] | None = None,
-        confine: bool = True,
-        approve: ApprovalPolicy = "ask",
-        allow_hosts: Iterable[str] = (),
-        validate: bool = True,
-        mcp: str | os.PathLike[str] | Mapping[str, Any] | None = None,
-        wait_for: WaitFor | None = None,
-        mcp_tokens: TokenStore | None = None,
-        mcp_redirect_uri: str | None = None,
-    ) -> Toolkit:
-        """Assemble a toolkit from the built-ins and ``extra_tools``.
+    def compose(cls, *sources: ToolSource, validate: bool = True) -> Self:
+        """A toolkit of the tools ``sources`` offer, in that order, once it is entered
+        (``async with``): entering opens the sources, leaving closes them in reverse.
 
         Args:
-            builtins: ``True`` (all built-ins), ``False`` (none), or a mapping such as
-                ``{"tools": {"bash": False}}`` that turns single built-ins off; an unknown
-                name or a switch that is not a bool raises :class:`UsageError`.
-            extra_tools: your tools. One with a built-in's name replaces that built-in;
-                among these the first of a name wins.
-            workdir: the directory the file tools and ``bash`` work in (default: the
-                current directory).
-            confine: keep every file tool, and ``bash``'s working directory, under
-                ``workdir`` (the default): ``..``, absolute paths outside and symlinks
-                leading out are refused. ``False`` lets paths lead anywhere. ``bash``
-                itself is not a sandbox.
-            approve: when the acting built-ins (``bash``, ``write``, ``edit``,
-                ``apply_patch``) ask for approval: ``"ask"`` (every call, the default),
-                ``"allow-all"`` (never: a sandbox, CI), or a callable
-                ``(tool_name, args) -> bool`` returning True for a call that may run
-                unasked. Anything else raises :class:`UsageError`.
-            allow_hosts: host names, addresses and networks (``"10.0.0.0/8"``) that
-                ``webfetch`` may reach although they are not public; by default it reaches
-                public addresses only (no loopback, private, link-local, ...).
+            sources: each a :class:`~toolnexus_async.ToolSource` (an async context manager
+                with ``tools()``), used by this toolkit only.
             validate: check each call's arguments against the tool's input schema before
                 the tool runs; a violation is an error result for the model.
-            mcp: MCP servers to load (docs/mcp.md): the ``mcpServers`` config as a mapping
-                or the path of its JSON file. They connect when the toolkit is entered
-                (``async with``) or :meth:`start` ed. Needs ``toolnexus-async[mcp]``.
-            wait_for: answers the questions an MCP server of protocol 2025-11-25 or older
-                asks inline during a call (``async (request) -> Answer``, or an Inbox).
-                Without it such servers are not offered elicitation. Questions of
-                2026-07-28 servers need no ``wait_for`` here: they suspend the call.
-            mcp_tokens: where remote servers' sign-ins are kept (a
-                :class:`~toolnexus_async.mcp.TokenStore`; default: in memory, so a restart
-                signs in again; ``RunStoreTokens(store)`` keeps them in a run store).
-            mcp_redirect_uri: where an authorization server sends the person back after a
-                sign-in, for the servers whose ``oauth`` config names none (serve's
-                ``/oauth/callback``, or a URL of yours that calls
-                :func:`~toolnexus_async.mcp.sign_in_answer`).
+
+        Raises:
+            UsageError: something given is not a tool source, or one is given twice.
         """
-        approve = check_policy(approve)
-        servers = None
-        if mcp is not None:
-            from ..mcp import load_config, require_sdk
-
-            require_sdk()
-            from ..mcp._connect import McpServers
-
-            servers = McpServers(
-                load_config(mcp),
-                Resolver.of(wait_for),
-                tokens=mcp_tokens,
-                redirect_uri=mcp_redirect_uri,
-            )
-        elif wait_for is not None or mcp_tokens is not None or mcp_redirect_uri is not None:
-            raise UsageError(
-                "wait_for, mcp_tokens and mcp_redirect_uri are for MCP servers; pass mcp= too"
-            )
-        extras: dict[str, Tool] = {}
-        for tool in extra_tools:
-            tool = _check_tool(tool)
-            if tool.name in extras:
-                log.warning("extra tool %r is listed twice; the first one is kept", tool.name)
-                continue
-            extras[tool.name] = tool
-        enabled = _enabled_builtins(builtins)
         toolkit = cls(validate=validate)
-        if enabled - set(extras):
-            workspace = Workspace(Path.cwd() if workdir is None else workdir, confine=confine)
-            session = SharedSession()
-            toolkit._resources.append(session)
-            tools = builtin_tools(workspace, session, approve=approve, allow_hosts=allow_hosts)
-            for tool in tools:
-                if tool.name in enabled and tool.name not in extras:
-                    toolkit.register(tool)
-        for tool in extras.values():
-            toolkit.register(tool)
-        toolkit._mcp = servers
+        for source in sources:
+            toolkit._add_source(source)
+        toolkit._blocked = True
         return toolkit
 
-    async def start(self) -> None:
-        """Connect the MCP servers and register their tools (``async with`` does this).
+    def _add_source(self, source: ToolSource) -> None:
+        if not isinstance(source, ToolSource):
+            raise UsageError(
+                f"{source!r} is not a tool source: it needs async __aenter__/__aexit__ and "
+                "tools() (wrap plain tools or functions in NativeTools)"
+            )
+        if any(source is mine for mine in self._sources):
+            raise UsageError(f"the tool source {source!r} is given twice")
+        self._sources.append(source)
 
-        Returns when every enabled server is connected or has failed; see
-        :attr:`mcp_status`. Call :meth:`aclose` from the same task. Called again, it
-        connects again every enabled server that is not connected (one whose session
-        ended, or that failed to start), and returns when each has connected or failed.
+    def _adopt(self, source: ToolSource) -> None:
+        """Take the tools of ``source``, open already (its tools need no I/O), as if it had
+        been entered: for an assembly whose toolkit is usable before it is entered."""
+        self._add_source(source)
+        self._opened.append(source)
+        self._take(source, live=False)
+
+    @property
+    def sources(self) -> tuple[ToolSource, ...]:
+        """The composed sources, in order (open while the toolkit is entered)."""
+        return tuple(self._sources)
+
+    @property
+    def unopened(self) -> tuple[ToolSource, ...]:
+        """The composed sources not opened yet: their tools join when it is entered."""
+        if self._closed:
+            return ()
+        return tuple(s for s in self._sources if not any(s is o for o in self._opened))
+
+    async def start(self) -> None:
+        """Open the sources in order and take their tools (``async with`` does this).
+
+        Call :meth:`aclose` from the same task. If a source fails to open, or two offer one
+        name, the sources opened so far are closed, the toolkit too, and the error is
+        raised (a source's own exception carries a note naming the source).
         """
         self._check_open()
-        servers = self._mcp
-        if servers is None:
+        if self._started:
             return
-        if servers.started:
-            await servers.reconnect()
+        self._started = True
+        try:
+            for source in self._sources:
+                if any(source is opened for opened in self._opened):
+                    continue  # adopted open
+                watch = getattr(source, "watch", None)
+                if watch is not None:
+                    watch(functools.partial(self._changed, source))
+                try:
+                    await source.__aenter__()
+                except Exception as exc:
+                    exc.add_note(f"(while opening the tool source {source!r})")
+                    raise
+                self._opened.append(source)
+                self._take(source, live=watch is not None)
+        except BaseException:
+            # Cancelled or failed: whatever is open must close, even inside a cancelled scope.
+            with anyio.CancelScope(shield=True):
+                await self._close_all(quiet=True)
+            raise
+        self._blocked = False
+
+    def _take(self, source: ToolSource, *, live: bool) -> None:
+        """Register what ``source`` offers as it opens (see the module's rules on names)."""
+        for offered in source.tools():
+            tool = check_tool(offered)
+            holder = self._owners.get(tool.name)
+            if tool.name not in self._tools:
+                self._tools[tool.name] = tool
+                self._owners[tool.name] = source
+            elif live:
+                log.warning(
+                    "tool %r of %r is left out: the name is taken by %s",
+                    tool.name,
+                    source,
+                    "this source" if holder is source else _holder(holder),
+                )
+            elif holder is source:
+                raise UsageError(f"the tool source {source!r} offers {tool.name!r} twice")
+            else:
+                raise UsageError(
+                    f"two tool sources offer a tool named {tool.name!r}: {_holder(holder)} "
+                    f"and {source!r}; leave it out of one of them"
+                )
+        self._spec_tuple = tuple(self._tools.values())
+
+    def _changed(self, source: ToolSource) -> None:
+        """A live source's tools changed: offer what it offers now, in place of what it
+        offered before (a tool it still offers keeps its place)."""
+        if self._closed or not any(source is s for s in self._opened):
             return
-        await servers.start()
-        # In the config's order, so that names are the same on every start; later
-        # changes (a reconnect, a server's list_changed) are applied as they come.
-        for connection in servers.connections:
-            if connection.session is not None or connection.state == "needs_auth":
-                self._mcp_tools(connection)
-        servers.on_tools = self._mcp_tools
-
-    def _mcp_tools(self, connection: Connection) -> None:
-        """Offer the tools ``connection``'s server lists now (or its sign-in tool, while it
-        waits for its first sign-in), in place of those it offered before (a tool it still
-        lists keeps its place)."""
-        if self._closed:
-            return
-        from ..mcp._oauth import SignInTool
-        from ..mcp._tool import McpTool, tools_of
-
-        def server_of(tool: Tool) -> Connection | None:
-            return tool.connection if isinstance(tool, McpTool | SignInTool) else None
-
-        taken = {
-            name for name, tool in self._tools.items() if server_of(tool) not in (None, connection)
-        }
-        others = {name: tool for name, tool in self._tools.items() if server_of(tool) is None}
-        fresh = {tool.name: tool for tool in tools_of(connection, taken, others)}
+        fresh: dict[str, Tool] = {}
+        for offered in source.tools():
+            try:
+                tool = check_tool(offered)
+            except UsageError as exc:
+                log.warning("a tool of %r is left out: %s", source, exc)
+                continue
+            fresh.setdefault(tool.name, tool)
         tools: dict[str, Tool] = {}
         for name, tool in self._tools.items():
-            if server_of(tool) is connection:
-                self._validators.pop(name, None)
-                if name in fresh:
-                    tools[name] = fresh.pop(name)
-            else:
+            if self._owners.get(name) is not source:
                 tools[name] = tool
-        tools.update(fresh)
+                continue
+            self._validators.pop(name, None)
+            del self._owners[name]
+            if name in fresh:
+                tools[name] = fresh.pop(name)
+                self._owners[name] = source
+        for name, tool in fresh.items():
+            if name in tools:
+                holder = _holder(self._owners.get(name))
+                log.warning(
+                    "tool %r of %r is left out: the name is taken by %s", name, source, holder
+                )
+                continue
+            tools[name] = tool
+            self._owners[name] = source
         self._tools = tools
         self._spec_tuple = tuple(tools.values())
-
-    @property
-    def mcp_connections(self) -> tuple[Connection, ...]:
-        """The sessions of the MCP servers this toolkit owns (empty without ``mcp=``): for
-        :mod:`toolnexus_async.mcp` (a sign-in's redirect finds its server here), not for
-        applications, which read :attr:`mcp_status`."""
-        return () if self._mcp is None else tuple(self._mcp.connections)
-
-    @property
-    def mcp_status(self) -> dict[str, McpStatus]:
-        """Each configured MCP server's :class:`~toolnexus_async.mcp.McpStatus`, by name
-        (empty without ``mcp=``). Before :meth:`start` an enabled server reads ``failed``
-        with the error ``"not started"``."""
-        if self._mcp is None:
-            return {}
-        from ..mcp import McpStatus
-
-        status = {}
-        for connection in self._mcp.connections:
-            mine = tuple(
-                name
-                for name, tool in self._tools.items()
-                if getattr(tool, "connection", None) is connection
-            )
-            status[connection.config.name] = McpStatus(
-                connection.state,
-                connection.error,
-                connection.protocol,
-                mine,
-                transport=connection.transport,
-                reconnects=connection.reconnects,
-                ended=connection.ended,
-                unsupported=connection.unsupported,
-            )
-        return status
 
     async def __aenter__(self) -> Self:
         self._check_open()
         await self.start()
         return self
 
+    def _check_ready(self) -> None:
+        self._check_open()
+        if self._blocked:
+            raise UsageError(
+                "this toolkit is not open yet: its sources open when it is entered "
+                "(async with toolkit: ...) or started (await toolkit.start())"
+            )
+
     def register(self, tool: Tool, *, replace: bool = False) -> None:
         """Add ``tool``; a taken name is refused unless ``replace=True``."""
         self._check_open()
-        tool = _check_tool(tool)
+        tool = check_tool(tool)
         if tool.name in self._tools and not replace:
             raise UsageError(
                 f"a tool named {tool.name!r} is already registered; pass replace=True to swap it"
             )
         self._tools[tool.name] = tool
+        self._owners.pop(tool.name, None)  # its source still closes the one replaced
         self._spec_tuple = tuple(self._tools.values())
         self._validators.pop(tool.name, None)
 
@@ -309,7 +263,7 @@ class Toolkit(FlagClosing):
         return name in self._tools
 
     def __repr__(self) -> str:
-        return f"Toolkit({list(self._tools)!r})"
+        return f"{type(self).__name__}({list(self._tools)!r})"
 
     async def execute(
         self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
@@ -317,10 +271,11 @@ class Toolkit(FlagClosing):
         """Run the tool ``name``; whatever happens, the answer is a :class:`ToolResult`.
 
         Raises:
-            UsageError: the toolkit is closed (its tools' resources are gone).
+            UsageError: the toolkit is closed (its tools' resources are gone), or it was
+                composed of sources and is not entered yet.
         """
-        if self._closed:
-            self._check_open()
+        if self._blocked:
+            self._check_ready()
         tool = self._tools.get(name)
         if tool is None:
             return ToolResult.error(self._unknown(name))
@@ -350,10 +305,10 @@ class Toolkit(FlagClosing):
         passes through.
 
         Raises:
-            UsageError: the toolkit is closed.
+            UsageError: the toolkit is closed, or composed and not entered yet.
         """
-        if self._closed:
-            self._check_open()
+        if self._blocked:
+            self._check_ready()
         tell = getattr(self._tools.get(name), "refused", None)
         if tell is None:
             return
@@ -369,7 +324,7 @@ class Toolkit(FlagClosing):
         arguments its ``input_schema`` refuses), or ``None`` when nothing is. Checks even
         when the toolkit was made with ``validate=False``.
 
-        >>> Toolkit().check_arguments("nope", {})
+        >>> ToolRegistry().check_arguments("nope", {})
         "unknown tool 'nope'; available tools: none"
         """
         tool = self._tools.get(name)
@@ -396,7 +351,13 @@ class Toolkit(FlagClosing):
     @property
     def specs(self) -> tuple[Tool, ...]:
         """The tools, as the one tuple a model request renders: the same object until the
-        tools change, so a codec renders it once (see ``_codecs._tools``)."""
+        tools change, so a codec renders it once (see ``_codecs._tools``).
+
+        Raises:
+            UsageError: the toolkit was composed of sources and is not entered yet.
+        """
+        if self._blocked:
+            self._check_ready()
         return self._spec_tuple
 
     def to_openai(self) -> list[dict[str, Any]]:
@@ -412,16 +373,25 @@ class Toolkit(FlagClosing):
         return copy.deepcopy(render_gemini(self._spec_tuple))
 
     async def aclose(self) -> None:
-        """Close every tool that holds a resource (it has an ``aclose``), then the shared
-        HTTP session. Idempotent. One failing close does not keep the others open: the first
-        error is raised once everything was closed.
+        """Close the sources (in reverse), then every tool registered directly that holds a
+        resource (it has an ``aclose``). Idempotent. One failing close does not keep the
+        others open: the first error is raised once everything was closed.
         """
+        await self._close_all(quiet=False)
+
+    async def _close_all(self, *, quiet: bool) -> None:
         if self._closed:
             return
-        self._closed = True
-        closers: list[Any] = [] if self._mcp is None else [self._mcp.aclose]
-        closers += [getattr(tool, "aclose", None) for tool in self._tools.values()]
-        closers += [resource.aclose for resource in self._resources]
+        self._closed = self._blocked = True
+        opened, self._opened = self._opened[::-1], []
+        closers: list[Callable[[], Awaitable[object]] | None] = [
+            functools.partial(source.__aexit__, None, None, None) for source in opened
+        ]
+        closers += [
+            getattr(tool, "aclose", None)
+            for name, tool in self._tools.items()
+            if name not in self._owners
+        ]
         first: Exception | None = None
         for closer in closers:
             if closer is None:
@@ -429,33 +399,11 @@ class Toolkit(FlagClosing):
             try:
                 await closer()
             except Exception as exc:
-                log.warning("closing a tool failed: %r", exc)
+                log.warning("closing a tool source failed: %r", exc)
                 first = first or exc
-        if first is not None:
+        if first is not None and not quiet:
             raise first
 
 
-def _enabled_builtins(builtins: bool | Mapping[str, Any]) -> set[str]:
-    if builtins is True:
-        return set(BUILTIN_NAMES)
-    if builtins is False:
-        return set()
-    if not isinstance(builtins, Mapping):
-        raise UsageError(f"builtins must be a bool or a mapping, got {type(builtins).__name__}")
-    unknown_keys = set(builtins) - {"tools"}
-    if unknown_keys:
-        raise UsageError(f"unknown builtins option(s): {', '.join(sorted(unknown_keys))}")
-    switches = builtins.get("tools", {})
-    if not isinstance(switches, Mapping):
-        raise UsageError("builtins['tools'] must map tool names to True/False")
-    unknown = [name for name in switches if name not in BUILTIN_NAMES]
-    if unknown:
-        raise UsageError(
-            f"unknown built-in tool(s): {', '.join(map(str, unknown))}; "
-            f"the built-ins are {', '.join(BUILTIN_NAMES)}"
-        )
-    for name, on in switches.items():
-        if not isinstance(on, bool):
-            # Read as "not False", {"bash": 0} or {"bash": "off"} would leave bash on.
-            raise UsageError(f"builtins['tools'][{name!r}] must be True or False, got {on!r}")
-    return {name for name in BUILTIN_NAMES if switches.get(name, True)}
+def _holder(source: ToolSource | None) -> str:
+    return "a tool registered directly" if source is None else repr(source)

@@ -49,8 +49,8 @@ from .._engine.engine import RunSpec
 from .._engine.hooks import call_hook
 from .._engine.owner import TaskOwner
 from .._engine.streaming import RunStream, Sink
-from .._engine.toolkit import Toolkit
 from ..suspend import Inbox
+from ..tools._standard import Toolkit
 from ._begun import BegunRun
 from ._deliveries import Deliveries
 from ._driving import Driving

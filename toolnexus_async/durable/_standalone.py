@@ -25,7 +25,7 @@ from .._core.results import RunResult
 from .._core.types import Answer
 from .._engine.client import LlmClient
 from .._engine.engine import RunSpec
-from .._engine.toolkit import Toolkit
+from ..tools._standard import Toolkit
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import RunStore, StoredRun
 

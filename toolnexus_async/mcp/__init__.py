@@ -1,4 +1,5 @@
-"""MCP tool servers in a toolkit: ``Toolkit.create(mcp=config)`` (see docs/mcp.md).
+"""MCP tool servers in a toolkit: ``Toolkit.compose(McpTools(config))``, or
+``Toolkit.create(mcp=config)`` (see docs/mcp.md).
 
 Needs the optional extra: ``pip install -e '.[mcp]'`` in a checkout (the official ``mcp``
 SDK, 2.x; the package is on no index). Importing this package works without it; only
@@ -14,16 +15,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._core.errors import UsageError
 from .._core.types import Answer
 from ._config import McpStatus, OAuthConfig, ServerConfig, load_config, parse_config
+from ._source import McpTools, require_sdk
 from ._tokens import MemoryTokens, RunStoreTokens, TokenStore
 
 if TYPE_CHECKING:
-    from .._engine.toolkit import Toolkit
+    from ..tools._standard import Toolkit
 
 __all__ = (
     "McpStatus",
+    "McpTools",
     "MemoryTokens",
     "OAuthConfig",
     "RunStoreTokens",
@@ -34,17 +36,6 @@ __all__ = (
     "require_sdk",
     "sign_in_answer",
 )
-
-INSTALL = "pip install -e '.[mcp]' in the toolnexus-async checkout (or pip install 'mcp>=2.3,<3')"
-
-
-def require_sdk() -> None:
-    """Raise :class:`UsageError` saying how to install the MCP SDK when it is missing."""
-    try:
-        import mcp  # noqa: F401
-        import mcp_types  # noqa: F401
-    except ImportError:
-        raise UsageError(f"MCP servers need the MCP SDK: {INSTALL}") from None
 
 
 async def sign_in_answer(toolkit: Toolkit, redirect_url: str) -> Answer:

@@ -53,7 +53,7 @@ from ._oauth_flow import SignInLink, _Noticing, _Provider
 from ._tokens import TokenStore
 
 if TYPE_CHECKING:
-    from .._engine.toolkit import Toolkit
+    from ..tools._standard import Toolkit
     from ._connection import Connection
 
 __all__ = (

@@ -334,19 +334,13 @@ class McpTool:
         return ToolResult.pending(request)
 
 
-def tools_of(
-    connection: Connection, taken: set[str], others: Mapping[str, object]
-) -> list[McpTool | SignInTool]:
+def tools_of(connection: Connection, taken: set[str]) -> list[McpTool | SignInTool]:
     """The tools ``connection`` contributes, named so that no MCP tool's name in ``taken``
-    repeats (``taken`` grows by the names given); one whose name a tool in ``others`` (not
-    from MCP) has is left out, with a warning. A server waiting for its first sign-in
-    contributes its sign-in tool only."""
+    repeats (``taken`` grows by the names given). A server waiting for its first sign-in
+    contributes its sign-in tool only. (A name another source's tool holds is the
+    toolkit's to leave out: MCP tools are a live source.)"""
     if connection.state == "needs_auth" and connection.sign_in is not None:
         name = tool_name(connection.config.name, "sign_in", taken)
-        if name in others:
-            server = connection.config.name
-            log.warning("MCP server %r: its sign-in tool is left out: %r is taken", server, name)
-            return []
         taken.add(name)
         return [SignInTool(name, connection, connection.sign_in)]
     tools: list[McpTool | SignInTool] = []
@@ -358,10 +352,6 @@ def tools_of(
         if not connection.config.exposes(listed.name):
             continue
         name = tool_name(connection.config.name, listed.name, taken)
-        if name in others:
-            server = connection.config.name
-            log.warning("MCP tool %r of %r is left out: %r is taken", listed.name, server, name)
-            continue
         if name in taken:  # a digest collision: vanishingly rare, never silent
             log.warning(
                 "MCP tool %r of %r: name %r is taken", listed.name, connection.config.name, name

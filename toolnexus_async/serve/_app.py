@@ -39,9 +39,9 @@ from aiohttp import web
 
 from .._core.errors import UsageError
 from .._engine.owner import TaskOwner
-from .._engine.toolkit import Toolkit
 from ..durable import DurableHost, RunStore
 from ..suspend import GcFreezer
+from ..tools._standard import Toolkit
 from ._bodies import MAX_BODY, ApiError, json_errors
 from ._events import EventBus
 from ._feed import EventFeed

@@ -31,9 +31,9 @@ from .._core.messages import AssistantMessage, Message, ToolCall, ToolReturn, Us
 from .._core.types import Tool, ToolContext, ToolResult
 from .._demo import book_table
 from .._engine.client import LlmClient
-from .._engine.toolkit import Toolkit
 from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..mcp._tokens import RunStoreTokens
+from ..tools._standard import Toolkit
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
 from ._app import GRACE, MAX_ACTIVE_RUNS, MakeClient, create_app

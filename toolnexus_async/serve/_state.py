@@ -24,8 +24,8 @@ from .._core.errors import (
 from .._core.types import Answer
 from .._engine.client import LlmClient
 from .._engine.owner import TaskOwner
-from .._engine.toolkit import Toolkit
 from ..durable import DurableHost, RunStore
+from ..tools._standard import Toolkit
 from ._bodies import ApiError
 from ._events import EventBus
 from ._feed import EventFeed
