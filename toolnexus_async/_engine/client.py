@@ -326,7 +326,9 @@ class LlmClient(Resuming, Closing):
             UsageError: the client is closed, or ``history`` ends with unanswered calls.
         """
         engine = self.engine
-        loop = engine.new_loop(prompt, history=history, run_id=run_id)
+        loop = engine.new_loop(
+            prompt, history=history, run_id=run_id, instructions=toolkit.instructions
+        )
         return await engine.drive(RunSpec(loop, toolkit))
 
     def stream(
@@ -355,7 +357,13 @@ class LlmClient(Resuming, Closing):
         (:class:`UsageError`), since nothing could stop the run if the loop broke off.
         """
         engine = self.engine
-        loop = engine.new_loop(prompt, history=history, run_id=run_id, entry="stream")
+        loop = engine.new_loop(
+            prompt,
+            history=history,
+            run_id=run_id,
+            entry="stream",
+            instructions=toolkit.instructions,
+        )
 
         async def start(sink: Sink) -> RunResult:
             return await engine.drive(RunSpec(loop, toolkit, stream=sink))
@@ -377,7 +385,9 @@ class LlmClient(Resuming, Closing):
         started and ended by the block (see ``_handle``). ``run_id`` and errors: as :meth:`run`.
         """
         engine = self.engine
-        loop = engine.new_loop(prompt, history=history, run_id=run_id, entry="start")
+        loop = engine.new_loop(
+            prompt, history=history, run_id=run_id, entry="start", instructions=toolkit.instructions
+        )
 
         def begin(observe: Sink) -> Awaitable[RunResult]:
             return engine.drive(RunSpec(loop, toolkit, observe=observe))

@@ -263,7 +263,9 @@ class DurableHost:
         """
         # Not a coroutine: no frame of its own for a run to hold while it is parked.
         self._check_open()
-        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id)
+        loop = self.client.engine.new_loop(
+            prompt, history=history, run_id=run_id, instructions=self.toolkit.instructions
+        )
         journal = self._journal(loop.run_id, lease=self._lease)
         return self._drive(loop, journal)
 
@@ -277,7 +279,13 @@ class DurableHost:
         """:meth:`LlmClient.stream` with the host's toolkit, every step kept in the store
         (the run is written before its first event)."""
         self._check_open()
-        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id, entry="stream")
+        loop = self.client.engine.new_loop(
+            prompt,
+            history=history,
+            run_id=run_id,
+            entry="stream",
+            instructions=self.toolkit.instructions,
+        )
         journal = self._journal(loop.run_id)
 
         async def start(sink: Sink) -> RunResult:
@@ -298,7 +306,13 @@ class DurableHost:
         :meth:`BegunRun.run` or :meth:`BegunRun.stream`. If nothing runs it (the process
         dies first), the next host goes on with it once its lease runs out."""
         self._check_open()
-        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id, entry="begin")
+        loop = self.client.engine.new_loop(
+            prompt,
+            history=history,
+            run_id=run_id,
+            entry="begin",
+            instructions=self.toolkit.instructions,
+        )
         journal = self._journal(loop.run_id)
         try:
             await journal.start(loop.snapshot(), self._lease)

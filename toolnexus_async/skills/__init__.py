@@ -10,6 +10,7 @@ disclosure, so the context stays small). ``Toolkit.create(skills=...)`` takes fo
 
 from ._format import SkillFormatError
 from ._skills import Skill, SkillSet, Skipped
+from ._source import SkillTools
 from ._tool import SkillTool
 
-__all__ = ("Skill", "SkillFormatError", "SkillSet", "SkillTool", "Skipped")
+__all__ = ("Skill", "SkillFormatError", "SkillSet", "SkillTool", "SkillTools", "Skipped")
