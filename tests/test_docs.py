@@ -5,7 +5,7 @@
   allowed. Blocks fenced ```python-norun are only shown (they talk to a real provider); they
   are compiled, so a typo in them still fails, but never run.
 - Every public name (``toolnexus_async.__all__``, and the ``__all__`` of ``.testing``,
-  ``.mcp`` and ``.durable``) has a heading in ``docs/reference.md``.
+  ``.mcp``, ``.durable`` and ``.skills``) has a heading in ``docs/reference.md``.
 - The ``>>>`` examples in the package's docstrings run as doctests, and every one of them is
   found (a docstring the finder cannot reach would otherwise pass by being skipped).
 """
@@ -28,6 +28,7 @@ import pytest
 import toolnexus_async
 import toolnexus_async.durable
 import toolnexus_async.mcp
+import toolnexus_async.skills
 import toolnexus_async.testing
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -116,6 +117,7 @@ def test_every_public_name_has_a_reference_heading():
         *toolnexus_async.testing.__all__,
         *toolnexus_async.mcp.__all__,
         *toolnexus_async.durable.__all__,
+        *toolnexus_async.skills.__all__,
     ]
     missing = [name for name in public if f"`{name}`" not in headings]
     assert [] == missing

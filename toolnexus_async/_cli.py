@@ -248,6 +248,7 @@ def run_serve(args: argparse.Namespace) -> int:
             allowed_hosts=allowed,
             lease=args.lease,
             mcp=args.mcp,
+            skills=args.skills or None,
             freeze_gc=args.freeze_gc,
             grace=args.grace,
             store_timeout=args.store_timeout,
@@ -401,6 +402,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="FILE",
         help="an mcpServers JSON config: the tools of those MCP servers join every run, and "
         "their questions are requests on the page (needs the mcp extra; docs/mcp.md)",
+    )
+    serve.add_argument(
+        "--skills",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder to search for Agent Skills (SKILL.md files): each skill's name and "
+        "description join every run's instructions, and the model loads a skill with the "
+        "skill tool (docs/skills.md); repeatable",
     )
     serve.add_argument(
         "--token",

@@ -423,7 +423,9 @@ class LlmClient(Resuming, Closing):
         """
         engine = self.engine
         output = self.output_spec(output_type, output_method, output_retries)
-        loop = engine.new_loop(prompt, history=history, run_id=run_id, output=output)
+        loop = engine.new_loop(
+            prompt, history=history, run_id=run_id, output=output, instructions=toolkit.instructions
+        )
         return await engine.drive(RunSpec(loop, toolkit))
 
     def stream(
@@ -457,7 +459,12 @@ class LlmClient(Resuming, Closing):
         engine = self.engine
         output = self.output_spec(output_type, output_method, output_retries)
         loop = engine.new_loop(
-            prompt, history=history, run_id=run_id, entry="stream", output=output
+            prompt,
+            history=history,
+            run_id=run_id,
+            entry="stream",
+            output=output,
+            instructions=toolkit.instructions,
         )
 
         async def start(sink: Sink) -> RunResult:
@@ -484,7 +491,14 @@ class LlmClient(Resuming, Closing):
         """
         engine = self.engine
         output = self.output_spec(output_type, output_method, output_retries)
-        loop = engine.new_loop(prompt, history=history, run_id=run_id, entry="start", output=output)
+        loop = engine.new_loop(
+            prompt,
+            history=history,
+            run_id=run_id,
+            entry="start",
+            output=output,
+            instructions=toolkit.instructions,
+        )
 
         def begin(observe: Sink) -> Awaitable[RunResult]:
             return engine.drive(RunSpec(loop, toolkit, observe=observe))

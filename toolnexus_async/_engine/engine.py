@@ -186,14 +186,19 @@ class Engine:
         run_id: str | None = None,
         entry: str = "run",
         output: OutputSpec | None = None,
+        instructions: str | None = None,
     ) -> RunLoop:
-        """A new run's loop; ``entry`` names the method that asked, for its error."""
+        """A new run's loop; ``entry`` names the method that asked, for its error.
+        ``instructions`` (the toolkit's: a skill catalogue, say) follow the system prompt."""
         if prompt is None and not history:
             raise UsageError(f"{entry}(None, ...) continues a history; pass history=")
+        system = self.system_prompt
+        if instructions:
+            system = instructions if system is None else f"{system}\n\n{instructions}"
         return RunLoop(
             prompt,
             history=history or (),
-            system_prompt=self.system_prompt,
+            system_prompt=system,
             max_turns=self.max_turns,
             run_id=run_id or new_run_id(),
             style=self.style,

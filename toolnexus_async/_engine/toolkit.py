@@ -355,6 +355,13 @@ class ToolRegistry(FlagClosing):
         return f"invalid arguments for tool {tool.name!r}: {problem}; the tool did not run"
 
     @property
+    def instructions(self) -> str | None:
+        """What the open sources add to a run's system prompt (each source's optional
+        ``instructions()``, in order), or None: a skill catalogue, say."""
+        parts = [text for source in self._opened if (text := _instructions_of(source))]
+        return "\n\n".join(parts) or None
+
+    @property
     def specs(self) -> tuple[Tool, ...]:
         """The tools, as the one tuple a model request renders: the same object until the
         tools change, so a codec renders it once (see ``_codecs._tools``).
@@ -413,3 +420,8 @@ class ToolRegistry(FlagClosing):
 
 def _holder(source: ToolSource | None) -> str:
     return "a tool registered directly" if source is None else repr(source)
+
+
+def _instructions_of(source: ToolSource) -> str | None:
+    instructions = getattr(source, "instructions", None)
+    return instructions() if callable(instructions) else None

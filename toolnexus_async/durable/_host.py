@@ -271,7 +271,13 @@ class DurableHost:
         # Not a coroutine: no frame of its own for a run to hold while it is parked.
         self._check_open()
         output = self.client.output_spec(output_type, output_method, output_retries)
-        loop = self.client.engine.new_loop(prompt, history=history, run_id=run_id, output=output)
+        loop = self.client.engine.new_loop(
+            prompt,
+            history=history,
+            run_id=run_id,
+            output=output,
+            instructions=self.toolkit.instructions,
+        )
         journal = self._journal(loop.run_id, lease=self._lease)
         return self._drive(loop, journal)
 
@@ -290,7 +296,12 @@ class DurableHost:
         self._check_open()
         output = self.client.output_spec(output_type, output_method, output_retries)
         loop = self.client.engine.new_loop(
-            prompt, history=history, run_id=run_id, entry="stream", output=output
+            prompt,
+            history=history,
+            run_id=run_id,
+            entry="stream",
+            output=output,
+            instructions=self.toolkit.instructions,
         )
         journal = self._journal(loop.run_id)
 
@@ -318,7 +329,12 @@ class DurableHost:
         self._check_open()
         output = self.client.output_spec(output_type, output_method, output_retries)
         loop = self.client.engine.new_loop(
-            prompt, history=history, run_id=run_id, entry="begin", output=output
+            prompt,
+            history=history,
+            run_id=run_id,
+            entry="begin",
+            output=output,
+            instructions=self.toolkit.instructions,
         )
         journal = self._journal(loop.run_id)
         try:

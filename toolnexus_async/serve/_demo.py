@@ -33,6 +33,7 @@ from .._demo import book_table
 from .._engine.client import LlmClient
 from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..mcp._tokens import RunStoreTokens
+from ..skills import SkillSet
 from ..tools._standard import Toolkit
 from ..tools.builtin import QuestionTool
 from ..tools.native import define_tool
@@ -197,6 +198,7 @@ def serve_demo_app(
     allowed_hosts: Iterable[str] = (),
     lease: float = 30.0,
     mcp: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    skills: Iterable[str | os.PathLike[str]] | None = None,
     freeze_gc: bool = False,
     grace: float = GRACE,
     store_timeout: float = 10.0,
@@ -214,6 +216,8 @@ def serve_demo_app(
     the questions of 2026-07-28 servers are requests on the page like any tool's, and so are
     the sign-ins of remote servers (their tokens kept in the run store); older servers'
     inline questions are on the page too, while this process lives (``"durable": false``).
+    ``skills`` are folders searched for Agent Skills (docs/skills.md), loaded now: their
+    catalogue joins every run's instructions, and the ``skill`` tool loads one.
     The app owns the toolkit and the store (given or made here) and closes them on shutdown.
     """
     run_store = store if isinstance(store, RunStore) else open_store(store, timeout=store_timeout)
@@ -227,6 +231,7 @@ def serve_demo_app(
         mcp=mcp,
         mcp_tokens=tokens,
         wait_for=inline,
+        skills=None if skills is None else SkillSet.load(skills),
     )
     app = create_app(
         make_client=make_client or demo_client,

@@ -31,6 +31,7 @@ from .._core.types import Tool, check_tool
 from .._engine.resolver import WaitFor
 from .._engine.toolkit import ToolRegistry
 from ..mcp._source import McpTools
+from ..skills import Skill, SkillSet, SkillTools
 from ._sources import BuiltinTools, NativeTools
 from .builtin import BUILTIN_NAMES, ApprovalPolicy, check_policy
 
@@ -71,6 +72,7 @@ class Toolkit(ToolRegistry):
         wait_for: WaitFor | None = None,
         mcp_tokens: TokenStore | None = None,
         mcp_redirect_uri: str | None = None,
+        skills: SkillSet | Iterable[str | os.PathLike[str] | Skill] | None = None,
     ) -> Toolkit:
         """Assemble a toolkit from the built-ins, ``extra_tools`` and MCP servers: the
         sources :class:`~toolnexus_async.BuiltinTools`, :class:`~toolnexus_async.NativeTools`
@@ -113,6 +115,11 @@ class Toolkit(ToolRegistry):
                 sign-in, for the servers whose ``oauth`` config names none (serve's
                 ``/oauth/callback``, or a URL of yours that calls
                 :func:`~toolnexus_async.mcp.sign_in_answer`).
+            skills: Agent Skills (docs/skills.md): a
+                :class:`~toolnexus_async.skills.SkillSet`, or folders to search for
+                ``SKILL.md`` files (and skills given as data), loaded now. With at least
+                one skill, the toolkit offers the ``skill`` tool and the runs' system prompt
+                lists each skill's name and description.
         """
         approve = check_policy(approve)
         servers = None
@@ -132,7 +139,7 @@ class Toolkit(ToolRegistry):
                 continue
             extras[tool.name] = tool
         enabled = _enabled_builtins(builtins)
-        ready: list[NativeTools] = []  # their tools need no I/O: taken at once
+        ready: list[NativeTools | SkillTools] = []  # their tools need no I/O: taken at once
         if enabled - set(extras):
             off = (set(BUILTIN_NAMES) - enabled) | set(extras)
             ready.append(
@@ -146,11 +153,20 @@ class Toolkit(ToolRegistry):
             )
         if extras:
             ready.append(NativeTools(*extras.values()))
+        if skills is not None:
+            found = skills if isinstance(skills, SkillSet) else SkillSet.load(skills)
+            if found.skipped:
+                log.warning(
+                    "skills left out: %s",
+                    "; ".join(f"{s.where}: {s.reason}" for s in found.skipped),
+                )
+            if found.skills:
+                ready.append(SkillTools(found))
         toolkit = cls(validate=validate)
         toolkit._assemble(ready, [] if servers is None else [servers])
         return toolkit
 
-    def _assemble(self, ready: list[NativeTools], later: list[McpTools]) -> None:
+    def _assemble(self, ready: list[NativeTools | SkillTools], later: list[McpTools]) -> None:
         """Take the tools of the ``ready`` sources now (a toolkit of :meth:`create` is
         usable before it is entered) and open the ``later`` ones when it is entered."""
         for tools in ready:
