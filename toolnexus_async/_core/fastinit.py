@@ -9,9 +9,13 @@ looks the field's name up on the type and goes through the generic ``setattr``. 
 ``__init__`` made here calls each field's slot descriptor directly
 (``cls.__dict__[name].__set__``, bound once when the class is made): no wrapper per object,
 no lookup, no generic ``setattr``. A run builds about 25 such objects and sets about 130
-fields; this takes about a third of what the frozen stores cost (2.6 % of a run's
-instructions over HTTP on 3.13). Storing fields plainly would cost less still, but that
-needs mutable classes, and these are public values that runs, hooks and the journal share.
+fields. Storing fields plainly would cost less still, but that needs mutable classes, and
+these are public values that runs, hooks and the journal share.
+
+Kept because ``benchmarks/instructions.py`` shows it (issue 36; 3.11.7, ``--runs 200 --base
+50``): 1,529,183 instructions per run without it, 1,501,842 and 1,504,927 with it (1.8 %
+fewer; two counts of the same tree differ by 0.2 %). ``overhead.py``'s timings cannot tell
+a change this small from the machine's noise (docs/performance.md).
 
 What attrs does that this does not reproduce (validators, converters, factories that take
 ``self``, ``__attrs_pre_init__``, inherited fields, slots that are not fields) is refused
