@@ -21,8 +21,9 @@ import anyio
 from _common import PROMPT, approval_model, expected_text, percentile
 from _park_hot import Probe, Toolnexus, make_tool, ms, request_id
 
-from toolnexus_async import Answer, DurableHost, LlmClient, RunResult, Toolkit
+from toolnexus_async import Answer, LlmClient, RunResult, Toolkit
 from toolnexus_async.durable import (
+    DurableHost,
     MemoryRunStore,
     PostgresRunStore,
     RunStore,

@@ -260,7 +260,7 @@ class Toolnexus(Contender):
         return [request.id for request in self.inbox.pending()]
 
     def answer(self, answer: Answer) -> None:
-        self.inbox.answer(answer)
+        self.inbox.answer_nowait(answer)
 
     def failures(self) -> list[str]:
         return self.wrong

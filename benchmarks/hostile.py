@@ -110,7 +110,7 @@ async def main(runs: int, rounds: int) -> int:
 
             answered = time.perf_counter()
             for n in range(runs):
-                inbox.answer(Answer(request_id(n), True))
+                await inbox.answer(Answer(request_id(n), True))
         print(f"all answered and done in {time.perf_counter() - answered:.2f} s")
     worst = 0.0
     for phase in loop_watch.phases:

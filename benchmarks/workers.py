@@ -83,8 +83,8 @@ from _common import (
 )
 from _park_hot import Latency, Probe, make_tool, ms, request_id
 
-from toolnexus_async import Answer, DurableHost, Inbox, LlmClient, Toolkit
-from toolnexus_async.durable import PostgresRunStore
+from toolnexus_async import Answer, Inbox, LlmClient, Toolkit
+from toolnexus_async.durable import DurableHost, PostgresRunStore
 
 # The parent's alone (the cluster, the checks), imported where used: every worker process
 # imports this module too (spawn), and does without tests.pg and pytest.

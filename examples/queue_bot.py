@@ -29,7 +29,7 @@ async def forward(inbox: Inbox, posts: MemoryObjectSendStream[Post]) -> None:
 
 async def answer_from(inbox: Inbox, replies: MemoryObjectReceiveStream[Reply]) -> None:
     async for request_id, text in replies:
-        inbox.answer(Answer(request_id, ok=text.strip().lower() == "yes"))
+        await inbox.answer(Answer(request_id, ok=text.strip().lower() == "yes"))
 
 
 async def person(

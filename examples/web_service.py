@@ -52,7 +52,7 @@ async def answer(request: web.Request) -> web.Response:
     request_id = request.match_info["id"]
     try:
         body = await request.json()
-        request.app[INBOX].answer(Answer.from_dict({**body, "id": request_id}))
+        await request.app[INBOX].answer(Answer.from_dict({**body, "id": request_id}))
     except ValueError as error:  # not JSON, or not an answer (PayloadError)
         return web.json_response({"error": str(error)}, status=422)
     except AnswerError as error:  # unknown, already answered or expired

@@ -23,7 +23,6 @@ from tests.test_serve_api import TOKEN, closing, events, post, serving
 from toolnexus_async import (
     Answer,
     AnswerMismatchError,
-    DurableHost,
     Hooks,
     Inbox,
     LlmClient,
@@ -35,7 +34,7 @@ from toolnexus_async import (
     require_approval,
 )
 from toolnexus_async._engine.hooks import call_digest
-from toolnexus_async.durable import MemoryRunStore
+from toolnexus_async.durable import DurableHost, MemoryRunStore
 from toolnexus_async.serve import create_app
 
 WRONG = "sha256:" + "0" * 64
@@ -102,9 +101,9 @@ async def test_a_parked_run_refuses_an_answer_for_another_call_and_still_waits()
         digest = request.data["digest"]
         assert digest == call_digest("pay", request.data["arguments"])
         with pytest.raises(AnswerMismatchError, match="not what would run"):
-            inbox.answer(Answer(request.id, True, data={"digest": WRONG}))
+            await inbox.answer(Answer(request.id, True, data={"digest": WRONG}))
         assert inbox.pending() == [request] and pay.paid == []  # nothing was taken
-        inbox.answer(Answer(request.id, True, data={"digest": digest}))
+        await inbox.answer(Answer(request.id, True, data={"digest": digest}))
     assert results[0].text == "result: paid" and len(pay.paid) == 1
 
 
@@ -131,7 +130,7 @@ async def test_a_stored_run_refuses_an_answer_for_another_call_and_takes_nothing
 async def test_an_answer_naming_no_digest_is_taken_as_before():
     pay = Pay()
     async with parked(pay.toolkit, functools.partial(gated, pay)) as (inbox, request, _):
-        inbox.answer(Answer(request.id, True))
+        await inbox.answer(Answer(request.id, True))
     assert len(pay.paid) == 1
 
 
@@ -182,10 +181,10 @@ async def test_resuming_a_halted_run_refuses_an_answer_for_another_call():
         request, digest = halted.pending, halted.pending.data["digest"]
         with pytest.raises(AnswerMismatchError):
             await client.resume(
-                halted, pay.toolkit, Answer(request.id, True, data={"digest": WRONG})
+                halted, pay.toolkit, answers=Answer(request.id, True, data={"digest": WRONG})
             )
         assert pay.paid == []
         done = await client.resume(
-            halted, pay.toolkit, Answer(request.id, True, data={"digest": digest})
+            halted, pay.toolkit, answers=Answer(request.id, True, data={"digest": digest})
         )
     assert done.text == "result: paid" and pay.paid == ["paid"]

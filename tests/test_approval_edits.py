@@ -24,7 +24,6 @@ from tests.test_serve_api import post
 from toolnexus_async import (
     Answer,
     AnswerMismatchError,
-    DurableHost,
     Hooks,
     Inbox,
     LlmClient,
@@ -39,7 +38,7 @@ from toolnexus_async import (
     require_approval,
 )
 from toolnexus_async._engine.hooks import call_digest
-from toolnexus_async.durable import SqliteRunStore
+from toolnexus_async.durable import DurableHost, SqliteRunStore
 from toolnexus_async.testing import reply, tool_call
 
 ASKED = {"amount": 30, "to": "Ann"}
@@ -91,7 +90,7 @@ async def parked_run(editable: bool, answer: Any) -> tuple[RunResult, Payments]:
 async def test_an_editable_gate_runs_the_approvers_arguments_and_keeps_both():
     def approve_edited(inbox: Inbox, request: Request) -> None:
         assert request.data is not None and request.data["editable"] is True
-        inbox.answer(edit(request, EDITED))
+        inbox.answer_nowait(edit(request, EDITED))
 
     result, pay = await parked_run(True, approve_edited)
     assert pay.paid == [EDITED]
@@ -104,7 +103,8 @@ async def test_an_editable_gate_runs_the_approvers_arguments_and_keeps_both():
 
 async def test_edited_arguments_that_fail_the_schema_do_not_run():
     result, pay = await parked_run(
-        True, lambda inbox, request: inbox.answer(edit(request, {"amount": "all", "to": "Eve"}))
+        True,
+        lambda inbox, request: inbox.answer_nowait(edit(request, {"amount": "all", "to": "Eve"})),
     )
     assert pay.paid == []
     (record,) = result.tool_calls
@@ -115,7 +115,7 @@ async def test_edited_arguments_that_fail_the_schema_do_not_run():
 
 async def test_unchanged_arguments_echoed_back_are_no_edit():
     result, pay = await parked_run(
-        False, lambda inbox, request: inbox.answer(edit(request, dict(ASKED)))
+        False, lambda inbox, request: inbox.answer_nowait(edit(request, dict(ASKED)))
     )
     assert pay.paid == [ASKED] and result.tool_calls[0].changed_arguments is None
 
@@ -137,9 +137,9 @@ async def test_an_inbox_refuses_an_edit_it_may_not_take_and_the_run_still_waits(
         if digest:
             data["digest"] = request.data["digest"]
         with pytest.raises(AnswerMismatchError, match=why):
-            inbox.answer(Answer(request.id, True, data=data))
+            inbox.answer_nowait(Answer(request.id, True, data=data))
         assert inbox.pending() == [request]  # nothing taken
-        inbox.answer(Answer(request.id, True))
+        inbox.answer_nowait(Answer(request.id, True))
 
     result, pay = await parked_run(editable, refused_then_approved)
     assert pay.paid == [ASKED] and result.tool_calls[0].changed_arguments is None

@@ -282,7 +282,7 @@ async def test_a_halted_ask_once_resumed_lets_the_conversation_go_on() -> None:
         ):
             halted = await client.ask("pay", tk, conversation_id="c")
             assert halted.pending is not None
-            resumed = await client.resume(halted, tk, Answer(halted.pending.id, True))
+            resumed = await client.resume(halted, tk, answers=Answer(halted.pending.id, True))
             assert resumed.status == "done"
             result = await client.ask("did I pay?", tk, conversation_id="c")
 

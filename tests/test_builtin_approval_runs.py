@@ -94,7 +94,7 @@ async def through_inbox(root: Path, ok: bool) -> RunResult:
                 await anyio.lowlevel.checkpoint()
             [request] = inbox.pending()
             assert request.data is not None and request.data["tool"] == "apply_patch"
-            inbox.answer(Answer(request.id, ok, reason=None if ok else "declined"))
+            await inbox.answer(Answer(request.id, ok, reason=None if ok else "declined"))
     [result] = results
     assert result.status == "done"
     return result
@@ -131,7 +131,7 @@ async def test_without_wait_for_the_run_halts_on_the_approval_and_resumes(root: 
         assert stored.pending is not None
         repeats = ScriptedModel(tool_said)
         async with LlmClient.in_process(repeats) as other:  # as if in another process
-            done = await other.resume(stored, toolkit, Answer(stored.pending.id, True))
+            done = await other.resume(stored, toolkit, answers=Answer(stored.pending.id, True))
 
     assert done.status == "done"
     assert done.text == "tool said: replaced 1 occurrence in notes.txt"
@@ -146,7 +146,7 @@ async def test_a_halted_approval_resumed_after_the_file_changed_does_nothing(roo
         halted = await client.run("go", toolkit)
         assert halted.pending is not None
         (root / "notes.txt").write_text("someone else's\n")
-        done = await client.resume(halted, toolkit, Answer(halted.pending.id, True))
+        done = await client.resume(halted, toolkit, answers=Answer(halted.pending.id, True))
 
     assert done.text.startswith("tool said: write: notes.txt changed after the approval")
     assert done.tool_calls[-1].result.is_error

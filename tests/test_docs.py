@@ -4,8 +4,8 @@
   namespace, so a page can build an example up step by step; top-level ``await`` is
   allowed. Blocks fenced ```python-norun are only shown (they talk to a real provider); they
   are compiled, so a typo in them still fails, but never run.
-- Every public name (``toolnexus_async.__all__``, ``toolnexus_async.testing.__all__`` and
-  ``toolnexus_async.mcp.__all__``) has a heading in ``docs/reference.md``.
+- Every public name (``toolnexus_async.__all__``, and the ``__all__`` of ``.testing``,
+  ``.mcp`` and ``.durable``) has a heading in ``docs/reference.md``.
 - The ``>>>`` examples in the package's docstrings run as doctests, and every one of them is
   found (a docstring the finder cannot reach would otherwise pass by being skipped).
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 import toolnexus_async
+import toolnexus_async.durable
 import toolnexus_async.mcp
 import toolnexus_async.testing
 
@@ -114,6 +115,7 @@ def test_every_public_name_has_a_reference_heading():
         *toolnexus_async.__all__,
         *toolnexus_async.testing.__all__,
         *toolnexus_async.mcp.__all__,
+        *toolnexus_async.durable.__all__,
     ]
     missing = [name for name in public if f"`{name}`" not in headings]
     assert [] == missing
@@ -155,15 +157,17 @@ def package_doctests() -> list[doctest.DocTest]:
         for test in finder.find(module):
             if test.examples:
                 found.setdefault(test.docstring, test)
-    for name in toolnexus_async.__all__:
-        value = getattr(toolnexus_async, name)
-        if inspect.isclass(value):
-            tests = finder.find(
-                value, f"toolnexus_async.{name}", module=False, globs=vars(toolnexus_async)
-            )
-            for test in tests:
-                if test.examples:
-                    found.setdefault(test.docstring, test)
+    for namespace in (toolnexus_async, toolnexus_async.durable):
+        names = {**vars(toolnexus_async), **vars(namespace)}
+        for name in namespace.__all__:
+            value = getattr(namespace, name)
+            if inspect.isclass(value):
+                tests = finder.find(
+                    value, f"{namespace.__name__}.{name}", module=False, globs=names
+                )
+                for test in tests:
+                    if test.examples:
+                        found.setdefault(test.docstring, test)
     return sorted(found.values(), key=lambda test: test.name)
 
 

@@ -21,13 +21,13 @@ from toolnexus_async import (
     Answer,
     Hooks,
     LlmClient,
-    MemoryRunStore,
     Request,
     Toolkit,
     UsageError,
     define_tool,
     require_approval,
 )
+from toolnexus_async.durable import MemoryRunStore
 from toolnexus_async.serve import create_app, new_token
 from toolnexus_async.serve.demo import demo_client, serve_demo_tools
 from toolnexus_async.testing import ScriptedModel, reply, tool_call

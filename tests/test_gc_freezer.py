@@ -264,7 +264,7 @@ async def test_frozen_parked_runs_wake_and_finish(freezer):
                 slots = [inbox.get(f"req-{n}") for n in range(20)]
                 assert all(s is not None and not in_oldest(s) for s in slots)
                 for n in range(20):
-                    inbox.answer(Answer(f"req-{n}", True))
+                    await inbox.answer(Answer(f"req-{n}", True))
         gc.collect(1)  # the inbox is empty: everything is given back
         assert gc.get_freeze_count() == 0 and f.reclaims >= 1
     assert texts == {n: f"{n} approved" for n in range(20)}
@@ -283,6 +283,6 @@ async def test_the_library_leaves_the_collector_alone_unless_asked():
                 break
             gc.collect(1)
             assert gc.get_freeze_count() == before
-            inbox.answer(Answer("req-1", True))
+            await inbox.answer(Answer("req-1", True))
     assert gc.callbacks == callbacks
     assert settled() == before

@@ -533,7 +533,7 @@ async def test_require_approval_without_wait_for_halts_and_resume_decides(approv
                 "digest": call_digest("deploy", {"env": "prod"}),
             }
             assert deploy.calls == []
-            done = await client.resume(halted, tk, Answer(halted.pending.id, approve))
+            done = await client.resume(halted, tk, answers=Answer(halted.pending.id, approve))
 
     assert done.status == "done" and done.text == "finished"
     assert deploy.arguments == ([{"env": "prod"}] if approve else [])
@@ -581,7 +581,7 @@ async def test_require_approval_survives_a_halt_then_the_tool_asks_its_own_quest
         stored = RunResult.from_dict(json.loads(json.dumps(halted.to_dict())))
         assert stored.pending is not None
         async with LlmClient.in_process(ScriptedModel("unused"), hooks=hooks) as other:
-            again = await other.resume(stored, toolkit, Answer(stored.pending.id, True))
+            again = await other.resume(stored, toolkit, answers=Answer(stored.pending.id, True))
 
     assert again.status == "pending"
     assert again.pending is not None and again.pending.kind == "question"

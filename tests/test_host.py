@@ -21,10 +21,8 @@ from tests.conftest import assert_no_leaks
 from toolnexus_async import (
     AlreadyAnsweredError,
     Answer,
-    DurableHost,
     HaltRun,
     Inbox,
-    LeaseLostError,
     LlmClient,
     Message,
     Request,
@@ -39,7 +37,13 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
-from toolnexus_async.durable import MemoryRunStore, RunStore, SqliteRunStore
+from toolnexus_async.durable import (
+    DurableHost,
+    LeaseLostError,
+    MemoryRunStore,
+    RunStore,
+    SqliteRunStore,
+)
 from toolnexus_async.testing import reply, tool_call
 
 LIMIT = 30  # a guard against a hang, not a speed check: a loaded CI machine fsyncs slowly

@@ -22,16 +22,14 @@ from tests.test_host import LIMIT, Pay, host_for, model, until
 from toolnexus_async import (
     AlreadyAnsweredError,
     Answer,
-    DurableHost,
     Inbox,
-    LeaseLostError,
     LlmClient,
     Message,
     Request,
     RunResult,
     ToolReturn,
 )
-from toolnexus_async.durable import Accepted, SqliteRunStore
+from toolnexus_async.durable import Accepted, DurableHost, LeaseLostError, SqliteRunStore
 from toolnexus_async.testing import reply, tool_call
 
 

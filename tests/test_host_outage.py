@@ -24,9 +24,7 @@ from tests.test_host import LIMIT, Pay, host_for, model, until
 from toolnexus_async import (
     Answer,
     DamagedRunError,
-    DurableHost,
     Inbox,
-    LeaseLostError,
     LlmClient,
     Message,
     Request,
@@ -37,7 +35,7 @@ from toolnexus_async import (
     ToolReturn,
     define_tool,
 )
-from toolnexus_async.durable import MemoryRunStore, SqliteRunStore
+from toolnexus_async.durable import DurableHost, LeaseLostError, MemoryRunStore, SqliteRunStore
 from toolnexus_async.testing import reply, tool_call
 
 _CALLS = (
@@ -185,7 +183,7 @@ async def test_a_lapsed_lease_is_proven_again_before_the_next_tool_call():
             assert taken is not None
             store.mend()
             assert host.inbox is not None
-            host.inbox.answer(Answer(request.id, True))  # it reaches the parked run here
+            await host.inbox.answer(Answer(request.id, True))  # it reaches the parked run here
             await until(lambda: outcome)
     assert isinstance(outcome[0], LeaseLostError) and "thief" in str(outcome[0])
     assert pay.paid == []  # the call did not execute here: the thief's run will pay, once
@@ -205,7 +203,7 @@ async def test_a_lapsed_lease_nobody_took_goes_on_once_renewed(
         ):
             request, results = await parked_then_cut_off(host, store, tg, lapse=0.7)
             assert host.inbox is not None
-            host.inbox.answer(Answer(request.id, True))  # while the lease cannot be proven
+            await host.inbox.answer(Answer(request.id, True))  # while the lease cannot be proven
             await refusals(store, 5)
             assert pay.paid == []  # the call waits for a renewal
             store.mend()

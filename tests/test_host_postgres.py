@@ -15,16 +15,8 @@ from typing import Any
 import anyio
 
 from tests.test_host import LIMIT, Pay, host_for, model, take_over_a_dead_host, until
-from toolnexus_async import (
-    AlreadyAnsweredError,
-    Answer,
-    DurableHost,
-    Inbox,
-    LlmClient,
-    Request,
-    RunResult,
-)
-from toolnexus_async.durable import PostgresRunStore
+from toolnexus_async import AlreadyAnsweredError, Answer, Inbox, LlmClient, Request, RunResult
+from toolnexus_async.durable import DurableHost, PostgresRunStore
 
 MINUTE = 60.0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,6 +31,7 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
+from toolnexus_async.durable import DurableHost
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 
@@ -87,12 +89,12 @@ async def test_parked_requests_are_listed_in_arrival_order_and_answer_wakes_exac
             await wait_until(lambda: len(inbox) == 3)
             parked = inbox.pending()
             assert [r.prompt for r in parked] == ["pay?"] * 3
-            inbox.answer(Answer(parked[1].id, True))
+            await inbox.answer(Answer(parked[1].id, True))
             await wait_until(lambda: len(results) == 1)
             assert results[0].text == f"pay done ({parked[1].id})"
             assert [r.id for r in inbox.pending()] == [parked[0].id, parked[2].id]
             for request in inbox.pending():
-                inbox.answer(Answer(request.id, True))
+                await inbox.answer(Answer(request.id, True))
     assert len(results) == 3 and len(inbox) == 0
     assert_no_leaks()
 
@@ -107,14 +109,14 @@ async def test_wrong_answers_raise_their_own_error_and_change_nothing():
             await wait_until(lambda: len(inbox) == 2)
             first, second = inbox.pending()
             with pytest.raises(UnknownRequestError):
-                inbox.answer(Answer("nobody", True))
+                await inbox.answer(Answer("nobody", True))
             assert len(inbox) == 2
-            inbox.answer(Answer(first.id, True))
+            await inbox.answer(Answer(first.id, True))
             with pytest.raises(AlreadyAnsweredError) as caught:
-                inbox.answer(Answer(first.id, False, reason="declined"))
+                await inbox.answer(Answer(first.id, False, reason="declined"))
             assert caught.value.request_id == first.id
             assert [r.id for r in inbox.pending()] == [second.id]
-            inbox.answer(Answer(second.id, True))
+            await inbox.answer(Answer(second.id, True))
     assert sorted(r.text for r in results) == sorted(
         [f"pay done ({first.id})", f"pay done ({second.id})"]
     )
@@ -135,7 +137,7 @@ async def test_expires_at_wakes_the_parked_run_as_expired():
     assert results[0].text == "declined/expired: pay?"
     assert len(inbox) == 0
     with pytest.raises(RequestExpiredError):
-        inbox.answer(Answer(request.id, True))
+        await inbox.answer(Answer(request.id, True))
 
 
 async def test_expiry_uses_one_timer_not_a_task_per_request():
@@ -154,7 +156,7 @@ async def test_expiry_uses_one_timer_not_a_task_per_request():
             assert results[0].text == "declined/expired: pay?"
             assert len(anyio.get_running_tasks()) == tasks_parked - 1
             for request in inbox.pending():
-                inbox.answer(Answer(request.id, True))
+                await inbox.answer(Answer(request.id, True))
     assert len(results) == 21
 
 
@@ -172,7 +174,7 @@ async def test_cancelling_a_parked_run_removes_its_entry():
                 tg.cancel_scope.cancel()
     assert len(inbox) == 0
     with pytest.raises(UnknownRequestError):
-        inbox.answer(Answer(request.id, True))
+        await inbox.answer(Answer(request.id, True))
     assert_no_leaks()
 
 
@@ -190,7 +192,7 @@ async def test_a_cancelled_wait_leaves_the_inbox_in_the_same_step():
             await asyncio.wait_for(inbox(Request("r-2", "approval", "?")), 0.01)
     assert len(inbox) == 0
     with pytest.raises(UnknownRequestError):
-        inbox.answer(Answer("r-2", True))
+        await inbox.answer(Answer("r-2", True))
 
 
 async def test_a_subclass_is_told_each_request_that_leaves_before_its_run_wakes():
@@ -225,7 +227,7 @@ async def test_a_subclass_is_told_each_request_that_leaves_before_its_run_wakes(
             cancelled = asyncio.create_task(inbox(Request("cancelled", "approval", "?")))
             tg.start_soon(park, Request("expired", "approval", "?", expires_at=in_seconds(0.05)))
             await wait_until(lambda: len(inbox) == 4)
-            inbox.answer(Answer("answered", True))
+            await inbox.answer(Answer("answered", True))
             await wait_until(lambda: "expired" in outcomes)
             cancelled.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -261,12 +263,12 @@ async def test_cancelled_and_answered_parks_leave_no_timer_entry_behind():
             await start_runs(tg, inbox, 40, results, expires=3600)
             await wait_until(lambda: len(inbox) == 40)
             for request in inbox.pending()[:30]:
-                inbox.answer(Answer(request.id, True))
+                await inbox.answer(Answer(request.id, True))
             await wait_until(lambda: len(results) == 30)
             live = 2 * len(inbox)
             assert live <= len(inbox._deadlines) <= 2 * live
             for request in inbox.pending():
-                inbox.answer(Answer(request.id, True))
+                await inbox.answer(Answer(request.id, True))
     assert inbox._deadlines == [] and inbox._timer is None
     assert len(results) == 40
     assert_no_leaks()
@@ -305,7 +307,7 @@ async def test_requests_yields_each_new_request_once_to_every_listener():
             await wait_until(lambda: len(seen["a"]) == 3 and len(seen["b"]) == 3)
             assert seen["a"] == seen["b"] == [r.id for r in inbox.pending()]
             for request in inbox.pending():
-                inbox.answer(Answer(request.id, True))
+                await inbox.answer(Answer(request.id, True))
     assert len(results) == 3
     assert inbox._listeners == set()
 
@@ -350,7 +352,7 @@ async def test_an_already_expired_request_is_answered_without_parking():
     assert answer == Answer("r1", False, reason="expired")
     assert len(inbox) == 0
     with pytest.raises(RequestExpiredError):
-        inbox.answer(Answer("r1", True))
+        await inbox.answer(Answer("r1", True))
 
 
 async def test_a_duplicate_request_id_is_refused():
@@ -362,7 +364,7 @@ async def test_a_duplicate_request_id_is_refused():
             await wait_until(lambda: len(inbox) == 1)
             with pytest.raises(UsageError, match="already parked"):
                 await inbox(Request("same", "approval", "?"))
-            inbox.answer(Answer("same", True))
+            await inbox.answer(Answer("same", True))
 
 
 async def test_remember_bounds_the_memory_of_finished_ids():
@@ -371,12 +373,40 @@ async def test_remember_bounds_the_memory_of_finished_ids():
     for name in ("a", "b", "c"):
         await inbox(Request(name, "approval", "?", expires_at="2000-01-01T00:00:00Z"))
     with pytest.raises(UnknownRequestError):
-        inbox.answer(Answer("a", True))
+        await inbox.answer(Answer("a", True))
     with pytest.raises(RequestExpiredError):
-        inbox.answer(Answer("c", True))
+        await inbox.answer(Answer("c", True))
 
 
 def test_a_dict_instead_of_an_answer_says_how_to_build_one():
     inbox = Inbox()
     with pytest.raises(UsageError, match=r"takes an Answer, got dict: .*Answer.from_dict"):
-        inbox.answer({"id": "r1", "ok": True})  # type: ignore[arg-type]
+        inbox.answer_nowait({"id": "r1", "ok": True})  # type: ignore[arg-type]
+
+
+async def test_answer_is_awaited_like_a_hosts_and_answer_nowait_serves_callbacks():
+    """``await inbox.answer(...)`` as ``await host.answer(...)``; ``answer_nowait`` does the
+    same from a callback on the loop, raising what ``answer`` raises."""
+    assert inspect.iscoroutinefunction(Inbox.answer)
+    assert inspect.iscoroutinefunction(DurableHost.answer)
+    inbox = Inbox()
+    results: list[RunResult] = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await start_runs(tg, inbox, 2, results)
+            await wait_until(lambda: len(inbox) == 2)
+            first, second = inbox.pending()
+            woken = asyncio.get_running_loop().create_future()
+
+            def on_click() -> None:  # a callback: it cannot await
+                inbox.answer_nowait(Answer(first.id, True))
+                woken.set_result(None)
+
+            asyncio.get_running_loop().call_soon(on_click)
+            await woken
+            with pytest.raises(AlreadyAnsweredError):
+                inbox.answer_nowait(Answer(first.id, True))
+            await inbox.answer(Answer(second.id, True))
+    assert sorted(r.text for r in results) == sorted(
+        [f"pay done ({first.id})", f"pay done ({second.id})"]
+    )

@@ -4,7 +4,7 @@
   codecs, retries, validation) imports nothing above it and no event loop or I/O library:
   it is tested with plain calls.
 - **The fronts**: only serve (and the CLI) imports ``serve``; only the fronts above the
-  engine (serve, the CLI, the package root) import ``durable``. The engine never does.
+  engine (serve and the CLI) import ``durable``: the engine and the package root never do.
 - **No import cycles**, counting imports made inside functions (not those only for type
   checkers).
 - **No package reaches into another's private names**: a private name (one leading
@@ -47,7 +47,7 @@ IO = {"asyncio", "anyio", "aiohttp", "asyncpg", "sqlite3", "mcp", "socket", "sub
 # Who may import these packages: their own modules and the fronts above them.
 FRONTS = {
     f"{PACKAGE}.serve": {f"{PACKAGE}.serve", f"{PACKAGE}._cli"},
-    f"{PACKAGE}.durable": {f"{PACKAGE}.durable", f"{PACKAGE}.serve", f"{PACKAGE}._cli", PACKAGE},
+    f"{PACKAGE}.durable": {f"{PACKAGE}.durable", f"{PACKAGE}.serve", f"{PACKAGE}._cli"},
 }
 
 

@@ -183,7 +183,7 @@ async def test_a_run_signs_in_through_the_inbox_and_the_tool_result_arrives(serv
             redirect = await follow(request)
             answer = await sign_in_answer(toolkit, redirect)
             assert answer == Answer(request.id, True, {"state": query["state"][0]})
-            signing.inbox.answer(answer)
+            await signing.inbox.answer(answer)
         [done] = finished
         assert (done.status, done.text) == ("done", SIGNED_IN)
         status = toolkit.mcp_status["guarded"]

@@ -20,8 +20,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests.mcp_servers.agent import model
 from tests.mcp_servers.fixtures import config, stdio_server
 from tests.test_serve_api import TOKEN, events, post, serving
-from toolnexus_async import LlmClient, MemoryRunStore
+from toolnexus_async import LlmClient
 from toolnexus_async._cli import main
+from toolnexus_async.durable import MemoryRunStore
 from toolnexus_async.serve import TOKEN_ENV, ServeInbox
 from toolnexus_async.serve._app import SERVE
 from toolnexus_async.serve.demo import serve_demo_app

@@ -26,7 +26,8 @@ import pytest
 from tests.mcp_servers.agent import model
 from tests.mcp_servers.fixtures import config, stdio_server
 from tests.test_serve_api import TOKEN, events, post, serving
-from toolnexus_async import LlmClient, MemoryRunStore
+from toolnexus_async import LlmClient
+from toolnexus_async.durable import MemoryRunStore
 from toolnexus_async.serve import ServeInbox
 from toolnexus_async.serve._inline import INLINE_PREFIX
 from toolnexus_async.serve.demo import serve_demo_app

@@ -19,7 +19,6 @@ import pytest
 from tests.conftest import assert_no_leaks
 from toolnexus_async import (
     Answer,
-    DurableHost,
     Hooks,
     LlmClient,
     Request,
@@ -34,7 +33,7 @@ from toolnexus_async import (
     require_approval,
 )
 from toolnexus_async._core.suspension import CallRule, Execute, Halt, Settle
-from toolnexus_async.durable import SqliteRunStore
+from toolnexus_async.durable import DurableHost, SqliteRunStore
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 LIMIT = 5  # seconds; only reached when what is under test is broken
@@ -270,7 +269,7 @@ async def test_a_halt_does_not_tell_and_a_declined_resume_does() -> None:
             assert halted.status == "pending" and halted.pending is not None
             assert pay.told == []
             refusal = Answer(halted.pending.id, False, reason="declined")
-            result = await client.resume(halted, tk, refusal)
+            result = await client.resume(halted, tk, answers=refusal)
 
     ctx = assert_told(pay, refusal, halted.pending)
     assert ctx.run_id == halted.run_id
@@ -292,7 +291,7 @@ async def test_a_late_ok_answer_counts_as_expired_and_tells_so() -> None:
             stale = RunResult.from_dict(payload)
             request = stale.suspended[0].request
             assert request is not None and request.expired()
-            await client.resume(stale, tk, Answer(request.id, True))
+            await client.resume(stale, tk, answers=Answer(request.id, True))
 
     assert_told(pay, Answer(request.id, False, reason="expired"), request)
     assert len(pay.runs) == 1

@@ -91,7 +91,10 @@ async def test_resume_after_a_json_round_trip_never_repeats_a_completed_call():
         result = await client.resume(
             halted,
             toolkit,
-            [Answer(pay_request.id, True), Answer(notify_request.id, True, data={"who": "Ann"})],
+            answers=[
+                Answer(pay_request.id, True),
+                Answer(notify_request.id, True, data={"who": "Ann"}),
+            ],
         )
 
     assert result.status == "done"
@@ -120,7 +123,7 @@ async def test_a_resumed_call_is_told_the_request_its_answer_answers():
             halted = await client.run("pay", toolkit)
             stored = RunResult.from_dict(json.loads(json.dumps(halted.to_dict())))
             assert stored.pending is not None
-            result = await client.resume(stored, toolkit, Answer(stored.pending.id, True))
+            result = await client.resume(stored, toolkit, answers=Answer(stored.pending.id, True))
 
     assert result.status == "done"
     retry = seen[-1]
@@ -148,7 +151,7 @@ async def test_resume_sends_one_result_per_call_and_no_new_user_turn():
         return Answer(r.id, True, data={"who": "Bo"})
 
     async with LlmClient.in_process(model, wait_for=wait_for) as client:
-        await client.resume(halted, toolkit, Answer(request.id, True))
+        await client.resume(halted, toolkit, answers=Answer(request.id, True))
 
     sent = seen[0]
     assert sum(isinstance(m, UserMessage) for m in sent) == 1
@@ -171,7 +174,9 @@ async def test_an_open_call_that_suspends_again_halts_again_on_the_first():
     assert second is not None
 
     async with LlmClient.in_process(ScriptedModel()) as client:
-        again = await client.resume(halted, toolkit, Answer(second.id, True, data={"who": "Cy"}))
+        again = await client.resume(
+            halted, toolkit, answers=Answer(second.id, True, data={"who": "Cy"})
+        )
 
     assert again.status == "pending"
     assert again.pending is not None and again.pending.kind == "approval"
@@ -197,7 +202,7 @@ async def test_a_declined_answer_on_resume_is_reported_to_the_model():
         result = await client.resume(
             halted,
             toolkit,
-            [
+            answers=[
                 Answer(pay_request.id, False, reason="declined"),
                 Answer(notify_request.id, True, data={"who": "Di"}),
             ],
@@ -216,7 +221,7 @@ async def test_an_answer_with_a_foreign_id_is_refused_and_nothing_runs():
 
     async with LlmClient.in_process(model) as client:
         with pytest.raises(AnswerMismatchError, match="nope") as caught:
-            await client.resume(halted, toolkit, Answer("nope", True))
+            await client.resume(halted, toolkit, answers=Answer("nope", True))
 
     assert caught.value.request_id == "nope"
     assert isinstance(caught.value, LookupError)
@@ -229,7 +234,7 @@ async def test_only_a_halted_run_can_be_resumed():
     async with LlmClient.in_process(ScriptedModel("done")) as client:
         done = await client.run("hi", Toolkit.create(builtins=False))
         with pytest.raises(UsageError, match="halted"):
-            await client.resume(done, Toolkit.create(builtins=False), Answer("x", True))
+            await client.resume(done, Toolkit.create(builtins=False), answers=Answer("x", True))
 
 
 async def test_run_with_answer_needs_only_the_transcript_and_the_pending_request():
@@ -245,11 +250,11 @@ async def test_run_with_answer_needs_only_the_transcript_and_the_pending_request
 
     async with LlmClient.in_process(ScriptedModel(final_from_results), wait_for=wait_for) as client:
         result = await client.run_with_answer(
-            history, toolkit, halted.pending, Answer(halted.pending.id, True)
+            history, toolkit, pending=halted.pending, answer=Answer(halted.pending.id, True)
         )
         with pytest.raises(AnswerMismatchError):
             await client.run_with_answer(
-                history, toolkit, halted.pending, Answer("someone-else", True)
+                history, toolkit, pending=halted.pending, answer=Answer("someone-else", True)
             )
 
     assert result.status == "done"
@@ -265,8 +270,8 @@ async def test_run_with_answer_refuses_a_transcript_that_did_not_halt():
             await client.run_with_answer(
                 [UserMessage("hi"), AssistantMessage("hello")],
                 Toolkit.create(builtins=False),
-                Request("r", "approval", "?"),
-                Answer("r", True),
+                pending=Request("r", "approval", "?"),
+                answer=Answer("r", True),
             )
 
 
@@ -294,7 +299,7 @@ async def test_a_conversation_halted_on_openai_resumes_against_anthropic(provide
     halted = RunResult.from_dict(stored)
     assert halted.pending is not None
     async with provider.client("anthropic", "claude") as claude:
-        result = await claude.resume(halted, toolkit, Answer(halted.pending.id, True))
+        result = await claude.resume(halted, toolkit, answers=Answer(halted.pending.id, True))
 
     assert result.text == "paid 5"
     assert result.style == "anthropic"
@@ -379,7 +384,7 @@ async def test_a_late_yes_to_an_expired_request_counts_as_expired():
     late_yes = Answer(stale.suspended[0].request.id, True)
 
     async with LlmClient.in_process(ScriptedModel(final_from_results)) as client:
-        result = await client.resume(stale, toolkit, late_yes)
+        result = await client.resume(stale, toolkit, answers=late_yes)
 
     assert result.text == "c1=declined/expired: Pay?"
     assert ran == []
@@ -392,7 +397,7 @@ async def test_resume_needs_at_least_one_answer():
     halted = await halt(ledger, toolkit)
     async with LlmClient.in_process(ScriptedModel()) as client:
         with pytest.raises(UsageError, match="at least one answer"):
-            await client.resume(halted, toolkit, [])
+            await client.resume(halted, toolkit, answers=[])
     assert ledger.looked_up == 1
 
 
@@ -410,18 +415,19 @@ async def test_answers_that_are_not_answers_say_what_was_expected(answers: Any, 
     halted = await halt(ledger, toolkit)
     async with LlmClient.in_process(ScriptedModel()) as client:
         with pytest.raises(UsageError, match=message):
-            await client.resume(halted, toolkit, answers)
+            await client.resume(halted, toolkit, answers=answers)
     assert ledger.looked_up == 1
 
 
-async def test_swapped_arguments_say_which_comes_where():
-    """The issue's ``resume(halted, True, toolkit)``: the toolkit comes second."""
+async def test_the_answers_are_named_so_they_cannot_be_swapped():
+    """``resume(halted, toolkit, *, answers=...)``: the issue's ``resume(halted, True,
+    toolkit)`` fails when called, before anything runs, without a check of the library's."""
     ledger = Ledger()
     toolkit = ledger.toolkit()
     halted = await halt(ledger, toolkit)
     async with LlmClient.in_process(ScriptedModel()) as client:
-        with pytest.raises(UsageError, match=r"takes a Toolkit second, got bool \(the argu"):
-            await client.resume(halted, True, toolkit)  # type: ignore[arg-type]
-        with pytest.raises(UsageError, match=r"takes a Toolkit second, got list: the answers"):
-            await client.resume(halted, [], [])  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="positional argument"):
+            await client.resume(halted, True, toolkit)  # type: ignore[call-arg,arg-type]
+        with pytest.raises(TypeError, match="answers"):
+            await client.resume(halted, toolkit)  # type: ignore[call-arg]
     assert ledger.looked_up == 1

@@ -18,7 +18,6 @@ from toolnexus_async import (
     AlreadyAnsweredError,
     AlreadyResumedError,
     Answer,
-    DurableHost,
     LlmClient,
     Message,
     ProviderError,
@@ -32,7 +31,7 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
-from toolnexus_async.durable import MemoryRunStore, RunStore, resume_stored
+from toolnexus_async.durable import DurableHost, MemoryRunStore, RunStore, resume_stored
 from toolnexus_async.testing import reply, tool_call
 
 LIMIT = 5

@@ -63,7 +63,7 @@ async def test_the_handle_knows_its_run_before_and_while_it_waits():
             assert inbox.run_of(request.id) == run.id
             assert inbox.pending(run_id=run.id) == [request]
             assert inbox.pending(run_id="another") == []
-            inbox.answer(Answer(request.id, ok=True))
+            await inbox.answer(Answer(request.id, ok=True))
             result = await run.result()
         await arrivals.aclose()
     assert (result.status, result.text, result.run_id) == ("done", "paid", "order-17")
@@ -145,7 +145,7 @@ async def test_leaving_the_block_normally_waits_for_the_run():
 
         async def approve_next() -> None:
             request = await parked(inbox)
-            inbox.answer(Answer(request.id, ok=True))
+            await inbox.answer(Answer(request.id, ok=True))
 
         tg.start_soon(approve_next)
         await anyio.wait_all_tasks_blocked()  # the approver listens before the run parks

@@ -21,7 +21,9 @@ async def test_a_host_may_name_its_runs_and_the_name_survives_a_resume():
     async with LlmClient.in_process(model) as client:
         halted = await client.run("ask", Toolkit.create(), run_id="order-42")
         assert halted.pending is not None
-        done = await client.resume(halted, Toolkit.create(), Answer(halted.pending.id, True))
+        done = await client.resume(
+            halted, Toolkit.create(), answers=Answer(halted.pending.id, True)
+        )
         async with client.stream("hi", Toolkit.create(), run_id="order-43") as events:
             last = [e async for e in events][-1]
     assert halted.run_id == done.run_id == "order-42"

@@ -29,7 +29,6 @@ from tests.conftest import assert_no_leaks
 from toolnexus_async import (
     AssistantMessage,
     LlmClient,
-    MemoryRunStore,
     Request,
     StoreError,
     ToolCall,
@@ -40,7 +39,7 @@ from toolnexus_async import (
     UsageError,
     define_tool,
 )
-from toolnexus_async.durable import StoredRun
+from toolnexus_async.durable import MemoryRunStore, StoredRun
 from toolnexus_async.serve import ServeInbox, ServeRunner, create_app
 from toolnexus_async.serve import _app as serve_app
 from toolnexus_async.serve import _events as serve_events

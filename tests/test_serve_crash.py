@@ -62,9 +62,10 @@ from datetime import UTC, datetime, timedelta
 import anyio
 
 from toolnexus_async import (
-    AssistantMessage, LlmClient, Request, SqliteRunStore, ToolCall, ToolContext, Toolkit,
+    AssistantMessage, LlmClient, Request, ToolCall, ToolContext, Toolkit,
     ToolResult, ToolReturn, UserMessage, define_tool,
 )
+from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.serve import create_app, run_server
 
 STORE, EFFECTS, MODE, TOKEN, LEASE = sys.argv[1:6]

@@ -14,7 +14,8 @@ from typing import Any
 import anyio
 
 from tests.test_serve_api import TOKEN, answer_demo_from, events, post, serving
-from toolnexus_async import SqliteRunStore, Toolkit
+from toolnexus_async import Toolkit
+from toolnexus_async.durable import SqliteRunStore
 from toolnexus_async.serve import create_app
 from toolnexus_async.serve._app import SERVE
 from toolnexus_async.serve.demo import demo_client, serve_demo_app, serve_demo_tools

@@ -31,7 +31,8 @@ from tests.test_serve_api import (
     post,
     serving,
 )
-from toolnexus_async import Answer, AssistantMessage, MemoryRunStore, SqliteRunStore
+from toolnexus_async import Answer, AssistantMessage
+from toolnexus_async.durable import MemoryRunStore, SqliteRunStore
 from toolnexus_async.serve import _bodies as serve_bodies
 from toolnexus_async.serve import _events as serve_events
 from toolnexus_async.serve import _routes as serve_routes

@@ -32,9 +32,7 @@ from toolnexus_async import (
     AssistantMessage,
     DamagedRunError,
     LlmClient,
-    MemoryRunStore,
     Message,
-    SqliteRunStore,
     StoreError,
     StoreUnavailableError,
     ToolCall,
@@ -44,7 +42,7 @@ from toolnexus_async import (
     define_tool,
 )
 from toolnexus_async._cli import main
-from toolnexus_async.durable import Accepted
+from toolnexus_async.durable import Accepted, MemoryRunStore, SqliteRunStore
 from toolnexus_async.serve import TOKEN_ENV, create_app, run_server
 from toolnexus_async.serve._app import SERVE
 from toolnexus_async.serve.demo import demo_client

@@ -34,7 +34,6 @@ import pytest
 from tests.conftest import assert_no_leaks
 from tests.test_store import LEASE, NOW, fresh_state
 from toolnexus_async import (
-    DurableHost,
     LlmClient,
     Message,
     RunResult,
@@ -47,7 +46,7 @@ from toolnexus_async import (
     UserMessage,
     define_tool,
 )
-from toolnexus_async.durable import MemoryRunStore, SqliteRunStore
+from toolnexus_async.durable import DurableHost, MemoryRunStore, SqliteRunStore
 from toolnexus_async.testing import reply, tool_call
 
 

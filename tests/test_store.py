@@ -29,7 +29,6 @@ from tests.shared import Ledger, raw_sql
 from toolnexus_async import (
     AlreadyAnsweredError,
     Answer,
-    LeaseLostError,
     LlmClient,
     PayloadError,
     Request,
@@ -45,6 +44,7 @@ from toolnexus_async import (
 )
 from toolnexus_async._core.loop import RunLoop
 from toolnexus_async.durable import (
+    LeaseLostError,
     MemoryRunStore,
     PostgresRunStore,
     RunStore,

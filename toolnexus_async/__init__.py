@@ -2,8 +2,9 @@
 
 A tool returns ``ToolResult.pending(Request(...))`` instead of an answer; the run then
 either awaits the host's ``wait_for(request)`` and retries the tool once with the answer,
-or, without ``wait_for``, halts with ``status == "pending"`` so a durable host can resume it
-later. Everything awaits, so many suspended runs can share one event loop.
+or, without ``wait_for``, halts with ``status == "pending"`` so a durable host
+(:mod:`toolnexus_async.durable`) can resume it later. Everything awaits, so many
+suspended runs can share one event loop.
 """
 
 from ._core.config import Limits, ModelSettings
@@ -71,15 +72,6 @@ from ._engine.streaming import (
 from ._engine.toolkit import Toolkit
 from ._io.terminal import terminal_input
 from ._io.transport import AiohttpTransport
-from .durable import (
-    DurableHost,
-    LeaseLostError,
-    MemoryRunStore,
-    PostgresRunStore,
-    RunStore,
-    SqliteRunStore,
-    resume_stored,
-)
 from .suspend import Inbox
 from .tools.http import HttpTool, http_tool
 from .tools.native import FunctionTool, define_tool
@@ -110,12 +102,6 @@ __all__ = (
     "RunHandle",
     "Inbox",
     "terminal_input",
-    "DurableHost",
-    "PostgresRunStore",
-    "RunStore",
-    "MemoryRunStore",
-    "SqliteRunStore",
-    "resume_stored",
     "RunResult",
     "ToolCallRecord",
     "Usage",
@@ -171,7 +157,6 @@ __all__ = (
     "StoreError",
     "StoreUnavailableError",
     "DamagedRunError",
-    "LeaseLostError",
     "ModelError",
     "ProviderError",
     "ProtocolError",

@@ -118,7 +118,7 @@ class ToolnexusAsync:
     async def wake(self, n: int) -> str:
         self.current = n
         finished = self.finished[n]
-        self.inbox.answer(Answer(self.request_of.pop(n), True))
+        await self.inbox.answer(Answer(self.request_of.pop(n), True))
         return await finished
 
     def continued_at(self, n: int) -> float:

@@ -1,7 +1,7 @@
 """What a durable host is told as a run goes, before the run goes further.
 
 Rule of this module: a protocol and nothing else. A run with a journal (one driven by a
-:class:`~toolnexus_async.DurableHost`) awaits each of these calls at the moment it names,
+:class:`~toolnexus_async.durable.DurableHost`) awaits each of these calls at the moment it names,
 so that what the journal keeps is never behind what anyone was told:
 
 - :meth:`Journal.turn` when the model asked for tool calls, before any of them runs;

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core.errors import UsageError
 from .._core.messages import Message
 from .._core.results import RunResult
 from .._core.resume import plan_from_transcript, plan_resume
@@ -38,8 +37,8 @@ class Resuming:
         self,
         halted: RunResult,
         toolkit: Toolkit,
-        answers: Answer | Iterable[Answer],
         *,
+        answers: Answer | Iterable[Answer],
         on_tools_done: Callable[[RunResult], Any] | None = None,
     ) -> RunResult:
         """Continue a run that halted with ``status == "pending"``, given answers to it.
@@ -66,13 +65,6 @@ class Resuming:
                 share an id.
         """
         engine = self.engine
-        given: object = toolkit  # typed as a Toolkit, but callers swap arguments
-        if not isinstance(given, Toolkit):
-            swapped = " (the arguments look swapped)" if isinstance(answers, Toolkit) else ""
-            raise UsageError(
-                f"resume(halted, toolkit, answers) takes a Toolkit second, got "
-                f"{type(given).__name__}{swapped}: the answers come third"
-            )
         plan = plan_resume(halted, answers)
         loop = engine.resumed_loop(
             plan.turn,
@@ -90,6 +82,7 @@ class Resuming:
         self,
         history: Sequence[Message],
         toolkit: Toolkit,
+        *,
         pending: Request,
         answer: Answer,
     ) -> RunResult:

@@ -102,7 +102,7 @@ class Deliveries:
         if self._inbox.get(answer.id) is None:
             return False
         try:
-            self._inbox.answer(answer)
+            self._inbox.answer_nowait(answer)
         except AnswerError:  # it left meanwhile (halted, expired)
             return False
         return True
@@ -137,7 +137,7 @@ class Deliveries:
                 if self._inbox.get(answer.id) is None:
                     continue  # not parked (yet): next time
                 try:
-                    self._inbox.answer(answer)
+                    await self._inbox.answer(answer)
                 except UsageError:
                     continue
                 except Exception:  # answered or expired here meanwhile: nothing to hand over

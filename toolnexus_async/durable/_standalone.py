@@ -4,7 +4,7 @@ Rules of this module:
 
 - The answers are taken by the store first (each the one answer of its request), then the
   run is claimed for a lease, resumed with everything the store has for it, and kept as it
-  goes, exactly as a :class:`~toolnexus_async.DurableHost` resumes it.
+  goes, exactly as a :class:`~toolnexus_async.durable.DurableHost` resumes it.
 - Answers that arrive for the run while it is held here are not lost: when the run halts
   again, the store is asked whether any of its requests was answered (or expired)
   meanwhile, and if so the run goes on here with them.

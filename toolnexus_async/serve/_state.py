@@ -78,7 +78,7 @@ async def hand_over(serve: ServeState, answer: Answer) -> None:
     try:
         if inline is not None and answer.id.startswith(INLINE_PREFIX):
             with contextlib.suppress(UnknownRequestError):  # not here: perhaps the store's
-                inline.answer(answer)
+                await inline.answer(answer)
                 return
         # A store error is store_faults' to map: nothing was taken then, and the same
         # answer may be sent again.

@@ -3,7 +3,8 @@
 Rules of this module:
 
 - It parks, and only parks: it holds no store, client or toolkit. Keeping runs that wait
-  too long, and resuming them, is a durable host's job (:class:`~toolnexus_async.DurableHost`).
+  too long, and resuming them, is a durable host's job
+  (:class:`~toolnexus_async.durable.DurableHost`).
 - A parked run costs one object, its slot (the future it awaits, keyed by the request
   id); nothing polls. ``answer()`` resolves exactly that future, so exactly that run wakes.
 - Expiry costs one timer for the whole inbox, not a sleeping task per request: deadlines
@@ -108,7 +109,7 @@ class Inbox:
             Older ones are forgotten (bounded memory).
         park_timeout: seconds a request may stay parked; past it the run halts on the
             request (``status == "pending"``) and stops holding memory. A
-            :class:`~toolnexus_async.DurableHost` saves such runs and resumes them when
+            :class:`~toolnexus_async.durable.DurableHost` saves such runs and resumes them when
             the answer comes.
     """
 
@@ -196,8 +197,26 @@ class Inbox:
                 self._listeners.discard(listener)
         return slot
 
-    def answer(self, answer: Answer) -> None:
+    async def answer(self, answer: Answer) -> None:
         """Wake the run parked on ``answer.id`` with this answer.
+
+        Awaited, as :meth:`DurableHost.answer` is, so that code answering either kind of
+        host reads alike; in memory nothing waits, and :meth:`answer_nowait` does the same
+        from code that cannot await (a callback, a sync handler on the loop's thread).
+
+        Raises:
+            UnknownRequestError: no run is parked on that id (the message says when its run
+                halted instead: answer the halted run, or its durable host).
+            AlreadyAnsweredError: that request was answered before.
+            RequestExpiredError: that request expired before this answer came.
+            AnswerMismatchError: it approves another call than its request shows (it names
+                a ``data["digest"]`` that is not the request's); the run still waits.
+        """
+        self.answer_nowait(answer)
+
+    def answer_nowait(self, answer: Answer) -> None:
+        """:meth:`answer` without awaiting, on the inbox's loop thread: it raises what
+        :meth:`answer` raises.
 
         Raises:
             UnknownRequestError: no run is parked on that id (the message says when its run
@@ -255,7 +274,7 @@ class Inbox:
         """:meth:`answer` from another thread: blocks until applied, raises what it raises.
 
         Raises:
-            UsageError: called on the inbox's own loop thread (use :meth:`answer` there),
+            UsageError: called on the inbox's own loop thread (await :meth:`answer` there),
                 or before any run parked on the inbox.
             TimeoutError: the loop did not apply the answer within ``timeout`` seconds.
         """
@@ -272,7 +291,7 @@ class Inbox:
 
         def apply() -> None:
             try:
-                self.answer(answer)
+                self.answer_nowait(answer)
             except BaseException as exc:
                 done.set_exception(exc)
             else:
