@@ -13,7 +13,6 @@ from typing import Any, Literal
 import attrs
 
 from .errors import PayloadError
-from .fastinit import fast_init
 from .messages import (
     ZERO_USAGE,
     Message,
@@ -31,7 +30,6 @@ __all__ = ("RunResult", "ToolCallRecord")
 RunStatus = Literal["done", "pending", "incomplete"]
 
 
-@fast_init
 @attrs.frozen
 class ToolCallRecord:
     """One executed tool call: what the model asked, what came back, and in which turn.
@@ -65,7 +63,6 @@ class ToolCallRecord:
         return self.call.arguments
 
 
-@fast_init
 @attrs.frozen
 class RunResult:
     """The outcome of :meth:`LlmClient.run`.

@@ -27,7 +27,6 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._core.errors import UsageError
-from .._core.fastinit import fast_init
 from .._core.messages import Usage
 from .._core.results import RunResult
 from .._core.types import Request
@@ -45,7 +44,6 @@ __all__ = (
 )
 
 
-@fast_init
 @attrs.frozen
 class StreamText:
     """A piece of the model's text; the pieces of one reply join to its text."""
@@ -54,7 +52,6 @@ class StreamText:
     kind: Literal["text"] = attrs.field(default="text", init=False)
 
 
-@fast_init
 @attrs.frozen
 class StreamReasoning:
     """A piece of the model's reasoning (Anthropic's thinking, the ``reasoning`` of
@@ -64,7 +61,6 @@ class StreamReasoning:
     kind: Literal["reasoning"] = attrs.field(default="reasoning", init=False)
 
 
-@fast_init
 @attrs.frozen
 class StreamToolCall:
     """The model called a tool (emitted when its reply is complete)."""
@@ -75,7 +71,6 @@ class StreamToolCall:
     kind: Literal["tool_call"] = attrs.field(default="tool_call", init=False)
 
 
-@fast_init
 @attrs.frozen
 class StreamToolResult:
     """What a call's result is, as the model will see it (never a suspension);
@@ -89,7 +84,6 @@ class StreamToolResult:
     kind: Literal["tool_result"] = attrs.field(default="tool_result", init=False)
 
 
-@fast_init
 @attrs.frozen
 class StreamPending:
     """A call suspended on ``request``; emitted before anyone is asked."""
@@ -100,7 +94,6 @@ class StreamPending:
     kind: Literal["pending"] = attrs.field(default="pending", init=False)
 
 
-@fast_init
 @attrs.frozen
 class StreamUsage:
     """The tokens of one model reply."""
@@ -109,7 +102,6 @@ class StreamUsage:
     kind: Literal["usage"] = attrs.field(default="usage", init=False)
 
 
-@fast_init
 @attrs.frozen
 class StreamDone:
     """The run is over; the last event."""
