@@ -11,9 +11,10 @@ checks, encoding detection, two regular-expression matches for the whitespace ar
 value; ``json.dumps`` with separators: a new encoder and a closure per call). For the usual
 input, these helpers call the same C code directly and give the same results.
 
-Kept because ``benchmarks/instructions.py`` shows it (issue 36; 3.11.7, ``--runs 200 --base
-50``): 1,561,469 instructions per run with plain ``json``, 1,501,842 and 1,504,927 with this
-module (4.0 % fewer; two counts of the same tree differ by 0.2 %).
+Kept because ``benchmarks/instructions.py`` shows it beyond its noise (issue 36; 3.11.7,
+``--runs 200 --base 50``): 1,561,469 instructions per run with plain ``json``, ratio to the
+floor 1.189; 1,501,842 and 1,504,927 with this module, ratios 1.162 and 1.154 (the floor's
+own count moved by 1.8 % across those processes).
 
 Rules of this module:
 
