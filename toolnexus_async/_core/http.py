@@ -18,7 +18,6 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from .errors import UsageError
-from .fastinit import fast_init
 
 __all__ = ("HttpRequest", "HttpResponse", "Transport", "check_headers")
 
@@ -49,7 +48,6 @@ def check_headers(headers: Mapping[str, str]) -> None:
         )
 
 
-@fast_init
 @attrs.frozen
 class HttpRequest:
     """One request to a provider.
@@ -74,7 +72,6 @@ class HttpRequest:
     max_bytes: int
 
 
-@fast_init
 @attrs.frozen
 class HttpResponse:
     """A provider's reply: its status, its headers and its body.

@@ -13,11 +13,8 @@ from typing import Any, Generic, Literal
 import attrs
 from typing_extensions import TypeVar
 
-# The module, not the class: OutputSpec is built once per run, not many times, and is not
-# one of the fast_init classes of this module.
 from . import output as _output
 from .errors import PayloadError
-from .fastinit import fast_init
 from .messages import (
     ZERO_USAGE,
     Message,
@@ -37,7 +34,6 @@ RunStatus = Literal["done", "pending", "incomplete"]
 OutputT = TypeVar("OutputT", default=Any)
 
 
-@fast_init
 @attrs.frozen
 class ToolCallRecord:
     """One executed tool call: what the model asked, what came back, and in which turn.
@@ -71,7 +67,6 @@ class ToolCallRecord:
         return self.call.arguments
 
 
-@fast_init
 @attrs.frozen
 class RunResult(Generic[OutputT]):
     """The outcome of :meth:`LlmClient.run`.

@@ -17,7 +17,6 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from .errors import UsageError
-from .fastinit import fast_init
 from .wire import Answer, Request, check_optional, new_request_id, wrong_type
 
 __all__ = (
@@ -46,7 +45,6 @@ def check_tool_name(name: object) -> str:
     return name
 
 
-@fast_init
 @attrs.frozen
 class ToolResult:
     """What a tool hands back: text for the model, an error flag, optional metadata.
@@ -148,7 +146,6 @@ class HaltRun(Exception):
     """
 
 
-@fast_init
 @attrs.frozen
 class ToolContext:
     """What the run loop tells a tool about the call it is executing.

@@ -200,10 +200,6 @@ class HttpModel:
     async def request(
         self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
     ) -> ModelReply:
-        # The body goes straight into the request, not into a local: no frame of this run
-        # holds its dicts while the request is in flight, so the garbage collector, which
-        # visits every live container of every run in flight, does not visit them over and
-        # over.
         failure: str | None = None
         cause: OSError | None = None
         try:

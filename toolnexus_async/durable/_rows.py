@@ -11,6 +11,7 @@ does not hide the others.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -18,7 +19,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
 from .._core.errors import PayloadError, StoreError
-from .._core.hotjson import compact_encoder
 from .._core.messages import UserMessage
 from .._core.results import RunResult, record_from_json
 from .._core.types import Answer, Request
@@ -45,7 +45,9 @@ R = TypeVar("R")
 V = TypeVar("V")
 
 
-ENCODE = compact_encoder(ensure_ascii=True)
+ENCODE: Callable[[Any], str] = functools.partial(
+    json.dumps, separators=(",", ":"), ensure_ascii=True
+)
 
 
 def state_text(state: RunResult) -> str:
