@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from .errors import UsageError
+from .fastinit import fast_init
 
 __all__ = ("HttpRequest", "HttpResponse", "Transport", "check_headers")
 
@@ -48,6 +49,7 @@ def check_headers(headers: Mapping[str, str]) -> None:
         )
 
 
+@fast_init
 @attrs.frozen
 class HttpRequest:
     """One request to a provider.
@@ -72,6 +74,7 @@ class HttpRequest:
     max_bytes: int
 
 
+@fast_init
 @attrs.frozen
 class HttpResponse:
     """A provider's reply: its status, its headers and its body.

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import attrs
 
 from .errors import PayloadError
+from .fastinit import fast_init
 
 __all__ = (
     "ZERO_USAGE",
@@ -39,6 +40,7 @@ TRANSCRIPT_VERSION = 2
 _READS = (1, 2)
 
 
+@fast_init
 @attrs.frozen
 class SystemMessage:
     """Instructions for the model."""
@@ -47,6 +49,7 @@ class SystemMessage:
     role: Literal["system"] = attrs.field(default="system", init=False, repr=False)
 
 
+@fast_init
 @attrs.frozen
 class UserMessage:
     """What the user said."""
@@ -55,6 +58,7 @@ class UserMessage:
     role: Literal["user"] = attrs.field(default="user", init=False, repr=False)
 
 
+@fast_init
 @attrs.frozen
 class ToolCall:
     """One tool call the model asked for.
@@ -73,6 +77,7 @@ class ToolCall:
     _wire_arguments: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
 
+@fast_init
 @attrs.frozen
 class Reasoning:
     """The model's reasoning before it answered, kept as the provider sent it.
@@ -89,6 +94,7 @@ class Reasoning:
     style: str = "anthropic"
 
 
+@fast_init
 @attrs.frozen
 class AssistantMessage:
     """What the model said: text, tool calls, or both.
@@ -111,6 +117,7 @@ class AssistantMessage:
     role: Literal["assistant"] = attrs.field(default="assistant", init=False, repr=False)
 
 
+@fast_init
 @attrs.frozen
 class ToolReturn:
     """The result of one tool call, as the model will see it."""
@@ -125,6 +132,7 @@ class ToolReturn:
 Message = SystemMessage | UserMessage | AssistantMessage | ToolReturn
 
 
+@fast_init
 @attrs.frozen
 class Usage:
     """Tokens counted by the provider, summed over the turns of a run.
@@ -190,6 +198,7 @@ def _counted(usage: Usage) -> bool:
 ZERO_USAGE = Usage()
 
 
+@fast_init
 @attrs.frozen
 class ModelReply:
     """One decoded model reply, whatever the wire style."""

@@ -15,6 +15,7 @@ from typing_extensions import TypeVar
 
 from . import output as _output
 from .errors import PayloadError
+from .fastinit import fast_init
 from .messages import (
     ZERO_USAGE,
     Message,
@@ -34,6 +35,7 @@ RunStatus = Literal["done", "pending", "incomplete"]
 OutputT = TypeVar("OutputT", default=Any)
 
 
+@fast_init
 @attrs.frozen
 class ToolCallRecord:
     """One executed tool call: what the model asked, what came back, and in which turn.
@@ -67,6 +69,7 @@ class ToolCallRecord:
         return self.call.arguments
 
 
+@fast_init
 @attrs.frozen
 class RunResult(Generic[OutputT]):
     """The outcome of :meth:`LlmClient.run`.

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from .errors import UsageError
+from .fastinit import fast_init
 from .wire import Answer, Request, check_optional, new_request_id, wrong_type
 
 __all__ = (
@@ -45,6 +46,7 @@ def check_tool_name(name: object) -> str:
     return name
 
 
+@fast_init
 @attrs.frozen
 class ToolResult:
     """What a tool hands back: text for the model, an error flag, optional metadata.
@@ -146,6 +148,7 @@ class HaltRun(Exception):
     """
 
 
+@fast_init
 @attrs.frozen
 class ToolContext:
     """What the run loop tells a tool about the call it is executing.

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from .errors import AnswerMismatchError, PayloadError
+from .fastinit import fast_init
 
 __all__ = ("Answer", "Request")
 
@@ -87,6 +88,7 @@ def _mapping(payload: object, what: str) -> Mapping[str, Any]:
     return payload
 
 
+@fast_init
 @attrs.frozen
 class Request:
     """What a suspended tool needs from a human (or any host) before it can finish.
@@ -168,6 +170,7 @@ class Request:
 REASONS: tuple[str, ...] = ("declined", "cancelled", "expired")
 
 
+@fast_init
 @attrs.frozen
 class Answer:
     """The host's reply to a :class:`Request`.
@@ -227,6 +230,7 @@ class Answer:
         )
 
 
+@fast_init
 @attrs.frozen
 class ApprovalClaim:
     """What an approving answer says about the call it approves: the ``digest`` it names

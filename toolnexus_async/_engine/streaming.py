@@ -27,6 +27,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._core.errors import UsageError
+from .._core.fastinit import fast_init
 from .._core.messages import Usage
 from .._core.partial_json import parse_partial
 from .._core.results import RunResult
@@ -47,6 +48,7 @@ __all__ = (
 )
 
 
+@fast_init
 @attrs.frozen
 class StreamText:
     """A piece of the model's text; the pieces of one reply join to its text."""
@@ -55,6 +57,7 @@ class StreamText:
     kind: Literal["text"] = attrs.field(default="text", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamReasoning:
     """A piece of the model's reasoning (Anthropic's thinking, the ``reasoning`` of
@@ -64,6 +67,7 @@ class StreamReasoning:
     kind: Literal["reasoning"] = attrs.field(default="reasoning", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamToolCall:
     """The model called a tool (emitted when its reply is complete)."""
@@ -74,6 +78,7 @@ class StreamToolCall:
     kind: Literal["tool_call"] = attrs.field(default="tool_call", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamToolResult:
     """What a call's result is, as the model will see it (never a suspension);
@@ -87,6 +92,7 @@ class StreamToolResult:
     kind: Literal["tool_result"] = attrs.field(default="tool_result", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamPending:
     """A call suspended on ``request``; emitted before anyone is asked."""
@@ -97,6 +103,7 @@ class StreamPending:
     kind: Literal["pending"] = attrs.field(default="pending", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamUsage:
     """The tokens of one model reply."""
@@ -105,6 +112,7 @@ class StreamUsage:
     kind: Literal["usage"] = attrs.field(default="usage", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamOutput:
     """A preview of a run's typed output as its JSON arrives (best effort, not validated):
@@ -116,6 +124,7 @@ class StreamOutput:
     kind: Literal["output"] = attrs.field(default="output", init=False)
 
 
+@fast_init
 @attrs.frozen
 class StreamDone:
     """The run is over; the last event."""
