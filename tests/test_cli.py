@@ -23,7 +23,8 @@ import pytest
 from yarl import URL
 
 from tests.conftest import assert_no_leaks
-from toolnexus_async._cli import main, run_demo
+from toolnexus_async._cli import main
+from toolnexus_async._cli_demo import run_demo
 from toolnexus_async._demo import DEMO_PROMPT
 from toolnexus_async.serve import TOKEN_ENV
 
