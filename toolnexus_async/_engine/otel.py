@@ -51,16 +51,16 @@ from .._core.messages import (
     raw_of,
 )
 from .._core.results import RunResult
-from .._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
+from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
 from .._core.version import __version__
-from .tracing import TOOL_FAILURE, Tracing
+from .otel_calls import TracedModel, TracedTools, failed
+from .tracing import Tracing
 
 if TYPE_CHECKING:
     from .._core.messages import ToolCall
-    from .._core.output import OutputSpec
     from .._core.resume import ResumePlan
     from .engine import RunSpec
-    from .model import Model, OnText
+    from .model import Model
 
 __all__ = ("RunTracer",)
 
@@ -168,7 +168,7 @@ class RunTracer:
         except BaseException as exc:
             _CARRIER.reset(stamping)
             otel_context.detach(token)
-            _failed(span, exc)
+            failed(span, exc)
             span.end()
             raise
         _CARRIER.reset(stamping)
@@ -222,7 +222,7 @@ class RunTracer:
     # -- model requests ----------------------------------------------------------------
 
     def model(self, model: Model) -> Model:
-        return _TracedModel(model, self)
+        return TracedModel(model, self)
 
     def chat(self, model: str, messages: Sequence[Message]) -> Span:
         span = self._tracer.start_span(
@@ -263,8 +263,8 @@ class RunTracer:
 
     # -- tool executions ---------------------------------------------------------------
 
-    def tools(self, toolkit: Any) -> _TracedTools:
-        return _TracedTools(toolkit, self)
+    def tools(self, toolkit: Any) -> TracedTools:
+        return TracedTools(toolkit, self)
 
     def executing(self, name: str, args: dict[str, Any], ctx: ToolContext | None) -> Span:
         attributes: dict[str, Any] = {
@@ -294,7 +294,7 @@ class RunTracer:
         elif result.is_error:
             attributes["toolnexus.tool.outcome"] = "error"
             if raised is not None:
-                _failed(span, raised)
+                failed(span, raised)
             else:
                 attributes["error.type"] = "tool_error"  # an error result, nothing raised
                 span.set_status(Status(StatusCode.ERROR))
@@ -355,112 +355,6 @@ class RunTracer:
                 }
             )
             span.end()
-
-
-class _TracedModel:
-    """A model whose every request is a ``chat`` span."""
-
-    __slots__ = ("_model", "_tracer", "enforces_timeout", "name")
-
-    def __init__(self, model: Model, tracer: RunTracer) -> None:
-        self._model = model
-        self._tracer = tracer
-        self.name = model.name
-        self.enforces_timeout = model.enforces_timeout
-
-    @property
-    def url(self) -> str | None:
-        url = getattr(self._model, "url", None)
-        return url if isinstance(url, str) else None
-
-    def request(
-        self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
-    ) -> Awaitable[ModelReply]:
-        asked = self._model.request(messages, tools, output)
-        return self._in_span(messages, asked, streamed=False)
-
-    async def stream(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Tool],
-        on_text: OnText,
-        on_reasoning: OnText | None = None,
-        output: OutputSpec | None = None,
-    ) -> ModelReply:
-        asked = self._model.stream(messages, tools, on_text, on_reasoning, output)
-        return await self._in_span(messages, asked, streamed=True)
-
-    async def _in_span(
-        self, messages: Sequence[Message], asked: Awaitable[ModelReply], streamed: bool
-    ) -> ModelReply:
-        """``asked`` (the model's request, not started yet), awaited inside its span."""
-        span = self._tracer.chat(self.name, messages)
-        if streamed:
-            span.set_attribute("toolnexus.stream", True)
-        try:
-            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-                reply = await asked
-        except BaseException as exc:
-            _failed(span, exc)
-            span.end()
-            raise
-        self._tracer.replied(span, reply)
-        return reply
-
-    async def aclose(self) -> None:
-        await self._model.aclose()
-
-
-class _TracedTools:
-    """A run's toolkit, as its executor sees it, whose every execution is a span."""
-
-    __slots__ = ("_toolkit", "_tracer")
-
-    def __init__(self, toolkit: Any, tracer: RunTracer) -> None:
-        self._toolkit = toolkit
-        self._tracer = tracer
-
-    async def execute(
-        self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
-    ) -> ToolResult:
-        span = self._tracer.executing(name, args, ctx)
-        # A tool that raises is told to the model as text; its span records why.
-        raised: list[BaseException] = []
-        recording = TOOL_FAILURE.set(raised.append)
-        try:
-            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-                result: ToolResult = await self._toolkit.execute(name, args, ctx)
-        except BaseException as exc:
-            _failed(span, exc)
-            span.end()
-            raise
-        finally:
-            TOOL_FAILURE.reset(recording)
-        tool = self._toolkit.get(name)
-        source = tool.source if tool is not None else "unknown"
-        self._tracer.executed(span, result, source, raised[0] if raised else None)
-        return result
-
-    def get(self, name: str) -> Tool | None:
-        tool: Tool | None = self._toolkit.get(name)
-        return tool
-
-    def check_arguments(self, name: str, args: dict[str, Any]) -> str | None:
-        problem: str | None = self._toolkit.check_arguments(name, args)
-        return problem
-
-    async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
-        await self._toolkit.refused(name, args, ctx)
-
-
-def _failed(span: Span, exc: BaseException) -> None:
-    """Record ``exc`` on ``span``: an error, or a cancellation (no error status)."""
-    if isinstance(exc, Exception):
-        span.record_exception(exc)
-        span.set_attribute("error.type", type(exc).__qualname__)
-        span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
-    else:
-        span.set_attribute("toolnexus.cancelled", True)
 
 
 def _outcome(answer: Answer) -> str:
