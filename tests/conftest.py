@@ -32,8 +32,8 @@ from toolnexus_async.testing import MockTransport, json_response
 pytest_plugins = ["tests.pg"]
 
 # handler(body, seen) -> reply JSON (status 200), or (status, body) for another status,
-# where body may be a dict (sent as JSON) or str/bytes (sent as is). FakeProvider also
-# takes an HttpResponse (sse_response, json_response with headers) and async handlers.
+# where body may be a dict (sent as JSON) or str/bytes (sent as is), or an HttpResponse
+# (sse_response, json_response with headers). FakeProvider also takes async handlers.
 Handler = Callable[[dict[str, Any], "Seen"], Any]
 
 DEFAULT_REPLY = {"choices": [{"message": {"content": "hi"}}]}
@@ -42,10 +42,13 @@ DEFAULT_REPLY = {"choices": [{"message": {"content": "hi"}}]}
 class Seen:
     """One request the fake server received."""
 
-    def __init__(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
+    def __init__(
+        self, path: str, headers: dict[str, str], body: dict[str, Any], query: str = ""
+    ) -> None:
         self.path = path
         self.headers = headers
         self.body = body
+        self.query = query  # the URL's query string, without "?" (Gemini streams with one)
 
 
 class FakeLLM:
@@ -93,9 +96,11 @@ class FakeLLM:
             body = json.loads(raw) if raw else {}
         except ValueError:
             body = {"_raw": raw.decode("utf-8", "replace")}
-        seen = Seen(request.path, dict(request.headers), body)
+        seen = Seen(request.path, dict(request.headers), body, request.query_string)
         self.requests.append(seen)
         out = self.handler(body, seen)
+        if isinstance(out, HttpResponse):  # a recorded reply, sent as it came (an SSE stream)
+            return web.Response(body=out.content, status=out.status, headers=out.headers)
         status = 200
         if isinstance(out, tuple):
             status, out = out
@@ -174,7 +179,8 @@ class FakeProvider:
 
     async def _answer(self, request: HttpRequest) -> HttpResponse:
         body = json.loads(request.content)
-        seen = Seen(urlsplit(request.url).path, dict(request.headers), body)
+        url = urlsplit(request.url)
+        seen = Seen(url.path, dict(request.headers), body, url.query)
         self.requests.append(seen)
         out = self.handler(body, seen)
         if inspect.isawaitable(out):

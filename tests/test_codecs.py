@@ -28,6 +28,7 @@ from toolnexus_async import (
 )
 from toolnexus_async._core.codecs import STYLES, codec_for
 from toolnexus_async._core.codecs.anthropic import AnthropicCodec
+from toolnexus_async._core.codecs.gemini import GeminiCodec
 from toolnexus_async._core.codecs.openai import OpenAICodec
 
 OPENAI = OpenAICodec()
@@ -75,17 +76,18 @@ def raw_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
 # --- styles ---------------------------------------------------------------------------------
 
 
-def test_codec_for_knows_both_styles():
-    """codec_for returns the codec of each style; STYLES lists openai and anthropic."""
-    assert set(STYLES) == {"openai", "anthropic"}
+def test_codec_for_knows_every_style():
+    """codec_for returns the codec of each style; STYLES lists openai, anthropic, gemini."""
+    assert set(STYLES) == {"openai", "anthropic", "gemini"}
     assert isinstance(codec_for("openai"), OpenAICodec)
     assert isinstance(codec_for("anthropic"), AnthropicCodec)
+    assert isinstance(codec_for("gemini"), GeminiCodec)
 
 
 def test_codec_for_refuses_an_unknown_style_naming_the_choices():
     """An unknown style is a UsageError that lists the known ones."""
-    with pytest.raises(UsageError, match=r"gemini.*openai, anthropic"):
-        codec_for("gemini")
+    with pytest.raises(UsageError, match=r"'vertex'.*openai, anthropic, gemini"):
+        codec_for("vertex")
 
 
 # --- endpoints ------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ WRAP_KEY = "result"
 DEFAULT_METHOD: dict[str, OutputMethod] = {
     "openai": "native",
     "anthropic": "tool",
+    "gemini": "native",
     "in-process": "prompt",
 }
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?```$", re.DOTALL)

@@ -104,6 +104,8 @@ def hints_for(codec: Codec, base_url: str, api_key: str | None) -> dict[int, str
         )
     if not api_key:
         hints[401] = f"no API key was given: pass api_key=... to LlmClient, or set {codec.key_env}"
+        if codec.style == "gemini":
+            hints[403] = hints[401]  # Google refuses a request without a key with a 403
     return hints
 
 
@@ -131,6 +133,8 @@ class HttpModel:
         "_max_tokens_field",
         "_scrub",
         "_shown",
+        "_stream_shown",
+        "_stream_url",
         "_timeout",
         "_transport",
         "_url",
@@ -158,7 +162,10 @@ class HttpModel:
         self._codec = codec
         self._hints = dict(hints or {})  # status -> the likely fix, told with the error
         self._transport = transport
-        self._url = codec.endpoint(base_url)
+        endpoint = codec.endpoint(base_url)
+        self._url = codec.url(endpoint, model, False)
+        # Gemini streams from another URL; the other styles from the same one.
+        self._stream_url = codec.url(endpoint, model, True)
         self._headers = {**headers, "Content-Type": "application/json"}
         self._max_tokens = max_tokens
         self._max_tokens_field = max_tokens_field
@@ -167,6 +174,7 @@ class HttpModel:
         self._max_bytes = max_reply_bytes
         self._scrub = Scrubber(secrets)
         self._shown = self._scrub(redact_url(self._url))
+        self._stream_shown = self._scrub(redact_url(self._stream_url))
         self.name = model
 
     @property
@@ -194,7 +202,12 @@ class HttpModel:
             output=output,
         )
         return HttpRequest(
-            "POST", self._url, self._headers, _body_bytes(body), self._timeout, self._max_bytes
+            "POST",
+            self._stream_url if stream else self._url,
+            self._headers,
+            _body_bytes(body),
+            self._timeout,
+            self._max_bytes,
         )
 
     async def request(
@@ -246,7 +259,7 @@ class HttpModel:
         never returned.
         """
         parser = SSEParser()
-        decoder = self._codec.stream_decoder(self._shown)
+        decoder = self._codec.stream_decoder(self._stream_shown)
         failure: ModelError | None = None
         chunks = self._transport.stream(self._request(messages, tools, True, output))
         left = self._max_bytes
@@ -255,7 +268,7 @@ class HttpModel:
                 async for chunk in chunks:
                     if isinstance(chunk, HttpResponse):
                         if not 200 <= chunk.status < 300:
-                            raise self._provider_error(chunk)
+                            raise self._provider_error(chunk, self._stream_shown)
                         continue
                     left -= len(chunk)
                     if left < 0:
@@ -296,13 +309,14 @@ class HttpModel:
             return None
         return OSError(cause.errno, self._scrub(cause.strerror or ""))
 
-    def _provider_error(self, response: HttpResponse) -> ProviderError:
+    def _provider_error(self, response: HttpResponse, shown: str | None = None) -> ProviderError:
         body = self._scrub((response.content or b"").decode("utf-8", "replace"))
         headers = self._scrub.headers(response.headers)
         hint = self._hints.get(response.status)
         if hint is None and 300 <= response.status < 400:
             hint = self._redirect_hint(headers)
-        return ProviderError(response.status, body, self._shown, headers=headers, hint=hint)
+        url = self._shown if shown is None else shown
+        return ProviderError(response.status, body, url, headers=headers, hint=hint)
 
     def _redirect_hint(self, headers: Mapping[str, str]) -> str:
         """Why a redirect was not followed, and where it pointed (from scrubbed headers)."""

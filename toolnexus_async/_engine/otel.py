@@ -66,7 +66,7 @@ __all__ = ("RunTracer",)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 # gen_ai.provider.name by wire style; an in-process model is no provider the conventions know.
-_PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
+_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
 # When the run's latest request was raised (ns since the epoch): where the wait span of its
 # resume begins.
 SUSPENDED_AT = "suspended_at"

@@ -21,6 +21,7 @@ from ._sse import SSEEvent, SSEParser
 from ._stream import StreamDecoder, TextDelta
 from ._tools import ToolSpec, render_anthropic, render_gemini, render_openai
 from .anthropic import AnthropicCodec
+from .gemini import GeminiCodec
 from .openai import OpenAICodec
 
 __all__ = (
@@ -47,6 +48,10 @@ class Codec(Protocol):
 
     def endpoint(self, base_url: str) -> str: ...
 
+    # The URL of one request to ``model`` at ``endpoint`` (Gemini names the model and the
+    # streaming method in it; the other styles post every request to the endpoint).
+    def url(self, endpoint: str, model: str, stream: bool) -> str: ...
+
     def headers(self, api_key: str | None) -> dict[str, str]: ...
 
     def encode(
@@ -67,7 +72,11 @@ class Codec(Protocol):
     def stream_decoder(self, url: str) -> StreamDecoder: ...
 
 
-_CODECS: dict[str, Codec] = {"openai": OpenAICodec(), "anthropic": AnthropicCodec()}
+_CODECS: dict[str, Codec] = {
+    "openai": OpenAICodec(),
+    "anthropic": AnthropicCodec(),
+    "gemini": GeminiCodec(),
+}
 STYLES: tuple[str, ...] = tuple(_CODECS)
 
 

@@ -122,6 +122,9 @@ class AnthropicCodec:
         base = base_url.rstrip("/")
         return base + ("/messages" if base.endswith("/v1") else "/v1/messages")
 
+    def url(self, endpoint: str, model: str, stream: bool) -> str:
+        return endpoint  # one endpoint for every model, streamed or not
+
     def headers(self, api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
         if api_key:

@@ -142,6 +142,9 @@ class OpenAICodec:
     def endpoint(self, base_url: str) -> str:
         return base_url.rstrip("/") + "/chat/completions"
 
+    def url(self, endpoint: str, model: str, stream: bool) -> str:
+        return endpoint  # one endpoint for every model, streamed or not
+
     def headers(self, api_key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
