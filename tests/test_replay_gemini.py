@@ -19,6 +19,7 @@ from toolnexus_async import (
     StreamOutput,
     Toolkit,
     define_tool,
+    messages_to_json,
 )
 
 from .conftest import FakeLLM, FakeProvider
@@ -245,11 +246,11 @@ async def test_streamed_output_with_google_search_a_server_tool(provider: FakePr
     assert body["tools"] == recorded.request["tools"]
     assert body["toolConfig"] == recorded.request["toolConfig"]
     assert turns(body) == turns(recorded.request)
-    # The reply's own parts are kept, to go back as they came in a longer conversation.
-    kept = result.messages[-1]._wire_content
-    assert kept[0] == "gemini"
-    assert any("toolCall" in part for part in kept[1])
-    assert any("toolResponse" in part for part in kept[1])
+    # The reply's own parts are kept (and stored), to go back as they came later on.
+    kept = messages_to_json(result.messages)["messages"][-1]["provider_content"]
+    assert kept["style"] == "gemini"
+    assert any("toolCall" in part for part in kept["blocks"])
+    assert any("toolResponse" in part for part in kept["blocks"])
 
 
 async def test_a_conversation_started_on_gemini_goes_on_with_openai(provider: FakeProvider):

@@ -33,7 +33,7 @@ class LlmCallEvent:
 
     Attributes:
         model: the model asked for (or the one that answered).
-        style: the wire style, ``"openai"`` or ``"anthropic"``.
+        style: the wire style, ``"openai"``, ``"anthropic"`` or ``"gemini"``.
         status: ``"ok"``, or ``"error"`` when the request raised.
         seconds: how long the request took, measured by the caller.
         prompt_tokens: prompt tokens the provider reported (0 when none).

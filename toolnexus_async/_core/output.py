@@ -11,9 +11,10 @@ The three ways of asking (``method``):
 
 - ``"native"``: the provider's structured output (OpenAI's ``response_format`` of type
   ``json_schema``, ``strict`` when the schema allows it; Anthropic's ``output_config``
-  ``format``, on the models that support it); the reply's text is the JSON.
+  ``format``, on the models that support it; Gemini's ``responseJsonSchema``); the
+  reply's text is the JSON.
 - ``"tool"``: an output tool, :data:`OUTPUT_TOOL`, whose arguments are the value; the
-  model is made to call a tool (Anthropic's ``tool_choice: any``).
+  model is made to call a tool (Anthropic's ``tool_choice: any``, Gemini's mode ``ANY``).
 - ``"prompt"``: the schema in the instructions, for servers that support neither; the
   reply's text is read as JSON (a Markdown code fence around it is tolerated).
 
@@ -261,8 +262,8 @@ def output_spec(
     output_type: object, *, style: str, method: str | None = None, retries: int = 1
 ) -> OutputSpec:
     """The spec of ``output_type`` for a run in ``style``; ``method`` None picks the
-    style's strongest (native for OpenAI, the output tool for Anthropic, the prompt for an
-    in-process model).
+    style's strongest (native for OpenAI and Gemini, the output tool for Anthropic, the
+    prompt for an in-process model).
 
     Raises:
         UsageError: the type cannot be described, the method is unknown, or the style

@@ -89,7 +89,8 @@ class RunResult(Generic[OutputT]):
         suspended: for a ``"pending"`` run, every suspended call of the halted turn with
             its request, in call order (``pending`` is the first of them).
         run_id: the run's id, kept across halts and resumes.
-        style: the wire style that ran it (``"openai"``, ``"anthropic"``, ``"in-process"``).
+        style: the wire style that ran it (``"openai"``, ``"anthropic"``, ``"gemini"``,
+            ``"in-process"``).
         refusal: the model's refusal, when its last reply declined to answer (OpenAI's
             ``message.refusal``); ``text`` is then empty. ``None`` otherwise.
         trace_context: for a traced run (``LlmClient(tracing=Tracing())``), its trace

@@ -96,10 +96,13 @@ class LlmClient(Resuming, Closing):
         base_url: the provider's base URL. openai style posts to
             ``{base_url}/chat/completions`` (the URL carries any ``/v1``); anthropic style
             to ``{base_url}/v1/messages``, or ``{base_url}/messages`` when it ends in
-            ``/v1``. Defaults to the provider's public API.
-        style: ``"openai"`` or ``"anthropic"``.
+            ``/v1``; gemini style to ``{base_url}/v1beta/models/{model}:generateContent``
+            (no ``/v1beta`` added when it ends in a version). Defaults to the provider's
+            public API.
+        style: ``"openai"``, ``"anthropic"`` or ``"gemini"``.
         model: the model name, sent verbatim every turn.
-        api_key: the key; defaults to ``OPENAI_API_KEY`` or ``ANTHROPIC_API_KEY``.
+        api_key: the key; defaults to ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY`` or
+            ``GEMINI_API_KEY``.
         wait_for: ``async def wait_for(request) -> Answer``, or an ``Inbox()``; a class, a
             plain (sync) function or anything not callable is a :class:`UsageError`.
             Set: suspensions are resolved in-process. Unset: a suspension halts the run
