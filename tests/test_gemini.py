@@ -150,6 +150,23 @@ async def test_an_approval_answered_mid_run_sends_the_id_and_signature_back(
     ]
 
 
+async def test_a_signed_call_halted_and_stored_goes_back_signed(provider: FakeProvider):
+    """The parts Gemini 3 requires back are stored with the halted run: a resume from its
+    JSON form sends the call with its signature and id, then the matching response."""
+    signed = {**call_part("delete_file", {"path": "x"}, "e5f6"), "thoughtSignature": SIGNATURE}
+    provider.script(gemini_reply(signed), gemini_reply({"text": "gone"}))
+    async with provider.client("gemini") as client, kit() as toolkit:
+        halted = await client.run("delete x", toolkit)
+    assert halted.pending is not None
+    stored = RunResult.from_dict(json.loads(json.dumps(halted.to_dict())))
+    async with provider.client("gemini") as client, kit() as toolkit:
+        result = await client.resume(stored, toolkit, answers=Answer(halted.pending.id, ok=True))
+    assert result.text == "gone"
+    _, model, answer = provider.bodies[1]["contents"]
+    assert model["parts"] == [signed]
+    assert answer["parts"][0]["functionResponse"]["id"] == "e5f6"
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_a_safety_block_is_a_refusal_not_a_crash(provider: FakeProvider, streamed: bool):
     rating = {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}
@@ -235,6 +252,20 @@ async def test_the_key_never_shows(provider: FakeProvider):
     assert provider.requests[0].headers["x-goog-api-key"] == key
     assert key not in str(caught.value) and key not in repr(caught.value)
     assert key not in repr(client)
+
+
+async def test_a_403_without_a_key_says_where_the_key_comes_from(
+    provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    denied = google_error(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers")
+    provider.script(json_response(denied, 403))
+    client = provider.client("gemini", api_key="")
+    async with client, kit() as toolkit:
+        with pytest.raises(ProviderError) as caught:
+            await client.run("hi", toolkit)
+    assert "x-goog-api-key" not in provider.requests[0].headers
+    assert caught.value.hint is not None and "GEMINI_API_KEY" in caught.value.hint
 
 
 def test_urls_name_the_model_and_the_stream_method():
