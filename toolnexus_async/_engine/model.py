@@ -201,14 +201,9 @@ class HttpModel:
             stream=stream,
             output=output,
         )
-        return HttpRequest(
-            "POST",
-            self._stream_url if stream else self._url,
-            self._headers,
-            _body_bytes(body),
-            self._timeout,
-            self._max_bytes,
-        )
+        url = self._stream_url if stream else self._url
+        content = _body_bytes(body)
+        return HttpRequest("POST", url, self._headers, content, self._timeout, self._max_bytes)
 
     async def request(
         self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
@@ -315,7 +310,7 @@ class HttpModel:
         hint = self._hints.get(response.status)
         if hint is None and 300 <= response.status < 400:
             hint = self._redirect_hint(headers)
-        url = self._shown if shown is None else shown
+        url = shown or self._shown
         return ProviderError(response.status, body, url, headers=headers, hint=hint)
 
     def _redirect_hint(self, headers: Mapping[str, str]) -> str:
