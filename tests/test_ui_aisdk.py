@@ -23,14 +23,15 @@ from tests.ui_app import (
     HOLD_SECONDS,
     LIMIT,
     TOKEN,
+    NodeClients,
     Serving,
-    run_node,
+    node_clients,
     serving,
 )
 
 
-async def chat(api: str, chat_id: str, **given: Any) -> dict[str, Any]:
-    out = await run_node("ai_chat.mjs", {"api": api, "token": TOKEN, "chatId": chat_id, **given})
+async def chat(node: NodeClients, api: str, chat_id: str, **given: Any) -> dict[str, Any]:
+    out = await node.call("chat", {"api": api, "token": TOKEN, "chatId": chat_id, **given})
     assert out["invalid"] == []  # every part passed the AI SDK's own schema
     return out
 
@@ -54,84 +55,88 @@ async def scenario(serving: Serving, path: Path) -> None:
     """The test, on the server ``serving`` starts (aiohttp here, ASGI in test_ui_asgi)."""
     EFFECTS.clear()
     with anyio.fail_after(LIMIT * 4):
-        async with serving(path) as base:
-            api = base + "/ai-sdk/chat"
-            first = await chat(api, "c-shop", prompt="shop")
-            assert first["error"] is None and first["status"] == "ready"
-            assert types(first)[0] == "start" and types(first)[-1] == "finish"
-            asks = [p for p in first["parts"] if p["type"] == "tool-approval-request"]
-            assert [p["toolCallId"] for p in asks] == ["c1", "c2"]
-            requests = [p["data"] for p in first["parts"] if p["type"] == "data-toolnexus-request"]
-            assert [r["kind"] for r in requests] == ["approval", "approval", "question"]
-            parts = tool_parts(first)
-            assert parts["c1"]["state"] == parts["c2"]["state"] == "approval-requested"
-            assert parts["c3"]["state"] == "input-available"  # the question: addToolOutput
-            assert parts["c1"]["approval"]["id"] == asks[0]["approvalId"]
+        async with node_clients() as node:
+            await shop(node, serving, path)
 
-        # serve restarts before the answers
-        async with serving(path) as base:
-            api = base + "/ai-sdk/chat"
-            forged = copy.deepcopy(first["messages"])
-            for part in forged[-1]["parts"]:
-                if part.get("toolCallId") == "c1":
-                    part["state"] = "approval-responded"
-                    part["approval"] = {"id": "nope", "approved": True}
-            refused = await chat(api, "c-shop", messages=forged)
-            assert "asked for no approval 'nope'" in refused["error"]
-            assert EFFECTS == {}
 
-            answers = {
-                "approvals": [
-                    {"id": asks[0]["approvalId"], "approved": True},
-                    {"id": asks[1]["approvalId"], "approved": False, "reason": "not this one"},
-                ],
-                "outputs": [
-                    {"tool": "question", "toolCallId": "c3", "output": {"answers": ["yes"]}}
-                ],
-            }
-            done = await chat(api, "c-shop", messages=first["messages"], **answers)
-            assert done["error"] is None, done["error"]
-            assert types(done) == [
-                "start",
-                "tool-output-available",
-                "tool-output-denied",
-                "text-start",
-                "text-delta",
-                "text-end",
-                "finish",
-            ]
-            parts = tool_parts(done)
-            assert parts["c1"]["state"] == "output-available"
-            assert parts["c1"]["output"] == "paid 5"
-            assert parts["c2"]["state"] == "output-denied"
-            [text] = [p for p in done["parts"] if p["type"] == "text-delta"]
-            assert text["delta"].startswith("pay=paid 5 | refund=declined/expired: ")
-            assert EFFECTS == {"pay:5": 1}
+async def shop(node: NodeClients, serving: Serving, path: Path) -> None:
+    async with serving(path) as base:
+        api = base + "/ai-sdk/chat"
+        first = await chat(node, api, "c-shop", prompt="shop")
+        assert first["error"] is None and first["status"] == "ready"
+        assert types(first)[0] == "start" and types(first)[-1] == "finish"
+        asks = [p for p in first["parts"] if p["type"] == "tool-approval-request"]
+        assert [p["toolCallId"] for p in asks] == ["c1", "c2"]
+        requests = [p["data"] for p in first["parts"] if p["type"] == "data-toolnexus-request"]
+        assert [r["kind"] for r in requests] == ["approval", "approval", "question"]
+        parts = tool_parts(first)
+        assert parts["c1"]["state"] == parts["c2"]["state"] == "approval-requested"
+        assert parts["c3"]["state"] == "input-available"  # the question: addToolOutput
+        assert parts["c1"]["approval"]["id"] == asks[0]["approvalId"]
 
-            # the same request, twice more: nothing changes
-            for _ in range(2):
-                again = await chat(api, "c-shop", messages=done["messages"])
-                assert (again["error"], types(again)) == (None, ["start", "finish"])
-            assert EFFECTS == {"pay:5": 1}
-            # ... but another answer to an answered approval is refused
-            other = copy.deepcopy(done["messages"])
-            for part in other[-1]["parts"]:
-                if part.get("toolCallId") == "c2":
-                    part["approval"]["approved"] = True
-            changed = await chat(api, "c-shop", messages=other)
-            assert "answered already" in changed["error"]
+    # serve restarts before the answers
+    async with serving(path) as base:
+        api = base + "/ai-sdk/chat"
+        forged = copy.deepcopy(first["messages"])
+        for part in forged[-1]["parts"]:
+            if part.get("toolCallId") == "c1":
+                part["state"] = "approval-responded"
+                part["approval"] = {"id": "nope", "approved": True}
+        refused = await chat(node, api, "c-shop", messages=forged)
+        assert "asked for no approval 'nope'" in refused["error"]
+        assert EFFECTS == {}
 
-            # a reconnect to a run that waits: nothing to follow (204)
-            held = await chat(api, "c-hold", prompt="hold")
-            [ask] = [p for p in held["parts"] if p["type"] == "tool-approval-request"]
-            back = await chat(api, "c-hold", messages=held["messages"], reconnect=True)
-            assert (back["parts"], back["error"]) == ([], None)
-            # an expired approval's answer
-            await anyio.sleep(HOLD_SECONDS)  # the expiry itself is what is waited for
-            late = await chat(
-                api,
-                "c-hold",
-                messages=held["messages"],
-                approvals=[{"id": ask["approvalId"], "approved": True}],
-            )
-            assert "expired" in late["error"]
+        answers = {
+            "approvals": [
+                {"id": asks[0]["approvalId"], "approved": True},
+                {"id": asks[1]["approvalId"], "approved": False, "reason": "not this one"},
+            ],
+            "outputs": [{"tool": "question", "toolCallId": "c3", "output": {"answers": ["yes"]}}],
+        }
+        done = await chat(node, api, "c-shop", messages=first["messages"], **answers)
+        assert done["error"] is None, done["error"]
+        assert types(done) == [
+            "start",
+            "tool-output-available",
+            "tool-output-denied",
+            "text-start",
+            "text-delta",
+            "text-end",
+            "finish",
+        ]
+        parts = tool_parts(done)
+        assert parts["c1"]["state"] == "output-available"
+        assert parts["c1"]["output"] == "paid 5"
+        assert parts["c2"]["state"] == "output-denied"
+        [text] = [p for p in done["parts"] if p["type"] == "text-delta"]
+        assert text["delta"].startswith("pay=paid 5 | refund=declined/expired: ")
+        assert EFFECTS == {"pay:5": 1}
+
+        # the same request, twice more: nothing changes
+        for _ in range(2):
+            again = await chat(node, api, "c-shop", messages=done["messages"])
+            assert (again["error"], types(again)) == (None, ["start", "finish"])
+        assert EFFECTS == {"pay:5": 1}
+        # ... but another answer to an answered approval is refused
+        other = copy.deepcopy(done["messages"])
+        for part in other[-1]["parts"]:
+            if part.get("toolCallId") == "c2":
+                part["approval"]["approved"] = True
+        changed = await chat(node, api, "c-shop", messages=other)
+        assert "answered already" in changed["error"]
+
+        # a reconnect to a run that waits: nothing to follow (204)
+        held = await chat(node, api, "c-hold", prompt="hold")
+        [ask] = [p for p in held["parts"] if p["type"] == "tool-approval-request"]
+        back = await chat(node, api, "c-hold", messages=held["messages"], reconnect=True)
+        assert (back["parts"], back["error"]) == ([], None)
+        # an expired approval's answer
+        await anyio.sleep(HOLD_SECONDS)  # the expiry itself is what is waited for
+        late = await chat(
+            node,
+            api,
+            "c-hold",
+            messages=held["messages"],
+            approvals=[{"id": ask["approvalId"], "approved": True}],
+        )
+        assert "expired" in late["error"]
