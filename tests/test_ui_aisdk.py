@@ -7,7 +7,13 @@ serve restarts before the answers; an approval id the run never asked is refused
 answers nothing; ``addToolApprovalResponse`` (a yes, a no) and ``addToolOutput`` (the
 question) finish the run, the no as ``tool-output-denied``; the same request sent twice
 more changes nothing; an expired approval's answer is refused; a reconnect to a run that
-waits is told there is nothing to follow (204).
+waits gets its message again.
+
+And ``resumeStream()`` after a dropped stream: the client, cut off while a tool runs, gets
+the reply message again whole (the ``ai`` client takes a reconnect as a replay of it), then
+what the run does until it asks for approval, and answers it; the same after the run asked
+while it was away, and after serve restarted; its messages end as a client's that never
+dropped.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ import anyio
 
 from tests.ui_app import (
     EFFECTS,
+    GATES,
     HOLD_SECONDS,
     LIMIT,
     TOKEN,
+    Gate,
     NodeClients,
     Serving,
     node_clients,
@@ -125,11 +133,12 @@ async def shop(node: NodeClients, serving: Serving, path: Path) -> None:
         changed = await chat(node, api, "c-shop", messages=other)
         assert "answered already" in changed["error"]
 
-        # a reconnect to a run that waits: nothing to follow (204)
+        # a reconnect to a run that waits: its message again, whole, as the client had it
         held = await chat(node, api, "c-hold", prompt="hold")
         [ask] = [p for p in held["parts"] if p["type"] == "tool-approval-request"]
         back = await chat(node, api, "c-hold", messages=held["messages"], reconnect=True)
-        assert (back["parts"], back["error"]) == ([], None)
+        assert back["parts"][0] == {"type": "start", "messageId": "c-hold:reply"}
+        assert (back["error"], shape(back["messages"])) == (None, shape(held["messages"]))
         # an expired approval's answer
         await anyio.sleep(HOLD_SECONDS)  # the expiry itself is what is waited for
         late = await chat(
@@ -140,3 +149,123 @@ async def shop(node: NodeClients, serving: Serving, path: Path) -> None:
             approvals=[{"id": ask["approvalId"], "approved": True}],
         )
         assert "expired" in late["error"]
+
+
+def shape(messages: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """A chat's messages less what differs between two runs of one prompt (ids)."""
+    shown = ("type", "state", "text", "toolCallId", "toolName", "input", "output")
+    out = []
+    for message in messages:
+        parts = []
+        for part in message["parts"]:
+            seen = {k: v for k, v in part.items() if k in shown}
+            if "approval" in part:
+                seen["approval"] = {k: v for k, v in part["approval"].items() if k != "id"}
+            if part["type"].startswith("data-"):
+                seen["data"] = {k: v for k, v in part["data"].items() if k != "id"}
+            parts.append(seen)
+        out.append((message["role"], parts))
+    return out
+
+
+DROP = '"type":"tool-input-available"'  # a client's stream is cut once it has the call
+
+
+async def test_a_dropped_stream_is_replayed_on_reconnect_mid_run_and_after_a_restart(
+    tmp_path: Path,
+):
+    await reconnects(serving, tmp_path / "runs.sqlite")
+
+
+async def reconnects(serving: Serving, path: Path) -> None:
+    """The test, on the server ``serving`` starts (aiohttp here, ASGI in test_ui_asgi)."""
+    EFFECTS.clear()
+    with anyio.fail_after(LIMIT * 2):
+        async with node_clients() as node:
+            await dropped(node, serving, path)
+
+
+async def dropped(node: NodeClients, serving: Serving, path: Path) -> None:
+    async with serving(path) as base:
+        try:
+            api = base + "/ai-sdk/chat"
+            # what a client that never drops ends with
+            ref = await chat(node, api, "c-ref", prompt="stock")
+            [ask] = [p for p in ref["parts"] if p["type"] == "tool-approval-request"]
+            asked = shape(ref["messages"])
+            ref = await chat(
+                node,
+                api,
+                "c-ref",
+                messages=ref["messages"],
+                approvals=[{"id": ask["approvalId"], "approved": True}],
+            )
+            ended = shape(ref["messages"])
+
+            # cut while its tool runs; back while it still runs, and follows it to the approval
+            gate = GATES["c-live"] = Gate()
+            cut = await chat(node, api, "c-live", session="live", prompt="stock", dropAfter=DROP)
+            # (what was in flight when it was cut is lost, as on a network)
+            assert (cut["error"], cut["status"]) == ("network error", "error")
+            assert "tool-approval-request" not in types(cut)
+            await gate.running.wait()
+            await node.send("chat", {"session": "live", "reconnect": True})
+            assert await node.progress() == "streaming"
+            gate.release.set()
+            back = await node.reply()
+            assert back["invalid"] == [] and back["error"] is None and back["status"] == "ready"
+            assert back["parts"][0] == {"type": "start", "messageId": "c-live:reply"}
+            assert types(back)[1:] == [
+                "text-start",
+                "text-delta",
+                "text-end",
+                "tool-input-start",
+                "tool-input-available",
+                "data-toolnexus-request",
+                "tool-approval-request",
+                "finish",
+            ]
+            assert shape(back["messages"]) == asked  # nothing lost, nothing twice
+            [ask] = [p for p in back["parts"] if p["type"] == "tool-approval-request"]
+            done = await chat(
+                node,
+                api,
+                "c-live",
+                session="live",
+                approvals=[{"id": ask["approvalId"], "approved": True}],
+            )
+            assert done["error"] is None and shape(done["messages"]) == ended
+            # a reconnect once it ended: the same message again, whole
+            again = await chat(node, api, "c-live", session="live", reconnect=True)
+            assert types(again)[-1] == "finish" and "tool-approval-response" in types(again)
+            assert shape(again["messages"]) == ended
+
+            # cut; the run asks before the client is back (a second client follows it there)
+            gate = GATES["c-late"] = Gate()
+            cut = await chat(node, api, "c-late", session="late", prompt="stock", dropAfter=DROP)
+            assert cut["error"] == "network error"
+            gate.release.set()
+            other = await chat(node, api, "c-late", messages=cut["messages"])
+            assert types(other)[-2:] == ["tool-approval-request", "finish"]
+        finally:
+            for gate in GATES.values():  # a failed test leaves no run waiting at one
+                gate.release.set()
+
+    # ... and serve restarts before the client reconnects
+    async with serving(path) as base:
+        api = base + "/ai-sdk/chat"
+        back = await chat(node, api, "c-late", session="late", reconnect=True)
+        assert back["error"] is None and shape(back["messages"]) == asked
+        [ask] = [p for p in back["parts"] if p["type"] == "tool-approval-request"]
+        done = await chat(
+            node,
+            api,
+            "c-late",
+            session="late",
+            approvals=[{"id": ask["approvalId"], "approved": True}],
+        )
+        assert done["error"] is None and shape(done["messages"]) == ended
+        assert EFFECTS == {"stock:tea": 3}
+        # no such chat: nothing to follow (204)
+        none = await chat(node, api, "c-none", reconnect=True)
+        assert (none["parts"], none["error"], none["status"]) == ([], None, "ready")

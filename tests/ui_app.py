@@ -4,8 +4,10 @@ Its model, given the prompt ``"shop"``, asks in one turn for ``pay(amount=5)`` a
 ``refund(order="A1")`` (both behind ``require_approval``, ``pay`` editable) and for the
 ``question`` built-in ("Gift wrap?"): two approvals and a question open at once. Given
 ``"hold"``, it calls ``hold``, whose approval expires :data:`HOLD_SECONDS` after it is
-asked. Once every call has its result it ends with ``name=output`` of each, joined by
-``" | "``. Each execution of ``pay`` or ``refund`` is counted in :data:`EFFECTS`, so a test
+asked. Given ``"stock"``, it says "Checking the stock." and calls ``stock``, which waits at the
+run's :class:`Gate` (when a test set one) before it asks for approval. Once every call has
+its result it ends with ``name=output`` of each, joined by ``" | "``. Each execution of
+``pay``, ``refund`` or an approved ``stock`` is counted in :data:`EFFECTS`, so a test
 sees that a replayed answer ran nothing twice.
 
 The node clients (``tests/node/*.mjs``) are the protocols' own, run by one node process per
@@ -82,6 +84,32 @@ async def hold(ctx: ToolContext | None = None) -> ToolResult:
     return ToolResult.pending(Request("", "approval", "Hold the table?", expires_at=expires))
 
 
+class Gate:
+    """Where the ``stock`` tool of a run waits, so that a test holds the run mid-way:
+    ``running`` is set once the tool runs, which goes on (and asks) once ``release`` is."""
+
+    def __init__(self) -> None:
+        self.running = anyio.Event()
+        self.release = anyio.Event()
+
+
+# The gates of the runs whose stock tool a test holds, by run id.
+GATES: dict[str, Gate] = {}
+
+
+@define_tool
+async def stock(item: str, ctx: ToolContext | None = None) -> ToolResult:
+    """Check an item's stock, then ask whether to order more."""
+    if ctx is not None and ctx.answer is not None:
+        EFFECTS[f"stock:{item}"] += 1
+        return ToolResult.ok(f"ordered {item}")
+    gate = GATES.get(ctx.run_id or "") if ctx is not None else None
+    if gate is not None:
+        gate.running.set()
+        await gate.release.wait()
+    return ToolResult.pending(Request("", "approval", f"Order more {item}?"))
+
+
 def model(messages: Sequence[Message], tools: Any) -> AssistantMessage | str:
     prompt = next(m.text for m in messages if isinstance(m, UserMessage))
     done = [m for m in messages if isinstance(m, ToolReturn)]
@@ -89,6 +117,8 @@ def model(messages: Sequence[Message], tools: Any) -> AssistantMessage | str:
         return " | ".join(f"{m.name}={m.output}" for m in done)
     if prompt == "hold":
         return AssistantMessage(None, (ToolCall("h1", "hold", {}),))
+    if prompt == "stock":
+        return AssistantMessage("Checking the stock.", (ToolCall("s1", "stock", {"item": "tea"}),))
     wrap = {"questions": [{"question": "Gift wrap?", "options": ["yes", "no"]}]}
     return AssistantMessage(
         "Paying, refunding and asking.",
@@ -101,7 +131,7 @@ def model(messages: Sequence[Message], tools: Any) -> AssistantMessage | str:
 
 
 def ui_tools() -> list[Any]:
-    return [pay, refund, hold, QuestionTool()]
+    return [pay, refund, hold, stock, QuestionTool()]
 
 
 def ui_client(inbox: ServeInbox) -> LlmClient:

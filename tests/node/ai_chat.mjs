@@ -3,7 +3,8 @@
 // through driver.mjs). Given {api, token, chatId, messages, session?, prompt?, approvals?,
 // outputs?, reconnect?, dropAfter?}: sends the prompt, or answers with
 // addToolApprovalResponse / addToolOutput and sends, or reconnects (resumeStream).
-// `session` keeps the chat for the next exchange naming it (then `messages` is not used);
+// `session` keeps the chat for the next exchange naming it (then `messages` is not used,
+// and `api` is where its transport goes from now on);
 // `dropAfter` cuts this exchange's stream once its text holds that string, as a network
 // failure would (the connection closed, the chat told "network error"). Gives {parts,
 // invalid, messages, status, error}: every part of the streams read (each checked against
@@ -116,6 +117,8 @@ export async function chatExchange(given, progress) {
   if (!chat) {
     chat = newChat(given);
     if (given.session) sessions.set(given.session, chat);
+  } else if (given.api) {
+    chat.transport.api = given.api; // the same chat, against a restarted server
   }
   const exchange = { parts: [], invalid: [], readers: [], error: null, progress };
   exchange.dropAfter = given.dropAfter ?? null;

@@ -19,6 +19,9 @@ Rules of this module (docs/ui-protocols.md):
 - The stream never repeats what the client's messages hold (their tool calls, outputs and
   approvals; texts by content), and ends with ``finish`` once the run waits for people or
   ends, then ``[DONE]``.
+- A reconnect (``resumeStream()``) is a replay, as the ``ai`` client's default transport
+  takes it: the run's one reply message (:func:`reply_id`) whole, then the run followed
+  (``Stream(replay=True)``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import attrs
 
 from ..types import Answer
 from .answers import CheckArguments, Refusal, Resume, Start, approval, reply, taken
-from .runs import RunSnapshot, items
+from .runs import Asked, RunSnapshot, items
 
 __all__ = (
     "DONE",
@@ -43,7 +46,7 @@ __all__ = (
     "Stream",
     "decide",
     "encode",
-    "known_now",
+    "reply_id",
     "parse_chat",
 )
 
@@ -183,13 +186,31 @@ def decide(
     return Resume(tuple(answers))
 
 
+def reply_id(chat_id: str) -> str:
+    """The id of the one assistant message a chat's run is shown as (it grows, turn by turn)."""
+    return f"{chat_id}:reply"
+
+
 class Stream:
     """The parts of one response over a chat's run: :meth:`started`, then :meth:`advance`
-    with each new snapshot until :attr:`over`."""
+    with each new snapshot until :attr:`over`.
 
-    def __init__(self, known: frozenset[tuple[str, str]], texts: frozenset[str]) -> None:
+    A ``replay`` is a reconnect's stream: the client (``resumeStream()``, whose default
+    transport takes a reconnect as a replay) starts the reply message afresh at its
+    ``start``, so the stream sends it whole: every part so far, each request already
+    settled where the client saw it (after its turn's calls, its answer too), then what the
+    run does next."""
+
+    def __init__(
+        self,
+        known: frozenset[tuple[str, str]] = frozenset(),
+        texts: frozenset[str] = frozenset(),
+        *,
+        replay: bool = False,
+    ) -> None:
         self._sent = set(known)
         self._texts = set(texts)
+        self._replay = replay
         self.over = False
 
     def started(self, message_id: str | None = None) -> Part:
@@ -201,7 +222,14 @@ class Stream:
 
     def advance(self, snapshot: RunSnapshot) -> list[Part]:
         parts: list[Part] = []
+        settled = self._settled_by_call(snapshot) if self._replay else {}
+        held: list[Part] = []  # a turn's settled requests, after all of its calls
+        parent: str | None = None
         for item in items(snapshot):
+            if held and (item.kind != "call" or item.parent != parent):
+                parts += held
+                held = []
+            parent = item.parent
             key = (item.kind, item.id)
             if key in self._sent or (item.kind == "text" and item.text in self._texts):
                 continue
@@ -218,6 +246,8 @@ class Stream:
                     {"type": "tool-input-start", **call},
                     {"type": "tool-input-available", **call, "input": dict(item.arguments)},
                 ]
+                for asked in settled.get(item.id, ()):
+                    held += self._request(asked)
             elif item.declined:
                 parts.append({"type": "tool-output-denied", "toolCallId": item.id})
             elif item.is_error:
@@ -233,7 +263,43 @@ class Stream:
                         "dynamic": True,
                     }
                 )
-        return parts + self._end(snapshot)
+        return parts + held + self._end(snapshot)
+
+    @staticmethod
+    def _settled_by_call(snapshot: RunSnapshot) -> dict[str, list[Asked]]:
+        """The requests no longer open, by call, in the order they were asked."""
+        open_ids = {a.request.id for a in snapshot.open_requests()}
+        by_call: dict[str, list[Asked]] = {}
+        for asked in snapshot.asked:
+            if asked.request.id not in open_ids:
+                by_call.setdefault(asked.call_id, []).append(asked)
+        return by_call
+
+    def _request(self, asked: Asked) -> list[Part]:
+        """A request as the client is shown it: its data part and, for an approval, the
+        approval asked (and, replayed, the answer it got)."""
+        request = asked.request
+        parts: list[Part] = [
+            {
+                "type": "data-toolnexus-request",
+                "id": request.id,
+                "data": {**request.to_dict(), "toolCallId": asked.call_id},
+            }
+        ]
+        if request.kind != "approval" or ("approval", request.id) in self._sent:
+            return parts
+        self._sent.add(("approval", request.id))
+        parts.append(
+            {"type": "tool-approval-request", "approvalId": request.id, "toolCallId": asked.call_id}
+        )
+        answer = asked.answer
+        if answer is not None:
+            note = (answer.data or {}).get("note")
+            parts.append(
+                {"type": "tool-approval-response", "approvalId": request.id, "approved": answer.ok}
+                | ({"reason": note} if isinstance(note, str) else {})
+            )
+        return parts
 
     def _end(self, snapshot: RunSnapshot) -> list[Part]:
         if snapshot.ended:
@@ -247,33 +313,10 @@ class Stream:
         self.over = True
         parts: list[Part] = []
         for asked in snapshot.open_requests():
-            request = asked.request
-            parts.append(
-                {
-                    "type": "data-toolnexus-request",
-                    "id": request.id,
-                    "data": {**request.to_dict(), "toolCallId": asked.call_id},
-                }
-            )
-            if request.kind == "approval" and ("approval", request.id) not in self._sent:
-                self._sent.add(("approval", request.id))
-                parts.append(
-                    {
-                        "type": "tool-approval-request",
-                        "approvalId": request.id,
-                        "toolCallId": asked.call_id,
-                    }
-                )
+            parts += self._request(asked)
         return [*parts, {"type": "finish", "finishReason": "tool-calls"}]
 
 
 def encode(part: Part) -> bytes:
     """One part as a server-sent event."""
     return b"data: " + json.dumps(part, separators=(",", ":")).encode() + b"\n\n"
-
-
-def known_now(snapshot: RunSnapshot) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
-    """Everything ``snapshot`` shows, as sent: a reconnected stream goes on from there."""
-    shown = list(items(snapshot))
-    keys = frozenset((i.kind, i.id) for i in shown)
-    return keys, frozenset(i.text for i in shown if i.kind == "text")
