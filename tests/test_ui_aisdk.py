@@ -4,7 +4,8 @@ tests/node/ai_chat.mjs), every part checked by the package's own chunk schema.
 
 One chat: two approvals and a question asked at once (``tool-approval-request`` parts);
 serve restarts before the answers; an approval id the run never asked is refused and
-answers nothing; ``addToolApprovalResponse`` (a yes, a no) and ``addToolOutput`` (the
+answers nothing, and so is one whose call's input the client edited (the SDK's approval has
+no edited arguments); ``addToolApprovalResponse`` (a yes, a no) and ``addToolOutput`` (the
 question) finish the run, the no as ``tool-output-denied``; the same request sent twice
 more changes nothing; an expired approval's answer is refused; a reconnect to a run that
 waits gets its message again.
@@ -92,6 +93,15 @@ async def shop(node: NodeClients, serving: Serving, path: Path) -> None:
                 part["approval"] = {"id": "nope", "approved": True}
         refused = await chat(node, api, "c-shop", messages=forged)
         assert "asked for no approval 'nope'" in refused["error"]
+        # arguments edited in the client's messages, then approved: refused, not run as asked
+        edited = copy.deepcopy(first["messages"])
+        for part in edited[-1]["parts"]:
+            if part.get("toolCallId") == "c1":
+                part["input"] = {"amount": 7}
+        yes = {"id": asks[0]["approvalId"], "approved": True}
+        smuggled = await chat(node, api, "c-shop", messages=edited, approvals=[yes])
+        assert "has an input the run did not ask for" in smuggled["error"]
+        assert "AG-UI" in smuggled["error"]
         assert EFFECTS == {}
 
         answers = {

@@ -33,6 +33,7 @@ from typing import Any
 
 import attrs
 
+from ..messages import AssistantMessage
 from ..types import Answer
 from .answers import CheckArguments, Refusal, Resume, Start, approval, reply, taken
 from .runs import Asked, RunSnapshot, items
@@ -61,11 +62,25 @@ _OUTPUT_STATES = ("output-available", "output-error", "output-denied")
 
 @attrs.frozen
 class Response:
-    """An ``addToolApprovalResponse`` found in the client's messages."""
+    """An ``addToolApprovalResponse`` found in the client's messages, with the ``input`` its
+    call's part holds (None if none)."""
 
     approval_id: str
     approved: bool
     reason: str | None
+    input: object = None
+
+
+# What ai 7's UI message schema puts in a tool part's ``approval``; anything else (an
+# ``editedArgs``, say) is not the SDK's, and is refused rather than dropped.
+_APPROVAL_KEYS = frozenset(
+    {"id", "approved", "reason", "descriptor", "requestReason", "isAutomatic", "signature"}
+)
+_NO_EDITS = (
+    "the AI SDK's approval carries no edited arguments: approve the call as asked or decline "
+    "it; to run it with other arguments, answer through AG-UI (resume payload 'editedArgs') "
+    "or the inbox (POST /requests/{id}/answer)"
+)
 
 
 @attrs.frozen
@@ -88,6 +103,8 @@ def parse_chat(body: Mapping[str, Any]) -> ChatInput:
         raise Refusal("'id' must be a non-empty string (the chat's run id)")
     if body.get("trigger") == "regenerate-message":
         raise Refusal("a run cannot be regenerated; start a new chat")
+    if "editedArgs" in body:
+        raise Refusal(f"'editedArgs': {_NO_EDITS}")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise Refusal("'messages' must be a non-empty list of UI messages")
@@ -136,10 +153,16 @@ def _tool_part(
     if isinstance(given, dict) and isinstance(given.get("id"), str):
         known.add(("approval", given["id"]))
         if isinstance(given.get("approved"), bool):
+            extra = sorted(set(given) - _APPROVAL_KEYS)
+            if extra:
+                raise Refusal(f"approval {given['id']!r} has {', '.join(extra)}: {_NO_EDITS}")
             reason = given.get("reason")
             responses.append(
                 Response(
-                    given["id"], given["approved"], reason if isinstance(reason, str) else None
+                    given["id"],
+                    given["approved"],
+                    reason if isinstance(reason, str) else None,
+                    part.get("input"),
                 )
             )
 
@@ -169,10 +192,22 @@ def decide(
     open_rows = {a.request.id: a for a in snapshot.open_requests()}
     open_ids = set(open_rows)
     answers: list[Answer] = []
+    calls = {
+        c.id: c for m in snapshot.messages if isinstance(m, AssistantMessage) for c in m.tool_calls
+    }
     for response in given.responses:
         row = asked.get(response.approval_id)
         if row is None or row.request.kind != "approval":
             raise Refusal(f"run {snapshot.run_id!r} asked for no approval {response.approval_id!r}")
+        call = calls.get(row.call_id)
+        if (
+            response.input is not None
+            and call is not None
+            and response.input != dict(call.arguments)
+        ):
+            # An input edited in the client's messages would otherwise be approved as the
+            # run asked: refused, so that nobody believes their edit ran.
+            raise Refusal(f"call {row.call_id!r} has an input the run did not ask for: {_NO_EDITS}")
         answer = approval(row.request, response.approved, note=response.reason, check=check)
         if (new := taken(row, answer, open_ids, when)) is not None:
             answers.append(new)
