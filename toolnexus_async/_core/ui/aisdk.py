@@ -8,10 +8,14 @@ Rules of this module (docs/ui-protocols.md):
 - An approval request is sent as a ``tool-approval-request`` part (``approvalId``: the
   request's id) on its call; ``addToolApprovalResponse({id, approved, reason})`` comes back
   in the next request's messages, as the call's ``approval-responded`` state, and becomes
-  the request's one :class:`Answer`. A request that is not an approval (a question) is
-  answered with ``addToolOutput`` on its call, the output becoming the answer's data. Every
-  open request is also sent as a ``data-toolnexus-request`` part (its prompt, kind, data and
-  expiry), for a client to render.
+  the request's one :class:`Answer` (for one taken already, the same yes or no again is
+  nothing). A request that is not an approval (a question) is answered with
+  ``addToolOutput`` on its call, the output becoming the answer's data. Every open request
+  is also sent as a ``data-toolnexus-request`` part (its prompt, kind, data and expiry), for
+  a client to render.
+- The SDK's approval has no edited arguments: a call's input edited in the client's
+  messages, an approval field the SDK has not, a body's ``editedArgs`` are refused (an
+  ``error`` part naming AG-UI and the inbox), never approved as the run asked.
 - A denied call's result is a ``tool-output-denied`` part (``execution-denied`` to the
   model messages the AI SDK builds from it). An approval id the run never asked, an
   expired one, or a second, different answer to an answered one: an ``error`` part, and
@@ -208,6 +212,11 @@ def decide(
             # An input edited in the client's messages would otherwise be approved as the
             # run asked: refused, so that nobody believes their edit ran.
             raise Refusal(f"call {row.call_id!r} has an input the run did not ask for: {_NO_EDITS}")
+        if row.answer is not None and row.answer.ok is response.approved:
+            # Taken already, and the client says the same yes or no: all a response of the
+            # SDK can say (a replayed message holds the answer however it was given: with
+            # AG-UI's edits, from the inbox).
+            continue
         answer = approval(row.request, response.approved, note=response.reason, check=check)
         if (new := taken(row, answer, open_ids, when)) is not None:
             answers.append(new)
