@@ -51,8 +51,8 @@ __all__ = (
     "Stream",
     "decide",
     "encode",
-    "reply_id",
     "parse_chat",
+    "reply_id",
 )
 
 Part = dict[str, Any]
