@@ -26,6 +26,7 @@ from tests.ui_app import (
     TOKEN,
     NodeClients,
     Serving,
+    driven,
     node_clients,
     serving,
     serving_on,
@@ -70,10 +71,7 @@ async def test_two_approvals_and_a_question_across_a_restart_replays_and_refusal
 
 async def scenario(serving: Serving, path: Path) -> None:
     """The test, on the server ``serving`` starts (aiohttp here, ASGI in test_ui_asgi)."""
-    EFFECTS.clear()
-    with anyio.fail_after(LIMIT * 4):
-        async with node_clients() as node:
-            await shop(node, serving, path)
+    await driven(shop, serving, path)
 
 
 async def shop(node: NodeClients, serving: Serving, path: Path) -> None:

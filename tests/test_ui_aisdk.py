@@ -29,12 +29,11 @@ from tests.ui_app import (
     EFFECTS,
     GATES,
     HOLD_SECONDS,
-    LIMIT,
     TOKEN,
     Gate,
     NodeClients,
     Serving,
-    node_clients,
+    driven,
     serving,
 )
 
@@ -62,10 +61,7 @@ async def test_approvals_a_question_a_restart_replays_refusals_and_an_expiry(tmp
 
 async def scenario(serving: Serving, path: Path) -> None:
     """The test, on the server ``serving`` starts (aiohttp here, ASGI in test_ui_asgi)."""
-    EFFECTS.clear()
-    with anyio.fail_after(LIMIT * 4):
-        async with node_clients() as node:
-            await shop(node, serving, path)
+    await driven(shop, serving, path)
 
 
 async def shop(node: NodeClients, serving: Serving, path: Path) -> None:
@@ -181,6 +177,15 @@ def shape(messages: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]
 DROP = '"type":"tool-input-available"'  # a client's stream is cut once it has the call
 
 
+async def approve(
+    node: NodeClients, api: str, chat_id: str, out: dict[str, Any], **given: Any
+) -> dict[str, Any]:
+    """The one approval ``out`` was asked for, given (``addToolApprovalResponse``) and sent."""
+    [ask] = [p for p in out["parts"] if p["type"] == "tool-approval-request"]
+    yes = {"id": ask["approvalId"], "approved": True}
+    return await chat(node, api, chat_id, approvals=[yes], **given)
+
+
 async def test_a_dropped_stream_is_replayed_on_reconnect_mid_run_and_after_a_restart(
     tmp_path: Path,
 ):
@@ -189,10 +194,7 @@ async def test_a_dropped_stream_is_replayed_on_reconnect_mid_run_and_after_a_res
 
 async def reconnects(serving: Serving, path: Path) -> None:
     """The test, on the server ``serving`` starts (aiohttp here, ASGI in test_ui_asgi)."""
-    EFFECTS.clear()
-    with anyio.fail_after(LIMIT * 2):
-        async with node_clients() as node:
-            await dropped(node, serving, path)
+    await driven(dropped, serving, path)
 
 
 async def dropped(node: NodeClients, serving: Serving, path: Path) -> None:
@@ -201,15 +203,8 @@ async def dropped(node: NodeClients, serving: Serving, path: Path) -> None:
             api = base + "/ai-sdk/chat"
             # what a client that never drops ends with
             ref = await chat(node, api, "c-ref", prompt="stock")
-            [ask] = [p for p in ref["parts"] if p["type"] == "tool-approval-request"]
             asked = shape(ref["messages"])
-            ref = await chat(
-                node,
-                api,
-                "c-ref",
-                messages=ref["messages"],
-                approvals=[{"id": ask["approvalId"], "approved": True}],
-            )
+            ref = await approve(node, api, "c-ref", ref, messages=ref["messages"])
             ended = shape(ref["messages"])
 
             # cut while its tool runs; back while it still runs, and follows it to the approval
@@ -236,14 +231,7 @@ async def dropped(node: NodeClients, serving: Serving, path: Path) -> None:
                 "finish",
             ]
             assert shape(back["messages"]) == asked  # nothing lost, nothing twice
-            [ask] = [p for p in back["parts"] if p["type"] == "tool-approval-request"]
-            done = await chat(
-                node,
-                api,
-                "c-live",
-                session="live",
-                approvals=[{"id": ask["approvalId"], "approved": True}],
-            )
+            done = await approve(node, api, "c-live", back, session="live")
             assert done["error"] is None and shape(done["messages"]) == ended
             # a reconnect once it ended: the same message again, whole
             again = await chat(node, api, "c-live", session="live", reconnect=True)
@@ -266,14 +254,7 @@ async def dropped(node: NodeClients, serving: Serving, path: Path) -> None:
         api = base + "/ai-sdk/chat"
         back = await chat(node, api, "c-late", session="late", reconnect=True)
         assert back["error"] is None and shape(back["messages"]) == asked
-        [ask] = [p for p in back["parts"] if p["type"] == "tool-approval-request"]
-        done = await chat(
-            node,
-            api,
-            "c-late",
-            session="late",
-            approvals=[{"id": ask["approvalId"], "approved": True}],
-        )
+        done = await approve(node, api, "c-late", back, session="late")
         assert done["error"] is None and shape(done["messages"]) == ended
         assert EFFECTS == {"stock:tea": 3}
         # no such chat: nothing to follow (204)

@@ -215,7 +215,8 @@ def test_the_ai_sdk_answers_approvals_and_questions_and_refuses_unknown_ids():
     # Arguments smuggled in are refused, never approved as asked: an edited input, an
     # approval field the SDK has not, an AG-UI style body field.
     approved = {**responded, "input": {"amount": 5}, "approval": {"id": "q1", "approved": True}}
-    assert aisdk.decide(chat(approved), snapshot).answers[0].ok
+    taken = aisdk.decide(chat(approved), snapshot)
+    assert isinstance(taken, aisdk.Resume) and taken.answers[0].ok
     with pytest.raises(Refusal, match="'c1' has an input the run did not ask for"):
         aisdk.decide(chat({**approved, "input": {"amount": 7}}), snapshot)
     smuggled = {"id": "q1", "approved": True, "editedArgs": {"amount": 7}}

@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -246,6 +246,20 @@ async def node_clients() -> AsyncIterator[NodeClients]:
 
 # (SQLite file) -> a server on it, yielding its base url.
 Serving = Callable[[Path], AbstractAsyncContextManager[str]]
+
+
+async def driven(
+    test: Callable[[NodeClients, Serving, Path], Awaitable[None]],
+    serving: Serving,
+    path: Path,
+    limit: float = LIMIT * 4,
+) -> None:
+    """``test`` given the clients' node process, ``serving`` and ``path``, the effects
+    counted afresh."""
+    EFFECTS.clear()
+    with anyio.fail_after(limit):
+        async with node_clients() as node:
+            await test(node, serving, path)
 
 
 @asynccontextmanager
