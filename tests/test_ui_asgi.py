@@ -1,7 +1,7 @@
 """The ASGI adapter (``toolnexus_async.serve.asgi.UiEndpoints``) mounted in a FastAPI app
 served by uvicorn: the AG-UI and AI SDK scenarios of test_ui_agui and test_ui_aisdk,
-through the same node clients, restart included; and its auth, the token or the host's
-own callback, checked before anything is read.
+through the same node clients, restarts and the AI SDK's reconnects included; and its
+auth, the token or the host's own callback, checked before anything is read.
 """
 
 from __future__ import annotations
@@ -79,6 +79,11 @@ async def test_ag_ui_scenario_mounted_in_fastapi_under_uvicorn(tmp_path: Path):
 
 async def test_ai_sdk_scenario_mounted_in_fastapi_under_uvicorn(tmp_path: Path):
     await test_ui_aisdk.scenario(serving, tmp_path / "runs.sqlite")
+    assert_no_leaks()
+
+
+async def test_ai_sdk_reconnects_mounted_in_fastapi_under_uvicorn(tmp_path: Path):
+    await test_ui_aisdk.reconnects(serving, tmp_path / "runs.sqlite")
     assert_no_leaks()
 
 

@@ -212,7 +212,60 @@ def test_the_ai_sdk_answers_approvals_and_questions_and_refuses_unknown_ids():
     forged = {**responded, "approval": {"id": "q9", "approved": True}}
     with pytest.raises(Refusal, match="no approval 'q9'"):
         aisdk.decide(chat(forged), snapshot)
+    # Arguments smuggled in are refused, never approved as asked: an edited input, an
+    # approval field the SDK has not, an AG-UI style body field.
+    approved = {**responded, "input": {"amount": 5}, "approval": {"id": "q1", "approved": True}}
+    taken = aisdk.decide(chat(approved), snapshot)
+    assert isinstance(taken, aisdk.Resume) and taken.answers[0].ok
+    with pytest.raises(Refusal, match="'c1' has an input the run did not ask for"):
+        aisdk.decide(chat({**approved, "input": {"amount": 7}}), snapshot)
+    smuggled = {"id": "q1", "approved": True, "editedArgs": {"amount": 7}}
+    with pytest.raises(Refusal, match="has editedArgs: the AI SDK's approval carries no edited"):
+        chat({**approved, "approval": smuggled})
+    body = {"id": "t1", "messages": [{"role": "user", "parts": []}], "editedArgs": {}}
+    with pytest.raises(Refusal, match="AG-UI"):
+        aisdk.parse_chat(body)
     denied = aisdk.Stream(frozenset({("call", "c1")}), frozenset()).advance(
         run(results={"c1": Settled("declined/expired: Allow c1?", True, True)}, calls=1)
     )
     assert {"type": "tool-output-denied", "toolCallId": "c1"} in denied
+
+
+def test_a_reconnect_replays_the_reply_message_whole_answers_where_the_client_saw_them():
+    edited = Answer("q1", True, {"digest": DIGEST, "arguments": {"amount": 7}})  # by AG-UI
+    paid = Asked(approval("q1", "c1", editable=True), "c1", 1, "answered", edited)
+    late = Asked(approval("q2", "c2"), "c2", 1, "expired")
+    snapshot = run(paid, late, results={"c2": Settled("declined/expired: Allow c2?", True, True)})
+    stream = aisdk.Stream(replay=True)
+    parts = stream.advance(snapshot)
+    assert [(p["type"], p.get("toolCallId") or p.get("approvalId")) for p in parts] == [
+        ("text-start", None),
+        ("text-delta", None),
+        ("text-end", None),
+        ("tool-input-start", "c1"),
+        ("tool-input-available", "c1"),
+        ("tool-input-start", "c2"),
+        ("tool-input-available", "c2"),
+        # each settled request where the client saw it: after its turn's calls
+        ("data-toolnexus-request", None),
+        ("tool-approval-request", "c1"),
+        ("tool-approval-response", "q1"),
+        ("data-toolnexus-request", None),
+        ("tool-approval-request", "c2"),
+        ("tool-output-denied", "c2"),
+    ]
+    assert parts[9]["approved"] is True and not stream.over
+    assert stream.advance(snapshot) == []  # followed on: nothing twice
+    # The replayed yes comes back with the client's next request: nothing to do, though
+    # the answer it stands for had AG-UI's edits; a no to it is another answer, refused.
+    held = {
+        "type": "dynamic-tool",
+        "toolCallId": "c1",
+        "toolName": "pay",
+        "state": "approval-responded",
+        "input": {"amount": 5},
+        "approval": {"id": "q1", "approved": True},
+    }
+    assert aisdk.decide(chat(held), snapshot) == aisdk.Resume(())
+    with pytest.raises(Refusal, match="answered already"):
+        aisdk.decide(chat({**held, "approval": {"id": "q1", "approved": False}}), snapshot)

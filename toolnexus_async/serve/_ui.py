@@ -181,7 +181,7 @@ async def run_aisdk(
         except (Refusal, ApiError) as exc:
             await send(stream.error(str(exc)))
             return
-        await send(stream.started(f"{given.chat_id}:reply" if snapshot is None else None))
+        await send(stream.started(aisdk.reply_id(given.chat_id) if snapshot is None else None))
         await follow(serve, given.chat_id, changes, stream, send)
     except StoreError:
         await send(stream.error("the run store is unavailable: send the same request again"))
@@ -195,19 +195,18 @@ async def run_aisdk(
 
 
 async def reconnect_aisdk(serve: ServeState, chat_id: str) -> aisdk.Stream | None:
-    """The stream a reconnecting client gets: what the chat's run does from now on, or None
-    (204) when it does nothing now: it waits for people, it ended, or there is no such run."""
+    """The stream a reconnecting client gets (``resumeStream()``): its run's reply message
+    replayed whole, then followed until the run waits or ends; None (204) when there is no
+    such run."""
     snapshot = await read_snapshot(serve.store, chat_id) if is_text(chat_id) else None
-    if snapshot is None or snapshot.ended or snapshot.waits():
-        return None
-    return aisdk.Stream(*aisdk.known_now(snapshot))
+    return None if snapshot is None else aisdk.Stream(replay=True)
 
 
 async def follow_aisdk(serve: ServeState, chat_id: str, stream: aisdk.Stream, send: Send) -> None:
     """Send a reconnected stream (:func:`reconnect_aisdk`)."""
     changes = Changes(serve.store)
     try:
-        await send(stream.started())
+        await send(stream.started(aisdk.reply_id(chat_id)))
         await follow(serve, chat_id, changes, stream, send)
     except StoreError:
         await send(stream.error("the run store is unavailable: reconnect"))

@@ -54,8 +54,8 @@ async def post_chat(request: web.Request) -> web.StreamResponse:
 
 
 async def get_chat_stream(request: web.Request) -> web.StreamResponse:
-    """``GET /ai-sdk/chat/{id}/stream``: a reconnecting client follows what its run does
-    from now on; 204 when the run does nothing now (it waits, or ended)."""
+    """``GET /ai-sdk/chat/{id}/stream``: a reconnecting client gets its run's reply message
+    again, whole, then follows the run until it waits or ends; 204 when there is no such run."""
     serve = request.app[SERVE]
     chat_id = request.match_info["id"]
     stream = await reconnect_aisdk(serve, chat_id)

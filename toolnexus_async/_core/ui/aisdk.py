@@ -8,10 +8,14 @@ Rules of this module (docs/ui-protocols.md):
 - An approval request is sent as a ``tool-approval-request`` part (``approvalId``: the
   request's id) on its call; ``addToolApprovalResponse({id, approved, reason})`` comes back
   in the next request's messages, as the call's ``approval-responded`` state, and becomes
-  the request's one :class:`Answer`. A request that is not an approval (a question) is
-  answered with ``addToolOutput`` on its call, the output becoming the answer's data. Every
-  open request is also sent as a ``data-toolnexus-request`` part (its prompt, kind, data and
-  expiry), for a client to render.
+  the request's one :class:`Answer` (for one taken already, the same yes or no again is
+  nothing). A request that is not an approval (a question) is answered with
+  ``addToolOutput`` on its call, the output becoming the answer's data. Every open request
+  is also sent as a ``data-toolnexus-request`` part (its prompt, kind, data and expiry), for
+  a client to render.
+- The SDK's approval has no edited arguments: a call's input edited in the client's
+  messages, an approval field the SDK has not, a body's ``editedArgs`` are refused (an
+  ``error`` part naming AG-UI and the inbox), never approved as the run asked.
 - A denied call's result is a ``tool-output-denied`` part (``execution-denied`` to the
   model messages the AI SDK builds from it). An approval id the run never asked, an
   expired one, or a second, different answer to an answered one: an ``error`` part, and
@@ -19,6 +23,9 @@ Rules of this module (docs/ui-protocols.md):
 - The stream never repeats what the client's messages hold (their tool calls, outputs and
   approvals; texts by content), and ends with ``finish`` once the run waits for people or
   ends, then ``[DONE]``.
+- A reconnect (``resumeStream()``) is a replay, as the ``ai`` client's default transport
+  takes it: the run's one reply message (:func:`reply_id`) whole, then the run followed
+  (``Stream(replay=True)``).
 """
 
 from __future__ import annotations
@@ -30,9 +37,10 @@ from typing import Any
 
 import attrs
 
+from ..messages import AssistantMessage
 from ..types import Answer
 from .answers import CheckArguments, Refusal, Resume, Start, approval, reply, taken
-from .runs import RunSnapshot, items
+from .runs import Asked, RunSnapshot, items
 
 __all__ = (
     "DONE",
@@ -43,8 +51,8 @@ __all__ = (
     "Stream",
     "decide",
     "encode",
-    "known_now",
     "parse_chat",
+    "reply_id",
 )
 
 Part = dict[str, Any]
@@ -58,11 +66,25 @@ _OUTPUT_STATES = ("output-available", "output-error", "output-denied")
 
 @attrs.frozen
 class Response:
-    """An ``addToolApprovalResponse`` found in the client's messages."""
+    """An ``addToolApprovalResponse`` found in the client's messages, with the ``input`` its
+    call's part holds (None if none)."""
 
     approval_id: str
     approved: bool
     reason: str | None
+    input: object = None
+
+
+# What ai 7's UI message schema puts in a tool part's ``approval``; anything else (an
+# ``editedArgs``, say) is not the SDK's, and is refused rather than dropped.
+_APPROVAL_KEYS = frozenset(
+    {"id", "approved", "reason", "descriptor", "requestReason", "isAutomatic", "signature"}
+)
+_NO_EDITS = (
+    "the AI SDK's approval carries no edited arguments: approve the call as asked or decline "
+    "it; to run it with other arguments, answer through AG-UI (resume payload 'editedArgs') "
+    "or the inbox (POST /requests/{id}/answer)"
+)
 
 
 @attrs.frozen
@@ -85,6 +107,8 @@ def parse_chat(body: Mapping[str, Any]) -> ChatInput:
         raise Refusal("'id' must be a non-empty string (the chat's run id)")
     if body.get("trigger") == "regenerate-message":
         raise Refusal("a run cannot be regenerated; start a new chat")
+    if "editedArgs" in body:
+        raise Refusal(f"'editedArgs': {_NO_EDITS}")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise Refusal("'messages' must be a non-empty list of UI messages")
@@ -133,10 +157,16 @@ def _tool_part(
     if isinstance(given, dict) and isinstance(given.get("id"), str):
         known.add(("approval", given["id"]))
         if isinstance(given.get("approved"), bool):
+            extra = sorted(set(given) - _APPROVAL_KEYS)
+            if extra:
+                raise Refusal(f"approval {given['id']!r} has {', '.join(extra)}: {_NO_EDITS}")
             reason = given.get("reason")
             responses.append(
                 Response(
-                    given["id"], given["approved"], reason if isinstance(reason, str) else None
+                    given["id"],
+                    given["approved"],
+                    reason if isinstance(reason, str) else None,
+                    part.get("input"),
                 )
             )
 
@@ -166,10 +196,27 @@ def decide(
     open_rows = {a.request.id: a for a in snapshot.open_requests()}
     open_ids = set(open_rows)
     answers: list[Answer] = []
+    calls = {
+        c.id: c for m in snapshot.messages if isinstance(m, AssistantMessage) for c in m.tool_calls
+    }
     for response in given.responses:
         row = asked.get(response.approval_id)
         if row is None or row.request.kind != "approval":
             raise Refusal(f"run {snapshot.run_id!r} asked for no approval {response.approval_id!r}")
+        call = calls.get(row.call_id)
+        if (
+            response.input is not None
+            and call is not None
+            and response.input != dict(call.arguments)
+        ):
+            # An input edited in the client's messages would otherwise be approved as the
+            # run asked: refused, so that nobody believes their edit ran.
+            raise Refusal(f"call {row.call_id!r} has an input the run did not ask for: {_NO_EDITS}")
+        if row.answer is not None and row.answer.ok is response.approved:
+            # Taken already, and the client says the same yes or no: all a response of the
+            # SDK can say (a replayed message holds the answer however it was given: with
+            # AG-UI's edits, from the inbox).
+            continue
         answer = approval(row.request, response.approved, note=response.reason, check=check)
         if (new := taken(row, answer, open_ids, when)) is not None:
             answers.append(new)
@@ -183,13 +230,31 @@ def decide(
     return Resume(tuple(answers))
 
 
+def reply_id(chat_id: str) -> str:
+    """The id of the one assistant message a chat's run is shown as (it grows, turn by turn)."""
+    return f"{chat_id}:reply"
+
+
 class Stream:
     """The parts of one response over a chat's run: :meth:`started`, then :meth:`advance`
-    with each new snapshot until :attr:`over`."""
+    with each new snapshot until :attr:`over`.
 
-    def __init__(self, known: frozenset[tuple[str, str]], texts: frozenset[str]) -> None:
+    A ``replay`` is a reconnect's stream: the client (``resumeStream()``, whose default
+    transport takes a reconnect as a replay) starts the reply message afresh at its
+    ``start``, so the stream sends it whole: every part so far, each request already
+    settled where the client saw it (after its turn's calls, its answer too), then what the
+    run does next."""
+
+    def __init__(
+        self,
+        known: frozenset[tuple[str, str]] = frozenset(),
+        texts: frozenset[str] = frozenset(),
+        *,
+        replay: bool = False,
+    ) -> None:
         self._sent = set(known)
         self._texts = set(texts)
+        self._replay = replay
         self.over = False
 
     def started(self, message_id: str | None = None) -> Part:
@@ -201,7 +266,14 @@ class Stream:
 
     def advance(self, snapshot: RunSnapshot) -> list[Part]:
         parts: list[Part] = []
+        settled = self._settled_by_call(snapshot) if self._replay else {}
+        held: list[Part] = []  # a turn's settled requests, after all of its calls
+        parent: str | None = None
         for item in items(snapshot):
+            if held and (item.kind != "call" or item.parent != parent):
+                parts += held
+                held = []
+            parent = item.parent
             key = (item.kind, item.id)
             if key in self._sent or (item.kind == "text" and item.text in self._texts):
                 continue
@@ -218,6 +290,8 @@ class Stream:
                     {"type": "tool-input-start", **call},
                     {"type": "tool-input-available", **call, "input": dict(item.arguments)},
                 ]
+                for asked in settled.get(item.id, ()):
+                    held += self._request(asked)
             elif item.declined:
                 parts.append({"type": "tool-output-denied", "toolCallId": item.id})
             elif item.is_error:
@@ -233,7 +307,43 @@ class Stream:
                         "dynamic": True,
                     }
                 )
-        return parts + self._end(snapshot)
+        return parts + held + self._end(snapshot)
+
+    @staticmethod
+    def _settled_by_call(snapshot: RunSnapshot) -> dict[str, list[Asked]]:
+        """The requests no longer open, by call, in the order they were asked."""
+        open_ids = {a.request.id for a in snapshot.open_requests()}
+        by_call: dict[str, list[Asked]] = {}
+        for asked in snapshot.asked:
+            if asked.request.id not in open_ids:
+                by_call.setdefault(asked.call_id, []).append(asked)
+        return by_call
+
+    def _request(self, asked: Asked) -> list[Part]:
+        """A request as the client is shown it: its data part and, for an approval, the
+        approval asked (and, replayed, the answer it got)."""
+        request = asked.request
+        parts: list[Part] = [
+            {
+                "type": "data-toolnexus-request",
+                "id": request.id,
+                "data": {**request.to_dict(), "toolCallId": asked.call_id},
+            }
+        ]
+        if request.kind != "approval" or ("approval", request.id) in self._sent:
+            return parts
+        self._sent.add(("approval", request.id))
+        parts.append(
+            {"type": "tool-approval-request", "approvalId": request.id, "toolCallId": asked.call_id}
+        )
+        answer = asked.answer
+        if answer is not None:
+            note = (answer.data or {}).get("note")
+            parts.append(
+                {"type": "tool-approval-response", "approvalId": request.id, "approved": answer.ok}
+                | ({"reason": note} if isinstance(note, str) else {})
+            )
+        return parts
 
     def _end(self, snapshot: RunSnapshot) -> list[Part]:
         if snapshot.ended:
@@ -247,33 +357,10 @@ class Stream:
         self.over = True
         parts: list[Part] = []
         for asked in snapshot.open_requests():
-            request = asked.request
-            parts.append(
-                {
-                    "type": "data-toolnexus-request",
-                    "id": request.id,
-                    "data": {**request.to_dict(), "toolCallId": asked.call_id},
-                }
-            )
-            if request.kind == "approval" and ("approval", request.id) not in self._sent:
-                self._sent.add(("approval", request.id))
-                parts.append(
-                    {
-                        "type": "tool-approval-request",
-                        "approvalId": request.id,
-                        "toolCallId": asked.call_id,
-                    }
-                )
+            parts += self._request(asked)
         return [*parts, {"type": "finish", "finishReason": "tool-calls"}]
 
 
 def encode(part: Part) -> bytes:
     """One part as a server-sent event."""
     return b"data: " + json.dumps(part, separators=(",", ":")).encode() + b"\n\n"
-
-
-def known_now(snapshot: RunSnapshot) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
-    """Everything ``snapshot`` shows, as sent: a reconnected stream goes on from there."""
-    shown = list(items(snapshot))
-    keys = frozenset((i.kind, i.id) for i in shown)
-    return keys, frozenset(i.text for i in shown if i.kind == "text")
