@@ -24,7 +24,7 @@ import attrs
 
 from .._core.errors import UsageError
 
-__all__ = ("CONTENT_ENV", "Tracing", "run_extra", "tool_raised")
+__all__ = ("CONTENT_ENV", "Tracing", "otel_missing", "require_otel", "run_extra", "tool_raised")
 
 log = logging.getLogger("toolnexus_async")
 
@@ -71,6 +71,23 @@ class Tracing:
         if self.capture_content is not None:
             return self.capture_content
         return os.environ.get(CONTENT_ENV, "").strip().lower() in _CONTENT_ON
+
+
+def otel_missing(exc: ImportError, what: str = "tracing=Tracing()") -> UsageError:
+    """The error for ``what`` (a switch that turns tracing on) where the API is missing."""
+    return UsageError(
+        f"{what} needs OpenTelemetry's API ({exc}): pip install -e '.[otel]' "
+        f"in the toolnexus-async checkout (or pip install 'opentelemetry-api>=1.30')"
+    )
+
+
+def require_otel(what: str = "tracing=Tracing()") -> None:
+    """Raise :func:`otel_missing` now, rather than when the first client is built (a
+    server builds its client once it serves), if OpenTelemetry's API cannot be imported."""
+    try:
+        import opentelemetry.trace  # noqa: F401
+    except ImportError as exc:
+        raise otel_missing(exc, what) from None
 
 
 def run_extra(run_id: str | None) -> dict[str, Any]:
