@@ -6,17 +6,14 @@ SQLite file with a run halted on its approval, and takes the answer. Its store's
 has a trace callback (``sqlite3.Connection.set_trace_callback``, called as each statement
 starts) that pauses the writing thread at a chosen statement: the ``COMMIT`` that follows
 the audit row's ``INSERT INTO answers`` (right after the insert, before the commit), or the
-n-th statement after the answer was given, for every n until the answer is acknowledged.
-Paused, the child is SIGKILLed; the file then holds the answer and its audit row both or
-neither, nothing was acknowledged (the child prints ``ACK`` only once ``host.answer``
-returned), and a new process given the answer again takes it (or, when both were
+n-th statement of a write transaction after the answer was given (the answer's, then the
+claim of its run), for every n until the answer is acknowledged. Paused, the child is
+SIGKILLed; the file then holds the answer and its audit row both or neither, nothing was
+acknowledged (the child prints ``ACK`` only once ``host.answer`` returned), and a new host
+on the file (here, as after a restart) given the answer again takes it (or, when both were
 committed, is told it was answered already) and the run ends paid.
 
-PostgreSQL, the server stopped: ``serve`` (in this process) takes the answer while a
-trigger the test adds to its database's ``answers`` table holds the audit row's insert on
-an advisory lock the test holds; the cluster is then killed (``pg_ctl stop -m immediate``).
-The answer is refused with 503, nothing of it is kept, and once the cluster is started
-again the same answer is taken (200) and the run ends.
+The same at PostgreSQL, the server stopped: ``tests/test_answer_crash_postgres.py``.
 """
 
 from __future__ import annotations
@@ -32,12 +29,9 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import asyncpg
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from tests.conftest import assert_no_leaks
-from tests.pg import PgCluster
-from tests.test_serve_api import closing, events, post, serving
 from toolnexus_async import (
     AlreadyAnsweredError,
     Answer,
@@ -53,8 +47,7 @@ from toolnexus_async import (
     UserMessage,
     define_tool,
 )
-from toolnexus_async.durable import DurableHost, PostgresRunStore, SqliteRunStore
-from toolnexus_async.serve import create_app
+from toolnexus_async.durable import DurableHost, SqliteRunStore
 
 LIMIT = 60  # each child is a fresh interpreter
 
@@ -159,6 +152,22 @@ async def main():
 
 anyio.run(main)
 '''
+
+
+def pay_model(messages: list[Message], tools: Any) -> AssistantMessage | str:
+    done = [m for m in messages if isinstance(m, ToolReturn)]
+    if not done:
+        assert any(isinstance(m, UserMessage) for m in messages)
+        return AssistantMessage(None, (ToolCall("c1", "pay", {"amount": 30}),))
+    return done[-1].output
+
+
+@define_tool
+async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
+    """Pay; needs approval."""
+    if ctx is None or ctx.answer is None:
+        return ToolResult.pending(Request("", "approval", f"Pay {amount} EUR?"))
+    return ToolResult.ok(f"paid {amount}")
 
 
 def env() -> dict[str, str]:
@@ -295,140 +304,4 @@ async def test_sigkill_while_the_answer_and_its_audit_row_are_written_keeps_both
         raise AssertionError(f"never acknowledged: {outcomes}")
     # Killed before the answer's commit, and after it before the acknowledgement.
     assert {status for _, sql, status in outcomes if sql != "ACK"} == {"pending", "answered"}
-    assert_no_leaks()
-
-
-# -- PostgreSQL stopped while the audit row is being written ----------------------------------
-
-
-# Holds every insert into the audit trail, once it is made, until the test lets go of the
-# advisory lock: the answer's transaction is then written and not committed.
-HOLD = """
-CREATE FUNCTION public.hold_audit_row() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock(4242);
-    RETURN NEW;
-END $$;
-CREATE TRIGGER hold_audit_row AFTER INSERT ON toolnexus.answers
-    FOR EACH ROW EXECUTE FUNCTION public.hold_audit_row();
-"""
-
-
-def pay_model(messages: list[Message], tools: Any) -> AssistantMessage | str:
-    done = [m for m in messages if isinstance(m, ToolReturn)]
-    if not done:
-        assert any(isinstance(m, UserMessage) for m in messages)
-        return AssistantMessage(None, (ToolCall("c1", "pay", {"amount": 30}),))
-    return done[-1].output
-
-
-@define_tool
-async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
-    """Pay; needs approval."""
-    if ctx is None or ctx.answer is None:
-        return ToolResult.pending(Request("", "approval", f"Pay {amount} EUR?"))
-    return ToolResult.ok(f"paid {amount}")
-
-
-async def waiting_on_the_hold(dsn: str) -> bool:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return bool(
-            await conn.fetchval(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            )
-        )
-    finally:
-        await conn.close()
-
-
-async def test_postgres_stopped_while_the_audit_row_is_written_refuses_the_answer(
-    pg_cluster: PgCluster,
-) -> None:
-    admin = await asyncpg.connect(pg_cluster.server.dsn)
-    try:
-        await admin.execute("CREATE DATABASE app TEMPLATE template0")
-    finally:
-        await admin.close()
-    dsn = pg_cluster.server.dsn_for("app")
-    store = PostgresRunStore(dsn, command_timeout=5, call_timeout=5)
-    token = "serve-tests-token-0123456789"
-    with anyio.fail_after(LIMIT):
-        async with Toolkit.create(builtins=False, extra_tools=[pay]) as toolkit:
-            # The store is closed with the app (serving checks for leaks once it stopped).
-            app = closing(
-                create_app(
-                    make_client=lambda inbox: LlmClient.in_process(pay_model, wait_for=inbox),
-                    toolkit=toolkit,
-                    store=store,
-                    token=token,
-                    park_timeout=600,
-                    store_timeout=5,
-                ),
-                store,
-            )
-            async with serving(app, headers={"Authorization": f"Bearer {token}"}) as http:
-                async with events(http) as stream:
-                    status, started = await post(http, "/runs", {"prompt": "pay the invoice"})
-                    assert status == 202
-                    run_id = started["id"]
-                    pending = await stream.until("pending", run_id=run_id)
-                request_id = pending["request"]["id"]
-                answer_path = f"/requests/{request_id}/answer"
-
-                holder = await asyncpg.connect(dsn)
-                await holder.execute(HOLD)
-                await holder.execute("SELECT pg_advisory_lock(4242)")
-                replies: list[tuple[int, Any, Any]] = []
-
-                async def answer() -> None:
-                    async with http.post(answer_path, json={"ok": True}) as reply:
-                        replies.append((reply.status, await reply.json(), reply.headers))
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(answer)
-                    # The answer's transaction has inserted the audit row and waits.
-                    while not await waiting_on_the_hold(dsn):
-                        await anyio.lowlevel.checkpoint()
-                    await anyio.to_thread.run_sync(pg_cluster.crash)
-                ((status, body, headers),) = replies
-                assert status == 503, body
-                assert "the run store is unavailable" in body["error"]
-                assert int(headers["Retry-After"]) >= 1
-                await holder.close()
-
-                await anyio.to_thread.run_sync(pg_cluster.start)
-                conn = await asyncpg.connect(dsn)
-                try:
-                    # Nothing half-written: the request waits, the trail is empty.
-                    assert (
-                        await conn.fetchval(
-                            "SELECT status FROM toolnexus.requests WHERE request_id = $1",
-                            request_id,
-                        )
-                        == "pending"
-                    )
-                    assert await conn.fetchval("SELECT count(*) FROM toolnexus.answers") == 0
-                    await conn.execute("DROP TRIGGER hold_audit_row ON toolnexus.answers")
-                finally:
-                    await conn.close()
-
-                # The same answer again, once the store is back: taken, and the run ends.
-                async with events(http) as stream:
-                    while True:
-                        async with http.post(answer_path, json={"ok": True}) as reply:
-                            if reply.status != 503:
-                                assert reply.status == 200, await reply.text()
-                                break
-                    done = await stream.until("done", run_id=run_id)
-                assert done["text"] == "paid 30"
-            conn = await asyncpg.connect(dsn)
-            try:
-                rows = await conn.fetch(
-                    "SELECT outcome, answered_by FROM toolnexus.answers WHERE request_id = $1",
-                    request_id,
-                )
-            finally:
-                await conn.close()
-    assert [(r["outcome"], r["answered_by"]) for r in rows] == [("approved", "api")]
     assert_no_leaks()

@@ -55,7 +55,7 @@ from .._core.results import RunResult
 from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
 from .._core.version import __version__
 from .otel_calls import TracedModel, TracedTools, failed
-from .tracing import Tracing
+from .tracing import Tracing, resumed_wait
 
 if TYPE_CHECKING:
     from .._core.messages import ToolCall
@@ -204,7 +204,7 @@ class RunTracer:
         now = time.time_ns()
         calls = {call.id: call for call in plan.turn.assistant.tool_calls}
         for call_id, (request, answer) in plan.answers.items():
-            start, end = _waited(plan.waited.get(call_id), suspended_at, now)
+            start, end = resumed_wait(plan.waited.get(call_id), suspended_at, now)
             call = calls.get(call_id)
             span = self._tracer.start_span(
                 f"wait {request.kind}",
@@ -356,22 +356,6 @@ class RunTracer:
                 }
             )
             span.end()
-
-
-def _waited(
-    stored: tuple[float, float | None] | None, suspended_at: int | None, now: int
-) -> tuple[int | None, int]:
-    """Where a resumed wait's span starts and ends (ns since the epoch): the stored raise
-    and answer times when the store kept them, else the run's ``suspended_at`` and now.
-    Neither in the future (another worker's clock may run ahead); ``None``: not known."""
-    if stored is not None:
-        raised, answered = stored
-        start = min(int(raised * 1e9), now)
-        end = now if answered is None else min(max(int(answered * 1e9), start), now)
-        return start, end
-    if suspended_at is not None and suspended_at <= now:
-        return suspended_at, now
-    return None, now
 
 
 def _outcome(answer: Answer) -> str:
