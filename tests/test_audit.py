@@ -335,6 +335,7 @@ async def test_a_version_4_sqlite_file_gains_the_trail_and_keeps_its_runs(tmp_pa
         halted = await llm.run("pay", _toolkit(pay))
         await store.save(halted)
     raw_sql(path, "DROP TABLE answers")  # its triggers go with it
+    raw_sql(path, "ALTER TABLE requests DROP COLUMN raised_at")  # version 6's
     raw_sql(path, "PRAGMA user_version = 4")
     assert halted.pending is not None
     with anyio.fail_after(LIMIT):
@@ -342,7 +343,7 @@ async def test_a_version_4_sqlite_file_gains_the_trail_and_keeps_its_runs(tmp_pa
             assert [r.id for r in await store.requests()] == [halted.pending.id]
             await store.accept(Answer(halted.pending.id, True), 1.0, answered_by="user:alice")
             (record,) = await store.answers(halted.run_id or "")
-    assert raw_sql(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(5,)]
+    assert raw_sql(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(6,)]
     assert record.answered_by == "user:alice"
     with pytest.raises(Exception, match="append-only"):
         raw_sql(path, "DELETE FROM answers")
@@ -360,6 +361,7 @@ async def test_a_version_3_postgres_schema_gains_the_trail_and_keeps_its_runs(pg
     try:
         await conn.execute("DROP TABLE toolnexus.answers")
         await conn.execute("DROP FUNCTION toolnexus.answers_append_only()")
+        await conn.execute("ALTER TABLE toolnexus.requests DROP COLUMN raised_at")  # version 5's
         await conn.execute("UPDATE toolnexus.meta SET value = '3' WHERE key = 'version'")
         assert halted.pending is not None
         with anyio.fail_after(LIMIT):
@@ -372,7 +374,7 @@ async def test_a_version_3_postgres_schema_gains_the_trail_and_keeps_its_runs(pg
             await conn.execute("DELETE FROM toolnexus.answers")
     finally:
         await conn.close()
-    assert version == str(SCHEMA_VERSION) == "4"
+    assert version == str(SCHEMA_VERSION) == "5"
     assert record.answered_by == "user:al"
     assert_no_leaks()
 

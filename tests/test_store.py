@@ -547,6 +547,7 @@ async def test_a_version_3_file_gains_the_mcp_tokens_table_and_keeps_its_runs(tm
         await store.save(case.halted)
     raw_sql(path, "DROP TABLE mcp_tokens")
     raw_sql(path, "DROP TABLE answers")  # version 5's (its triggers go with it)
+    raw_sql(path, "ALTER TABLE requests DROP COLUMN raised_at")  # version 6's
     raw_sql(path, "PRAGMA user_version = 3")
     async with SqliteRunStore(path) as store:
         assert [r.id for r in await store.requests()] == case.ids

@@ -19,7 +19,7 @@ from toolnexus_async.durable.sqlite._schema import SCHEMA_VERSION as SQLITE_VERS
 
 NEW_COLUMNS = {
     "runs": ("outcome", "text"),
-    "requests": ("kind", "prompt", "answered_at", "answered_by"),
+    "requests": ("kind", "prompt", "answered_at", "answered_by", "raised_at"),
 }
 
 

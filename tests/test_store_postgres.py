@@ -99,6 +99,7 @@ async def test_a_version_2_schema_gains_the_mcp_tokens_table(pg_dsn: str, case: 
         await conn.execute("DROP TABLE older.mcp_tokens")
         await conn.execute("DROP TABLE older.answers")  # version 4's
         await conn.execute("DROP FUNCTION older.answers_append_only()")
+        await conn.execute("ALTER TABLE older.requests DROP COLUMN raised_at")  # version 5's
         await conn.execute("UPDATE older.meta SET value = '2' WHERE key = 'version'")
         async with PostgresRunStore(pg_dsn, schema="older") as store:
             assert [r.id for r in await store.requests()] == case.ids

@@ -546,8 +546,8 @@ async def test_a_durable_hosts_run_parked_then_halted_keeps_its_wait_in_the_trac
 ) -> None:
     """A run the host parks past the inbox's park_timeout halts into the store (its wait
     span ends ``halted``); the answer resumes it from the store, in the same trace, and the
-    answer is a wait span of the resume: an instant, since a store does not keep when a
-    request was raised (the parked span has the time waited until the halt)."""
+    answer is a wait span of the resume over the whole wait: from when the store was told
+    of the request to when it took the answer, as the store kept both times."""
     results: list[RunResult] = []
     toolkit = Toolkit.create(builtins=False, extra_tools=[asking("refund")])
 
@@ -571,8 +571,10 @@ async def test_a_durable_hosts_run_parked_then_halted_keeps_its_wait_in_the_trac
             stored = await store.load(halted.run_id)
             assert stored.state.trace_context is not None
             assert "traceparent" in stored.state.trace_context
+            raised = stored.requests["c1"].raised_at
             await host.answer(Answer(halted.pending.id, True))
             await wait_until(lambda: bool(results))
+            (record,) = await store.answers(halted.run_id or "")
     assert results[0].text == "refund t: done"
     first, resumed = spans.named("invoke_agent")
     assert resumed.context.trace_id == first.context.trace_id
@@ -583,6 +585,10 @@ async def test_a_durable_hosts_run_parked_then_halted_keeps_its_wait_in_the_trac
     assert attributes(rest)["toolnexus.wait.outcome"] == "approved"
     assert attributes(rest)["toolnexus.wait.resumed"] is True
     assert rest.parent is not None and rest.parent.span_id == resumed.context.span_id
-    assert rest.start_time == rest.end_time and "toolnexus.wait.seconds" not in attributes(rest)
+    assert raised is not None and rest.start_time == int(raised * 1e9)
+    assert rest.end_time == int(record.at * 1e9)  # when the store took the answer
+    seconds = attributes(rest)["toolnexus.wait.seconds"]
+    assert seconds == (rest.end_time - rest.start_time) / 1e9 > 0
+    assert parked.end_time is not None and rest.start_time < parked.end_time  # raised, then halted
     assert attributes(parked)["toolnexus.wait.seconds"] > 0
     assert_no_leaks()

@@ -26,6 +26,7 @@ from ._core.secrets import redact_url
 from ._core.version import __version__
 from ._demo import DEMO_PROMPT
 from ._engine.client import LlmClient
+from ._engine.tracing import Tracing, require_otel
 
 # ``serve --store``: a SQLite file by default; the variable keeps a DSN's password off the
 # command line.
@@ -52,6 +53,19 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.trace_content and not args.tracing:
+        print("toolnexus-async serve: --trace-content needs --tracing", file=sys.stderr)
+        return 2
+    tracing = None
+    if args.tracing:
+        try:
+            require_otel("--tracing")
+        except UsageError as exc:
+            print(f"toolnexus-async serve: {exc}", file=sys.stderr)
+            return 2
+        # The global tracer provider: opentelemetry-instrument's, or the one the program
+        # wrapping this set up; without one, the API's no-op provider.
+        tracing = Tracing(capture_content=True if args.trace_content else None)
     make_client = None
     if base_url:
         if not model:
@@ -59,7 +73,7 @@ def run_serve(args: argparse.Namespace) -> int:
             return 2
 
         def make_client(inbox: ServeInbox) -> LlmClient:
-            return LlmClient(base_url, style=style, model=model, wait_for=inbox)
+            return LlmClient(base_url, style=style, model=model, wait_for=inbox, tracing=tracing)
 
     if not 0 <= args.port <= 65535:
         print(f"toolnexus-async serve: --port must be 0 to 65535, got {args.port}", file=sys.stderr)
@@ -109,6 +123,7 @@ def run_serve(args: argparse.Namespace) -> int:
             grace=args.grace,
             store_timeout=args.store_timeout,
             max_active_runs=args.max_active_runs,
+            tracing=None if make_client is not None else tracing,
         )
     except UsageError as exc:
         print(f"toolnexus-async serve: {exc}", file=sys.stderr)
@@ -303,6 +318,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the log on stderr: text lines (the default) or one JSON object per line (time, "
         "level, logger, message, and run_id, exception, trace_id and span_id when they "
         "apply), for a service's log pipeline",
+    )
+    serve.add_argument(
+        "--tracing",
+        action="store_true",
+        help="make OpenTelemetry spans of every run, model request, tool call and wait for "
+        "a person, sent to the global tracer provider (run under opentelemetry-instrument, "
+        "or set one up with the SDK); needs the otel extra; docs/observability.md",
+    )
+    serve.add_argument(
+        "--trace-content",
+        action="store_true",
+        help="with --tracing: put message contents on the spans (prompts, replies, tool "
+        "arguments and results, what a person is asked); without it, as "
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT says (off by default)",
     )
     serve.add_argument(
         "--insecure-no-auth",

@@ -33,12 +33,18 @@ __all__ = ("ResumePlan", "plan_from_transcript", "plan_resume")
 @attrs.frozen
 class ResumePlan:
     """The halted turn, the answer for each answered call (by call id), kept results, and
-    the calls that wait for their unanswered request again (a durable resume)."""
+    the calls that wait for their unanswered request again (a durable resume).
+
+    ``waited``: for an answered call of a stored run, when its request was raised and when
+    the answer was taken (seconds since the epoch; the second ``None`` when not known), as
+    the store kept them; a traced resume spans each wait over them.
+    """
 
     turn: HaltedTurn
     answers: dict[str, tuple[Request, Answer]]
     kept: dict[str, ToolResult] = attrs.field(factory=dict)
     waiting: dict[str, Request] = attrs.field(factory=dict)
+    waited: dict[str, tuple[float, float | None]] = attrs.field(factory=dict)
 
 
 def _answers_in(answers: object) -> list[Answer]:

@@ -44,7 +44,7 @@ from .resolver import Resolver, WaitFor
 from .resuming import Resuming
 from .streaming import RunStream, Sink
 from .toolkit import ToolRegistry
-from .tracing import Tracing
+from .tracing import Tracing, otel_missing
 
 if TYPE_CHECKING:
     from .otel import RunTracer
@@ -77,10 +77,7 @@ def _tracer(tracing: object, style: str, model: Model) -> RunTracer | None:
     try:
         from .otel import RunTracer
     except ImportError as exc:
-        raise UsageError(
-            f"tracing=Tracing() needs OpenTelemetry's API ({exc}): pip install -e '.[otel]' "
-            f"in the toolnexus-async checkout (or pip install 'opentelemetry-api>=1.30')"
-        ) from None
+        raise otel_missing(exc) from None
     return RunTracer(tracing, style, model)
 
 

@@ -15,8 +15,9 @@ Rules of this module:
   stored run): a resumed run's ``invoke_agent`` is a child of the halted one's, in the same
   trace, whichever process resumes it; the span that was current where it was resumed is
   linked. The wait of a call answered while the run was halted is a span from when its
-  request was raised (``suspended_at`` in the trace context, stamped as it happens) to
-  the resume; from a store's state, which does not keep that time, an instant.
+  request was raised to when it was answered: the times its store kept (a durable
+  resume's ``ResumePlan.waited``), else ``suspended_at`` in the trace context (stamped
+  as it happens) to the resume; an instant when neither is known.
 - Contents (messages, tool arguments and results, what a person is asked) only when
   :meth:`Tracing.captures_content`; the API key and header values never: nothing here
   reads them, and a provider's error is recorded as the scrubbed exception the model
@@ -54,7 +55,7 @@ from .._core.results import RunResult
 from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
 from .._core.version import __version__
 from .otel_calls import TracedModel, TracedTools, failed
-from .tracing import Tracing
+from .tracing import Tracing, resumed_wait
 
 if TYPE_CHECKING:
     from .._core.messages import ToolCall
@@ -196,14 +197,14 @@ class RunTracer:
 
     def _answered_while_halted(self, plan: ResumePlan, suspended_at: int | None) -> None:
         """A span for each wait that ended while the run was halted: from when its request
-        was raised to now, with how it was answered. When the run's state does not say (a
-        run a durable host resumes from its store), the span is an instant, with no
-        ``toolnexus.wait.seconds``."""
+        was raised to when it was answered, with how. A stored run's plan says both, as its
+        store kept them (``plan.waited``); else the wait runs from the run's
+        ``suspended_at`` to now, and when neither says (a request kept by an earlier
+        store) the span is an instant, with no ``toolnexus.wait.seconds``."""
         now = time.time_ns()
-        known = suspended_at is not None and suspended_at <= now
-        start = suspended_at if suspended_at is not None and known else now
         calls = {call.id: call for call in plan.turn.assistant.tool_calls}
         for call_id, (request, answer) in plan.answers.items():
+            start, end = resumed_wait(plan.waited.get(call_id), suspended_at, now)
             call = calls.get(call_id)
             span = self._tracer.start_span(
                 f"wait {request.kind}",
@@ -212,12 +213,12 @@ class RunTracer:
                     **self._wait_attributes(request, call.name if call else "", call_id),
                     "toolnexus.wait.resumed": True,
                 },
-                start_time=start,
+                start_time=now if start is None else start,
             )
             span.set_attribute("toolnexus.wait.outcome", _outcome(answer))
-            if known:
-                span.set_attribute("toolnexus.wait.seconds", (now - start) / 1e9)
-            span.end(end_time=now)
+            if start is not None:
+                span.set_attribute("toolnexus.wait.seconds", (end - start) / 1e9)
+            span.end(end_time=end)
 
     # -- model requests ----------------------------------------------------------------
 

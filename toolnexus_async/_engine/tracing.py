@@ -1,4 +1,5 @@
-"""Tracing's switch, and what a run tells the log when a tool raises.
+"""Tracing's switch, where a resumed wait's span lies, and what a run tells the log when a
+tool raises.
 
 Rules of this module:
 
@@ -24,7 +25,15 @@ import attrs
 
 from .._core.errors import UsageError
 
-__all__ = ("CONTENT_ENV", "Tracing", "run_extra", "tool_raised")
+__all__ = (
+    "CONTENT_ENV",
+    "Tracing",
+    "otel_missing",
+    "require_otel",
+    "resumed_wait",
+    "run_extra",
+    "tool_raised",
+)
 
 log = logging.getLogger("toolnexus_async")
 
@@ -71,6 +80,39 @@ class Tracing:
         if self.capture_content is not None:
             return self.capture_content
         return os.environ.get(CONTENT_ENV, "").strip().lower() in _CONTENT_ON
+
+
+def otel_missing(exc: ImportError, what: str = "tracing=Tracing()") -> UsageError:
+    """The error for ``what`` (a switch that turns tracing on) where the API is missing."""
+    return UsageError(
+        f"{what} needs OpenTelemetry's API ({exc}): pip install -e '.[otel]' "
+        f"in the toolnexus-async checkout (or pip install 'opentelemetry-api>=1.30')"
+    )
+
+
+def require_otel(what: str = "tracing=Tracing()") -> None:
+    """Raise :func:`otel_missing` now, rather than when the first client is built (a
+    server builds its client once it serves), if OpenTelemetry's API cannot be imported."""
+    try:
+        import opentelemetry.trace  # noqa: F401
+    except ImportError as exc:
+        raise otel_missing(exc, what) from None
+
+
+def resumed_wait(
+    stored: tuple[float, float | None] | None, suspended_at: int | None, now: int
+) -> tuple[int | None, int]:
+    """Where a resumed wait's span starts and ends (ns since the epoch): the stored raise
+    and answer times when the store kept them, else the run's ``suspended_at`` and now.
+    Neither in the future (another worker's clock may run ahead); ``None``: not known."""
+    if stored is not None:
+        raised, answered = stored
+        start = min(int(raised * 1e9), now)
+        end = now if answered is None else min(max(int(answered * 1e9), start), now)
+        return start, end
+    if suspended_at is not None and suspended_at <= now:
+        return suspended_at, now
+    return None, now
 
 
 def run_extra(run_id: str | None) -> dict[str, Any]:

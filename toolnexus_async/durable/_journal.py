@@ -258,6 +258,7 @@ def plan_of(
     kept: dict[str, ToolResult] = {}
     answers: dict[str, tuple[Request, Answer]] = {}
     waiting: dict[str, Request] = {}
+    waited: dict[str, tuple[float, float | None]] = {}
     for call in last.tool_calls:
         record = stored.results.get(call.id)
         if record is not None:
@@ -271,10 +272,16 @@ def plan_of(
         request = asked.request
         if asked.status == "answered" and asked.answer is not None:
             answers[call.id] = (request, asked.answer)
+            ended = asked.answered_at
         elif asked.status == "expired" or request.expired(_datetime(at)):
             answers[call.id] = (request, Answer(request.id, False, reason="expired"))
+            left = request.seconds_left(_datetime(at))
+            ended = None if left is None else at + min(left, 0.0)  # when it expired
         else:
             waiting[call.id] = request
+            continue
+        if asked.raised_at is not None:
+            waited[call.id] = (asked.raised_at, ended)
     turn = HaltedTurn(
         tuple(state.messages[:-1]),
         last,
@@ -293,7 +300,7 @@ def plan_of(
         trace=state.trace_context,
         output=output,
     )
-    return loop, ResumePlan(turn, answers, kept, waiting)
+    return loop, ResumePlan(turn, answers, kept, waiting, waited)
 
 
 def _datetime(seconds: float) -> datetime:

@@ -123,10 +123,17 @@ def stored_request(body: str, run_id: str, call_id: str) -> Request:
 
 
 def request_of(
-    body: str, run_id: str, call_id: str, status: Any, answer: str | None = None
+    body: str,
+    run_id: str,
+    call_id: str,
+    status: Any,
+    answer: str | None = None,
+    raised_at: float | None = None,
+    answered_at: float | None = None,
 ) -> StoredRequest:
     request = stored_request(body, run_id, call_id)
-    return StoredRequest(request, run_id, call_id, status, _answer_of(answer, run_id, call_id))
+    taken = _answer_of(answer, run_id, call_id)
+    return StoredRequest(request, run_id, call_id, status, taken, raised_at, answered_at)
 
 
 def delivery_of(row: Sequence[Any]) -> tuple[str, Answer | None]:
@@ -151,7 +158,7 @@ def run_of(
 ) -> StoredRun:
     """A :class:`StoredRun` from its ``runs`` row (status, owner, lease, turn, state), its
     ``results`` rows (call id, record) and its current turn's ``requests`` rows (call id,
-    body, status, answer)."""
+    body, status, answer, raised at, answered at)."""
     status, owner, lease, turn, text = row
     where = f"stored run {run_id!r}"
     try:
@@ -161,8 +168,8 @@ def run_of(
             for call_id, record in results
         }
         asked = {
-            call_id: request_of(body, run_id, call_id, q_status, answer)
-            for call_id, body, q_status, answer in requests
+            call_id: request_of(body, run_id, call_id, q_status, answer, raised, answered)
+            for call_id, body, q_status, answer, raised, answered in requests
         }
     except (PayloadError, ValueError) as exc:
         raise StoreError(f"{where} cannot be read: {exc}") from None

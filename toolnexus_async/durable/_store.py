@@ -67,13 +67,18 @@ class LeaseLostError(StoreError):
 
 @attrs.frozen
 class StoredRequest:
-    """A request of a run's current turn, and what became of it."""
+    """A request of a run's current turn, and what became of it: ``raised_at`` is when
+    the store was told of it, ``answered_at`` when its answer was taken (seconds since the
+    epoch; ``None`` when not known: a request kept by an earlier version, or with a run
+    saved whole)."""
 
     request: Request
     run_id: str
     call_id: str
     status: RequestStatus
     answer: Answer | None = None
+    raised_at: float | None = None
+    answered_at: float | None = None
 
 
 @attrs.frozen

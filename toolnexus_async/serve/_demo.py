@@ -16,6 +16,7 @@ A refusal at any step ends the run with a text that says so, in words for people
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from .._core.messages import AssistantMessage, Message, ToolCall, ToolReturn, Us
 from .._core.types import Tool, ToolContext, ToolResult
 from .._demo import book_table
 from .._engine.client import LlmClient
+from .._engine.tracing import Tracing, require_otel
 from ..durable import PostgresRunStore, RunStore, SqliteRunStore
 from ..mcp._tokens import RunStoreTokens
 from ..skills import SkillSet
@@ -182,9 +184,12 @@ def serve_demo_model(messages: list[Message], tools: list[Tool]) -> AssistantMes
     )
 
 
-def demo_client(inbox: ServeInbox) -> LlmClient:
-    """The in-process demo model, parking in ``inbox`` (a ``make_client`` for create_app)."""
-    return LlmClient.in_process(serve_demo_model, model="serve-demo", wait_for=inbox)
+def demo_client(inbox: ServeInbox, tracing: Tracing | None = None) -> LlmClient:
+    """The in-process demo model, parking in ``inbox`` (a ``make_client`` for create_app),
+    traced with ``tracing`` when given."""
+    return LlmClient.in_process(
+        serve_demo_model, model="serve-demo", wait_for=inbox, tracing=tracing
+    )
 
 
 def serve_demo_app(
@@ -203,6 +208,7 @@ def serve_demo_app(
     grace: float = GRACE,
     store_timeout: float = 10.0,
     max_active_runs: int = MAX_ACTIVE_RUNS,
+    tracing: Tracing | None = None,
 ) -> web.Application:
     """:func:`create_app` on the embedded defaults: the demo model and tools, a SQLite store.
 
@@ -218,8 +224,20 @@ def serve_demo_app(
     inline questions are on the page too, while this process lives (``"durable": false``).
     ``skills`` are folders searched for Agent Skills (docs/skills.md), loaded now: their
     catalogue joins every run's instructions, and the ``skill`` tool loads one.
+    ``tracing`` traces the demo model's runs (``Tracing()``: to the global tracer
+    provider), checked here: a :class:`UsageError` when OpenTelemetry's API is missing; a
+    client of ``make_client`` is traced by the ``tracing=`` it is built with instead.
     The app owns the toolkit and the store (given or made here) and closes them on shutdown.
     """
+    if tracing is not None:
+        if not isinstance(tracing, Tracing):
+            raise UsageError(f"tracing must be a Tracing, got {type(tracing).__name__}")
+        if make_client is not None:
+            raise UsageError(
+                "tracing= traces the demo model's client; with make_client, build your "
+                "LlmClient with tracing= instead"
+            )
+        require_otel("serve_demo_app(tracing=...)")
     run_store = store if isinstance(store, RunStore) else open_store(store, timeout=store_timeout)
     # Sign-ins to remote MCP servers are kept beside the runs that wait for them.
     tokens = RunStoreTokens(run_store) if hasattr(run_store, "mcp_token") and mcp else None
@@ -234,7 +252,7 @@ def serve_demo_app(
         skills=None if skills is None else SkillSet.load(skills),
     )
     app = create_app(
-        make_client=make_client or demo_client,
+        make_client=make_client or functools.partial(demo_client, tracing=tracing),
         toolkit=toolkit,
         store=run_store,
         park_timeout=park_timeout,

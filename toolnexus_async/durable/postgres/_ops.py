@@ -221,8 +221,8 @@ class PgOps:
     ) -> None:
         inserted = await conn.execute(
             f"INSERT INTO {self.s}.requests (request_id, run_id, call_id, turn, body, status,"
-            f" expires_at, kind, prompt) SELECT $3, run_id, $4, turn, $5, 'pending', $6, $7,"
-            f" $8 FROM {self.s}.runs WHERE {_HELD} ON CONFLICT (request_id) DO NOTHING",
+            f" expires_at, kind, prompt, raised_at) SELECT $3, run_id, $4, turn, $5, 'pending',"
+            f" $6, $7, $8, $9 FROM {self.s}.runs WHERE {_HELD} ON CONFLICT (request_id) DO NOTHING",
             run_id,
             owner,
             request_id,
@@ -231,6 +231,7 @@ class PgOps:
             expires_at,
             kind,
             prompt,
+            now,
         )
         if not _count(inserted):
             if await conn.fetchval(

@@ -116,7 +116,7 @@ async def load(conn: Any, s: str, run_id: str) -> StoredRun:
         raise UnknownRequestError(run_id, f"no stored run {run_id!r}")
     results = await conn.fetch(f"SELECT call_id, record FROM {s}.results WHERE run_id = $1", run_id)
     requests = await conn.fetch(
-        f"SELECT call_id, body, status, answer FROM {s}.requests"
+        f"SELECT call_id, body, status, answer, raised_at, answered_at FROM {s}.requests"
         " WHERE run_id = $1 AND turn = $2 ORDER BY seq",
         run_id,
         row[3],

@@ -10,7 +10,8 @@ Rules of this module:
   release reads; an older one is migrated here, under the same lock, one version at a
   time (1 to 2: the columns listings filter on, the answer's time and worker, the
   ``events`` table; 2 to 3: ``mcp_tokens``, the sign-in state of remote MCP servers; 3
-  to 4: ``answers``, the append-only audit trail of ``_answers``).
+  to 4: ``answers``, the append-only audit trail of ``_answers``; 4 to 5:
+  ``requests.raised_at``, when each request was raised, NULL for those kept before).
 - Creating the tables takes a transaction-scoped advisory lock first, so that several
   workers starting at once create them once and all see them.
 """
@@ -26,7 +27,7 @@ from ..._core.errors import StoreError, UsageError
 __all__ = ("APPLICATION", "SCHEMA_VERSION", "ensure", "qualified")
 
 APPLICATION = "toolnexus_async run store"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Any 64-bit number of our own: the advisory lock that serialises schema creation.
 _CREATE_LOCK = 0x546E7841_0001
@@ -110,7 +111,8 @@ _TABLES = (
         kind TEXT,
         prompt TEXT,
         answered_at DOUBLE PRECISION,
-        answered_by TEXT)""",
+        answered_by TEXT,
+        raised_at DOUBLE PRECISION)""",
     "CREATE INDEX requests_by_run ON {s}.requests (run_id, turn)",
     "CREATE INDEX requests_pending ON {s}.requests (seq) WHERE status = 'pending'",
     "CREATE INDEX requests_expiring ON {s}.requests (expires_at)"
@@ -127,6 +129,9 @@ _UPGRADE_1 = (
     " ADD COLUMN answered_at DOUBLE PRECISION, ADD COLUMN answered_by TEXT",
     _EVENTS,
 )
+
+# Version 4 to 5: when each request was raised (where a traced resume's wait span begins).
+_UPGRADE_4 = "ALTER TABLE {s}.requests ADD COLUMN raised_at DOUBLE PRECISION"
 
 
 def qualified(schema: str) -> str:
@@ -177,14 +182,16 @@ async def ensure(conn: Any, schema: str, where: str) -> None:
             )
         if version == SCHEMA_VERSION:
             return
-        if version not in (1, 2, 3):
+        if version not in (1, 2, 3, 4):
             raise StoreError(f"{where}: schema {schema!r} has unknown version {version}")
         if version == 1:
             await _upgrade_1(conn, schema)
         if version <= 2:
             await conn.execute(_MCP_TOKENS.format(s=schema))  # version 2 to 3: nothing else
-        for statement in _ANSWERS:  # version 3 to 4: nothing else
-            await conn.execute(statement.format(s=schema))
+        if version <= 3:
+            for statement in _ANSWERS:  # version 3 to 4: nothing else
+                await conn.execute(statement.format(s=schema))
+        await conn.execute(_UPGRADE_4.format(s=schema))
         await conn.execute(
             f"UPDATE {schema}.meta SET value = $1 WHERE key = 'version'", str(SCHEMA_VERSION)
         )

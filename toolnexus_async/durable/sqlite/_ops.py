@@ -41,7 +41,7 @@ from .._decide import Saved, accepted, damaged_reason, judge, saved
 from .._run_events import EVENTS_KEEP, EventRow, answered, failed
 from .._store import Accepted, LeaseLostError, StoredRun
 from ._queries import load
-from ._schema import ENDED, OPEN, SCHEMA_VERSION, UPGRADE_2, UPGRADE_3, UPGRADE_4, create
+from ._schema import ENDED, OPEN, SCHEMA_VERSION, UPGRADE_2, UPGRADE_3, UPGRADE_4, UPGRADE_5, create
 
 __all__ = ("Ops", "migrate")
 
@@ -207,9 +207,9 @@ class Ops:
         try:
             self._guarded(
                 "INSERT INTO requests (request_id, run_id, call_id, turn, body, status,"
-                f" expires_at, kind, prompt) SELECT ?, run_id, ?, turn, ?, 'pending', ?, ?, ?"
-                f" FROM runs WHERE {_HELD}",
-                (request_id, call_id, body, expires_at, kind, prompt, run_id, owner),
+                " expires_at, kind, prompt, raised_at)"
+                f" SELECT ?, run_id, ?, turn, ?, 'pending', ?, ?, ?, ? FROM runs WHERE {_HELD}",
+                (request_id, call_id, body, expires_at, kind, prompt, now, run_id, owner),
                 run_id,
                 owner,
             )
@@ -451,7 +451,7 @@ class Ops:
 
 
 # Version n to n + 1, for each n from 2 on.
-_UPGRADES = {2: UPGRADE_2, 3: UPGRADE_3, 4: UPGRADE_4}
+_UPGRADES = {2: UPGRADE_2, 3: UPGRADE_3, 4: UPGRADE_4, 5: UPGRADE_5}
 
 
 def migrate(conn: sqlite3.Connection, version: int, path: str) -> None:

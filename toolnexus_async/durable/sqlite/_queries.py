@@ -115,8 +115,8 @@ def load(conn: sqlite3.Connection, run_id: str) -> StoredRun:
     turn = row[3]
     results = conn.execute("SELECT call_id, record FROM results WHERE run_id = ?", (run_id,))
     requests = conn.execute(
-        "SELECT call_id, body, status, answer FROM requests WHERE run_id = ? AND turn = ?"
-        " ORDER BY seq",
+        "SELECT call_id, body, status, answer, raised_at, answered_at FROM requests"
+        " WHERE run_id = ? AND turn = ? ORDER BY seq",
         (run_id, turn),
     )
     return run_of(run_id, row, results, requests)

@@ -2,7 +2,7 @@
 
 Rules of this module:
 
-- The tables (schema version 5): ``runs`` (one row per run: status, owner, the current
+- The tables (schema version 6): ``runs`` (one row per run: status, owner, the current
   turn, the run's state through that turn as JSON, its final JSON, and the outcome and
   text a listing shows), ``workers`` (each worker's lease: one row covers every run it
   holds), ``results`` (the current turn's recorded calls), ``requests`` (every request of
@@ -15,8 +15,9 @@ Rules of this module:
   past its run: ``_answers``). The ``answered_by`` column of ``requests`` names the
   *worker* that took the answer (its name predates the audit trail); who gave it is in
   ``answers``. Files of versions 1 (halted runs only), 2 (no listing columns, no
-  ``events``), 3 (no ``mcp_tokens``) and 4 (no ``answers``) are migrated when opened, one
-  version at a time (``_ops.migrate``).
+  ``events``), 3 (no ``mcp_tokens``), 4 (no ``answers``) and 5 (no ``requests.raised_at``:
+  their requests keep it unknown, NULL) are migrated when opened, one version at a time
+  (``_ops.migrate``).
 - The indexes are partial where a query only ever looks at a few rows (held runs, runs
   let go, ended runs, pending, expiring and undelivered requests), so that the periodic
   queries of a host (what can go on, what to hand over) cost what they find, not what the
@@ -38,12 +39,13 @@ __all__ = (
     "UPGRADE_2",
     "UPGRADE_3",
     "UPGRADE_4",
+    "UPGRADE_5",
     "create",
 )
 
 # "TnxA": SQLite's header field for telling one application's files from another's.
 APPLICATION_ID = 0x546E7841
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # The statuses of a run that is not over, and of one that is. Queries spell them exactly
 # so: SQLite uses a partial index only for a query whose WHERE implies the index's.
@@ -129,7 +131,8 @@ SCHEMA = (
         kind TEXT,
         prompt TEXT,
         answered_at REAL,
-        answered_by TEXT)""",
+        answered_by TEXT,
+        raised_at REAL)""",
     "CREATE INDEX requests_by_run ON requests(run_id, turn)",
     "CREATE INDEX requests_pending ON requests(seq) WHERE status = 'pending'",
     "CREATE INDEX requests_expiring ON requests(expires_at)"
@@ -161,6 +164,9 @@ UPGRADE_3 = (MCP_TOKENS,)
 
 # Version 4 to 5: the audit trail, and nothing else.
 UPGRADE_4 = ANSWERS
+
+# Version 5 to 6: when each request was raised (where a traced resume's wait span begins).
+UPGRADE_5 = ("ALTER TABLE requests ADD COLUMN raised_at REAL",)
 
 
 def create(conn: sqlite3.Connection) -> None:

@@ -22,6 +22,11 @@ const STATUS_LABELS = { pending: "waiting for an answer" };
 const OUTPUT_IN_LIST = 160;
 // Characters of a step's output shown in the detail view before "Show all".
 const OUTPUT_IN_DETAIL = 4000;
+// What a run's card in the list shows of its prompt and final text (the detail view shows
+// all): a prompt of 10,000 characters, or of a thousand lines, must not fill the page.
+const PROMPT_IN_LIST = 280;
+const TEXT_IN_LIST = 1000;
+const LINES_IN_LIST = 8;
 
 export const runs = new Map(); // run id -> {li, data, steps: Map(call id -> <li>), ...}
 
@@ -67,8 +72,10 @@ export function dropRun(id) {
   runs.delete(id);
 }
 
-// When an event last told each run's status: a run fetched before that is older news.
-const statusAt = new Map();
+// When an event last told each run's status, and what it told: a run fetched before that
+// is older news, and the status it shows is the event's (even on a card the event came
+// too early to find: the page's first fetch of the runs races the stream's first events).
+const statusAt = new Map(); // run id -> {at, status}
 
 /**
  * Merge what is known about a run into its card, if the page shows it, and redraw it.
@@ -78,14 +85,17 @@ const statusAt = new Map();
 export function updateRun(run, create = false, asked = run?.[ASKED]) {
   if (!run || typeof run.id !== "string") return null;
   if (typeof run.prompt === "string") knowRunPrompt(run.id, run.prompt);
-  const older = asked !== undefined && statusAt.get(run.id) > asked;
-  if (asked === undefined && run.status) statusAt.set(run.id, performance.now());
+  const told = statusAt.get(run.id);
+  const older = asked !== undefined && told !== undefined && told.at > asked;
+  if (asked === undefined && run.status) {
+    statusAt.set(run.id, { at: performance.now(), status: run.status });
+  }
   if (!create && !runs.has(run.id)) return null;
   const entry = runEntry(run.id);
   const data = entry.data;
-  for (const [key, value] of Object.entries(run)) {
+  for (const [key, given] of Object.entries(run)) {
+    const value = key === "status" && older ? told.status : given;
     if (value === undefined || value === null || key === "steps") continue;
-    if (key === "status" && older) continue;
     // A stale snapshot (a re-sync racing "done") must not un-finish a run.
     if (key === "status" && FINAL.has(data.status) && !FINAL.has(value)) continue;
     // Once a request of the run was declined, it stays so.
@@ -96,8 +106,10 @@ export function updateRun(run, create = false, asked = run?.[ASKED]) {
   const status = data.status === "done" && data.declined ? "declined" : data.status || "running";
   entry.li.dataset.status = status;
   entry.status.textContent = STATUS_LABELS[status] || status;
-  entry.prompt.replaceChildren(...shownLines(escapeLines(data.prompt ?? ""), "auto"));
-  entry.text.replaceChildren(...(data.text ? shownLines(escapeLines(data.text), "auto") : []));
+  entry.prompt.replaceChildren(...shownLines(escapeLines(inList(data.prompt ?? "", PROMPT_IN_LIST)), "auto"));
+  entry.text.replaceChildren(
+    ...(data.text ? shownLines(escapeLines(inList(data.text, TEXT_IN_LIST)), "auto") : []),
+  );
   entry.text.hidden = !data.text;
   entry.error.replaceChildren(
     ...(data.error ? shownLines(escapeLines(`Error: ${data.error}`), "auto") : []),
@@ -105,6 +117,15 @@ export function updateRun(run, create = false, asked = run?.[ASKED]) {
   entry.error.hidden = !data.error;
   redrawWarning(entry);
   return entry;
+}
+
+/** `text` as a run's card in the list shows it: at most `limit` characters and
+ * LINES_IN_LIST lines, with "…" where it was cut. */
+function inList(text, limit) {
+  const lines = String(text).split("\n");
+  const few = lines.length > LINES_IN_LIST ? lines.slice(0, LINES_IN_LIST).join("\n") : String(text);
+  const { text: head, cut } = cutText(few, limit);
+  return cut || lines.length > LINES_IN_LIST ? `${head}…` : head;
 }
 
 function redrawWarning(entry) {
