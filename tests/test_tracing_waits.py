@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.conftest import assert_no_leaks
-from toolnexus_async import LlmClient, RunResult, Tracing
+from toolnexus_async import Answer, Inbox, LlmClient, RunResult, Tracing
 from toolnexus_async.durable import DurableHost, RunStore
 
 LIMIT = 60  # a fresh interpreter imports aiohttp, asyncpg and OpenTelemetry
@@ -276,3 +276,65 @@ async def check_migrated(
     assert wait["attributes"]["toolnexus.wait.outcome"] == "approved"
     # Unknown raise time: an instant at the resume, with no seconds.
     assert wait["start"] == wait["end"] and "toolnexus.wait.seconds" not in wait["attributes"]
+
+
+async def test_a_wait_taken_over_from_a_dead_worker_spans_from_its_raise(
+    kept: tuple[str, str], tmp_path: Path
+) -> None:
+    """Host A parks the run on its approval and stops being heard of (its upkeep cancelled,
+    as if SIGKILLed); host B takes the run over once A's lease ran out and waits on. B's
+    wait span starts when the store says the request was raised, not at the takeover."""
+    kind, where = kept
+    ns = agent(tmp_path)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    dead_inbox, inbox = Inbox(), Inbox()
+    results: list[RunResult] = []
+    with anyio.fail_after(LIMIT):
+        async with (
+            ns["open_store"](kind, where) as store_a,
+            ns["open_store"](kind, where) as store_b,
+            LlmClient.in_process(ns["model"], wait_for=dead_inbox) as dead_client,
+            LlmClient.in_process(
+                ns["model"], wait_for=inbox, tracing=Tracing(tracer_provider=provider)
+            ) as client,
+            DurableHost(
+                client, ns["toolkit"](), store_b, on_result=results.append, lease=1.0, sweep=0.02
+            ) as other,
+            DurableHost(dead_client, ns["toolkit"](), store_a, lease=1.0) as dead,
+            anyio.create_task_group() as doomed,
+        ):
+            doomed.start_soon(dead.run, "pay the invoice")
+            await until(lambda: len(dead_inbox) == 1)
+            background = dead._background
+            assert background is not None
+            background.cancel()  # nothing renews A's lease from now on
+            await until(lambda: len(inbox) == 1)  # B took the run over and waits on
+            (request,) = inbox.pending()
+            (asked,) = await other.outstanding()
+            assert asked.request.id == request.id
+            raised = (await store_b.load(asked.run_id)).requests["c1"].raised_at
+            assert raised is not None
+            await other.answer(Answer(request.id, True), answered_by="user:alice")
+            await until(lambda: bool(results))
+            doomed.cancel_scope.cancel()
+    assert results[0].text == "paid 30"
+    (resumed,) = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent"]
+    (wait,) = [s for s in exporter.get_finished_spans() if s.name == "wait approval"]
+    assert wait.parent is not None and wait.parent.span_id == resumed.context.span_id
+    assert wait.attributes is not None and wait.start_time is not None
+    assert wait.end_time is not None and resumed.start_time is not None
+    assert wait.start_time == int(raised * 1e9) < resumed.start_time
+    assert wait.attributes["toolnexus.wait.resumed"] is True
+    assert wait.attributes["toolnexus.wait.outcome"] == "approved"
+    seconds = wait.attributes["toolnexus.wait.seconds"]
+    assert isinstance(seconds, float)
+    assert abs(seconds - (wait.end_time - wait.start_time) / 1e9) < 0.05
+    provider.shutdown()
+    assert_no_leaks()
+
+
+async def until(condition: Any) -> None:
+    while not condition():
+        await anyio.lowlevel.checkpoint()

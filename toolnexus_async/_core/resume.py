@@ -37,7 +37,9 @@ class ResumePlan:
 
     ``waited``: for an answered call of a stored run, when its request was raised and when
     the answer was taken (seconds since the epoch; the second ``None`` when not known), as
-    the store kept them; a traced resume spans each wait over them.
+    the store kept them; a traced resume spans each wait over them. A call waited for again
+    has its raise time there too (and ``None``): its wait's span starts then, not when this
+    worker took the run over.
     """
 
     turn: HaltedTurn

@@ -55,7 +55,7 @@ from .._core.results import RunResult
 from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
 from .._core.version import __version__
 from .otel_calls import TracedModel, TracedTools, failed
-from .tracing import Tracing, resumed_wait
+from .tracing import Tracing, resumed_wait, still_waited
 
 if TYPE_CHECKING:
     from .._core.messages import ToolCall
@@ -74,6 +74,8 @@ SUSPENDED_AT = "suspended_at"
 # The carrier of the run being driven, so that a suspension can stamp its time in it (the
 # same dict the run's results carry, so the durable journal keeps it as it goes).
 _CARRIER: ContextVar[dict[str, str] | None] = ContextVar("toolnexus_trace_carrier", default=None)
+# A resumed run's requests still waited for: when each was raised (ns, by request id).
+_RAISED: ContextVar[dict[str, int] | None] = ContextVar("toolnexus_wait_raised", default=None)
 
 
 def _suspended() -> None:
@@ -162,16 +164,19 @@ class RunTracer:
         loop.trace = carrier  # before the run keeps anything: every result carries it
         token = otel_context.attach(current)
         stamping = _CARRIER.set(carrier)
+        raised = _RAISED.set(still_waited(spec.plan))
         try:
             if spec.plan is not None:
                 self._answered_while_halted(spec.plan, suspended_at)
             result = await inner(spec)
         except BaseException as exc:
+            _RAISED.reset(raised)
             _CARRIER.reset(stamping)
             otel_context.detach(token)
             failed(span, exc)
             span.end()
             raise
+        _RAISED.reset(raised)
         _CARRIER.reset(stamping)
         otel_context.detach(token)
         usage = result.usage
@@ -323,12 +328,20 @@ class RunTracer:
 
     async def wait(self, call: ToolCall, request: Request, asked: Awaitable[Answer]) -> Answer:
         """Await ``asked`` (a resolver's answer to ``request``) inside its wait span."""
+        attributes = self._wait_attributes(request, call.name, call.id)
+        started = time.perf_counter()
+        since = (_RAISED.get() or {}).get(request.id)
+        if since is not None:  # raised before this worker took the run over
+            now = time.time_ns()
+            since = min(since, now)
+            started -= (now - since) / 1e9
+            attributes["toolnexus.wait.resumed"] = True
         span = self._tracer.start_span(
             f"wait {request.kind}",
             kind=SpanKind.INTERNAL,
-            attributes=self._wait_attributes(request, call.name, call.id),
+            attributes=attributes,
+            start_time=since,
         )
-        started = time.perf_counter()
         _suspended()
         outcome = "unresolved"
         try:

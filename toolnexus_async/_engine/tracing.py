@@ -19,11 +19,14 @@ import logging
 import os
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .._core.errors import UsageError
+
+if TYPE_CHECKING:
+    from .._core.resume import ResumePlan
 
 __all__ = (
     "CONTENT_ENV",
@@ -31,6 +34,7 @@ __all__ = (
     "otel_missing",
     "require_otel",
     "resumed_wait",
+    "still_waited",
     "run_extra",
     "tool_raised",
 )
@@ -113,6 +117,17 @@ def resumed_wait(
     if suspended_at is not None and suspended_at <= now:
         return suspended_at, now
     return None, now
+
+
+def still_waited(plan: ResumePlan | None) -> dict[str, int] | None:
+    """The requests ``plan`` waits for again whose raise time the store kept (ns, by id)."""
+    if plan is None or not plan.waiting:
+        return None
+    return {
+        request.id: int(plan.waited[call_id][0] * 1e9)
+        for call_id, request in plan.waiting.items()
+        if call_id in plan.waited
+    }
 
 
 def run_extra(run_id: str | None) -> dict[str, Any]:

@@ -279,7 +279,7 @@ def plan_of(
             ended = None if left is None else at + min(left, 0.0)  # when it expired
         else:
             waiting[call.id] = request
-            continue
+            ended = None  # waited for on
         if asked.raised_at is not None:
             waited[call.id] = (asked.raised_at, ended)
     turn = HaltedTurn(
