@@ -102,6 +102,9 @@ class RunResult(Generic[OutputT]):
             from its JSON form has the JSON value here, unless resumed with the type.
         output_data: the validated JSON ``output`` was built from.
         output_spec: the run's :class:`OutputSpec` (schema and method), kept across halts.
+        output_retries_used: how many invalid replies were sent back to be corrected so
+            far; kept across halts, so a resumed run has only the rest of
+            ``output_spec.retries`` left.
     """
 
     status: RunStatus
@@ -121,6 +124,7 @@ class RunResult(Generic[OutputT]):
     output: OutputT | None = None
     output_data: Any = None
     output_spec: _output.OutputSpec | None = None
+    output_retries_used: int = 0
 
     @property
     def output_method(self) -> str | None:
@@ -253,7 +257,11 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
         "refusal": run.refusal,
         # Kept only when the run has an output type: the JSON of other runs is unchanged.
         **(
-            {"output_spec": run.output_spec.to_dict(), "output": run.output_data}
+            {
+                "output_spec": run.output_spec.to_dict(),
+                "output": run.output_data,
+                "output_retries_used": run.output_retries_used,
+            }
             if run.output_spec is not None
             else {}
         ),
@@ -343,6 +351,8 @@ def run_from_dict(payload: object) -> RunResult:
     spec = payload.get("output_spec")
     output_spec = _output.OutputSpec.from_dict(spec) if spec is not None else None
     output = payload.get("output") if output_spec is not None else None
+    # Absent from runs stored before it was kept: they had used none, as far as we know.
+    used = _int(payload, "output_retries_used") if "output_retries_used" in payload else 0
     return RunResult(
         status=status,
         text=text,
@@ -367,6 +377,7 @@ def run_from_dict(payload: object) -> RunResult:
         output=output,
         output_data=output,
         output_spec=output_spec,
+        output_retries_used=used,
     )
 
 

@@ -216,9 +216,11 @@ class Engine:
         records: Sequence[ToolCallRecord] = (),
         trace: dict[str, str] | None = None,
         output: OutputSpec | None = None,
+        output_tries: int = 0,
     ) -> RunLoop:
         """The loop of a run that goes on from its halted ``turn`` (``trace``: the halted
-        run's trace context, which a traced resume continues)."""
+        run's trace context, which a traced resume continues; ``output_tries``: the output
+        retries it had used)."""
         return RunLoop.resume(
             turn,
             turns=turns,
@@ -230,6 +232,7 @@ class Engine:
             style=self.style,
             trace=trace,
             output=output,
+            output_tries=output_tries,
         )
 
     def drive(self, spec: RunSpec) -> Awaitable[RunResult]:

@@ -81,6 +81,7 @@ class Resuming:
             records=halted.tool_calls,
             trace=halted.trace_context,
             output=stored_output(halted.output_spec, output_type),
+            output_tries=halted.output_retries_used,
         )
         result = await engine.drive(RunSpec(loop, toolkit, plan, on_tools_done=on_tools_done))
         await self._after_resume(halted, result)
