@@ -49,19 +49,17 @@ async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
     return ToolResult.ok(f"paid {amount}")
 
 
-# The resuming process: no Receipt anywhere, only the stored run. Its model's first answer
-# breaks the schema (a string where an integer is due), its second keeps it.
-CHILD = """
+# What the resuming processes share: no Receipt anywhere, only the stored run and the tool.
+CHILD_HEAD = """
 import json, sys
 
 import anyio
 
-from toolnexus_async import Answer, LlmClient, Request, ToolContext, Toolkit, ToolResult
-from toolnexus_async import define_tool
+from toolnexus_async import Answer, LlmClient, OutputValidationError, Request, ToolContext
+from toolnexus_async import Toolkit, ToolResult, UserMessage, define_tool
 from toolnexus_async.durable import SqliteRunStore, resume_stored
 
 DB, REQUEST = sys.argv[1:3]
-SEEN = []
 
 
 @define_tool
@@ -70,8 +68,12 @@ async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
     if ctx is None or ctx.answer is None:
         return ToolResult.pending(Request("", "approval", f"Pay {amount} EUR?"))
     return ToolResult.ok(f"paid {amount}")
+"""
 
-
+# The resuming process whose model's first answer breaks the schema (a string where an
+# integer is due), and its second keeps it.
+CHILD = CHILD_HEAD + """
+SEEN = []
 REPLIES = iter(['{"paid": "30", "note": "ok"}', '{"paid": 30, "note": "ok"}'])
 
 
@@ -160,27 +162,8 @@ async def test_a_halted_typed_run_resumed_with_its_type_builds_it(tmp_path: Path
 
 # The resuming process for the retry count: it reports how many corrections it sent and
 # whether the run ended with a typed error or a value.
-CHILD_RETRIES = """
-import json, sys
-
-import anyio
-
-from toolnexus_async import Answer, LlmClient, OutputValidationError, Request, ToolContext
-from toolnexus_async import Toolkit, ToolResult, UserMessage, define_tool
-from toolnexus_async.durable import SqliteRunStore, resume_stored
-
-DB, REQUEST = sys.argv[1:3]
+CHILD_RETRIES = CHILD_HEAD + """
 TOLD = []
-
-
-@define_tool
-async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
-    \"\"\"Pay; needs approval.\"\"\"
-    if ctx is None or ctx.answer is None:
-        return ToolResult.pending(Request("", "approval", f"Pay {amount} EUR?"))
-    return ToolResult.ok(f"paid {amount}")
-
-
 REPLIES = iter(["still not JSON", "nor this", '{"paid": 30, "note": "ok"}'])
 
 

@@ -502,6 +502,8 @@ class RunLoop:
                 text, refusal = message.text or "", message.refusal
                 break
         self._expect = _Expect.NOTHING
+        if self.output is None and status == "done" and refusal is None:
+            output = (text, None)  # a run without an output type: its text is its output
         self._result = RunResult(
             status=status,
             text=text,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Literal, Self
+from typing import Generic, Literal, Self
 
 import anyio
 import attrs
@@ -31,7 +31,7 @@ from .._core.fastinit import fast_init
 from .._core.messages import Usage
 from .._core.output import WRAP_KEY
 from .._core.partial_json import parse_partial
-from .._core.results import RunResult
+from .._core.results import OutputT, RunResult
 from .._core.types import Request
 
 __all__ = (
@@ -129,10 +129,11 @@ class StreamOutput:
 
 @fast_init
 @attrs.frozen
-class StreamDone:
-    """The run is over; the last event."""
+class StreamDone(Generic[OutputT]):
+    """The run is over; the last event. ``result`` is typed as the run is: a
+    ``RunResult[Order]`` for ``stream(..., output_type=Order)``."""
 
-    result: RunResult
+    result: RunResult[OutputT]
     kind: Literal["done"] = attrs.field(default="done", init=False)
 
 
@@ -144,18 +145,20 @@ StreamEvent = (
     | StreamPending
     | StreamUsage
     | StreamOutput
-    | StreamDone
+    | StreamDone[OutputT]
 )
 Sink = Callable[[StreamEvent], None]
 
 
-class RunStream:
+class RunStream(Generic[OutputT]):
     """The events of one run: ``async with client.stream(...) as events: async for e in events``.
 
-    Leaving the ``async with`` stops the run if it is still going.
+    Leaving the ``async with`` stops the run if it is still going. Its last event, a
+    :class:`StreamDone`, carries the result typed as the run's output
+    (``RunStream[Order]`` for ``output_type=Order``).
     """
 
-    def __init__(self, start: Callable[[Sink], Awaitable[RunResult]]) -> None:
+    def __init__(self, start: Callable[[Sink], Awaitable[RunResult[OutputT]]]) -> None:
         self._start = start
         self._tg: TaskGroup | None = None
         self._send: MemoryObjectSendStream[StreamEvent] | None = None
@@ -187,7 +190,7 @@ class RunStream:
     def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> StreamEvent:
+    async def __anext__(self) -> StreamEvent[OutputT]:
         if self._tg is None and not self._closed:
             raise UsageError(
                 "iterate a run stream inside `async with client.stream(...) as events:`; "
