@@ -72,7 +72,9 @@ async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
 
 # The resuming process whose model's first answer breaks the schema (a string where an
 # integer is due), and its second keeps it.
-CHILD = CHILD_HEAD + """
+CHILD = (
+    CHILD_HEAD
+    + """
 SEEN = []
 REPLIES = iter(['{"paid": "30", "note": "ok"}', '{"paid": 30, "note": "ok"}'])
 
@@ -91,6 +93,7 @@ async def main():
 
 anyio.run(main)
 """
+)
 
 
 def child_env() -> dict[str, str]:
@@ -162,7 +165,9 @@ async def test_a_halted_typed_run_resumed_with_its_type_builds_it(tmp_path: Path
 
 # The resuming process for the retry count: it reports how many corrections it sent and
 # whether the run ended with a typed error or a value.
-CHILD_RETRIES = CHILD_HEAD + """
+CHILD_RETRIES = (
+    CHILD_HEAD
+    + """
 TOLD = []
 REPLIES = iter(["still not JSON", "nor this", '{"paid": 30, "note": "ok"}'])
 
@@ -186,6 +191,7 @@ async def main():
 
 anyio.run(main)
 """
+)
 
 
 async def halt_after_a_correction(db: Path) -> Any:
