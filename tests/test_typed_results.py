@@ -93,6 +93,12 @@ async def test_the_client_entries_are_typed_by_the_output_type():
     # No output type: a done run's output is its text.
     for text in (plain.output, asked_plain.output, held_plain.output, plain_done.result.output):
         assert text == POINT
+    # The output keywords are taken as **options: a misspelt one is still refused.
+    async with LlmClient.in_process(lambda m, t: POINT) as client, no_tools() as toolkit:
+        with pytest.raises(TypeError, match="unexpected keyword argument 'output_retry'"):
+            await client.run("go", toolkit, output_type=Point, output_retry=2)  # type: ignore[call-overload]
+        with pytest.raises(TypeError, match="ask\\(\\) got an unexpected keyword"):
+            await client.ask("go", toolkit, output_methd="tool")  # type: ignore[call-overload]
 
 
 async def test_a_plain_runs_output_is_its_text_only_once_done():
@@ -106,7 +112,8 @@ async def test_a_plain_runs_output_is_its_text_only_once_done():
     assert again.output is None and again == halted
     async with LlmClient.in_process(lambda m, t: "yes") as client, no_tools() as toolkit:
         done = await client.run("go", toolkit)
-    assert RunResult.from_dict(done.to_dict()) == done
+    assert done.output == "yes"
+    assert RunResult.from_dict(done.to_dict()) == done  # read back, its output is its text
     assert "output" not in done.to_dict()  # the JSON of a run without an output type is as it was
 
 
@@ -162,11 +169,3 @@ async def test_a_run_can_be_handed_to_a_task_group_as_it_is():
             tg.start_soon(client.run, "go", toolkit)
             tg.start_soon(keep, "go", toolkit)
     assert [r.output for r in results] == ["hi"]
-
-
-async def test_an_unknown_output_keyword_is_refused():
-    async with LlmClient.in_process(lambda m, t: POINT) as client, no_tools() as toolkit:
-        with pytest.raises(TypeError, match="unexpected keyword argument 'output_retry'"):
-            await client.run("go", toolkit, output_type=Point, output_retry=2)  # type: ignore[call-overload]
-        with pytest.raises(TypeError, match="ask\\(\\) got an unexpected keyword"):
-            await client.ask("go", toolkit, output_methd="tool")  # type: ignore[call-overload]
