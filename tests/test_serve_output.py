@@ -18,6 +18,7 @@ from toolnexus_async import (
     LlmClient,
     Message,
     Request,
+    SystemMessage,
     ToolCall,
     ToolContext,
     Toolkit,
@@ -61,7 +62,7 @@ class Model:
         last = messages[-1]
         if isinstance(last, UserMessage) and "JSON Schema" in last.text and len(messages) > 2:
             self.told.append(last.text)
-        self.instructions.extend(m.text for m in messages[:2] if hasattr(m, "text"))
+        self.instructions.extend(m.text for m in messages[:2] if isinstance(m, SystemMessage))
         if self.ask_first and not any(isinstance(m, ToolReturn) for m in messages):
             return AssistantMessage(None, (ToolCall("c1", "reserve", {"sku": "A-17"}),))
         return self.replies.pop(0)

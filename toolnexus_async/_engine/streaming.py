@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Generic, Literal, Self
+from typing import TYPE_CHECKING, Generic, Literal, Self
 
 import anyio
 import attrs
@@ -137,16 +137,30 @@ class StreamDone(Generic[OutputT]):
     kind: Literal["done"] = attrs.field(default="done", init=False)
 
 
-StreamEvent = (
-    StreamText
-    | StreamReasoning
-    | StreamToolCall
-    | StreamToolResult
-    | StreamPending
-    | StreamUsage
-    | StreamOutput
-    | StreamDone[OutputT]
-)
+if TYPE_CHECKING:
+    # Generic for mypy (a RunStream[Order] yields a StreamDone[Order]); at run time the
+    # plain union of the classes, so that isinstance(event, StreamEvent) still works.
+    StreamEvent = (
+        StreamText
+        | StreamReasoning
+        | StreamToolCall
+        | StreamToolResult
+        | StreamPending
+        | StreamUsage
+        | StreamOutput
+        | StreamDone[OutputT]
+    )
+else:
+    StreamEvent = (
+        StreamText
+        | StreamReasoning
+        | StreamToolCall
+        | StreamToolResult
+        | StreamPending
+        | StreamUsage
+        | StreamOutput
+        | StreamDone
+    )
 Sink = Callable[[StreamEvent], None]
 
 
