@@ -101,6 +101,21 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
 
 
+async def resume_in_a_child(tmp_path: Path, code: str, db: Path, request_id: str) -> Any:
+    """Run ``code`` in another interpreter on the store ``db`` and the answered request;
+    what it printed, as JSON."""
+    script = tmp_path / "child.py"
+    script.write_text(code)
+    with anyio.fail_after(LIMIT):
+        done = await anyio.run_process(
+            [sys.executable, "-W", "error", str(script), str(db), request_id],
+            env=child_env(),
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout)
+
+
 def toolkit() -> Toolkit:
     return Toolkit.create(builtins=False, extra_tools=[pay])
 
@@ -125,16 +140,7 @@ async def test_a_halted_typed_run_is_resumed_by_another_process(tmp_path: Path):
     # What the store keeps says which schema the output must match.
     assert stored.state.output_spec == halted.output_spec
 
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    with anyio.fail_after(LIMIT):
-        done = await anyio.run_process(
-            [sys.executable, "-W", "error", str(script), str(db), halted.pending.id],
-            env=child_env(),
-            check=False,
-        )
-    assert done.returncode == 0, done.stderr.decode()
-    out = json.loads(done.stdout)
+    out = await resume_in_a_child(tmp_path, CHILD, db, halted.pending.id)
     result = out["result"]
     assert result["status"] == "done"
     assert result["run_id"] == halted.run_id
@@ -233,15 +239,7 @@ async def test_the_retries_used_survive_a_halt_in_the_same_process(tmp_path: Pat
 async def test_the_retries_used_survive_a_halt_resumed_by_another_process(tmp_path: Path):
     db = tmp_path / "runs.db"
     halted = await halt_after_a_correction(db)
-    script = tmp_path / "child.py"
-    script.write_text(CHILD_RETRIES)
-    with anyio.fail_after(LIMIT):
-        done = await anyio.run_process(
-            [sys.executable, "-W", "error", str(script), str(db), halted.pending.id],
-            env=child_env(),
-            check=False,
-        )
-    assert done.returncode == 0, done.stderr.decode()
+    out = await resume_in_a_child(tmp_path, CHILD_RETRIES, db, halted.pending.id)
     # The other process had one correction left: it sent it, and the second invalid reply
     # ended the run (with a fresh count of 2 the third reply would have passed).
-    assert json.loads(done.stdout) == {"status": "invalid", "used": 2, "told": 1}
+    assert out == {"status": "invalid", "used": 2, "told": 1}

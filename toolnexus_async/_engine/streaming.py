@@ -137,30 +137,22 @@ class StreamDone(Generic[OutputT]):
     kind: Literal["done"] = attrs.field(default="done", init=False)
 
 
+# Every event but the last, whatever the run's output type.
+StreamStep = (
+    StreamText
+    | StreamReasoning
+    | StreamToolCall
+    | StreamToolResult
+    | StreamPending
+    | StreamUsage
+    | StreamOutput
+)
 if TYPE_CHECKING:
     # Generic for mypy (a RunStream[Order] yields a StreamDone[Order]); at run time the
     # plain union of the classes, so that isinstance(event, StreamEvent) still works.
-    StreamEvent = (
-        StreamText
-        | StreamReasoning
-        | StreamToolCall
-        | StreamToolResult
-        | StreamPending
-        | StreamUsage
-        | StreamOutput
-        | StreamDone[OutputT]
-    )
+    StreamEvent = StreamStep | StreamDone[OutputT]
 else:
-    StreamEvent = (
-        StreamText
-        | StreamReasoning
-        | StreamToolCall
-        | StreamToolResult
-        | StreamPending
-        | StreamUsage
-        | StreamOutput
-        | StreamDone
-    )
+    StreamEvent = StreamStep | StreamDone
 Sink = Callable[[StreamEvent], None]
 
 
