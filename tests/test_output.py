@@ -347,9 +347,9 @@ async def test_the_output_is_typed_for_mypy():
         plain = await client.run("go", toolkit)
     assert_type(result, RunResult[Point])
     assert_type(result.output, Point | None)
-    assert_type(plain, RunResult)
+    assert_type(plain, RunResult[str])
     assert result.output is not None and result.output.x == 1
-    assert (plain.output, plain.text) == (None, "hello")
+    assert (plain.output, plain.text) == ("hello", "hello")
 
 
 def test_a_spec_is_made_once_per_output_type():

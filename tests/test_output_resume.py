@@ -13,15 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from toolnexus_async import (
     Answer,
     LlmClient,
     Message,
+    OutputValidationError,
     Request,
+    RunResult,
     ToolContext,
     Toolkit,
     ToolResult,
+    UserMessage,
     define_tool,
 )
 from toolnexus_async.durable import DurableHost, SqliteRunStore
@@ -45,19 +49,17 @@ async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
     return ToolResult.ok(f"paid {amount}")
 
 
-# The resuming process: no Receipt anywhere, only the stored run. Its model's first answer
-# breaks the schema (a string where an integer is due), its second keeps it.
-CHILD = """
+# What the resuming processes share: no Receipt anywhere, only the stored run and the tool.
+CHILD_HEAD = """
 import json, sys
 
 import anyio
 
-from toolnexus_async import Answer, LlmClient, Request, ToolContext, Toolkit, ToolResult
-from toolnexus_async import define_tool
+from toolnexus_async import Answer, LlmClient, OutputValidationError, Request, ToolContext
+from toolnexus_async import Toolkit, ToolResult, UserMessage, define_tool
 from toolnexus_async.durable import SqliteRunStore, resume_stored
 
 DB, REQUEST = sys.argv[1:3]
-SEEN = []
 
 
 @define_tool
@@ -66,8 +68,14 @@ async def pay(amount: int, ctx: ToolContext | None = None) -> ToolResult:
     if ctx is None or ctx.answer is None:
         return ToolResult.pending(Request("", "approval", f"Pay {amount} EUR?"))
     return ToolResult.ok(f"paid {amount}")
+"""
 
-
+# The resuming process whose model's first answer breaks the schema (a string where an
+# integer is due), and its second keeps it.
+CHILD = (
+    CHILD_HEAD
+    + """
+SEEN = []
 REPLIES = iter(['{"paid": "30", "note": "ok"}', '{"paid": 30, "note": "ok"}'])
 
 
@@ -85,11 +93,27 @@ async def main():
 
 anyio.run(main)
 """
+)
 
 
 def child_env() -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[1])
     return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+
+
+async def resume_in_a_child(tmp_path: Path, code: str, db: Path, request_id: str) -> Any:
+    """Run ``code`` in another interpreter on the store ``db`` and the answered request;
+    what it printed, as JSON."""
+    script = tmp_path / "child.py"
+    script.write_text(code)
+    with anyio.fail_after(LIMIT):
+        done = await anyio.run_process(
+            [sys.executable, "-W", "error", str(script), str(db), request_id],
+            env=child_env(),
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout)
 
 
 def toolkit() -> Toolkit:
@@ -116,16 +140,7 @@ async def test_a_halted_typed_run_is_resumed_by_another_process(tmp_path: Path):
     # What the store keeps says which schema the output must match.
     assert stored.state.output_spec == halted.output_spec
 
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    with anyio.fail_after(LIMIT):
-        done = await anyio.run_process(
-            [sys.executable, "-W", "error", str(script), str(db), halted.pending.id],
-            env=child_env(),
-            check=False,
-        )
-    assert done.returncode == 0, done.stderr.decode()
-    out = json.loads(done.stdout)
+    out = await resume_in_a_child(tmp_path, CHILD, db, halted.pending.id)
     result = out["result"]
     assert result["status"] == "done"
     assert result["run_id"] == halted.run_id
@@ -152,3 +167,79 @@ async def test_a_halted_typed_run_resumed_with_its_type_builds_it(tmp_path: Path
         )
     assert result.output == Receipt(30, "approved")
     assert result.output_method == "prompt"
+
+
+# The resuming process for the retry count: it reports how many corrections it sent and
+# whether the run ended with a typed error or a value.
+CHILD_RETRIES = (
+    CHILD_HEAD
+    + """
+TOLD = []
+REPLIES = iter(["still not JSON", "nor this", '{"paid": 30, "note": "ok"}'])
+
+
+def model(messages, tools):
+    if isinstance(messages[-1], UserMessage) and "JSON Schema" in messages[-1].text:
+        TOLD.append(messages[-1].text)
+    return next(REPLIES)
+
+
+async def main():
+    toolkit = Toolkit.create(builtins=False, extra_tools=[pay])
+    async with SqliteRunStore(DB) as store, LlmClient.in_process(model) as client:
+        try:
+            result = await resume_stored(client, toolkit, store, Answer(REQUEST, True))
+            out = {"status": result.status, "used": result.output_retries_used}
+        except OutputValidationError as exc:
+            out = {"status": "invalid", "used": exc.run.output_retries_used}
+    print(json.dumps({**out, "told": len(TOLD)}))
+
+
+anyio.run(main)
+"""
+)
+
+
+async def halt_after_a_correction(db: Path) -> Any:
+    """A run allowed 2 output retries that used 1 (a reply that was not JSON) and then
+    halted on a tool's request, kept in the store at ``db``."""
+    model = ScriptedModel(
+        reply("not JSON at all"), reply(tool_call("pay", {"amount": 30}, id="c1"))
+    )
+    async with (
+        SqliteRunStore(db) as store,
+        LlmClient.in_process(model) as client,
+        DurableHost(client, toolkit(), store) as host,
+    ):
+        halted = await host.run("pay 30", output_type=Receipt, output_retries=2)
+    return halted
+
+
+async def test_the_retries_used_survive_a_halt_in_the_same_process(tmp_path: Path):
+    halted = await halt_after_a_correction(tmp_path / "runs.db")
+    assert (halted.status, halted.output_retries_used) == ("pending", 1)
+    stored = RunResult.from_dict(json.loads(json.dumps(halted.to_dict())))
+    assert stored.output_retries_used == 1
+    told: list[str] = []
+
+    def model(messages: list[Message], tools: list[Any]) -> str:
+        last = messages[-1]
+        if isinstance(last, UserMessage) and "JSON Schema" in last.text:
+            told.append(last.text)
+        return "again no JSON"
+
+    async with LlmClient.in_process(model) as client, toolkit() as tools:
+        with pytest.raises(OutputValidationError) as caught:
+            await client.resume(stored, tools, answers=Answer(halted.pending.id, True))
+    # 2 allowed, 1 used before the halt: one correction after it, not two.
+    assert len(told) == 1
+    assert caught.value.run.output_retries_used == 2
+
+
+async def test_the_retries_used_survive_a_halt_resumed_by_another_process(tmp_path: Path):
+    db = tmp_path / "runs.db"
+    halted = await halt_after_a_correction(db)
+    out = await resume_in_a_child(tmp_path, CHILD_RETRIES, db, halted.pending.id)
+    # The other process had one correction left: it sent it, and the second invalid reply
+    # ended the run (with a fresh count of 2 the third reply would have passed).
+    assert out == {"status": "invalid", "used": 2, "told": 1}

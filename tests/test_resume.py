@@ -427,7 +427,7 @@ async def test_the_answers_are_named_so_they_cannot_be_swapped():
     halted = await halt(ledger, toolkit)
     async with LlmClient.in_process(ScriptedModel()) as client:
         with pytest.raises(TypeError, match="positional argument"):
-            await client.resume(halted, True, toolkit)  # type: ignore[call-arg,arg-type]
+            await client.resume(halted, True, toolkit)  # type: ignore[call-overload]
         with pytest.raises(TypeError, match="answers"):
-            await client.resume(halted, toolkit)  # type: ignore[call-arg]
+            await client.resume(halted, toolkit)  # type: ignore[call-overload]
     assert ledger.looked_up == 1

@@ -21,7 +21,13 @@ from toolnexus_async import (
 )
 from toolnexus_async._core.codecs import codec_for
 from toolnexus_async._core.codecs._sse import SSEEvent, SSEParser
-from toolnexus_async._core.codecs._stream import Delta, ReasoningDelta, StreamDecoder, TextDelta
+from toolnexus_async._core.codecs._stream import (
+    ArgumentsDelta,
+    Delta,
+    ReasoningDelta,
+    StreamDecoder,
+    TextDelta,
+)
 from toolnexus_async._core.codecs.anthropic import AnthropicCodec
 from toolnexus_async._core.codecs.anthropic_stream import AnthropicStreamDecoder
 from toolnexus_async._core.codecs.openai import OpenAICodec
@@ -280,7 +286,15 @@ def test_openai_parallel_tool_calls_are_assembled_by_index():
         "[DONE]",
     )
     deltas, reply = stream_reply(openai, raw)
-    assert deltas == []
+    # Each call's pieces, as they came, told apart by their index.
+    assert deltas == [
+        ArgumentsDelta("get_weather", '{"ci', 0),
+        ArgumentsDelta("get_weather", '{"city": "Ro', 1),
+        ArgumentsDelta("get_weather", 'ty": "Os', 0),
+        ArgumentsDelta("get_weather", 'me", "da', 1),
+        ArgumentsDelta("get_weather", 'ys": 2}', 1),
+        ArgumentsDelta("get_weather", 'lo"}', 0),
+    ]
     assert reply.message.text is None
     assert reply.message.tool_calls == (
         ToolCall("call_a", "get_weather", {"city": "Oslo"}),
@@ -605,7 +619,19 @@ def test_anthropic_text_then_two_tool_uses_with_json_split_mid_token():
         *a_end("tool_use", 60),
     ]
     deltas, reply = stream_reply(anthropic, anthropic_sse(*events))
-    assert deltas == [TextDelta("Checking.")]
+    assert deltas[0] == TextDelta("Checking.")
+    # The arguments' pieces, as they came (an empty one is no piece), by content block.
+    assert deltas[1:] == [
+        ArgumentsDelta("get_weather", piece, index)
+        for index, piece in [
+            (1, '{"ci'),
+            (1, 'ty": "Os'),
+            (1, 'lo"}'),
+            (2, '{"city": "Ro'),
+            (2, 'me", "da'),
+            (2, 'ys": 2}'),
+        ]
+    ]
     assert reply.message.text == "Checking."
     assert reply.message.tool_calls == (
         ToolCall("toolu_a", "get_weather", {"city": "Oslo"}),

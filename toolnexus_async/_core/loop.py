@@ -45,7 +45,8 @@ Rules kept here, each pinned by a test in ``tests/test_loop.py``:
    says why (the engine raises it as :class:`OutputValidationError`). A refusal ends the
    run ``"done"`` with no output: it is never read as an invalid reply. The output tool's
    call is answered in the transcript (which stays paired) and never executed, nor are the
-   other calls of its reply.
+   other calls of its reply. The retries used are part of every result, so a run that
+   halts and is resumed goes on with those it has left, not with ``retries`` afresh.
 """
 
 from __future__ import annotations
@@ -236,13 +237,16 @@ class RunLoop:
         style: str | None = None,
         trace: dict[str, str] | None = None,
         output: OutputSpec | None = None,
+        output_tries: int = 0,
     ) -> RunLoop:
         """A loop that continues a halted run: it expects the halted turn's tool outcomes.
 
         The halted turn's results (the kept ones and the new ones) enter the transcript in
         tool-call order, exactly one per call, and no new user message is added.
+        ``output_tries``: the output retries the run had used before it halted.
         """
         loop = cls(None, max_turns=max_turns, run_id=run_id, style=style, output=output)
+        loop._output_tries = output_tries
         loop.messages = list(halted.before)
         loop.messages.append(halted.assistant)
         loop.turns = turns
@@ -274,6 +278,7 @@ class RunLoop:
         loop.model = state.model
         loop.records = list(state.tool_calls)
         loop.trace = state.trace_context
+        loop._output_tries = state.output_retries_used
         return loop
 
     def snapshot(self) -> RunResult:
@@ -293,6 +298,7 @@ class RunLoop:
             style=self.style,
             trace_context=self.trace,
             output_spec=self.output,
+            output_retries_used=self._output_tries,
         )
 
     @property
@@ -496,6 +502,8 @@ class RunLoop:
                 text, refusal = message.text or "", message.refusal
                 break
         self._expect = _Expect.NOTHING
+        if self.output is None and status == "done" and refusal is None:
+            output = (text, None)  # a run without an output type: its text is its output
         self._result = RunResult(
             status=status,
             text=text,
@@ -514,5 +522,6 @@ class RunLoop:
             output=output[0],
             output_data=output[1],
             output_spec=self.output,
+            output_retries_used=self._output_tries,
         )
         return self._result

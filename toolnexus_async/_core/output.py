@@ -29,7 +29,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import attrs
 
@@ -41,9 +41,11 @@ from .validation import validator_for
 __all__ = (
     "OUTPUT_TOOL",
     "OutputMethod",
+    "OutputOptions",
     "OutputSpec",
     "OutputTool",
     "output_spec",
+    "read_options",
     "stored_output",
 )
 
@@ -60,6 +62,29 @@ DEFAULT_METHOD: dict[str, OutputMethod] = {
 }
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?```$", re.DOTALL)
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class OutputOptions(TypedDict, total=False):
+    """The keywords besides ``output_type`` that say how a run asks for its output, as
+    every entry takes them (``run``, ``stream``, ``start``, ``ask``, the durable host's):
+    written once here, so that no signature spells them again."""
+
+    output_method: str | None
+    output_retries: int
+
+
+def read_options(options: OutputOptions, entry: str) -> tuple[str | None, int]:
+    """``(method, retries)`` of an entry's ``**options``.
+
+    Raises:
+        TypeError: a keyword that is not one of :class:`OutputOptions`', as Python says of
+            an unknown keyword (a misspelt ``output_retry`` must not pass unnoticed).
+    """
+    for key in options:
+        if key not in OutputOptions.__annotations__:
+            raise TypeError(f"{entry}() got an unexpected keyword argument {key!r}")
+    # Their values are checked where the spec is made (output_spec, OutputSpec).
+    return options.get("output_method"), options.get("output_retries", 1)
 
 
 @attrs.frozen

@@ -28,7 +28,7 @@ from .messages import (
 )
 from .types import Request, ToolResult
 
-__all__ = ("RunResult", "ToolCallRecord")
+__all__ = ("OutputT", "RunResult", "ToolCallRecord")
 
 RunStatus = Literal["done", "pending", "incomplete"]
 # The type of a run's validated output (RunResult[Order]); Any for a run without one.
@@ -100,9 +100,15 @@ class RunResult(Generic[OutputT]):
             not traced.
         output: the validated value of a run given ``output_type=``, built as that type
             (``None`` until the run is ``"done"``, and after a refusal). A run read back
-            from its JSON form has the JSON value here, unless resumed with the type.
-        output_data: the validated JSON ``output`` was built from.
+            from its JSON form has the JSON value here, unless resumed with the type. A
+            run without an output type (a ``RunResult[str]``) has its ``text`` here once
+            it is ``"done"``.
+        output_data: the validated JSON ``output`` was built from (``None`` for a run
+            without an output type).
         output_spec: the run's :class:`OutputSpec` (schema and method), kept across halts.
+        output_retries_used: how many invalid replies were sent back to be corrected so
+            far; kept across halts, so a resumed run has only the rest of
+            ``output_spec.retries`` left.
     """
 
     status: RunStatus
@@ -122,6 +128,7 @@ class RunResult(Generic[OutputT]):
     output: OutputT | None = None
     output_data: Any = None
     output_spec: _output.OutputSpec | None = None
+    output_retries_used: int = 0
 
     @property
     def output_method(self) -> str | None:
@@ -254,7 +261,11 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
         "refusal": run.refusal,
         # Kept only when the run has an output type: the JSON of other runs is unchanged.
         **(
-            {"output_spec": run.output_spec.to_dict(), "output": run.output_data}
+            {
+                "output_spec": run.output_spec.to_dict(),
+                "output": run.output_data,
+                "output_retries_used": run.output_retries_used,
+            }
             if run.output_spec is not None
             else {}
         ),
@@ -343,7 +354,13 @@ def run_from_dict(payload: object) -> RunResult:
     pending = payload.get("pending")
     spec = payload.get("output_spec")
     output_spec = _output.OutputSpec.from_dict(spec) if spec is not None else None
-    output = payload.get("output") if output_spec is not None else None
+    if output_spec is not None:
+        output = payload.get("output")
+    else:  # a run without an output type: a done run's text is its output
+        refusal = _opt_str(payload, "refusal")
+        output = text if status == "done" and refusal is None else None
+    # Absent from runs stored before it was kept: they had used none, as far as we know.
+    used = _int(payload, "output_retries_used") if "output_retries_used" in payload else 0
     return RunResult(
         status=status,
         text=text,
@@ -366,8 +383,9 @@ def run_from_dict(payload: object) -> RunResult:
         refusal=_opt_str(payload, "refusal"),  # absent from runs stored before it existed
         trace_context=_trace_context(payload.get("trace_context")),
         output=output,
-        output_data=output,
+        output_data=output if output_spec is not None else None,
         output_spec=output_spec,
+        output_retries_used=used,
     )
 
 

@@ -8,26 +8,25 @@ Rules of this module:
   one passed as ``transport=``) and closes it with :meth:`LlmClient.aclose` or
   ``async with``; a session the transport borrows stays open.
 - A run is a :class:`RunSpec` driven by the client's :class:`Engine` (``client.engine``),
-  which the durable host and serve drive their runs through too; the client's methods only
-  check their arguments and build the spec.
+  which the durable host and serve drive their runs through too; the client's methods that
+  start runs (``entries``) and resume them (``resuming``) only check their arguments and
+  build the spec.
 """
 
 from __future__ import annotations
 
 import enum
-import functools
 import logging
 import os
 import warnings
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Self
 
 from .._core.closing import Closing
 from .._core.codecs import codec_for
 from .._core.config import IN_PROCESS_LIMITS, Limits, ModelSettings
 from .._core.errors import UsageError
 from .._core.http import Transport, check_headers
-from .._core.messages import Message
 from .._core.metric_events import Reporter
 from .._core.output import OutputSpec, output_spec
 from .._core.results import RunResult
@@ -35,15 +34,13 @@ from .._core.retry import RetryPolicy
 from .._core.secrets import redact_url, url_secrets
 from .._io.transport import AiohttpTransport
 from .conversations import ConversationRuns, ConversationStore, MemoryConversationStore
-from .engine import Engine, RunSpec
-from .handle import RunHandle
+from .engine import Engine
+from .entries import Entries
 from .hooks import Hooks
 from .metrics import MetricsRegistry
 from .model import FunctionModel, Generate, HttpModel, Model, hints_for
 from .resolver import Resolver, WaitFor
 from .resuming import Resuming
-from .streaming import RunStream, Sink
-from .toolkit import ToolRegistry
 from .tracing import Tracing, otel_missing
 
 if TYPE_CHECKING:
@@ -55,8 +52,6 @@ log = logging.getLogger("toolnexus_async")
 
 # Every provider's keys are dozens of characters; a shorter one is a placeholder or a slip.
 SHORT_KEY = 8
-
-T = TypeVar("T")
 
 
 def _given(value: Any, default: Any, kind: type, name: str) -> Any:
@@ -86,7 +81,7 @@ class _State(enum.Enum):
     CLOSED = "closed"  # aclose() ran; the client cannot be used again
 
 
-class LlmClient(Resuming, Closing):
+class LlmClient(Entries, Resuming, Closing):
     """Runs the tool-calling loop against a model.
 
     Args:
@@ -347,201 +342,9 @@ class LlmClient(Resuming, Closing):
             return None
         return output_spec(output_type, style=self.style, method=method, retries=retries)
 
-    @overload
-    async def run(
-        self,
-        prompt: str | None,
-        toolkit: ToolRegistry,
-        *,
-        history: Sequence[Message] | None = ...,
-        run_id: str | None = ...,
-        output_type: None = ...,
-        output_method: str | None = ...,
-        output_retries: int = ...,
-    ) -> RunResult: ...
-
-    @overload
-    async def run(
-        self,
-        prompt: str | None,
-        toolkit: ToolRegistry,
-        *,
-        history: Sequence[Message] | None = ...,
-        run_id: str | None = ...,
-        output_type: type[T],
-        output_method: str | None = ...,
-        output_retries: int = ...,
-    ) -> RunResult[T]: ...
-
-    @overload
-    async def run(
-        self,
-        prompt: str | None,
-        toolkit: ToolRegistry,
-        *,
-        history: Sequence[Message] | None = ...,
-        run_id: str | None = ...,
-        output_type: object,
-        output_method: str | None = ...,
-        output_retries: int = ...,
-    ) -> RunResult[Any]: ...
-
-    async def run(
-        self,
-        prompt: str | None,
-        toolkit: ToolRegistry,
-        *,
-        history: Sequence[Message] | None = None,
-        run_id: str | None = None,
-        output_type: object = None,
-        output_method: str | None = None,
-        output_retries: int = 1,
-    ) -> RunResult[Any]:
-        """Run the tool-calling loop on ``prompt`` until the model answers or a limit stops it.
-
-        ``prompt=None`` adds no user message: the model is asked to go on from ``history``
-        as it stands (for instance ``error.run.messages`` after a :class:`ModelError`).
-        ``run_id`` names the run (a host that tracks runs by its own ids); by default a
-        unique id is made.
-
-        ``output_type`` (an attrs class, a dataclass, a ``TypedDict``, a pydantic model, a
-        union of these, or a JSON Schema ``dict``) makes the run end on a validated value,
-        ``result.output``; ``output_method`` says how the model is asked (``"native"``,
-        ``"tool"`` or ``"prompt"``; by default the style's strongest) and
-        ``output_retries`` how often an invalid reply is sent back (``docs/output.md``).
-
-        Returns a :class:`RunResult` whose ``status`` is ``"done"``, ``"pending"`` (a tool
-        suspended and no ``wait_for`` is set) or ``"incomplete"`` (``max_turns`` reached).
-
-        Raises:
-            ProviderError: the provider replied with a non-2xx status.
-            ProtocolError: a 2xx reply lacked what the wire style requires.
-            TransportError: the provider could not be reached.
-            OutputValidationError: the output stayed invalid after ``output_retries``.
-            UsageError: the client is closed, ``history`` ends with unanswered calls, or
-                ``output_type`` cannot be described as JSON Schema.
-        """
-        engine = self.engine
-        output = self.output_spec(output_type, output_method, output_retries)
-        loop = engine.new_loop(
-            prompt, history=history, run_id=run_id, output=output, instructions=toolkit.instructions
-        )
-        return await engine.drive(RunSpec(loop, toolkit))
-
-    def stream(
-        self,
-        prompt: str | None,
-        toolkit: ToolRegistry,
-        *,
-        history: Sequence[Message] | None = None,
-        run_id: str | None = None,
-        output_type: object = None,
-        output_method: str | None = None,
-        output_retries: int = 1,
-    ) -> RunStream:
-        """:meth:`run`, reported step by step as typed events.
-
-        Yields :class:`StreamText` deltas as the model writes, :class:`StreamUsage` and a
-        :class:`StreamToolCall` per call of each reply, :class:`StreamPending` for a
-        suspended call (before ``wait_for`` is asked), :class:`StreamToolResult` per
-        result, and last :class:`StreamDone` with the :class:`RunResult`. A run that fails
-        raises from the iteration instead of ending with ``done``::
-
-            async with client.stream("plan my trip", toolkit) as events:
-                async for event in events:
-                    if event.kind == "text":
-                        print(event.text, end="")
-
-        Leaving the ``async with`` early cancels the run: the HTTP request is aborted and
-        the tool tasks are cancelled. Iterating without ``async with`` is refused
-        (:class:`UsageError`), since nothing could stop the run if the loop broke off.
-        """
-        engine = self.engine
-        output = self.output_spec(output_type, output_method, output_retries)
-        loop = engine.new_loop(
-            prompt,
-            history=history,
-            run_id=run_id,
-            entry="stream",
-            output=output,
-            instructions=toolkit.instructions,
-        )
-
-        async def start(sink: Sink) -> RunResult:
-            return await engine.drive(RunSpec(loop, toolkit, stream=sink))
-
-        return RunStream(start)
-
-    def start(
-        self,
-        prompt: str | None,
-        toolkit: ToolRegistry,
-        *,
-        history: Sequence[Message] | None = None,
-        run_id: str | None = None,
-        output_type: object = None,
-        output_method: str | None = None,
-        output_retries: int = 1,
-    ) -> RunHandle:
-        """:meth:`run`, held while it goes: ``async with client.start(...) as run:``.
-
-        The :class:`RunHandle` has the run's ``id`` at once, ``status``, ``pending``,
-        ``await run.result()`` and ``cancel()``; the run is a task of its own task group,
-        started and ended by the block (see ``_handle``). ``run_id`` and errors: as :meth:`run`.
-        """
-        engine = self.engine
-        output = self.output_spec(output_type, output_method, output_retries)
-        loop = engine.new_loop(
-            prompt,
-            history=history,
-            run_id=run_id,
-            entry="start",
-            output=output,
-            instructions=toolkit.instructions,
-        )
-
-        def begin(observe: Sink) -> Awaitable[RunResult]:
-            return engine.drive(RunSpec(loop, toolkit, observe=observe))
-
-        return RunHandle(loop.run_id, begin)
-
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:
             raise UsageError("this client is closed; create a new LlmClient")
-
-    async def ask(
-        self,
-        prompt: str,
-        toolkit: ToolRegistry,
-        *,
-        conversation_id: str | None = None,
-        output_type: object = None,
-        output_method: str | None = None,
-        output_retries: int = 1,
-    ) -> RunResult[Any]:
-        """A run that continues a stored conversation and saves it back.
-
-        With ``conversation_id`` the transcript is loaded from the client's conversation
-        store, the run continues it, and the new transcript is saved, halted or not. Calls
-        on the same id wait for each other (one at a time, in arrival order) instead of
-        interleaving. Without an id, this is :meth:`run`. A run that halts is saved halted;
-        once :meth:`resume` (on this client) finishes it, the conversation is saved again
-        and the next ``ask`` goes on from there. ``output_type``, ``output_method`` and
-        ``output_retries``: as :meth:`run`.
-
-        Raises:
-            UsageError: a bad id, or the stored conversation halted on a tool call that
-                has no result yet (resume that run first).
-        """
-        run = functools.partial(
-            self.run,
-            output_type=output_type,
-            output_method=output_method,
-            output_retries=output_retries,
-        )
-        if conversation_id is None:
-            return await run(prompt, toolkit)
-        return await self._conversation_runs.ask(run, prompt, toolkit, conversation_id)
 
     async def _after_resume(self, halted: RunResult, result: RunResult) -> None:
         # A run that came from ask(): its conversation goes on from the resumed transcript.

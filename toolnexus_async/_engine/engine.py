@@ -65,7 +65,8 @@ from .streaming import (
     StreamText,
     StreamToolCall,
     StreamUsage,
-    output_preview,
+    arguments_preview,
+    text_preview,
 )
 from .toolkit import ToolRegistry
 from .tracing import run_extra
@@ -216,9 +217,11 @@ class Engine:
         records: Sequence[ToolCallRecord] = (),
         trace: dict[str, str] | None = None,
         output: OutputSpec | None = None,
+        output_tries: int = 0,
     ) -> RunLoop:
         """The loop of a run that goes on from its halted ``turn`` (``trace``: the halted
-        run's trace context, which a traced resume continues)."""
+        run's trace context, which a traced resume continues; ``output_tries``: the output
+        retries it had used)."""
         return RunLoop.resume(
             turn,
             turns=turns,
@@ -230,6 +233,7 @@ class Engine:
             style=self.style,
             trace=trace,
             output=output,
+            output_tries=output_tries,
         )
 
     def drive(self, spec: RunSpec) -> Awaitable[RunResult]:
@@ -519,11 +523,13 @@ class Engine:
             streamed.append(text)  # shown to someone: the request is not retried either
             sink(StreamReasoning(text))
 
-        if output is not None and output.method != "tool":
-            return self.model.stream(
-                messages, tools, output_preview(on_text, sink), on_reasoning, output
-            )
-        return self.model.stream(messages, tools, on_text, on_reasoning, output)
+        if output is None:
+            return self.model.stream(messages, tools, on_text, on_reasoning)
+        if output.method == "tool":
+            previews = arguments_preview(sink, output.wrapped)
+            return self.model.stream(messages, tools, on_text, on_reasoning, output, previews)
+        previewing = text_preview(on_text, sink, output.wrapped)
+        return self.model.stream(messages, tools, previewing, on_reasoning, output)
 
 
 async def _limited(call: Awaitable[ModelReply], limit: float) -> ModelReply:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Literal, Self
+from typing import Generic, Literal, Self
 
 import anyio
 from anyio.abc import TaskGroup
 
 from .._core.errors import RunCancelledError, UsageError
-from .._core.results import RunResult
+from .._core.results import OutputT, RunResult
 from .._core.types import Request
 from .streaming import Sink, StreamEvent, StreamPending, StreamToolResult
 
@@ -37,7 +37,7 @@ HandleStatus = Literal[
 ]
 
 
-class RunHandle:
+class RunHandle(Generic[OutputT]):
     """A run started by :meth:`LlmClient.start`; use it as ``async with``.
 
     ``id`` is the run's id (the same ``RunResult.run_id`` and ``Inbox.run_of`` give).
@@ -46,14 +46,14 @@ class RunHandle:
     or ``"cancelled"`` or ``"failed"``.
     """
 
-    def __init__(self, run_id: str, start: Callable[[Sink], Awaitable[RunResult]]) -> None:
+    def __init__(self, run_id: str, start: Callable[[Sink], Awaitable[RunResult[OutputT]]]) -> None:
         self._id = run_id
         self._start = start
         self._tg: TaskGroup | None = None
         self._scope = anyio.CancelScope()
         self._ended = anyio.Event()
         self._waiting: dict[str, Request] = {}  # call id -> request, while it is suspended
-        self._result: RunResult | None = None
+        self._result: RunResult[OutputT] | None = None
         self._failure: Exception | None = None
         self._failure_seen = False
         self._cancelled = False
@@ -94,7 +94,7 @@ class RunHandle:
         :class:`RunCancelledError`. Idempotent."""
         self._scope.cancel()
 
-    async def result(self) -> RunResult:
+    async def result(self) -> RunResult[OutputT]:
         """Wait for the run to end and return its :class:`RunResult`.
 
         Raises:

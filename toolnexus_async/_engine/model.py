@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
-from .._core.codecs import Codec, SSEParser, TextDelta
+from .._core.codecs import ArgumentsDelta, Codec, SSEParser, TextDelta
 from .._core.codecs._tools import shared_json
 from .._core.errors import (
     ModelError,
@@ -26,7 +26,7 @@ from .._core.errors import (
 from .._core.hotjson import compact, loads
 from .._core.http import HttpRequest, HttpResponse, Transport
 from .._core.messages import AssistantMessage, Message, ModelReply
-from .._core.output import OutputSpec
+from .._core.output import OUTPUT_TOOL, OutputSpec
 from .._core.secrets import Scrubber, redact_url
 from .._core.types import Tool
 
@@ -62,6 +62,8 @@ Generate = Callable[
 
 
 OnText = Callable[[str], None]
+# Told each piece of the output tool's arguments, and which call of the reply it is of.
+OnArguments = Callable[[str, int], None]
 
 
 class Model(Protocol):
@@ -71,6 +73,7 @@ class Model(Protocol):
 
     # ``output``: the run's output spec, for the codec to shape the request with (an
     # in-process model gets the output tool or instructions from the engine instead).
+    # ``on_output``: told the output tool's arguments as they arrive (the "tool" method).
     def request(
         self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
     ) -> Awaitable[ModelReply]: ...
@@ -82,6 +85,7 @@ class Model(Protocol):
         on_text: OnText,
         on_reasoning: OnText | None = None,
         output: OutputSpec | None = None,
+        on_output: OnArguments | None = None,
     ) -> ModelReply: ...
 
     async def aclose(self) -> None: ...
@@ -246,9 +250,11 @@ class HttpModel:
         on_text: OnText,
         on_reasoning: OnText | None = None,
         output: OutputSpec | None = None,
+        on_output: OnArguments | None = None,
     ) -> ModelReply:
         """A streamed request: ``on_text`` gets the text as it arrives (``on_reasoning`` the
-        reasoning); the reply at the end.
+        reasoning, ``on_output`` the pieces of the output tool's arguments); the reply at
+        the end.
 
         A stream that breaks off or carries a provider error raises; a truncated reply is
         never returned.
@@ -272,6 +278,9 @@ class HttpModel:
                         for delta in decoder.feed(event):
                             if type(delta) is TextDelta:
                                 on_text(delta.text)
+                            elif type(delta) is ArgumentsDelta:
+                                if on_output is not None and delta.name == OUTPUT_TOOL:
+                                    on_output(delta.text, delta.index)
                             elif on_reasoning is not None:
                                 on_reasoning(delta.text)
                     if decoder.done:
@@ -382,8 +391,10 @@ class FunctionModel:
         on_text: OnText,
         on_reasoning: OnText | None = None,
         output: OutputSpec | None = None,
+        on_output: OnArguments | None = None,
     ) -> ModelReply:
-        """The function's reply; its reasoning and text are handed over in one piece each."""
+        """The function's reply; its reasoning, text and output tool's arguments are
+        handed over in one piece each."""
         reply = await self.request(messages, tools)
         if on_reasoning is not None:
             for thought in reply.message.reasoning:
@@ -391,6 +402,10 @@ class FunctionModel:
                     on_reasoning(thought.text)
         if reply.message.text:
             on_text(reply.message.text)
+        if on_output is not None:
+            for index, call in enumerate(reply.message.tool_calls):
+                if call.name == OUTPUT_TOOL:
+                    on_output(call.invalid_arguments or compact(call.arguments), index)
         return reply
 
     async def aclose(self) -> None:

@@ -20,7 +20,7 @@ from .tracing import TOOL_FAILURE
 
 if TYPE_CHECKING:
     from .._core.output import OutputSpec
-    from .model import Model, OnText
+    from .model import Model, OnArguments, OnText
     from .otel import RunTracer
 
 __all__ = ("TracedModel", "TracedTools", "failed")
@@ -55,8 +55,9 @@ class TracedModel:
         on_text: OnText,
         on_reasoning: OnText | None = None,
         output: OutputSpec | None = None,
+        on_output: OnArguments | None = None,
     ) -> ModelReply:
-        asked = self._model.stream(messages, tools, on_text, on_reasoning, output)
+        asked = self._model.stream(messages, tools, on_text, on_reasoning, output, on_output)
         return await self._in_span(messages, asked, streamed=True)
 
     async def _in_span(

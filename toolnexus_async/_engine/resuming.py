@@ -9,7 +9,7 @@ the resumed loop and its :class:`RunSpec`, and hands it to the engine.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .._core.messages import Message
 from .._core.output import stored_output
@@ -20,6 +20,8 @@ from .engine import Engine, RunSpec
 from .toolkit import ToolRegistry
 
 __all__ = ("Resuming",)
+
+T = TypeVar("T")
 
 
 class Resuming:
@@ -33,6 +35,28 @@ class Resuming:
 
     async def _after_resume(self, halted: RunResult, result: RunResult) -> None:
         """Called when a :meth:`resume` ended; the client keeps its conversations here."""
+
+    @overload
+    async def resume(
+        self,
+        halted: RunResult,
+        toolkit: ToolRegistry,
+        *,
+        answers: Answer | Iterable[Answer],
+        on_tools_done: Callable[[RunResult], Any] | None = ...,
+        output_type: type[T],
+    ) -> RunResult[T]: ...
+
+    @overload
+    async def resume(
+        self,
+        halted: RunResult,
+        toolkit: ToolRegistry,
+        *,
+        answers: Answer | Iterable[Answer],
+        on_tools_done: Callable[[RunResult], Any] | None = ...,
+        output_type: object = ...,
+    ) -> RunResult[Any]: ...
 
     async def resume(
         self,
@@ -63,7 +87,8 @@ class Resuming:
 
         A run given an ``output_type`` keeps its schema (``halted.output_spec``): the
         resumed run's output is validated against it, and built as ``output_type`` when
-        that is given again (else it is the validated JSON).
+        that is given again (else it is the validated JSON; ``RunResult[T]`` types it
+        then, ``RunResult[Any]`` else).
 
         Raises:
             AnswerMismatchError: an answer echoes no outstanding request; nothing was executed.
@@ -81,6 +106,7 @@ class Resuming:
             records=halted.tool_calls,
             trace=halted.trace_context,
             output=stored_output(halted.output_spec, output_type),
+            output_tries=halted.output_retries_used,
         )
         result = await engine.drive(RunSpec(loop, toolkit, plan, on_tools_done=on_tools_done))
         await self._after_resume(halted, result)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Generic, Literal, Self
 
 import anyio
 import attrs
@@ -29,8 +29,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from .._core.errors import UsageError
 from .._core.fastinit import fast_init
 from .._core.messages import Usage
+from .._core.output import WRAP_KEY
 from .._core.partial_json import parse_partial
-from .._core.results import RunResult
+from .._core.results import OutputT, RunResult
 from .._core.types import Request
 
 __all__ = (
@@ -44,7 +45,9 @@ __all__ = (
     "StreamToolCall",
     "StreamToolResult",
     "StreamUsage",
+    "arguments_preview",
     "output_preview",
+    "text_preview",
 )
 
 
@@ -116,9 +119,9 @@ class StreamUsage:
 @attrs.frozen
 class StreamOutput:
     """A preview of a run's typed output as its JSON arrives (best effort, not validated):
-    the JSON value the reply holds so far, completed where it is cut off. Emitted when it
-    grows, for the ``"native"`` and ``"prompt"`` methods; the validated value is
-    ``StreamDone.result.output``."""
+    the JSON value the reply holds so far (its text, or the output tool's arguments),
+    completed where it is cut off. Emitted when it grows, for every method; the validated
+    value is ``StreamDone.result.output``."""
 
     partial: object
     kind: Literal["output"] = attrs.field(default="output", init=False)
@@ -126,14 +129,16 @@ class StreamOutput:
 
 @fast_init
 @attrs.frozen
-class StreamDone:
-    """The run is over; the last event."""
+class StreamDone(Generic[OutputT]):
+    """The run is over; the last event. ``result`` is typed as the run is: a
+    ``RunResult[Order]`` for ``stream(..., output_type=Order)``."""
 
-    result: RunResult
+    result: RunResult[OutputT]
     kind: Literal["done"] = attrs.field(default="done", init=False)
 
 
-StreamEvent = (
+# Every event but the last, whatever the run's output type.
+StreamStep = (
     StreamText
     | StreamReasoning
     | StreamToolCall
@@ -141,18 +146,25 @@ StreamEvent = (
     | StreamPending
     | StreamUsage
     | StreamOutput
-    | StreamDone
 )
+if TYPE_CHECKING:
+    # Generic for mypy (a RunStream[Order] yields a StreamDone[Order]); at run time the
+    # plain union of the classes, so that isinstance(event, StreamEvent) still works.
+    StreamEvent = StreamStep | StreamDone[OutputT]
+else:
+    StreamEvent = StreamStep | StreamDone
 Sink = Callable[[StreamEvent], None]
 
 
-class RunStream:
+class RunStream(Generic[OutputT]):
     """The events of one run: ``async with client.stream(...) as events: async for e in events``.
 
-    Leaving the ``async with`` stops the run if it is still going.
+    Leaving the ``async with`` stops the run if it is still going. Its last event, a
+    :class:`StreamDone`, carries the result typed as the run's output
+    (``RunStream[Order]`` for ``output_type=Order``).
     """
 
-    def __init__(self, start: Callable[[Sink], Awaitable[RunResult]]) -> None:
+    def __init__(self, start: Callable[[Sink], Awaitable[RunResult[OutputT]]]) -> None:
         self._start = start
         self._tg: TaskGroup | None = None
         self._send: MemoryObjectSendStream[StreamEvent] | None = None
@@ -184,7 +196,7 @@ class RunStream:
     def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> StreamEvent:
+    async def __anext__(self) -> StreamEvent[OutputT]:
         if self._tg is None and not self._closed:
             raise UsageError(
                 "iterate a run stream inside `async with client.stream(...) as events:`; "
@@ -224,22 +236,57 @@ class RunStream:
             self._receive.close()
 
 
-def output_preview(on_text: Callable[[str], None], sink: Sink) -> Callable[[str], None]:
-    """``on_text`` that also tells the sink the output's JSON so far, when it changed."""
+def output_preview(sink: Sink, wrapped: bool) -> Callable[[str], None]:
+    """Told the output's JSON a piece at a time (one reply's), tells the sink the value
+    so far whenever it changed; ``wrapped``: the JSON is ``{"result": value}`` and the
+    value is what is shown."""
     text_so_far: list[str] = []
     shown: list[object] = [None]
 
     def previewing(text: str) -> None:
-        on_text(text)
         text_so_far.append(text)
         # Read again only when a value may have grown: at a quote, a separator or a
         # bracket, not at every letter of a long string.
         if not any(c in text for c in _GROWS):
             return
         partial = parse_partial("".join(text_so_far))
+        if wrapped:
+            if not isinstance(partial, dict) or WRAP_KEY not in partial:
+                return
+            partial = partial[WRAP_KEY]
         if partial is not None and partial != shown[0]:
             shown[0] = partial
             sink(StreamOutput(partial))
+
+    return previewing
+
+
+def text_preview(
+    on_text: Callable[[str], None], sink: Sink, wrapped: bool
+) -> Callable[[str], None]:
+    """``on_text`` that also previews the output the text holds (``"native"`` and
+    ``"prompt"`` methods)."""
+    preview = output_preview(sink, wrapped)
+
+    def previewing(text: str) -> None:
+        on_text(text)
+        preview(text)
+
+    return previewing
+
+
+def arguments_preview(sink: Sink, wrapped: bool) -> Callable[[str, int], None]:
+    """What previews the output from the output tool's arguments (the ``"tool"``
+    method): the pieces of the reply's first call of that tool; any other is ignored."""
+    preview = output_preview(sink, wrapped)
+    first: list[int] = []
+
+    def previewing(text: str, index: int) -> None:
+        if not first:
+            first.append(index)
+        elif first[0] != index:
+            return
+        preview(text)
 
     return previewing
 

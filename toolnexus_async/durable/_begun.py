@@ -8,19 +8,21 @@ on it); it holds nothing but the run's id and the host's way to drive it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any, Generic
 
 from .._core.errors import UsageError
-from .._core.results import RunResult
+from .._core.results import OutputT, RunResult
 from .._engine.streaming import RunStream, Sink
 
 __all__ = ("BegunRun",)
 
 # The host's drive of this one run; a sink (or None) is told its events.
-Drive = Callable[[Sink | None], Awaitable[RunResult]]
+Drive = Callable[[Sink | None], Awaitable[RunResult[Any]]]
 
 
-class BegunRun:
-    """A run kept in the store and not started yet (see :meth:`DurableHost.begin`)."""
+class BegunRun(Generic[OutputT]):
+    """A run kept in the store and not started yet (see :meth:`DurableHost.begin`);
+    ``BegunRun[Order]`` for ``begin(..., output_type=Order)``."""
 
     __slots__ = ("_drive", "_run_id")
 
@@ -39,7 +41,7 @@ class BegunRun:
         self._drive = None
         return drive
 
-    def run(self, on_event: Sink | None = None) -> Awaitable[RunResult]:
+    def run(self, on_event: Sink | None = None) -> Awaitable[RunResult[OutputT]]:
         """Run it to its end, as :meth:`DurableHost.run` does: ``await begun.run()``.
 
         ``on_event`` (optional) is told each event :meth:`stream` would carry but the last
@@ -49,11 +51,11 @@ class BegunRun:
         # Not a coroutine: no frame of its own for a run to hold while it is parked.
         return self._take()(on_event)
 
-    def stream(self) -> RunStream:
+    def stream(self) -> RunStream[OutputT]:
         """Run it, reported step by step, as :meth:`DurableHost.stream` does."""
         drive = self._take()
 
-        async def start(sink: Sink) -> RunResult:
+        async def start(sink: Sink) -> RunResult[OutputT]:
             return await drive(sink)
 
         return RunStream(start)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
@@ -39,9 +39,8 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._core.audit import check_answered_by
-from .._core.errors import DamagedRunError, StoreError, StoreUnavailableError, UsageError
+from .._core.errors import DamagedRunError, StoreError, UsageError
 from .._core.loop import RunLoop
-from .._core.messages import Message
 from .._core.results import RunResult
 from .._core.resume import ResumePlan
 from .._core.types import Answer, Request
@@ -49,13 +48,13 @@ from .._engine.client import LlmClient
 from .._engine.engine import RunSpec
 from .._engine.hooks import call_hook
 from .._engine.owner import TaskOwner
-from .._engine.streaming import RunStream, Sink
+from .._engine.streaming import Sink
 from .._engine.tracing import run_extra
 from ..suspend import Inbox
 from ..tools._standard import Toolkit
-from ._begun import BegunRun
 from ._deliveries import Deliveries
 from ._driving import Driving
+from ._entries import HostEntries
 from ._journal import RunJournal, plan_of, worker_name
 from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun
 from ._tenure import Tenure
@@ -67,11 +66,8 @@ log = logging.getLogger("toolnexus_async.durable")
 
 OnResult = Callable[[RunResult], Any]
 
-# The failure of a run begun while the store failed: its caller was told it was not kept.
-_NOT_STARTED = "not started: the store failed while keeping it, and its caller was told so"
 
-
-class DurableHost:
+class DurableHost(HostEntries):
     """A client, a toolkit and a store: every run is kept, and any answer resumes it.
 
     The client's ``wait_for`` decides how long a run waits in memory: an
@@ -248,103 +244,6 @@ class DurableHost:
                 "this DurableHost is not open (use it inside `async with host:`) or is "
                 "shutting down"
             )
-
-    def run(
-        self,
-        prompt: str | None,
-        *,
-        history: Sequence[Message] | None = None,
-        run_id: str | None = None,
-        output_type: object = None,
-        output_method: str | None = None,
-        output_retries: int = 1,
-    ) -> Awaitable[RunResult[Any]]:
-        """:meth:`LlmClient.run` with the host's toolkit, every step kept in the store:
-        ``result = await host.run(prompt)``. ``output_type`` (and its method and retries):
-        as :meth:`LlmClient.run`; its schema is stored with the run, and a run resumed by
-        any host is checked against it (its ``output`` is then the validated JSON).
-
-        The run is written to the store when the model first asks for tools (a run that
-        asks for none is written when it ends); use :meth:`begin` to have it written
-        before anything else happens.
-        """
-        # Not a coroutine: no frame of its own for a run to hold while it is parked.
-        self._check_open()
-        output = self.client.output_spec(output_type, output_method, output_retries)
-        loop = self.client.engine.new_loop(
-            prompt,
-            history=history,
-            run_id=run_id,
-            output=output,
-            instructions=self.toolkit.instructions,
-        )
-        journal = self._journal(loop.run_id, lease=self._lease)
-        return self._drive(loop, journal)
-
-    def stream(
-        self,
-        prompt: str | None,
-        *,
-        history: Sequence[Message] | None = None,
-        run_id: str | None = None,
-        output_type: object = None,
-        output_method: str | None = None,
-        output_retries: int = 1,
-    ) -> RunStream:
-        """:meth:`LlmClient.stream` with the host's toolkit, every step kept in the store
-        (the run is written before its first event); ``output_type``: as :meth:`run`."""
-        self._check_open()
-        output = self.client.output_spec(output_type, output_method, output_retries)
-        loop = self.client.engine.new_loop(
-            prompt,
-            history=history,
-            run_id=run_id,
-            entry="stream",
-            output=output,
-            instructions=self.toolkit.instructions,
-        )
-        journal = self._journal(loop.run_id)
-
-        async def start(sink: Sink) -> RunResult:
-            await journal.start(loop.snapshot(), self._lease)
-            return await self._drive(loop, journal, sink=sink)
-
-        return RunStream(start)
-
-    async def begin(
-        self,
-        prompt: str | None,
-        *,
-        history: Sequence[Message] | None = None,
-        run_id: str | None = None,
-        output_type: object = None,
-        output_method: str | None = None,
-        output_retries: int = 1,
-    ) -> BegunRun:
-        """Keep a new run in the store, held by this host, before anyone is told of it
-        (a web handler acknowledges it once this returns); then run it with
-        :meth:`BegunRun.run` or :meth:`BegunRun.stream`. If nothing runs it (the process
-        dies first), the next host goes on with it once its lease runs out.
-        ``output_type``: as :meth:`run`."""
-        self._check_open()
-        output = self.client.output_spec(output_type, output_method, output_retries)
-        loop = self.client.engine.new_loop(
-            prompt,
-            history=history,
-            run_id=run_id,
-            entry="begin",
-            output=output,
-            instructions=self.toolkit.instructions,
-        )
-        journal = self._journal(loop.run_id)
-        try:
-            await journal.start(loop.snapshot(), self._lease)
-        except StoreUnavailableError:
-            # Its caller is told it was not kept; if it was all the same (the reply was
-            # lost), it must not run unacknowledged, nor stay held here: failed, later.
-            self._upkeep.give_up(loop.run_id, _NOT_STARTED)
-            raise
-        return BegunRun(journal.run_id, lambda sink: self._drive(loop, journal, sink=sink))
 
     def _journal(self, run_id: str, turn: int = 0, *, lease: float | None = None) -> RunJournal:
         return RunJournal(self.store, run_id, self.worker, turn, lease=lease, tenure=self._tenure)

@@ -299,6 +299,7 @@ def plan_of(
         style=state.style,
         trace=state.trace_context,
         output=output,
+        output_tries=state.output_retries_used,
     )
     return loop, ResumePlan(turn, answers, kept, waiting, waited)
 

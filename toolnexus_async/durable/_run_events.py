@@ -211,11 +211,10 @@ def answered(
 def done(result: RunResult) -> EventRow:
     run_id = result.run_id or ""
     declined = any(r.answered_ok is False for r in result.tool_calls)
-    return _row(
-        run_id,
-        "done",
-        {"run_id": run_id, "status": result.status, "text": result.text, "declined": declined},
-    )
+    data = {"run_id": run_id, "status": result.status, "text": result.text, "declined": declined}
+    if result.output_spec is not None:  # a run given an output schema: its validated JSON
+        data["output"] = result.output_data
+    return _row(run_id, "done", data)
 
 
 def failed(run_id: str, error: str) -> EventRow:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import anyio
 
@@ -34,7 +34,35 @@ from ._store import RunStore, StoredRun
 
 __all__ = ("resume_stored",)
 
+T = TypeVar("T")
+
 log = logging.getLogger("toolnexus_async.durable")
+
+
+@overload
+async def resume_stored(
+    client: LlmClient,
+    toolkit: Toolkit,
+    store: RunStore,
+    answers: Answer | Iterable[Answer],
+    *,
+    lease: float = ...,
+    answered_by: str | None = ...,
+    output_type: type[T],
+) -> RunResult[T]: ...
+
+
+@overload
+async def resume_stored(
+    client: LlmClient,
+    toolkit: Toolkit,
+    store: RunStore,
+    answers: Answer | Iterable[Answer],
+    *,
+    lease: float = ...,
+    answered_by: str | None = ...,
+    output_type: object = ...,
+) -> RunResult[Any]: ...
 
 
 async def resume_stored(

@@ -41,10 +41,11 @@ _NO_STORE = {"Cache-Control": "no-store"}
 
 
 async def post_run(request: web.Request) -> web.Response:
-    """``POST /runs {"prompt": str}``: start a run; 202 with its id."""
+    """``POST /runs {"prompt": str, "output_schema"?: object}``: start a run (its output
+    validated against the schema, when one is given); 202 with its id."""
     serve = request.app[SERVE]
     body = await read_json_object(request)
-    only(body, ("prompt",))
+    only(body, ("prompt", "output_schema"))
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise ApiError(422, "'prompt' must be a string")
@@ -52,7 +53,10 @@ async def post_run(request: web.Request) -> web.Response:
         raise ApiError(422, "'prompt' must not be empty")
     if len(prompt) > MAX_PROMPT:
         raise ApiError(422, f"'prompt' is longer than {MAX_PROMPT} characters")
-    begun = await start_run(serve, prompt)
+    schema = body.get("output_schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise ApiError(400, "'output_schema' must be a JSON Schema object")
+    begun = await start_run(serve, prompt, output_schema=schema)
     return web.json_response({"id": begun.run_id, "status": "running"}, status=202)
 
 

@@ -62,8 +62,9 @@ def run_item(item: RunItem) -> dict[str, Any]:
 
 
 def run_detail(view: RunView) -> dict[str, Any]:
-    """A run as ``GET /runs/{id}`` shows it: its listing, ``declined``, its steps, and its
-    audit trail (``answers``)."""
+    """A run as ``GET /runs/{id}`` shows it: its listing, ``declined``, its steps, its
+    audit trail (``answers``), and its ``output_schema`` and validated ``output`` (both
+    ``null`` for a run started without a schema)."""
     steps = _steps(view)
     declined = any(step["declined"] for step in steps)
     taken = {r.request_id: r for r in view.answers if r.outcome != "refused"}
@@ -74,7 +75,15 @@ def run_detail(view: RunView) -> dict[str, Any]:
             answer["answered_by"] = None if record is None else record.answered_by
             answer["digest"] = None if record is None else record.digest
     answers = [record.to_dict() for record in view.answers]
-    return {**run_item(view.item), "declined": declined, "steps": steps, "answers": answers}
+    spec = view.state.output_spec
+    return {
+        **run_item(view.item),
+        "declined": declined,
+        "steps": steps,
+        "answers": answers,
+        "output_schema": spec.schema if spec is not None else None,
+        "output": view.state.output_data if spec is not None else None,
+    }
 
 
 def _steps(view: RunView) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 from aiohttp import web
@@ -103,12 +104,24 @@ async def hand_over(serve: ServeState, answer: Answer, answered_by: str) -> None
         raise ApiError(409, str(exc)) from None
 
 
-async def start_run(serve: ServeState, prompt: str, run_id: str | None = None) -> BegunRun:
-    """Keep a new run in the store, then drive it in the app's task group. :class:`ApiError`
-    503 while the server stops, 429 (with ``Retry-After``) beyond ``max_active_runs``."""
+async def start_run(
+    serve: ServeState,
+    prompt: str,
+    run_id: str | None = None,
+    output_schema: dict[str, Any] | None = None,
+) -> BegunRun[Any]:
+    """Keep a new run in the store, then drive it in the app's task group; its output
+    checked against ``output_schema`` when given. :class:`ApiError` 503 while the server
+    stops, 429 (with ``Retry-After``) beyond ``max_active_runs``, 400 for a schema that is
+    none."""
     runs, host = serve.runs, serve.host
     if serve.closing or runs is None or host is None:
         raise ApiError(503, "the server is shutting down")
+    if output_schema is not None:
+        try:
+            host.client.output_spec(output_schema)  # made once: begin() finds it again
+        except UsageError as exc:
+            raise ApiError(400, f"'output_schema' is not a usable JSON Schema: {exc}") from None
     if serve.active >= serve.max_active:
         raise ApiError(
             429,
@@ -117,7 +130,7 @@ async def start_run(serve: ServeState, prompt: str, run_id: str | None = None) -
             headers={"Retry-After": str(RETRY_FULL)},
         )
     # Kept before it is acknowledged: a crash after the reply loses nothing.
-    begun = await host.begin(prompt, run_id=run_id)
+    begun = await host.begin(prompt, run_id=run_id, output_type=output_schema)
     serve.active += 1
     try:
         runs.start_soon(_drive, serve, begun, name=f"run {begun.run_id}")

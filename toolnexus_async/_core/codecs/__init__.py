@@ -18,7 +18,7 @@ from ..errors import UsageError
 from ..messages import Message, ModelReply
 from ..output import OutputSpec
 from ._sse import SSEEvent, SSEParser
-from ._stream import StreamDecoder, TextDelta
+from ._stream import ArgumentsDelta, StreamDecoder, TextDelta
 from ._tools import ToolSpec, render_anthropic, render_gemini, render_openai
 from .anthropic import AnthropicCodec
 from .gemini import GeminiCodec
@@ -26,6 +26,7 @@ from .openai import OpenAICodec
 
 __all__ = (
     "STYLES",
+    "ArgumentsDelta",
     "Codec",
     "ToolSpec",
     "render_anthropic",

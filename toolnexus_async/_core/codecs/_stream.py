@@ -2,13 +2,13 @@
 
 Rule of this module: what both wire styles' stream decoders share, and nothing
 style-specific. A decoder never returns a reply it has not seen the provider finish.
-:meth:`~_Decoder.feed` hands out text as it arrives and keeps tool-call fragments, usage
-and the stop reason to itself; :meth:`~_Decoder.finish` assembles the reply exactly as the
-non-streaming codec would decode it, or raises :class:`~toolnexus_async.ProtocolError` when
-the stream broke off before its end marker. A provider error sent inside the stream raises
-:class:`~toolnexus_async.ProviderError` with the status that error would have had as an
-HTTP reply. Events after the end, and events whose data is not JSON, are refused. No I/O:
-tests feed events by hand.
+:meth:`~_Decoder.feed` hands out text, reasoning and the pieces of tool-call arguments as
+they arrive and keeps usage and the stop reason to itself; :meth:`~_Decoder.finish`
+assembles the reply exactly as the non-streaming codec would decode it, or raises
+:class:`~toolnexus_async.ProtocolError` when the stream broke off before its end marker.
+A provider error sent inside the stream raises :class:`~toolnexus_async.ProviderError`
+with the status that error would have had as an HTTP reply. Events after the end, and
+events whose data is not JSON, are refused. No I/O: tests feed events by hand.
 
 The styles' decoders live in :mod:`.openai_stream` and :mod:`.anthropic_stream`; they are
 re-exported here (imported at the bottom, after the base they build on is defined).
@@ -25,7 +25,7 @@ from ..hotjson import loads
 from ..messages import ModelReply
 from ._sse import SSEEvent
 
-__all__ = ("Delta", "ReasoningDelta", "StreamDecoder", "TextDelta")
+__all__ = ("ArgumentsDelta", "Delta", "ReasoningDelta", "StreamDecoder", "TextDelta")
 
 # Enough of an offending payload for a human to recognise it, bounded like error bodies.
 _EXCERPT = 200
@@ -45,7 +45,19 @@ class ReasoningDelta:
     text: str
 
 
-Delta = TextDelta | ReasoningDelta
+@attrs.frozen
+class ArgumentsDelta:
+    """A piece of the arguments of the tool call named ``name``, as the provider sent it;
+    the pieces of one call (one ``index``: its place in the reply as the provider numbers
+    it) join to its arguments' JSON. For previews only: the reply's calls are parsed from
+    the whole text, at the end."""
+
+    name: str
+    text: str
+    index: int = 0
+
+
+Delta = TextDelta | ReasoningDelta | ArgumentsDelta
 
 
 class StreamDecoder(Protocol):

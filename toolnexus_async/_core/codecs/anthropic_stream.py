@@ -17,7 +17,7 @@ from ..errors import ProtocolError, ProviderError
 from ..messages import AssistantMessage, ModelReply, Reasoning, ToolCall
 from ._common import NEUTRAL_BLOCKS, anthropic_usage, parse_arguments, remember_wire_content
 from ._sse import SSEEvent
-from ._stream import Delta, ReasoningDelta, TextDelta, _Decoder, _int_index
+from ._stream import ArgumentsDelta, Delta, ReasoningDelta, TextDelta, _Decoder, _int_index
 
 __all__ = ("ANTHROPIC_ERROR_STATUS", "AnthropicStreamDecoder")
 
@@ -173,6 +173,8 @@ class AnthropicStreamDecoder(_Decoder):
             # A server tool's input (server_tool_use, mcp_tool_use) is kept for its block
             # alone: the provider runs it, and the unstreamed codec skips it too.
             block.parts.append(partial)
+            if block.kind == "tool_use" and partial:
+                return [ArgumentsDelta(block.name, partial, payload["index"])]
         elif kind == "thinking_delta" and block.kind == "thinking":
             thought = delta.get("thinking")
             if isinstance(thought, str) and thought:

@@ -22,7 +22,7 @@ from ._common import (
     remember_wire_arguments,
 )
 from ._sse import SSEEvent
-from ._stream import Delta, ReasoningDelta, TextDelta, _Decoder, _int_index
+from ._stream import ArgumentsDelta, Delta, ReasoningDelta, TextDelta, _Decoder, _int_index
 
 __all__ = ("OpenAIStreamDecoder",)
 
@@ -141,12 +141,14 @@ class OpenAIStreamDecoder(_Decoder):
         fragments = delta.get("tool_calls")
         if fragments is not None and not isinstance(fragments, list):
             raise self._bad(event, "choices[0].delta.tool_calls must be a list")
+        out: list[Delta] = []
         for fragment in fragments or ():
-            self._fragment(event, fragment)
+            piece = self._fragment(event, fragment)
+            if piece is not None:
+                out.append(piece)
         refusal = delta.get("refusal")
         if isinstance(refusal, str):
             self._refusal.append(refusal)
-        out: list[Delta] = []
         thought = reasoning_of(delta)
         if thought:
             self._reasoning.append(thought)
@@ -163,7 +165,7 @@ class OpenAIStreamDecoder(_Decoder):
             out.append(TextDelta(content))
         return out
 
-    def _fragment(self, event: SSEEvent, fragment: object) -> None:
+    def _fragment(self, event: SSEEvent, fragment: object) -> ArgumentsDelta | None:
         if not isinstance(fragment, dict):
             raise self._bad(event, "a tool_calls fragment must be an object")
         index = _int_index(fragment.get("index"))
@@ -180,7 +182,7 @@ class OpenAIStreamDecoder(_Decoder):
             call.id = call_id
         function = fragment.get("function")
         if not isinstance(function, dict):
-            return
+            return None
         name = function.get("name")
         if isinstance(name, str) and name and not call.name:
             call.name = name
@@ -189,6 +191,9 @@ class OpenAIStreamDecoder(_Decoder):
         # be judged as the unstreamed codec judges it.
         if arguments is not None:
             call.arguments.append(arguments)
+            if isinstance(arguments, str) and arguments and call.name:
+                return ArgumentsDelta(call.name, arguments, index)
+        return None
 
     def _reply(self) -> ModelReply:
         calls: list[ToolCall] = []
