@@ -9,15 +9,16 @@ Rules of this module:
 - Ownership is checked in the statement that writes (``... AND owner = $n``), and a row a
   write depends on is locked by that statement, so two workers racing for one request or
   one run are serialised by PostgreSQL: exactly one wins, the other sees its result.
-- The operations notify nobody: the store announces what committed (:func:`event_payload`)
-  after the commit, in a statement of its own.
+- The operations notify nobody themselves: the group commit (``_committer``) sends the
+  events of a batch's writes (:func:`routes`, :func:`event_body`) in the transaction
+  that wrote them, one statement for them all.
 - A write's events (``_run_events``) are inserted after its own first write, so that its
   transaction has its id before it takes an event ``seq`` (what ``EventTail`` relies on).
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 from typing import Any
 
 from ..._core.errors import DamagedRunError, StoreError, UnknownRequestError, UsageError
@@ -29,14 +30,31 @@ from .._run_events import EVENTS_KEEP, EventRow, answered, failed
 from .._store import Accepted, LeaseLostError, StoredRun, StoreEvent
 from ._queries import load
 
-__all__ = ("CHANNEL", "PgOps", "event_payload")
+__all__ = ("CHANNEL", "PgOps", "event_body", "owner_channel", "routes")
 
-# The channel every store on a database announces on; one LISTEN serves all its hosts.
+# The channel every store on a database announces every event on, for whoever wants them
+# all (``listen()`` with no owner): one notification per transaction, whatever it holds.
 CHANNEL = "toolnexus_run_store"
 
 
-def event_payload(event: StoreEvent) -> str:
-    """The NOTIFY payload of ``event``: the ids it names, never data."""
+def owner_channel(owner: str) -> str:
+    """The channel of the worker ``owner``: the answers another worker took for the runs
+    it holds, told to it alone (a channel name is an identifier of at most 63 bytes)."""
+    return "toolnexus_w_" + hashlib.blake2b(owner.encode(), digest_size=12).hexdigest()
+
+
+def routes(event: StoreEvent, by: str | None = None) -> tuple[str, ...]:
+    """The channels ``event`` goes to: every event to :data:`CHANNEL`; an answer taken
+    by another worker than ``by`` (the one that took it) and not handed over, also to its
+    run's owner, who must wake the run."""
+    owner = event.owner
+    if event.kind == "answered" and owner is not None and not event.delivered and owner != by:
+        return (CHANNEL, owner_channel(owner))
+    return (CHANNEL,)
+
+
+def event_body(event: StoreEvent) -> dict[str, str | bool | None]:
+    """What a NOTIFY says of ``event``: the ids it names, never data."""
     body: dict[str, str | bool | None] = {
         "kind": event.kind,
         "request": event.request_id,
@@ -45,7 +63,7 @@ def event_payload(event: StoreEvent) -> str:
     }
     if event.delivered:
         body["delivered"] = True
-    return json.dumps(body)
+    return body
 
 
 _HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
