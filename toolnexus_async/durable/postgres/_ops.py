@@ -29,6 +29,7 @@ from .._listing import numbered
 from .._run_events import EVENTS_KEEP, EventRow, answered, failed
 from .._store import Accepted, LeaseLostError, StoredRun, StoreEvent
 from ._queries import load
+from ._statements import Statements
 
 __all__ = ("CHANNEL", "PgOps", "event_body", "owner_channel", "routes")
 
@@ -66,6 +67,11 @@ def event_body(event: StoreEvent) -> dict[str, str | bool | None]:
     return body
 
 
+def _arrays(rows: list[EventRow]) -> tuple[list[str], list[str], list[str]]:
+    """Events as the three arrays a statement of ``_statements`` inserts them from."""
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+
+
 _HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
 
 
@@ -80,6 +86,7 @@ class PgOps:
     def __init__(self, schema: str) -> None:
         self.s = schema
         self._insert_answer = numbered(INSERT.format(s=f"{schema}."))
+        self._one = Statements(schema)
 
     async def _lost(self, conn: Any, run_id: str, owner: str) -> Exception:
         row = await conn.fetchrow(
@@ -154,21 +161,11 @@ class PgOps:
         now: float,
         events: list[EventRow],
     ) -> None:
-        inserted = await conn.execute(
-            f"INSERT INTO {self.s}.runs (run_id, status, owner, turn, state, prompt, created,"
-            " updated) VALUES ($1, 'running', $2, $3, $4, $5, $6, $6)"
-            " ON CONFLICT (run_id) DO NOTHING",
-            run_id,
-            owner,
-            turn,
-            state,
-            prompt,
-            now,
+        inserted = await conn.fetchval(
+            self._one.start, run_id, owner, turn, state, prompt, now, lease_until, *_arrays(events)
         )
-        if not _count(inserted):
+        if not inserted:
             raise UsageError(f"a run {run_id!r} is stored already; run ids must be unique")
-        await self._known(conn, owner, lease_until, now)
-        await self._tell(conn, events, now)
 
     async def turn(
         self,
@@ -180,19 +177,10 @@ class PgOps:
         now: float,
         events: list[EventRow],
     ) -> None:
-        await self._guarded(
-            conn,
-            f"UPDATE {self.s}.runs SET turn = $3, state = $4, updated = $5 WHERE {_HELD}",
-            run_id,
-            owner,
-            turn,
-            state,
-            now,
-        )
-        if turn > 1:
-            await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
-            await self._close_requests(conn, run_id, before_turn=turn)
-        await self._tell(conn, events, now)
+        if not await conn.fetchval(
+            self._one.turn, run_id, owner, turn, state, now, *_arrays(events)
+        ):
+            raise await self._lost(conn, run_id, owner)
 
     async def record(
         self,
@@ -205,23 +193,13 @@ class PgOps:
         request_id: str | None,
         now: float,
     ) -> None:
-        await self._guarded(
-            conn,
-            f"INSERT INTO {self.s}.results (run_id, call_id, record)"
-            f" SELECT $1, $3, $4 WHERE EXISTS (SELECT 1 FROM {self.s}.runs WHERE {_HELD})"
-            " ON CONFLICT (run_id, call_id) DO UPDATE SET record = excluded.record",
-            run_id,
-            owner,
-            call_id,
-            record,
-        )
         rows = [event]
-        if request_id is not None and await conn.fetchval(
-            f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1 AND status = 'pending'",
-            request_id,
-        ):
+        if request_id is not None:  # written only if that request is still pending
             rows.insert(0, answered(run_id, False, "expired", request_id, now, None))
-        await self._tell(conn, rows, now)
+        if not await conn.fetchval(
+            self._one.record, run_id, owner, call_id, record, request_id, *_arrays(rows), now
+        ):
+            raise await self._lost(conn, run_id, owner)
 
     async def suspend(
         self,
@@ -237,10 +215,8 @@ class PgOps:
         event: EventRow,
         now: float,
     ) -> None:
-        inserted = await conn.execute(
-            f"INSERT INTO {self.s}.requests (request_id, run_id, call_id, turn, body, status,"
-            f" expires_at, kind, prompt) SELECT $3, run_id, $4, turn, $5, 'pending', $6, $7,"
-            f" $8 FROM {self.s}.runs WHERE {_HELD} ON CONFLICT (request_id) DO NOTHING",
+        inserted = await conn.fetchval(
+            self._one.suspend,
             run_id,
             owner,
             request_id,
@@ -249,14 +225,15 @@ class PgOps:
             expires_at,
             kind,
             prompt,
+            *_arrays([event]),
+            now,
         )
-        if not _count(inserted):
+        if not inserted:
             if await conn.fetchval(
                 f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1", request_id
             ):
                 raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
             raise await self._lost(conn, run_id, owner)
-        await self._tell(conn, [event], now)
 
     async def halt(self, conn: Any, run_id: str, owner: str, now: float) -> None:
         await self._guarded(
@@ -286,20 +263,10 @@ class PgOps:
         text: str | None,
         event: EventRow,
     ) -> None:
-        await self._guarded(
-            conn,
-            f"UPDATE {self.s}.runs SET status = 'done', owner = NULL, final = $3, updated = $4,"
-            f" outcome = $5, text = $6 WHERE {_HELD}",
-            run_id,
-            owner,
-            final,
-            now,
-            outcome,
-            text,
-        )
-        await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
-        await self._close_requests(conn, run_id)
-        await self._tell(conn, [event], now)
+        if not await conn.fetchval(
+            self._one.finish, run_id, owner, final, now, outcome, text, *_arrays([event])
+        ):
+            raise await self._lost(conn, run_id, owner)
 
     async def fail(self, conn: Any, run_id: str, error: str, owner: str, now: float) -> None:
         await self._guarded(
@@ -412,21 +379,14 @@ class PgOps:
         if mismatch is not None:
             # It approves another call: nothing taken, the request waits.
             return await self._refused(conn, values, mismatch, answered_by, by, now)
-        await conn.execute(
-            f"UPDATE {self.s}.requests SET status = 'answered', answer = $2, delivered = $3,"
-            " answered_at = $4, answered_by = $5 WHERE request_id = $1 AND status = 'pending'",
-            answer_id,
-            answer,
-            int(delivered),
-            now,
-            by,
-        )
         event = answered(taken.run_id, ok, reason, answer_id, now, by, answered_by)
-        await self._tell(conn, [event], now)
         record = taken_row(
             taken.request, taken.run_id, taken.call_id, ok, reason, answered_by, by, now
         )
-        await conn.execute(self._insert_answer, *record)
+        # The answer, its event and its audit row: one statement (``_statements``).
+        await conn.fetchval(
+            self._one.take, answer_id, answer, int(delivered), now, by, *event, *record
+        )
         return taken
 
     async def _refused(
