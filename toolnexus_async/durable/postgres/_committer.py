@@ -18,9 +18,15 @@ Rules of this module:
   nothing (``_ops`` checks in the statement that writes), so it does not undo the others.
   A statement that fails otherwise aborts the transaction: it is rolled back and each of
   its writes goes again in a transaction of its own, so that the failure is only its
-  own. A passing fault (the connection, the server stopping) fails every write of the
-  batch with :class:`StoreUnavailableError`; none is retried here, and no caller was told
-  its write committed.
+  own. So does a batch PostgreSQL rolled back to break a deadlock with another worker's
+  batch (:class:`ConflictError`: two batches may lock the same rows in two orders);
+  alone, each is the one-write transaction the store always made. A passing fault (the
+  connection, the server stopping) fails every write of the batch with
+  :class:`StoreUnavailableError`; none is retried here, and no caller was told its write
+  committed.
+- **Alike writes go as one statement** (``_grouped``): every start of a batch, every
+  turn, every suspension, result, end and answer taken, one statement per kind; a write
+  it could not do (a refusal) goes alone after, in the same transaction.
 - No caller commits: a queued write commits with its batch even if its caller is
   cancelled meanwhile, so no cancellation leaves a batch half done or strands the writes
   queued behind it.
@@ -34,13 +40,15 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
 
 from ..._core.errors import StoreError, StoreUnavailableError, ToolnexusError
 from .._store import StoreEvent
+from ._errors import ConflictError
+from ._grouped import AGAIN, Many
 from ._ops import event_body
 
 __all__ = ("GroupCommit", "Notice", "notices")
@@ -51,6 +59,13 @@ Tell = Callable[[Any], Iterable[Notice]]
 Queued = tuple[Callable[..., Awaitable[Any]], tuple[Any, ...], Tell | None, "asyncio.Future[Any]"]
 # Runs ``body(conn)`` in a transaction on a pooled connection (``PgConnections``).
 InTransaction = Callable[..., Awaitable[Any]]
+
+After = Callable[[Any], Awaitable[None]]
+
+
+async def _nothing_after(conn: Any) -> None:
+    return None
+
 
 _NOTIFY = "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)"
 # A NOTIFY payload must stay under 8,000 bytes: a channel's events are sent in chunks.
@@ -89,6 +104,9 @@ class GroupCommit:
         name: the store, as a write's errors name it.
         call_timeout: seconds a write may wait in the queue (``None``: as long as it takes).
         committed: called after each batch committed, or failed (a write of this store ended).
+        many: for an op, the statement that does a batch's writes of that op at once
+            (``_grouped``).
+        after: ``after(conn)``, last in each batch's transaction (pruning ended runs).
     """
 
     # The most writes one transaction takes: a bound on what one batch holds the loop for
@@ -102,8 +120,12 @@ class GroupCommit:
         name: str,
         call_timeout: float | None,
         committed: Callable[[], None],
+        many: Mapping[Any, Many] | None = None,
+        after: After | None = None,
     ) -> None:
         self._in_transaction = in_transaction
+        self._many: Mapping[Any, Many] = many or {}
+        self._after: After = after or _nothing_after
         self._name = name
         self._timeout = call_timeout
         self._committed = committed
@@ -182,9 +204,15 @@ class GroupCommit:
 
     async def _commit(self, batch: list[Queued], budget: float | None) -> None:
         try:
-            outcomes = await self._in_transaction(_apply, batch, budget)
+            outcomes = await self._in_transaction(_apply, batch, budget, self._many, self._after)
         except StoreUnavailableError as exc:
-            _fail(batch, exc)
+            if not isinstance(exc, ConflictError) or len(batch) == 1:
+                _fail(batch, exc)
+                return
+            # Rolled back to undo a deadlock with another worker's batch (two batches
+            # can lock the same rows in two orders): each write alone, none can deadlock.
+            for item in batch:
+                await self._commit([item], budget)
         except Exception as exc:
             if len(batch) == 1:
                 _fail(batch, exc)
@@ -214,22 +242,38 @@ def _fail(batch: list[Queued], exc: BaseException) -> None:
             future.set_exception(exc)
 
 
-async def _apply(conn: Any, batch: list[Queued], budget: float | None) -> list[Any]:
-    """Every write of ``batch`` on ``conn``, inside its transaction, then their NOTIFYs;
-    each statement bounded by ``budget`` seconds, what the earliest write has left (a
-    lock held too long fails the batch in time: no caller waits past its timeout)."""
+async def _apply(
+    conn: Any, batch: list[Queued], budget: float | None, many: Mapping[Any, Many], after: After
+) -> list[Any]:
+    """Every write of ``batch`` on ``conn``, inside its transaction, then ``after(conn)``
+    and their NOTIFYs; each statement bounded by ``budget`` seconds, what the earliest
+    write has left (a lock held too long fails the batch in time: no caller waits past
+    its timeout). The writes of a kind that has a grouped statement (``many``) go as one,
+    those it did not write alone after (``_grouped``)."""
     if budget is not None:
         if budget <= 0.001:
             raise TimeoutError("no time was left for this batch of writes")
         await conn.execute(f"SET LOCAL statement_timeout = {max(1, int(budget * 1000))}")
-    outcomes: list[Any] = []
-    told: list[Notice] = []
-    for op, args, tell, _ in batch:
+    outcomes: list[Any] = [AGAIN] * len(batch)
+    kinds: dict[Any, list[int]] = {}
+    for index, (op, *_) in enumerate(batch):
+        if op in many:
+            kinds.setdefault(op, []).append(index)
+    for op, indexes in kinds.items():
+        if len(indexes) > 1:
+            done = await many[op](conn, [batch[i][1] for i in indexes])
+            for i, outcome in zip(indexes, done, strict=True):
+                outcomes[i] = outcome
+    for index, (op, args, _, _) in enumerate(batch):
+        if outcomes[index] is not AGAIN:
+            continue
         try:
-            outcome = await op(conn, *args)
+            outcomes[index] = await op(conn, *args)
         except ToolnexusError as refused:
-            outcome = refused
-        outcomes.append(outcome)
+            outcomes[index] = refused
+    await after(conn)
+    told: list[Notice] = []
+    for (_, _, tell, _), outcome in zip(batch, outcomes, strict=True):
         if tell is not None and not isinstance(outcome, BaseException):
             told.extend(tell(outcome))
     if told:

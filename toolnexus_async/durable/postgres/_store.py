@@ -34,6 +34,7 @@ from .._run_events import EventRead, expired_request, saved_events, started_even
 from .._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 from . import _queries as pg_queries
 from ._committer import GroupCommit, Notice, Tell
+from ._grouped import Grouped
 from ._ops import CHANNEL, PgOps, owner_channel, routes
 from ._pool import PgConnections
 from ._schema import qualified
@@ -112,14 +113,16 @@ class PostgresRunStore:
         self.where = self._pg.where
         # A read is one transaction on a pooled connection; the writes share theirs.
         self._in_transaction = self._pg.in_transaction
+        self._ops = PgOps(self.schema)
         self._closing = False
         self._commits = GroupCommit(
             self._pg.in_transaction,
             name=f"run store {self.where}",
             call_timeout=call_timeout,
             committed=self._pg.committed,
+            many=Grouped(self.schema, self._ops).many,
+            after=self._ended,
         )
-        self._ops = PgOps(self.schema)
         self._keep = keep_finished
         self._prune_every = prune_every
         self._pruned = 0.0
@@ -149,8 +152,10 @@ class PostgresRunStore:
         """Whether :meth:`aclose` was called."""
         return self._pg.closed
 
-    async def _ended(self, conn: Any, now: float) -> None:
-        """Prune ended runs beyond the bound, at most every few seconds."""
+    async def _ended(self, conn: Any) -> None:
+        """Prune ended runs beyond the bound, at most every few seconds (last in each
+        batch of writes)."""
+        now = time.time()
         if now - self._pruned >= self._prune_every:
             self._pruned = now
             await self._ops.prune(conn, self._keep, now)
@@ -209,23 +214,19 @@ class PostgresRunStore:
 
     async def finish(self, result: RunResult, owner: str) -> None:
         final, now, event = state_text(result), time.time(), run_events.done(result)
-
-        async def finish(conn: Any) -> None:
-            await self._ops.finish(
-                conn, result.run_id, owner, final, now, result.status, plain(result.text), event
-            )
-            await self._ended(conn, now)
-
-        await self._written(finish)
+        await self._written(
+            self._ops.finish,
+            result.run_id,
+            owner,
+            final,
+            now,
+            result.status,
+            plain(result.text),
+            event,
+        )
 
     async def fail(self, run_id: str, error: str, owner: str) -> None:
-        now = time.time()
-
-        async def fail(conn: Any) -> None:
-            await self._ops.fail(conn, run_id, error, owner, now)
-            await self._ended(conn, now)
-
-        await self._written(fail)
+        await self._written(self._ops.fail, run_id, error, owner, time.time())
 
     async def release(self, run_id: str, owner: str) -> None:
         await self._written(self._ops.release, run_id, owner, time.time())
