@@ -49,7 +49,7 @@ from ..._core.errors import StoreError, StoreUnavailableError, ToolnexusError
 from .._store import StoreEvent
 from ._errors import ConflictError
 from ._grouped import AGAIN, Many
-from ._ops import event_body
+from ._ops import CHANNEL, LISTENING_LOCK, event_body
 
 __all__ = ("GroupCommit", "Notice", "notices")
 
@@ -67,7 +67,14 @@ async def _nothing_after(conn: Any) -> None:
     return None
 
 
-_NOTIFY = "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)"
+# The notifications of a batch; those on CHANNEL only while a session listens there.
+_NOTIFY = (
+    "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)"
+    f" WHERE c <> '{CHANNEL}' OR EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    f" AND classid = {LISTENING_LOCK >> 32} AND objid = {LISTENING_LOCK & 0xFFFFFFFF}"
+    " AND objsubid = 1 AND granted)"
+)
 # A NOTIFY payload must stay under 8,000 bytes: a channel's events are sent in chunks.
 _PAYLOAD_MAX = 7000
 

@@ -31,11 +31,18 @@ from .._store import Accepted, LeaseLostError, StoredRun, StoreEvent
 from ._queries import load
 from ._statements import Statements
 
-__all__ = ("CHANNEL", "PgOps", "event_body", "owner_channel", "routes")
+__all__ = ("CHANNEL", "LISTENING_LOCK", "PgOps", "event_body", "owner_channel", "routes")
 
 # The channel every store on a database announces every event on, for whoever wants them
-# all (``listen()`` with no owner): one notification per transaction, whatever it holds.
+# all (``listen()`` with no owner): one notification per transaction, whatever it holds,
+# and only while some session listens on it. PostgreSQL (15) wakes every listening
+# session of the database at each commit that notifies, whatever the channel; so a
+# notification nobody wants would still cost the server a wake-up per listening worker.
 CHANNEL = "toolnexus_run_store"
+
+# The session-level advisory lock (shared) a connection LISTENing on CHANNEL holds: how a
+# writer sees that someone listens there (``pg_locks``), gone with that connection.
+LISTENING_LOCK = 0x546E7841_0002
 
 
 def owner_channel(owner: str) -> str:

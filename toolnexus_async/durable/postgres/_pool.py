@@ -29,7 +29,7 @@ from ..._core.errors import ToolnexusError, UsageError
 from .._run_events import Watchers
 from .._store import StoreEvent
 from ._errors import PgErrors
-from ._ops import CHANNEL
+from ._ops import CHANNEL, LISTENING_LOCK
 from ._schema import ensure
 
 __all__ = ("PgConnections",)
@@ -231,7 +231,7 @@ class PgConnections:
         listening = self._listening
         if listening is not None and not listening.is_closed() and channel not in self._heard:
             try:
-                await listening.add_listener(channel, self._notified)
+                await self._add(listening, channel)
                 self._heard.add(channel)
             except self._error.failures() as exc:
                 log.warning("%s", self._error("cannot listen for events (hosts will look)", exc))
@@ -262,7 +262,7 @@ class PgConnections:
                 try:
                     conn = await asyncpg.connect(self._dsn, timeout=self._timeout)
                     for channel in channels:
-                        await conn.add_listener(channel, self._notified)
+                        await self._add(conn, channel)
                 except failures as exc:
                     if conn is not None:
                         await self._quietly(conn.close())
@@ -276,6 +276,14 @@ class PgConnections:
             stale, self._listening, self._heard = self._listening, conn, channels
             if stale is not None:
                 await self._quietly(stale.close())
+
+    async def _add(self, conn: Any, channel: str) -> None:
+        """LISTEN on ``channel``; on :data:`CHANNEL`, also say so to the writers (the shared
+        advisory lock they look for before they notify there), for as long as ``conn``
+        lives."""
+        await conn.add_listener(channel, self._notified)
+        if channel == CHANNEL:
+            await conn.execute(f"SELECT pg_advisory_lock_shared({LISTENING_LOCK})")
 
     def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
         """``callback()`` after each write here (:meth:`committed`) and each event heard."""
