@@ -23,8 +23,11 @@ ratios PostgreSQL / SQLite are of the same round.
 ``--listeners 1,10,100`` adds a second part: PostgreSQL alone, with K idle connections
 LISTENing as K idle workers of this release do (each on its own worker channel; with a
 release that had none, on the one channel every worker heard), K = each value, alternated
-over the rounds. Reported per run: the database server's CPU, this worker's CPU, and the
-notifications each idle listener received.
+over the rounds; ``--listen-runs`` runs a round (default 200), ``--listen-concurrency``
+at a time (default 1: one run at a time, so no run shares a transaction with another and
+every notifying commit is its own). Reported per run: the database server's CPU, this
+process's CPU (the worker's and the K connections'), and the notifications each idle
+listener received.
 """
 
 from __future__ import annotations
@@ -170,7 +173,8 @@ async def postgres_round(
 
 
 def show(r: Round) -> str:
-    line = f"{r.store:<10} {r.rate():8,.0f} runs done/s   CPU/run: worker {r.per_run_us(r.cpu):6,.0f} us"
+    worker = r.per_run_us(r.cpu)
+    line = f"{r.store:<10} {r.rate():8,.0f} runs done/s   CPU/run: worker {worker:6,.0f} us"
     if r.store == "PostgreSQL":
         line += (
             f", database {r.per_run_us(r.server_cpu):6,.0f} us;"
@@ -215,10 +219,17 @@ async def main(args: argparse.Namespace) -> None:
         if args.listeners:
             ks = [int(k) for k in args.listeners.split(",")]
             where = "each on its own channel" if owner_channel else "all on the one channel"
-            print(f"\nPostgreSQL with K idle listeners ({where}), {args.runs} runs a round:")
+            print(
+                f"\nPostgreSQL with K idle listeners ({where}), {args.listen_runs} runs a"
+                f" round, {args.listen_concurrency} at a time (the listeners are connections of"
+                " this process: their CPU counts as the worker's):"
+            )
+            alone = argparse.Namespace(
+                **{**vars(args), "runs": args.listen_runs, "concurrency": args.listen_concurrency}
+            )
             for n in range(args.rounds):
                 for k in ks if n % 2 == 0 else ks[::-1]:
-                    r = await postgres_round(dsn, 100 + n, args, cpu, listeners=k)
+                    r = await postgres_round(dsn, 100 + n, alone, cpu, listeners=k)
                     print(
                         f"  round {n + 1}, K = {k:>3}: {show(r)};"
                         f" notifications per idle listener per run {r.heard / r.runs:.3f}"
@@ -239,6 +250,15 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--fsync", choices=("on", "off"), default="on")
     parser.add_argument(
         "--listeners", default="", help="K idle listeners, e.g. 1,10,100 (default: none)"
+    )
+    parser.add_argument(
+        "--listen-runs", type=int, default=200, help="runs per K round (default 200)"
+    )
+    parser.add_argument(
+        "--listen-concurrency",
+        type=int,
+        default=1,
+        help="runs at a time in the K rounds (default 1: no run shares a transaction)",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run (100 runs, 1 round)")
     args = parser.parse_args()
