@@ -50,10 +50,12 @@ from _pg import ServerCpu, create_database, describe, throwaway_cluster
 from toolnexus_async import Answer, Inbox, LlmClient, Toolkit
 from toolnexus_async.durable import DurableHost, PostgresRunStore, RunStore, SqliteRunStore
 
-try:  # the worker channels of issue 41; before them, every worker heard one channel
-    from toolnexus_async.durable.postgres._ops import owner_channel
+# The worker channels of issue 41; before them, every worker LISTENed on the one channel.
+channel_of: Callable[[str], str] | None
+try:
+    from toolnexus_async.durable.postgres._ops import owner_channel as channel_of
 except ImportError:
-    owner_channel = None
+    channel_of = None
 
 
 @dataclass
@@ -159,7 +161,7 @@ async def postgres_round(
         for i in range(listeners):
             conn = await asyncpg.connect(dsn)
             idle.append(conn)
-            channel = "toolnexus_run_store" if owner_channel is None else owner_channel(f"idle{i}")
+            channel = "toolnexus_run_store" if channel_of is None else channel_of(f"idle{i}")
             await conn.add_listener(channel, count)
         async with store:
             xid, server_cpu = await _next_xid(dsn), server.seconds()
@@ -218,7 +220,7 @@ async def main(args: argparse.Namespace) -> None:
             )
         if args.listeners:
             ks = [int(k) for k in args.listeners.split(",")]
-            where = "each on its own channel" if owner_channel else "all on the one channel"
+            where = "all on the one channel" if channel_of is None else "each on its own channel"
             print(
                 f"\nPostgreSQL with K idle listeners ({where}), {args.listen_runs} runs a"
                 f" round, {args.listen_concurrency} at a time (the listeners are connections of"

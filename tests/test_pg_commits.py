@@ -95,7 +95,8 @@ async def test_alike_writes_of_one_batch_go_as_one_and_each_refusal_stays_its_ow
 
         async def outcome(name: str, write: Awaitable[None]) -> None:
             try:
-                outcomes[name] = await write
+                await write
+                outcomes[name] = None
             except Exception as exc:
                 outcomes[name] = type(exc).__name__
 

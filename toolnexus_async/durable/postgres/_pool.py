@@ -5,14 +5,16 @@ Rules of this module:
 - Every call is one transaction on a pooled connection (:meth:`PgConnections.in_transaction`),
   committed before the call returns: with PostgreSQL's defaults (``fsync``,
   ``synchronous_commit`` on) what it wrote survives a crash of the worker and of the
-  database server. Concurrent transactions share WAL flushes in the server, so there is
-  no batching of our own.
+  database server. The store's writes come here from its group commit (``_committer``),
+  many writes a transaction; its reads come here one by one.
 - A transaction, once it has its connection, is not cut short by anyio cancellation, and
   a connection that saw a passing fault is not used again.
 - One extra connection, opened by the first :meth:`PgConnections.listen`, LISTENs on the
-  store's channel and hands each event to the listeners. If it drops, events are missed
-  until it is opened again (at the next call that reads the store); hosts look at the
-  store every few seconds regardless, so a missed event delays, never loses.
+  channels asked for (a worker's own, or the one of every event, ``_ops.CHANNEL``, with
+  the shared advisory lock that tells writers someone listens there) and hands each
+  event to that channel's listeners. If it drops, events are missed until it is opened
+  again (at the next call that reads the store); hosts look at the store every few
+  seconds regardless, so a missed event delays, never loses.
 """
 
 from __future__ import annotations
