@@ -3,17 +3,20 @@
 Rules of this module:
 
 - **Group commit**, as the SQLite store's (``sqlite._committer``): every write is queued;
-  the committer task (started by the first write to find none running, ended when the
-  queue is empty) runs the queued writes in one transaction on one pooled connection, in
-  the order they were queued, at most ``batch_max``, with the NOTIFYs of their events
+  a committer task (started by a write that finds the queue empty and a committer free,
+  ended when the queue is empty) runs the queued writes in one transaction on one pooled
+  connection, in the order they were queued, at most ``batch_max``, with the NOTIFYs of their events
   (:func:`notices`) in that same transaction, one statement; then the writes queued
   meanwhile. A write's caller resumes only after the transaction it went into
   committed: nothing is acknowledged before its commit, and nothing is announced before
   it either (PostgreSQL delivers a NOTIFY at its transaction's commit).
-- One transaction in flight per store: PostgreSQL serialises the commits of transactions
-  that notify (a lock held from the commit's start to its end, the WAL flush included),
-  so a second one would wait for the first anyway; the writes that come meanwhile share
-  the next.
+- At most :attr:`GroupCommit.parallel` (two) transactions in flight per store, each on a
+  connection of its own: a write that comes while one commits goes into the next at once,
+  and the server flushes both with one WAL write; writes that come while both are in
+  flight share the next. (PostgreSQL serialises the commits of transactions that notify,
+  so more would mostly wait for each other.) Two batches in flight never hold two writes
+  of one run (a run waits for each write), so the order between them is one their callers
+  could have had.
 - A refused write (a :class:`ToolnexusError` the operation raises or returns) changed
   nothing (``_ops`` checks in the statement that writes), so it does not undo the others.
   A statement that fails otherwise aborts the transaction: it is rolled back and each of
@@ -119,6 +122,11 @@ class GroupCommit:
     # The most writes one transaction takes: a bound on what one batch holds the loop for
     # when its callers are told, and on what one failure fails.
     batch_max = 1024
+    # Batches in flight at once, each on its own connection: a write that comes while one
+    # commits starts the next at once rather than waiting for that commit, and the two
+    # share the server's WAL flush. (One at a time, a run's writes each waited for up to
+    # two commits when a few runs went together.)
+    parallel = 2
 
     def __init__(
         self,
@@ -138,7 +146,7 @@ class GroupCommit:
         self._committed = committed
         self._queue: list[Queued] = []
         self._due: list[float] = []
-        self._committer: asyncio.Task[None] | None = None
+        self._committers: set[asyncio.Task[None]] = set()
         self._flushed = anyio.Event()  # set whenever no write is in flight
         self._flushed.set()
 
@@ -152,9 +160,11 @@ class GroupCommit:
         self._queue.append((op, args, tell, future))
         if self._timeout is not None:
             self._due.append(time.monotonic() + self._timeout)
-        if self._committer is None:
-            self._flushed = anyio.Event()
-            self._committer = loop.create_task(self._commit_queue(), name=f"{self._name} commits")
+        if len(self._committers) < self.parallel and len(self._queue) == 1:
+            if not self._committers:
+                self._flushed = anyio.Event()
+            task = loop.create_task(self._commit_queue(), name=f"{self._name} commits")
+            self._committers.add(task)
         return future
 
     async def _commit_queue(self) -> None:
@@ -175,8 +185,9 @@ class GroupCommit:
                     future.set_exception(self._interrupted(exc))
             raise
         finally:
-            self._committer = None
-            self._flushed.set()
+            self._committers.discard(asyncio.current_task())  # type: ignore[arg-type]
+            if not self._committers:
+                self._flushed.set()
 
     async def flushed(self) -> None:
         """Wait until no write is in flight (the queue committed, or failed)."""
