@@ -45,7 +45,7 @@ from typing import Any
 import anyio
 from _common import PROMPT, approval_model, expected_text, print_footer, print_header
 from _park_hot import make_tool, request_id
-from _pg import ServerCpu, create_database, describe, throwaway_cluster
+from _pg import ServerCpu, create_database, describe, next_xid, throwaway_cluster
 
 from toolnexus_async import Answer, Inbox, LlmClient, Toolkit
 from toolnexus_async.durable import DurableHost, PostgresRunStore, RunStore, SqliteRunStore
@@ -73,16 +73,6 @@ class Round:
 
     def per_run_us(self, seconds: float) -> float:
         return seconds / self.runs * 1e6
-
-
-async def _next_xid(dsn: str) -> int:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        return int(await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
-    finally:
-        await conn.close()
 
 
 async def drive(store: RunStore, runs: int, concurrency: int) -> tuple[float, float]:
@@ -164,9 +154,9 @@ async def postgres_round(
             channel = "toolnexus_run_store" if channel_of is None else channel_of(f"idle{i}")
             await conn.add_listener(channel, count)
         async with store:
-            xid, server_cpu = await _next_xid(dsn), server.seconds()
+            xid, server_cpu = await next_xid(dsn), server.seconds()
             seconds, cpu = await drive(store, args.runs, args.concurrency)
-            xids, server_cpu = await _next_xid(dsn) - xid - 1, server.seconds() - server_cpu
+            xids, server_cpu = await next_xid(dsn) - xid - 1, server.seconds() - server_cpu
     finally:
         for conn in idle:
             await conn.close()

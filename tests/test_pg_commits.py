@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import asyncpg
 
-from tests.pg import PgCluster
+from tests.pg import PgCluster, next_xid
 from tests.test_host import LIMIT, Pay, model, until
 from tests.test_store import LEASE, NOW, fresh_state, turn_state
 from toolnexus_async import Answer, Inbox, LlmClient, Request, StoreError
@@ -28,13 +28,8 @@ from toolnexus_async.durable import DurableHost, PostgresRunStore, StoreEvent
 from toolnexus_async.durable.postgres._ops import CHANNEL
 from toolnexus_async.testing import tool_call
 
-
-async def _next_xid(dsn: str) -> int:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return int(await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
-    finally:
-        await conn.close()
+# Generous: the writers, the lock and pg_ctl on a loaded machine.
+CRASH_LIMIT = 120.0
 
 
 async def _write_transactions(dsn: str, runs: int, together: int) -> float:
@@ -49,10 +44,10 @@ async def _write_transactions(dsn: str, runs: int, together: int) -> float:
         DurableHost(client, pay.toolkit, store, lease=600, sweep=600, poll=600) as host,
     ):
         await _round(host, inbox, 1)  # warm: the schema, the worker's lease row
-        before = await _next_xid(dsn)
+        before = await next_xid(dsn)
         for _ in range(runs // together):
             await _round(host, inbox, together)
-        after = await _next_xid(dsn)
+        after = await next_xid(dsn)
     return (after - before) / runs  # _next_xid reads: it takes no transaction id itself
 
 
@@ -100,7 +95,7 @@ async def test_alike_writes_of_one_batch_go_as_one_and_each_refusal_stays_its_ow
             except Exception as exc:
                 outcomes[name] = type(exc).__name__
 
-        before = await _next_xid(pg_dsn)
+        before = await next_xid(pg_dsn)
         calls = [tool_call("pay", id="c1")]
         async with anyio.create_task_group() as tg:
             tg.start_soon(outcome, "turn a", store.turn(turn_state("run_a", *calls), 1, "A"))
@@ -109,7 +104,7 @@ async def test_alike_writes_of_one_batch_go_as_one_and_each_refusal_stays_its_ow
             )
             tg.start_soon(outcome, "new", store.start(fresh_state("run_c"), "A", NOW + LEASE))
             tg.start_soon(outcome, "taken", store.start(fresh_state("run_a"), "A", NOW + LEASE))
-        assert await _next_xid(pg_dsn) - before == 1  # one transaction for all four
+        assert await next_xid(pg_dsn) - before == 1  # one transaction for all four
         assert outcomes == {
             "turn a": None,
             "turn b, not B's": "LeaseLostError",
@@ -188,30 +183,32 @@ async def test_the_database_stopped_under_a_group_commit_acknowledges_only_what_
 
     async with PostgresRunStore(dsn, command_timeout=LIMIT) as store:
         await store.ping()
-        before = await _next_xid(dsn)
+        before = await next_xid(dsn)
         locker = await asyncpg.connect(dsn)
-        with anyio.fail_after(LIMIT):
-            async with anyio.create_task_group() as tg:
-                for w in range(40):
-                    tg.start_soon(writer, store, w)
-                await until(lambda: len(acknowledged) >= 400)
-                await locker.execute("BEGIN; LOCK TABLE toolnexus.runs IN EXCLUSIVE MODE")
-                while not await locker.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%INSERT INTO toolnexus.runs%'"
-                ):
-                    pass  # each look is a round trip to the server: no pause needed
-                held.set()  # a batch is inside its transaction, waiting: in flight
-                cut = set(unanswered)
-                await anyio.to_thread.run_sync(pg_cluster.crash)
-        locker.terminate()
+        try:
+            with anyio.fail_after(CRASH_LIMIT):
+                async with anyio.create_task_group() as tg:
+                    for w in range(40):
+                        tg.start_soon(writer, store, w)
+                    await until(lambda: len(acknowledged) >= 400)
+                    await locker.execute("BEGIN; LOCK TABLE toolnexus.runs IN EXCLUSIVE MODE")
+                    while not await locker.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%INSERT INTO toolnexus.runs%'"
+                    ):
+                        pass  # each look is a round trip to the server: no pause needed
+                    held.set()  # a batch is inside its transaction, waiting: in flight
+                    cut = set(unanswered)
+                    await anyio.to_thread.run_sync(pg_cluster.crash)
+        finally:
+            locker.terminate()
     await anyio.to_thread.run_sync(pg_cluster.start)
     conn = await asyncpg.connect(dsn)
     try:
         kept = {row[0] for row in await conn.fetch("SELECT run_id FROM toolnexus.runs")}
     finally:
         await conn.close()
-    after = await _next_xid(dsn)
+    after = await next_xid(dsn)
     assert cut and not cut & acknowledged
     assert acknowledged <= kept, sorted(acknowledged - kept)[:10]
     assert not cut & kept, sorted(cut & kept)[:10]

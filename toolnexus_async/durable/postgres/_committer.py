@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -49,6 +48,7 @@ from typing import Any
 import anyio
 
 from ..._core.errors import StoreError, StoreUnavailableError, ToolnexusError
+from .._due import in_time
 from .._store import StoreEvent
 from ._errors import ConflictError
 from ._grouped import AGAIN, Many
@@ -198,21 +198,15 @@ class GroupCommit:
         them (``None``: no ``call_timeout``); the others are failed, never tried."""
         if not due:
             return batch, None
-        now = time.monotonic()
-        live = []
-        earliest = math.inf
-        for item, deadline in zip(batch, due, strict=True):
-            if deadline > now:
-                live.append(item)
-                earliest = min(earliest, deadline)
-            elif not item[3].done():
-                item[3].set_exception(
-                    StoreUnavailableError(
-                        f"{self._name}: this write waited {self._timeout:g} s behind writes"
-                        " held up (the database slow or unreachable); it was not committed"
-                    )
-                )
-        return live, earliest - now
+        return in_time(
+            batch,
+            due,
+            lambda item: item[3],
+            lambda: StoreUnavailableError(
+                f"{self._name}: this write waited {self._timeout:g} s behind writes"
+                " held up (the database slow or unreachable); it was not committed"
+            ),
+        )
 
     def _interrupted(self, cause: BaseException) -> StoreError:
         return StoreError(
