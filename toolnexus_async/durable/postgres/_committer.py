@@ -185,7 +185,7 @@ class GroupCommit:
                     future.set_exception(self._interrupted(exc))
             raise
         finally:
-            self._committers.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._committers.discard(asyncio.current_task())
             if not self._committers:
                 self._flushed.set()
 

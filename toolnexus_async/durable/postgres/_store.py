@@ -57,8 +57,8 @@ class PostgresRunStore:
     Args:
         dsn: ``postgresql://user:password@host:port/dbname`` (any form asyncpg accepts).
         schema: the PostgreSQL schema the tables live in (created if missing).
-        min_size, max_size: the pool's connections (each write holds one for its
-            transaction; a worker needs about as many as it has writes in flight).
+        min_size, max_size: the pool's connections (the writes, grouped, use at most
+            two at a time; each read holds one for its transaction).
         keep_finished: how many ended runs are kept, the most recent.
         prune_every: seconds between two prunings of the ended runs beyond
             ``keep_finished`` (done by whichever write ends a run then): finding them costs
