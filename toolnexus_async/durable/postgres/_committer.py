@@ -175,9 +175,11 @@ class GroupCommit:
                 del self._queue[:most]
                 due = self._due[:most]
                 del self._due[:most]
-                live, budget = self._in_time(batch, due)
+                live, left = self._in_time(batch, due)
                 if live:
-                    await self._commit(live, budget)
+                    # A deadline, not a length: waiting for a connection takes from it.
+                    deadline = None if left is None else time.monotonic() + left
+                    await self._commit(live, deadline)
         except BaseException as exc:
             left, self._queue, self._due = self._queue, [], []
             for *_, future in left:
@@ -214,9 +216,9 @@ class GroupCommit:
             " this write may or may not be committed"
         )
 
-    async def _commit(self, batch: list[Queued], budget: float | None) -> None:
+    async def _commit(self, batch: list[Queued], deadline: float | None) -> None:
         try:
-            outcomes = await self._in_transaction(_apply, batch, budget, self._many, self._after)
+            outcomes = await self._in_transaction(_apply, batch, deadline, self._many, self._after)
         except StoreUnavailableError as exc:
             if not isinstance(exc, ConflictError) or len(batch) == 1:
                 _fail(batch, exc)
@@ -224,13 +226,13 @@ class GroupCommit:
             # Rolled back to undo a deadlock with another worker's batch (two batches
             # can lock the same rows in two orders): each write alone, none can deadlock.
             for item in batch:
-                await self._commit([item], budget)
+                await self._commit([item], deadline)
         except Exception as exc:
             if len(batch) == 1:
                 _fail(batch, exc)
             else:  # one write's statement failed: each alone, so it fails alone
                 for item in batch:
-                    await self._commit([item], budget)
+                    await self._commit([item], deadline)
                 return
         except BaseException as exc:
             _fail(batch, self._interrupted(exc))
@@ -255,14 +257,19 @@ def _fail(batch: list[Queued], exc: BaseException) -> None:
 
 
 async def _apply(
-    conn: Any, batch: list[Queued], budget: float | None, many: Mapping[Any, Many], after: After
+    conn: Any,
+    batch: list[Queued],
+    deadline: float | None,
+    many: Mapping[Any, Many],
+    after: After,
 ) -> list[Any]:
     """Every write of ``batch`` on ``conn``, inside its transaction, then ``after(conn)``
-    and their NOTIFYs; each statement bounded by ``budget`` seconds, what the earliest
-    write has left (a lock held too long fails the batch in time: no caller waits past
-    its timeout). The writes of a kind that has a grouped statement (``many``) go as one,
+    and their NOTIFYs; each statement bounded by what is left to ``deadline``
+    (``time.monotonic()``, the earliest write's: a lock held too long fails the batch in
+    time, and no caller waits past its timeout). The writes of a kind that has a grouped statement (``many``) go as one,
     those it did not write alone after (``_grouped``)."""
-    if budget is not None:
+    if deadline is not None:
+        budget = deadline - time.monotonic()
         if budget <= 0.001:
             raise TimeoutError("no time was left for this batch of writes")
         await conn.execute(f"SET LOCAL statement_timeout = {max(1, int(budget * 1000))}")
