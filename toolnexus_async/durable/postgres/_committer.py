@@ -175,10 +175,10 @@ class GroupCommit:
                 del self._queue[:most]
                 due = self._due[:most]
                 del self._due[:most]
-                live, left = self._in_time(batch, due)
+                live, seconds = self._in_time(batch, due)
                 if live:
                     # A deadline, not a length: waiting for a connection takes from it.
-                    deadline = None if left is None else time.monotonic() + left
+                    deadline = None if seconds is None else time.monotonic() + seconds
                     await self._commit(live, deadline)
         except BaseException as exc:
             left, self._queue, self._due = self._queue, [], []
@@ -266,8 +266,8 @@ async def _apply(
     """Every write of ``batch`` on ``conn``, inside its transaction, then ``after(conn)``
     and their NOTIFYs; each statement bounded by what is left to ``deadline``
     (``time.monotonic()``, the earliest write's: a lock held too long fails the batch in
-    time, and no caller waits past its timeout). The writes of a kind that has a grouped statement (``many``) go as one,
-    those it did not write alone after (``_grouped``)."""
+    time, and no caller waits past its timeout). The writes of a kind that has a grouped
+    statement (``many``) go as one, those it did not write alone after (``_grouped``)."""
     if deadline is not None:
         budget = deadline - time.monotonic()
         if budget <= 0.001:
