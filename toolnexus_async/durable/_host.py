@@ -268,7 +268,8 @@ class DurableHost:
         asks for none is written when it ends); use :meth:`begin` to have it written
         before anything else happens.
         """
-        # Not a coroutine: no frame of its own for a run to hold while it is parked.
+        # Not a coroutine: no frame of its own for a parked run to hold (park.py --store
+        # sqlite: 35.9 pymalloc blocks per parked run, 36.9 with this one a coroutine).
         self._check_open()
         output = self.client.output_spec(output_type, output_method, output_retries)
         loop = self.client.engine.new_loop(
