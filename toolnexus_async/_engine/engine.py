@@ -348,8 +348,7 @@ class Engine:
         journal: Journal | None,
         debug: bool,
     ) -> ToolRegistry:
-        """One model turn of :meth:`_drive`: the request (retried as the policy says), the
-        hooks around it, the reply kept; the toolkit the run goes on with."""
+        """A model turn of :meth:`_drive`, retried as the policy says; the toolkit after it."""
         run_id = loop.run_id
         messages = action.messages
         if debug:
