@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -236,7 +236,7 @@ class Engine:
             output_tries=output_tries,
         )
 
-    def drive(self, spec: RunSpec) -> Awaitable[RunResult]:
+    def drive(self, spec: RunSpec) -> Coroutine[Any, Any, RunResult]:
         """Run ``spec`` to its end (continuing its halted turn first when it has a plan).
 
         Not a coroutine itself: it hands back the driving coroutine, one frame fewer for
@@ -248,7 +248,7 @@ class Engine:
             return self._drive(spec, None)
         return self._drive_limited(spec, self.timeout)
 
-    def _untraced(self, spec: RunSpec) -> Awaitable[RunResult]:
+    def _untraced(self, spec: RunSpec) -> Coroutine[Any, Any, RunResult]:
         """:meth:`drive` itself, for the tracer that wraps it."""
         if self.timeout is None:
             return self._drive(spec, None)
@@ -289,10 +289,9 @@ class Engine:
                         extra=run_extra(run_id),
                     )
                 executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
-                outcomes = await executor.resume(
-                    resume.turn, resume.answers, resume.kept, resume.waiting
+                loop.tools_finished(
+                    await executor.resume(resume.turn, resume.answers, resume.kept, resume.waiting)
                 )
-                loop.tools_finished(outcomes)
                 if on_tools_done is not None and isinstance(loop.next_action(), CallModel):
                     # The answered calls have run: from here on, the old state must not be
                     # resumed again (a durable host learns it here).
@@ -300,70 +299,10 @@ class Engine:
             while True:
                 action = loop.next_action()
                 if isinstance(action, CallModel):
-                    messages = action.messages
-                    if debug:
-                        log.debug(
-                            "%s: model request %d (%s)",
-                            run_id,
-                            action.turn,
-                            self.model.name,
-                            extra=run_extra(run_id),
-                        )
-                    hooks = self.hooks
-                    if hooks is not None and hooks.before_llm is not None:
-                        messages, toolkit = await _before_llm(
-                            hooks.before_llm, loop, messages, toolkit
-                        )
-                    specs: Sequence[Tool] = toolkit.specs
-                    if output is not None:
-                        messages, specs = output.shape(messages, specs)
-                    streamed: list[str] = [] if sink is not None else _NO_TEXT
-                    request_started = time.perf_counter()
-                    try:
-                        # The first attempt is awaited right here: a frame of its own would be
-                        # one more object per run in flight. Retries (rare) have their own,
-                        # entered outside the except block so that a later failure is not
-                        # chained to the first.
-                        failure: ModelError | None = None
-                        try:
-                            reply = await (
-                                self.model.request(messages, specs, output)
-                                if sink is None and self._plain
-                                else self._attempt(messages, specs, sink, streamed, output)
-                            )
-                        except ModelError as exc:
-                            failure = exc
-                        if failure is None:
-                            self._report_reply(reply, request_started)
-                        else:
-                            reply = await self._retry(
-                                failure,
-                                request_started,
-                                messages,
-                                specs,
-                                sink,
-                                streamed,
-                                run_id,
-                                output,
-                            )
-                            failure = None
-                        if hooks is not None and hooks.after_llm is not None:
-                            await call_hook(hooks.after_llm, reply, raw_of(reply))
-                    except ModelError as exc:
-                        # The host may retry from here; tools that already ran are not redone.
-                        exc.run = loop.interrupted()
-                        raise
-                    # What the transcript keeps: a reply cut by the output limit loses its calls.
-                    kept = loop.model_replied(reply)
-                    if journal is not None and kept.tool_calls:
-                        # The turn is kept before any of its calls runs.
-                        await journal.turn(loop)
-                    if sink is not None:
-                        sink(StreamUsage(reply.usage))
-                        for call in kept.tool_calls:
-                            sink(StreamToolCall(call.id, call.name, call.arguments))
-                    # park.py: 35 pymalloc blocks per parked run without this del, 34 with it.
-                    del reply, messages, kept, specs
+                    # A frame of its own: a parked run does not hold the request's locals.
+                    toolkit = await self._model_turn(
+                        loop, action, toolkit, sink, output, journal, debug
+                    )
                 elif isinstance(action, RunTools):
                     calls, turn = action.calls, action.turn
                     del action  # park.py: 35 blocks per parked run without this del, 34 with it
@@ -386,8 +325,7 @@ class Engine:
                     if loop.output_failure is not None:
                         # Raised before the journal ends the run: a durable host records
                         # it as failed, as it does a model error.
-                        raw, errors = loop.output_failure
-                        raise OutputValidationError(raw, errors, result)
+                        raise OutputValidationError(*loop.output_failure, result)
                     if journal is not None:
                         await journal.finished(result)
                     status = result.status
@@ -403,6 +341,77 @@ class Engine:
                 extra=run_extra(run_id),
             )
         return result
+
+    async def _model_turn(
+        self,
+        loop: RunLoop,
+        action: CallModel,
+        toolkit: ToolRegistry,
+        sink: Sink | None,
+        output: OutputSpec | None,
+        journal: Journal | None,
+        debug: bool,
+    ) -> ToolRegistry:
+        """A model turn of :meth:`_drive`, retried as the policy says; the toolkit after it."""
+        run_id = loop.run_id
+        messages = action.messages
+        if debug:
+            log.debug(
+                "%s: model request %d (%s)",
+                run_id,
+                action.turn,
+                self.model.name,
+                extra=run_extra(run_id),
+            )
+        hooks = self.hooks
+        if hooks is not None and hooks.before_llm is not None:
+            messages, toolkit = await _before_llm(hooks.before_llm, loop, messages, toolkit)
+        specs: Sequence[Tool] = toolkit.specs
+        if output is not None:
+            messages, specs = output.shape(messages, specs)
+        streamed: list[str] = [] if sink is not None else _NO_TEXT
+        request_started = time.perf_counter()
+        try:
+            # Retries (rare) have a frame of their own, entered outside the except block so
+            # that a later failure is not chained to the first.
+            failure: ModelError | None = None
+            try:
+                reply = await (
+                    self.model.request(messages, specs, output)
+                    if sink is None and self._plain
+                    else self._attempt(messages, specs, sink, streamed, output)
+                )
+            except ModelError as exc:
+                failure = exc
+            if failure is None:
+                self._report_reply(reply, request_started)
+            else:
+                reply = await self._retry(
+                    failure,
+                    request_started,
+                    messages,
+                    specs,
+                    sink,
+                    streamed,
+                    run_id,
+                    output,
+                )
+            if hooks is not None and hooks.after_llm is not None:
+                await call_hook(hooks.after_llm, reply, raw_of(reply))
+        except ModelError as exc:
+            # The host may retry from here; tools that already ran are not redone.
+            exc.run = loop.interrupted()
+            raise
+        # What the transcript keeps: a reply cut by the output limit loses its calls.
+        kept = loop.model_replied(reply)
+        if journal is not None and kept.tool_calls:
+            # The turn is kept before any of its calls runs.
+            await journal.turn(loop)
+        if sink is not None:
+            sink(StreamUsage(reply.usage))
+            for call in kept.tool_calls:
+                sink(StreamToolCall(call.id, call.name, call.arguments))
+        return toolkit
 
     def _executor(
         self,
@@ -486,34 +495,32 @@ class Engine:
             self._report_reply(reply, started)
             return reply
 
-    # _attempt and _ask_model hand back the model's coroutine rather than awaiting it:
-    # two coroutine objects fewer per request on the hot path.
-
-    def _attempt(
+    async def _attempt(
         self,
         messages: Sequence[Message],
         tools: Sequence[Tool],
         sink: Sink | None,
         streamed: list[str],
         output: OutputSpec | None = None,
-    ) -> Awaitable[ModelReply]:
+    ) -> ModelReply:
         limit = self.request_timeout
-        call = self._ask_model(messages, tools, sink, streamed, output)
         if limit is None or self.model.enforces_timeout:
             # An HTTP model has the limit in its session: no cancel scope per request.
-            return call
-        return _limited(call, limit)
+            return await self._ask_model(messages, tools, sink, streamed, output)
+        with anyio.move_on_after(limit):
+            return await self._ask_model(messages, tools, sink, streamed, output)
+        raise TransportError(f"the model request took longer than {limit} s")
 
-    def _ask_model(
+    async def _ask_model(
         self,
         messages: Sequence[Message],
         tools: Sequence[Tool],
         sink: Sink | None,
         streamed: list[str],
         output: OutputSpec | None = None,
-    ) -> Awaitable[ModelReply]:
+    ) -> ModelReply:
         if sink is None:
-            return self.model.request(messages, tools, output)
+            return await self.model.request(messages, tools, output)
 
         def on_text(text: str) -> None:
             streamed.append(text)
@@ -524,18 +531,12 @@ class Engine:
             sink(StreamReasoning(text))
 
         if output is None:
-            return self.model.stream(messages, tools, on_text, on_reasoning)
+            return await self.model.stream(messages, tools, on_text, on_reasoning)
         if output.method == "tool":
             previews = arguments_preview(sink, output.wrapped)
-            return self.model.stream(messages, tools, on_text, on_reasoning, output, previews)
+            return await self.model.stream(messages, tools, on_text, on_reasoning, output, previews)
         previewing = text_preview(on_text, sink, output.wrapped)
-        return self.model.stream(messages, tools, previewing, on_reasoning, output)
-
-
-async def _limited(call: Awaitable[ModelReply], limit: float) -> ModelReply:
-    with anyio.move_on_after(limit):
-        return await call
-    raise TransportError(f"the model request took longer than {limit} s")
+        return await self.model.stream(messages, tools, previewing, on_reasoning, output)
 
 
 async def _before_llm(

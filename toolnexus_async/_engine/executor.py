@@ -136,18 +136,19 @@ class Executor:
             resolver.park if resolver is not None and budget is None and watch is None else None
         )
 
-    async def run(self, calls: Sequence[ToolCall]) -> list[CallOutcome]:
+    def run(self, calls: Sequence[ToolCall]) -> Awaitable[list[CallOutcome]]:
         """One outcome per call, in call order (the engine awaits a lone call's
-        :meth:`run_one` itself)."""
-        return await _loud(run_concurrently(self.run_one, calls))
+        :meth:`run_one` itself). Not a coroutine: what it hands back is what a parked
+        run holds (see ``run_concurrently``)."""
+        return run_concurrently(self.run_one, calls, _LOUD)
 
-    async def resume(
+    def resume(
         self,
         halted: HaltedTurn,
         answers: Mapping[str, tuple[Request, Answer]],
         kept: Mapping[str, ToolResult] | None = None,
         waiting: Mapping[str, Request] | None = None,
-    ) -> list[CallOutcome]:
+    ) -> Awaitable[list[CallOutcome]]:
         """Outcomes for every call of a halted turn, in call order.
 
         A call that completed keeps its result and is never executed again (``kept`` may
@@ -167,7 +168,7 @@ class Executor:
                 jobs.append(functools.partial(self.run_one, call, (waiting[call.id], None)))
             else:
                 jobs.append(functools.partial(self.run_one, call))
-        return await _loud(run_concurrently(_start, jobs))
+        return run_concurrently(_start, jobs, _LOUD)
 
     def _rule(self, call: ToolCall) -> CallRule:
         resolver = self._resolver
@@ -190,11 +191,10 @@ class Executor:
             action = rule.waiting(request) if answer is None else rule.resumed(request, answer)
         elif self._hooks is None and call.invalid_arguments is None:
             # The common call: the tool is awaited right here, a coroutine fewer per call,
-            # and the rule is consulted only if it suspends.
+            # and the rule is consulted only if it suspends (instructions.py: 3.1 % more
+            # instructions per run without this path, 1,568,493 against 1,520,700).
             if self._journal is not None:
-                fence = self._journal.fence()
-                if fence is not None:
-                    await fence
+                await self._journal.fence()
             started = time.perf_counter()
             ctx = ToolContext(
                 call_id=call.id, run_id=self._run_id, tool_name=call.name, turn=self._turn
@@ -314,9 +314,7 @@ class Executor:
         hook gave instead of the model's (``None``: it changed nothing).
         """
         if self._journal is not None:
-            fence = self._journal.fence()
-            if fence is not None:
-                await fence
+            await self._journal.fence()
         started = time.perf_counter()
         ctx = self._context(call, action)
         result: ToolResult | None = None
@@ -421,22 +419,10 @@ class Executor:
         return outcome
 
 
-async def _loud(turn: Coroutine[Any, Any, list[CallOutcome]]) -> list[CallOutcome]:
-    """The turn's outcomes; a misconfigured resolver's :class:`UsageError`, or a store's
-    :class:`StoreError` (a durable run's lease lost), comes out as itself, not inside the
-    task group's exception group, so the host sees the plain
-    error it can act on."""
-    try:
-        return await turn
-    except ExceptionGroup as group:
-        # A store's verdict (another worker took the run) stops the run as itself too.
-        usage, _ = group.split((UsageError, StoreError))
-        if usage is None:
-            raise
-        first: BaseException = usage
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        raise first from None
+# A misconfigured resolver's UsageError, or a store's StoreError (a durable run's lease
+# lost), comes out of a turn as itself, not inside a task group's ExceptionGroup, so that
+# the host sees the plain error it can act on.
+_LOUD = (UsageError, StoreError)
 
 
 def _with_changed(outcome: CallOutcome, changed: dict[str, Any] | None) -> CallOutcome:

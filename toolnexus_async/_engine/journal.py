@@ -10,15 +10,14 @@ so that what the journal keeps is never behind what anyone was told:
 - :meth:`Journal.settled` when a call has the result the model will see, before the run
   feeds it to the model;
 - :meth:`Journal.finished` when the run ends or halts, before its caller gets the result;
-- :meth:`Journal.fence` before each tool execution: ``None`` to go on at once, or an
-  awaitable that must finish first (a durable host proving it still holds the run).
+- :meth:`Journal.fence` before each tool execution: it returns once the run may go on
+  (at once, or after a durable host proved it still holds the run).
 
 A run without a journal (a plain ``client.run``) pays nothing for any of this.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Protocol
 
 from .._core.loop import CallOutcome, RunLoop
@@ -34,13 +33,10 @@ class Journal(Protocol):
 
     async def turn(self, loop: RunLoop) -> None: ...
 
-    # Awaitables, not coroutine functions: a journal may hand back its store's own
-    # awaitable, so that a run waiting for the write holds no frame of the journal's.
-    def suspended(self, call: ToolCall, request: Request) -> Awaitable[None]: ...
+    async def suspended(self, call: ToolCall, request: Request) -> None: ...
 
-    def settled(self, call: ToolCall, outcome: CallOutcome) -> Awaitable[None]: ...
+    async def settled(self, call: ToolCall, outcome: CallOutcome) -> None: ...
 
     async def finished(self, result: RunResult) -> None: ...
 
-    # Not a coroutine function: the common answer, "go on", costs no coroutine.
-    def fence(self) -> Awaitable[None] | None: ...
+    async def fence(self) -> None: ...

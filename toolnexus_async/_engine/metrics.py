@@ -174,7 +174,8 @@ class MetricsRegistry:
             self.record_run(event.status, event.seconds)
 
     # The record_* methods take plain values: the client feeds its own registry through
-    # them, so that counting a request allocates no event object.
+    # them, so that counting a request allocates no event object (instructions.py: 4.8 %
+    # more instructions per run with an event per count, 1,589,854 against 1,517,301).
 
     def record_llm(
         self,

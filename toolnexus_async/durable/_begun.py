@@ -48,7 +48,8 @@ class BegunRun(Generic[OutputT]):
         (the result is returned instead): for a host that reports every run's steps to
         its own bus, without a stream's task, task group and channel per parked run.
         """
-        # Not a coroutine: no frame of its own for a run to hold while it is parked.
+        # Not a coroutine, as DurableHost.run, whose coroutine measured one pymalloc block
+        # more per parked run (park.py --store sqlite: 36.9 against 35.9).
         return self._take()(on_event)
 
     def stream(self) -> RunStream[OutputT]:

@@ -131,7 +131,8 @@ class HostEntries:
         asks for none is written when it ends); use :meth:`begin` to have it written
         before anything else happens.
         """
-        # Not a coroutine: no frame of its own for a run to hold while it is parked.
+        # Not a coroutine: no frame of its own for a parked run to hold (park.py --store
+        # sqlite: 35.9 pymalloc blocks per parked run, 36.9 with this one a coroutine).
         loop = self._loop(prompt, history, run_id, "run", output_type, options)
         journal = self._journal(loop.run_id, lease=self._lease)
         return self._drive(loop, journal)

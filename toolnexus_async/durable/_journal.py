@@ -103,16 +103,16 @@ class RunJournal:
             state = loop.snapshot()
             await self._kept(lambda: self._store.turn(state, loop.turns, self._owner))
 
-    def suspended(self, call: ToolCall, request: Request) -> Awaitable[None]:
+    async def suspended(self, call: ToolCall, request: Request) -> None:
         def asked(stored: StoredRun) -> bool:
             kept = stored.requests.get(call.id)
             return kept is not None and kept.request.id == request.id
 
-        return self._kept(
+        await self._kept(
             lambda: self._store.suspend(self._run_id, call.id, request, self._owner), asked
         )
 
-    def settled(self, call: ToolCall, outcome: CallOutcome) -> Awaitable[None]:
+    async def settled(self, call: ToolCall, outcome: CallOutcome) -> None:
         record = ToolCallRecord(
             call,
             outcome.result,
@@ -121,7 +121,7 @@ class RunJournal:
             outcome.answered_ok,
             outcome.changed_arguments,
         )
-        return self._kept(lambda: self._store.record(self._run_id, record, self._owner))
+        await self._kept(lambda: self._store.record(self._run_id, record, self._owner))
 
     async def finished(self, result: RunResult) -> None:
         if self._lease is not None:  # it never asked for a tool: kept for the listings
@@ -197,14 +197,14 @@ class RunJournal:
             except StoreUnavailableError:
                 await anyio.sleep(backoff.next())
 
-    def fence(self) -> Awaitable[None] | None:
-        """Before a tool call: ``None`` when this worker's lease is proven and did not lapse
-        since the run last checked; else an awaitable that waits for a renewal and checks
-        the run is still held here (``LeaseLostError`` if not)."""
+    async def fence(self) -> None:
+        """Before a tool call: at once when this worker's lease is proven and did not lapse
+        since the run last checked; else after a renewal, having checked the run is still
+        held here (``LeaseLostError`` if not)."""
         tenure = self._tenure
         if tenure is None or (self._epoch == tenure.epoch and tenure.proven(time.time())):
-            return None
-        return self._prove(tenure)
+            return
+        await self._prove(tenure)
 
     async def _prove(self, tenure: Tenure) -> None:
         while True:

@@ -102,7 +102,6 @@ class GroupCommit:
         """Queue ``op(ops, *args)``; the future is done once the transaction it went into
         committed.
 
-        The caller awaits the future directly (no frame of this object's while it waits).
         The queue is committed by the committer task, never by a caller: a task that
         ``asyncio.timeout`` or ``wait_for`` cancels is cancelled natively, through any
         anyio shield, and a caller that committed would then strand the writes queued

@@ -301,8 +301,7 @@ class SqliteRunStore:
     # Values are encoded here, on the caller's side: a queued write then holds strings
     # and numbers only (not the run's objects), which the garbage collector need not walk
     # while the write waits for its commit; and a value that is not JSON is refused
-    # before anything is queued. (``_write`` is a plain function: while a write waits for
-    # its commit, its caller's frame holds the future alone, no frame of ``_write``'s.)
+    # before anything is queued.
 
     async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
         text, prompt = state_text(state), prompt_of(state)
