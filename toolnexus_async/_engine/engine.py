@@ -13,8 +13,8 @@ Rules of this module:
   ``count_wait_in_timeout=False``, is paused while a human is being waited for) and a
   per-request ``request_timeout``. Cancelling the task that awaits a run cancels the
   in-flight request and the tool tasks with it.
-- Retries are decided by :class:`RetryPolicy` (pure) and the host's ``on_error``; only this
-  module sleeps between attempts.
+- A model request, its attempts and retries are :class:`ModelRequests`'s (``asking``),
+  which the engine is; the loop never sees a failed attempt that is retried.
 - Every model request, tool execution and run is reported as a metric event; a suspension
   is reported as pending, never as an error.
 - Tracing hangs on this door and nowhere else: a traced engine (``tracer=``, see
@@ -42,18 +42,18 @@ from .._core.errors import (
     ModelError,
     OutputValidationError,
     RunTimeoutError,
-    TransportError,
     UsageError,
 )
 from .._core.ids import new_run_id
 from .._core.loop import CallModel, HaltedTurn, RunLoop, RunTools
-from .._core.messages import ZERO_USAGE, Message, ModelReply, Usage, raw_of
+from .._core.messages import ZERO_USAGE, Message, Usage, raw_of
 from .._core.metric_events import Reporter
 from .._core.output import OutputSpec
 from .._core.results import RunResult, ToolCallRecord
 from .._core.resume import ResumePlan
 from .._core.retry import RetryPolicy
 from .._core.types import Tool
+from .asking import ModelRequests
 from .executor import Executor
 from .hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate
 from .journal import Journal
@@ -61,12 +61,8 @@ from .model import Model
 from .resolver import Resolver
 from .streaming import (
     Sink,
-    StreamReasoning,
-    StreamText,
     StreamToolCall,
     StreamUsage,
-    arguments_preview,
-    text_preview,
 )
 from .toolkit import ToolRegistry
 from .tracing import run_extra
@@ -77,8 +73,6 @@ if TYPE_CHECKING:
 __all__ = ("Engine", "RunSpec")
 
 log = logging.getLogger("toolnexus_async")
-
-OnError = Callable[[ModelError, int], Any]
 
 # Shared by every request that is not streamed: nothing is ever appended to it.
 _NO_TEXT: list[str] = []
@@ -139,7 +133,7 @@ class _Budget:
             self._scope.deadline = self._saved + (anyio.current_time() - self._paused_at)
 
 
-class Engine:
+class Engine(ModelRequests):
     """Drives runs for one client: requests, retries, hooks, limits and metrics."""
 
     def __init__(
@@ -435,108 +429,6 @@ class Engine:
             turn=turn,
             watch=tracer,
         )
-
-    def _report_reply(self, reply: ModelReply, started: float) -> None:
-        usage = reply.usage
-        self._report.llm(
-            self.model.name,
-            self.style,
-            "ok",
-            time.perf_counter() - started,
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            parts=(usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens),
-        )
-
-    async def _retry(
-        self,
-        failure: ModelError,
-        started: float,
-        messages: Sequence[Message],
-        tools: Sequence[Tool],
-        sink: Sink | None,
-        streamed: list[str],
-        run_id: str,
-        output: OutputSpec | None = None,
-    ) -> ModelReply:
-        """After a failed first attempt: retry as the policy and ``on_error`` decide.
-
-        Every attempt is reported to metrics; raises the last failure when they give up.
-        """
-        attempt = 1
-        while True:
-            seconds = time.perf_counter() - started
-            self._report.llm(
-                self.model.name, self.style, "error", seconds, error=type(failure).__name__
-            )
-            verdict = None
-            if self.on_error is not None:
-                verdict = await call_hook(self.on_error, failure, attempt)
-            delay = self.retry.delay(attempt, failure, verdict=verdict)
-            if delay is None or streamed:
-                # Text already reached the consumer: a retry would repeat it.
-                raise failure
-            log.info(
-                "%s: model request failed (%s); retry %d in %.2f s",
-                run_id,
-                failure,
-                attempt,
-                delay,
-                extra=run_extra(run_id),
-            )
-            await anyio.sleep(delay)
-            attempt += 1
-            started = time.perf_counter()
-            try:
-                reply = await self._attempt(messages, tools, sink, streamed, output)
-            except ModelError as exc:
-                failure = exc
-                continue
-            self._report_reply(reply, started)
-            return reply
-
-    async def _attempt(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Tool],
-        sink: Sink | None,
-        streamed: list[str],
-        output: OutputSpec | None = None,
-    ) -> ModelReply:
-        limit = self.request_timeout
-        if limit is None or self.model.enforces_timeout:
-            # An HTTP model has the limit in its session: no cancel scope per request.
-            return await self._ask_model(messages, tools, sink, streamed, output)
-        with anyio.move_on_after(limit):
-            return await self._ask_model(messages, tools, sink, streamed, output)
-        raise TransportError(f"the model request took longer than {limit} s")
-
-    async def _ask_model(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Tool],
-        sink: Sink | None,
-        streamed: list[str],
-        output: OutputSpec | None = None,
-    ) -> ModelReply:
-        if sink is None:
-            return await self.model.request(messages, tools, output)
-
-        def on_text(text: str) -> None:
-            streamed.append(text)
-            sink(StreamText(text))
-
-        def on_reasoning(text: str) -> None:
-            streamed.append(text)  # shown to someone: the request is not retried either
-            sink(StreamReasoning(text))
-
-        if output is None:
-            return await self.model.stream(messages, tools, on_text, on_reasoning)
-        if output.method == "tool":
-            previews = arguments_preview(sink, output.wrapped)
-            return await self.model.stream(messages, tools, on_text, on_reasoning, output, previews)
-        previewing = text_preview(on_text, sink, output.wrapped)
-        return await self.model.stream(messages, tools, previewing, on_reasoning, output)
 
 
 async def _before_llm(
