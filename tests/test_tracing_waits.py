@@ -305,11 +305,7 @@ async def test_a_wait_taken_over_from_a_dead_worker_spans_from_its_raise(
             DurableHost(dead_client, ns["toolkit"](), store_a, lease=1.0) as dead,
             anyio.create_task_group() as doomed,
         ):
-
-            async def doomed_run() -> None:
-                await dead.run("pay the invoice")
-
-            doomed.start_soon(doomed_run)
+            doomed.start_soon(dead.run, "pay the invoice")
             await until(lambda: len(dead_inbox) == 1)
             background = dead._background
             assert background is not None

@@ -169,3 +169,17 @@ async def test_a_run_can_be_handed_to_a_task_group_as_it_is():
             tg.start_soon(client.run, "go", toolkit)
             tg.start_soon(keep, "go", toolkit)
     assert [r.output for r in results] == ["hi"]
+
+
+async def test_a_hosts_run_can_be_handed_to_a_task_group_as_it_is(tmp_path: Path):
+    """``start_soon(host.run, prompt)`` type-checks too: the host's run hands back a
+    coroutine (anyio's ``start_soon`` takes nothing else), not a bare awaitable."""
+    async with (
+        LlmClient.in_process(lambda m, t: "hi") as client,
+        no_tools() as toolkit,
+        SqliteRunStore(tmp_path / "runs.db") as store,
+        DurableHost(client, toolkit, store) as host,
+    ):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.run, "go")
+        assert [run.status for run in await store.runs()] == ["done"]

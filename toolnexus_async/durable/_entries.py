@@ -9,7 +9,7 @@ journal writes and when is ``_host``'s and ``_journal``'s.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from .._core.errors import StoreUnavailableError
@@ -89,7 +89,7 @@ class HostEntries:
         run_id: str | None = ...,
         output_type: None = ...,
         **options: Unpack[OutputOptions],
-    ) -> Awaitable[RunResult[str]]: ...
+    ) -> Coroutine[Any, Any, RunResult[str]]: ...
 
     @overload
     def run(
@@ -100,7 +100,7 @@ class HostEntries:
         run_id: str | None = ...,
         output_type: type[T],
         **options: Unpack[OutputOptions],
-    ) -> Awaitable[RunResult[T]]: ...
+    ) -> Coroutine[Any, Any, RunResult[T]]: ...
 
     @overload
     def run(
@@ -111,7 +111,7 @@ class HostEntries:
         run_id: str | None = ...,
         output_type: object,
         **options: Unpack[OutputOptions],
-    ) -> Awaitable[RunResult[Any]]: ...
+    ) -> Coroutine[Any, Any, RunResult[Any]]: ...
 
     def run(
         self,
@@ -121,7 +121,7 @@ class HostEntries:
         run_id: str | None = None,
         output_type: object = None,
         **options: Unpack[OutputOptions],
-    ) -> Awaitable[RunResult[Any]]:
+    ) -> Coroutine[Any, Any, RunResult[Any]]:
         """:meth:`LlmClient.run` with the host's toolkit, every step kept in the store:
         ``result = await host.run(prompt)``. ``output_type`` (and its method and retries):
         as :meth:`LlmClient.run`; its schema is stored with the run, and a run resumed by
