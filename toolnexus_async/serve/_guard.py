@@ -55,12 +55,9 @@ log (see ``_server``) and out of every message here, and neither is in a repr.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import re
-import secrets
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
@@ -69,6 +66,14 @@ from aiohttp import hdrs, web
 
 from .._core.errors import UsageError
 from ._bodies import ApiError
+from ._sessions import (
+    MAX_SESSIONS,
+    SESSION_IDLE,
+    SESSION_LIFETIME,
+    Sessions,
+    check_token,
+    new_token,
+)
 
 __all__ = (
     "GUARD",
@@ -99,13 +104,6 @@ STATE_CHANGING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PROBES: Final = frozenset({"/healthz", "/readyz"})
 # Where a sign-in comes back (rule 3): its state, not the token, admits it.
 CALLBACKS: Final = frozenset({"/oauth/callback"})
-# Rule 4's bounds. A person logs in from a browser or two; the bound only stops a script
-# that logs in over and over from growing the table without end.
-MAX_SESSIONS: Final = 256
-# A day's work without a request ends the session, and so does a week in all: a copy of
-# the cookie (another local server received it) is not good for ever.
-SESSION_IDLE: Final = 12 * 3600.0
-SESSION_LIFETIME: Final = 7 * 24 * 3600.0
 
 PAGE_CSP: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -120,8 +118,6 @@ SECURITY_HEADERS: Final = {
     "Cross-Origin-Resource-Policy": "same-origin",
 }
 
-# What a token may be: it travels in a URL, a header and a cookie, unencoded.
-_TOKEN = re.compile(r"[A-Za-z0-9._~-]{16,512}")
 _LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
 _HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 _PORT = re.compile(r"[0-9]{1,5}")
@@ -139,78 +135,6 @@ in but held the login back on that visit: <a href="/">open the inbox</a> from he
 </body>
 </html>
 """
-
-
-def new_token() -> str:
-    """A fresh random token (256 bits, URL-safe)."""
-    return secrets.token_urlsafe(32)
-
-
-def check_token(token: str) -> str:
-    """``token`` if it is usable, else :class:`UsageError` saying why."""
-    if not _TOKEN.fullmatch(token):
-        raise UsageError(
-            "a token is 16 to 512 letters, digits or -._~ (make one with "
-            "python -c 'import secrets; print(secrets.token_urlsafe(32))')"
-        )
-    return token
-
-
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "backslashreplace")).digest()
-
-
-@attrs.define
-class Sessions:
-    """The browsers logged in (rule 4): session ids, each with when it began and was last used.
-
-    ``clock`` is monotonic seconds, so a change of the wall clock neither ends nor prolongs
-    a session.
-    """
-
-    clock: Callable[[], float] = time.monotonic
-    limit: int = MAX_SESSIONS
-    idle: float = SESSION_IDLE
-    lifetime: float = SESSION_LIFETIME
-    # SHA-256 of an id -> (began, last used); least recently used first.
-    _live: dict[bytes, tuple[float, float]] = attrs.field(factory=dict, init=False, repr=False)
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def start(self) -> str:
-        """A new session's id, for the cookie."""
-        now = self.clock()
-        for key, (_, used) in list(self._live.items()):
-            if now - used <= self.idle:
-                break  # the rest were used later still
-            del self._live[key]
-        while len(self._live) >= self.limit:
-            del self._live[next(iter(self._live))]
-        value = secrets.token_urlsafe(32)
-        self._live[_digest(value)] = (now, now)
-        return value
-
-    def check(self, value: str) -> bool:
-        """Whether ``value`` is a live session's id; a use keeps it from going idle."""
-        key, now = _digest(value), self.clock()
-        times = self._live.pop(key, None)
-        if times is None:
-            return False
-        began, used = times
-        if now - used > self.idle or now - began > self.lifetime:
-            return False  # ended: popped above for good
-        self._live[key] = (began, now)  # now the most recently used
-        return True
-
-    @staticmethod
-    def handle(value: str) -> str:
-        """The principal of the session ``value`` (rule 5): never the id itself."""
-        return "session:" + _digest(value).hex()[:12]
-
-    def end(self, value: str) -> None:
-        """Forget the session ``value`` names, if it is one."""
-        self._live.pop(_digest(value), None)
 
 
 @attrs.frozen
