@@ -233,18 +233,7 @@ class Inbox:
 
     def answer_nowait(self, answer: Answer, *, answered_by: str | None = None) -> None:
         """:meth:`answer` without awaiting, on the inbox's loop thread: it raises what
-        :meth:`answer` raises.
-
-        Raises:
-            UnknownRequestError: no run is parked on that id (the message says when its run
-                halted instead: answer the halted run, or its durable host).
-            AlreadyAnsweredError: that request was answered before.
-            RequestExpiredError: that request expired before this answer came.
-            AnswerMismatchError: it approves another call than its request shows (it names
-                a ``data["digest"]`` that is not the request's); the run still waits.
-            UsageError: not an :class:`Answer`, or ``answered_by`` is not a short printable
-                string (or None).
-        """
+        :meth:`answer` raises (its "Raises" says which)."""
         if not isinstance(answer, Answer):
             raise UsageError(
                 f"Inbox.answer() takes an Answer, got {type(answer).__name__}: build one with "
