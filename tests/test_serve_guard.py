@@ -20,7 +20,8 @@ from tests.test_serve_api import AUTH, LIMIT, TOKEN, demo_app, events, serving
 from toolnexus_async import Toolkit, UsageError
 from toolnexus_async.durable import MemoryRunStore
 from toolnexus_async.serve import create_app, new_token
-from toolnexus_async.serve._guard import GUARD, PAGE_CSP, Guard, Sessions
+from toolnexus_async.serve._guard import GUARD, PAGE_CSP, Guard
+from toolnexus_async.serve._sessions import Sessions
 from toolnexus_async.serve.demo import demo_client, serve_demo_tools
 
 STATIC = Path(__file__).resolve().parent.parent / "toolnexus_async" / "serve" / "static"

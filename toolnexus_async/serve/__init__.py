@@ -24,10 +24,11 @@ not need Starlette).
 
 from ._app import MakeClient, create_app
 from ._demo import open_store
-from ._guard import TOKEN_ENV, new_token
+from ._guard import TOKEN_ENV
 from ._inline import InlineQuestions
 from ._runs import ServeInbox
 from ._server import NoQueryAccessLogger, ServeRunner, run_server
+from ._sessions import new_token
 
 __all__ = (
     "create_app",

@@ -66,33 +66,20 @@ from aiohttp import hdrs, web
 
 from .._core.errors import UsageError
 from ._bodies import ApiError
-from ._sessions import (
-    MAX_SESSIONS,
-    SESSION_IDLE,
-    SESSION_LIFETIME,
-    Sessions,
-    check_token,
-    new_token,
-)
+from ._sessions import Sessions, check_token
 
 __all__ = (
     "GUARD",
-    "MAX_SESSIONS",
     "OTHER_CSP",
     "PAGE_CSP",
     "PROBES",
     "CALLBACKS",
     "SECURITY_HEADERS",
-    "SESSION_IDLE",
-    "SESSION_LIFETIME",
     "TOKEN_ENV",
     "Guard",
-    "Sessions",
     "add_security_headers",
-    "check_token",
     "guard_requests",
     "log_out",
-    "new_token",
     "principal_of",
     "security_headers",
 )

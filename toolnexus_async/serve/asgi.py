@@ -48,9 +48,9 @@ from ..tools._standard import Toolkit
 from ._app import GRACE, MAX_ACTIVE_RUNS, running
 from ._bodies import ApiError, decode_object
 from ._events import EventBus
-from ._guard import check_token
 from ._outage import StoreOutage
 from ._routes import STATIC_DIR
+from ._sessions import check_token
 from ._state import MakeClient, ServeState
 from ._ui import follow_aisdk, reconnect_aisdk, run_agui, run_aisdk
 from ._ui_routes import CHAT_HEADERS, SSE_HEADERS
