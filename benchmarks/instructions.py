@@ -105,7 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("runs", "base", "concurrency"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
-    if args.runs % args.concurrency or args.base % args.concurrency:
+    # A child is told its runs alone; the parent checked them against --concurrency.
+    if args.child is None and (args.runs % args.concurrency or args.base % args.concurrency):
         parser.error("--runs and --base must be multiples of --concurrency")
     return args
 
