@@ -81,6 +81,10 @@ class _State(enum.Enum):
     CLOSED = "closed"  # aclose() ran; the client cannot be used again
 
 
+# As loop.py's _Expect (with its figure): read once, not through 3.11's EnumType hook per run.
+_OPEN, _CLOSED = _State.OPEN, _State.CLOSED
+
+
 class LlmClient(Entries, Resuming, Closing):
     """Runs the tool-calling loop against a model.
 
@@ -287,7 +291,7 @@ class LlmClient(Entries, Resuming, Closing):
             max_turns=max_turns,
             tracer=_tracer(tracing, style, model),
         )
-        self._state = _State.OPEN
+        self._state = _OPEN
 
     @property
     def model(self) -> str:
@@ -322,7 +326,7 @@ class LlmClient(Entries, Resuming, Closing):
 
     @property
     def closed(self) -> bool:
-        return self._state is _State.CLOSED
+        return self._state is _CLOSED
 
     def __repr__(self) -> str:
         key = "set" if self.__api_key else "unset"
@@ -343,7 +347,7 @@ class LlmClient(Entries, Resuming, Closing):
         return output_spec(output_type, style=self.style, method=method, retries=retries)
 
     def _check_open(self) -> None:
-        if self._state is _State.CLOSED:
+        if self._state is _CLOSED:
             raise UsageError("this client is closed; create a new LlmClient")
 
     async def _after_resume(self, halted: RunResult, result: RunResult) -> None:
@@ -356,10 +360,10 @@ class LlmClient(Entries, Resuming, Closing):
 
     async def aclose(self) -> None:
         """Close the session this client created (a borrowed one stays open). Idempotent."""
-        self._state = _State.CLOSED
+        self._state = _CLOSED
         await self._model.aclose()
 
     async def __aenter__(self) -> Self:
-        if self._state is _State.CLOSED:
+        if self._state is _CLOSED:
             raise UsageError("this client is closed; create a new LlmClient")
         return self
