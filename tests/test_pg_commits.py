@@ -137,6 +137,31 @@ async def test_requests_raised_together_each_keep_when_they_were_raised(pg_dsn: 
             assert kept.raised_at is not None and since <= kept.raised_at <= time.time()
 
 
+async def test_a_lone_write_rolled_back_by_a_deadlock_goes_again(pg_dsn: str):
+    """A write alone in its transaction can still be the victim of a deadlock with other
+    workers' batches (three workers answering at once showed it): PostgreSQL rolled it
+    back whole, so it goes again, and its caller sees it committed, not a refusal. A
+    trigger makes the first try fail as the deadlock detector does (SQLSTATE 40P01)."""
+    async with PostgresRunStore(pg_dsn) as store:
+        await store.start(fresh_state("run_a"), "A", NOW + LEASE)  # the schema made
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            await conn.execute(
+                "CREATE SEQUENCE public.tries;"
+                " CREATE FUNCTION public.victim() RETURNS trigger LANGUAGE plpgsql AS $$"
+                " BEGIN IF nextval('public.tries') = 1 THEN"
+                " RAISE EXCEPTION 'deadlock detected' USING ERRCODE = '40P01'; END IF;"
+                " RETURN NEW; END $$;"
+                " CREATE TRIGGER victim BEFORE INSERT ON toolnexus.runs"
+                " FOR EACH ROW EXECUTE FUNCTION public.victim()"
+            )
+            await store.start(fresh_state("run_b"), "A", NOW + LEASE)
+            assert await conn.fetchval("SELECT last_value FROM public.tries") == 2
+        finally:
+            await conn.close()
+        assert {r.run_id for r in await store.runs()} == {"run_a", "run_b"}
+
+
 async def test_a_worker_hears_only_the_answers_it_must_act_on(pg_dsn: str):
     """Routed, not broadcast: a host's listener (``owner=``) hears an answer another worker
     took for a run it holds, and nothing of other workers' runs or of its own requests."""

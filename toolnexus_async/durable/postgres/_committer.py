@@ -23,7 +23,9 @@ Rules of this module:
   its writes goes again in a transaction of its own, so that the failure is only its
   own. So does a batch PostgreSQL rolled back to break a deadlock with another worker's
   batch (:class:`ConflictError`: two batches may lock the same rows in two orders);
-  alone, each is the one-write transaction the store always made. A passing fault (the
+  alone, each is the one-write transaction the store always made. A lone write rolled
+  back so (it can still be the victim of a cycle with other workers' batches) goes again,
+  up to ``_CONFLICT_TRIES`` times, before its caller is told. A passing fault (the
   connection, the server stopping) fails every write of the batch with
   :class:`StoreUnavailableError`; none is retried here, and no caller was told its write
   committed.
@@ -216,17 +218,26 @@ class GroupCommit:
             " this write may or may not be committed"
         )
 
-    async def _commit(self, batch: list[Queued], deadline: float | None) -> None:
+    async def _commit(
+        self, batch: list[Queued], deadline: float | None, conflicts: int = 0
+    ) -> None:
         try:
             outcomes = await self._in_transaction(_apply, batch, deadline, self._many, self._after)
         except StoreUnavailableError as exc:
-            if not isinstance(exc, ConflictError) or len(batch) == 1:
+            if not isinstance(exc, ConflictError):
                 _fail(batch, exc)
-                return
-            # Rolled back to undo a deadlock with another worker's batch (two batches
-            # can lock the same rows in two orders): each write alone, none can deadlock.
-            for item in batch:
-                await self._commit([item], deadline)
+            elif len(batch) > 1:
+                # Rolled back to undo a deadlock with another worker's batch (two batches
+                # can lock the same rows in two orders): each write alone.
+                for item in batch:
+                    await self._commit([item], deadline)
+            elif conflicts < _CONFLICT_TRIES:
+                # A lone write can still be the victim of a deadlock with other workers'
+                # batches; nothing of it was committed, and the winner holds nothing now.
+                await self._commit(batch, deadline, conflicts + 1)
+            else:
+                _fail(batch, exc)
+            return
         except Exception as exc:
             if len(batch) == 1:
                 _fail(batch, exc)
@@ -248,6 +259,10 @@ class GroupCommit:
                     future.set_result(outcome)
         finally:
             self._committed()
+
+
+# How often a lone write rolled back by a conflict goes again before its caller is told.
+_CONFLICT_TRIES = 3
 
 
 def _fail(batch: list[Queued], exc: BaseException) -> None:
