@@ -12,7 +12,11 @@ Rules of this module:
   run not held, the id taken) is :data:`AGAIN`: the group commit then runs that write
   alone, in the same transaction, which finds why and refuses it as it always did. Two
   writes of one kind on the same key (which the arrays cannot tell apart) are all
-  :data:`AGAIN`.
+  :data:`AGAIN`; of two answers to one request, the later.
+- Answers lock their requests first, in the order of their ids, all in the statement
+  that begins their batch; the run writes lock a run first. The store commits the two in
+  batches of their own (``PostgresRunStore``), so no transaction takes both kinds of lock
+  in two orders.
 - Their events are inserted in the writes' order, after the rows (as ``_statements``).
 """
 
@@ -94,8 +98,9 @@ class Grouped:
             ops.suspend: self.suspend,
             ops.record: self.record,
             ops.finish: self.finish,
-            ops.accept: self.accept,
         }
+        # Answers commit in transactions of their own (``PostgresRunStore``).
+        self.answers: dict[Any, Many] = {ops.accept: self.accept}
         self._start = _numbered(
             f"WITH r AS (INSERT INTO {s}.runs (run_id, status, owner, turn, state, prompt,"
             " created, updated) SELECT t.id, 'running', t.o, t.tu, t.st, t.pr, t.n, t.n"
@@ -188,14 +193,21 @@ class Grouped:
     async def accept(self, conn: Any, writes: Sequence[tuple[Any, ...]]) -> list[Any]:
         # (answer_id, answer, now, delivered, claim, ok, reason, by, answered_by); one that
         # is refused, or marks its request expired, goes alone (PgOps.accept records why).
-        keys = _col(writes, 0)
-        if not _unique(keys):
-            return [AGAIN] * len(writes)
+        # Every request of the batch is locked here, once and in one order, before anything
+        # else: the writes that go alone after lock nothing more, so no two batches of
+        # answers wait on each other in a circle. Of two answers to one request, the later
+        # goes alone and finds it answered.
+        keys = sorted(set(_col(writes, 0)))
         found = {row[0]: tuple(row[1:]) for row in await conn.fetch(self._lock, keys)}
         outcomes: list[Any] = []
         takes: list[tuple[tuple[Any, ...], Accepted]] = []
+        seen: set[str] = set()
         for write in writes:
             answer_id, now, claim = write[0], write[2], write[4]
+            if answer_id in seen:
+                outcomes.append(AGAIN)
+                continue
+            seen.add(answer_id)
             values = found.get(answer_id)
             refusal, expire = judge(answer_id, values, now)
             taken: Accepted | None = None

@@ -3,7 +3,9 @@
 Rules of this module:
 
 - Every write is committed before the write returns, in a transaction it shares with the
-  writes queued with it (``_committer``: group commit, its events' NOTIFYs inside); every
+  writes queued with it (``_committer``: group commit, its events' NOTIFYs inside; the
+  answers in batches of their own), except a lease renewal, which is a transaction of its
+  own that waits behind no batch; every
   read is one transaction (the connections and the LISTEN connection are ``_pool``'s; how
   the database's failures are told, ``_errors``'s; the statements, ``_ops``'s and
   ``_queries``'s). This module holds the :class:`RunStore` contract's methods.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Self
 
 import anyio
@@ -58,7 +61,8 @@ class PostgresRunStore:
         dsn: ``postgresql://user:password@host:port/dbname`` (any form asyncpg accepts).
         schema: the PostgreSQL schema the tables live in (created if missing).
         min_size, max_size: the pool's connections (the writes, grouped, use at most
-            two at a time; each read holds one for its transaction).
+            four at a time, two for the runs' writes and two for answers; each read
+            holds one for its transaction).
         keep_finished: how many ended runs are kept, the most recent.
         prune_every: seconds between two prunings of the ended runs beyond
             ``keep_finished`` (done by whichever write ends a run then): finding them costs
@@ -115,14 +119,19 @@ class PostgresRunStore:
         self._in_transaction = self._pg.in_transaction
         self._ops = PgOps(self.schema)
         self._closing = False
-        self._commits = GroupCommit(
+        grouped = Grouped(self.schema, self._ops)
+        commits = partial(
+            GroupCommit,
             self._pg.in_transaction,
             name=f"run store {self.where}",
             call_timeout=call_timeout,
             committed=self._pg.committed,
-            many=Grouped(self.schema, self._ops).many,
-            after=self._ended,
         )
+        self._commits = commits(many=grouped.many, after=self._ended)
+        # Answers commit in batches of their own. An answer locks its request first; a
+        # run's writes lock the run, then its requests: in one transaction the two orders
+        # could lock each other in a circle with another worker's batch.
+        self._answers = commits(many=grouped.answers)
         self._keep = keep_finished
         self._prune_every = prune_every
         self._pruned = 0.0
@@ -145,6 +154,7 @@ class PostgresRunStore:
         self._closing = True
         with anyio.CancelScope(shield=True):
             await self._commits.flushed()
+            await self._answers.flushed()
         await self._pg.aclose()
 
     @property
@@ -162,12 +172,15 @@ class PostgresRunStore:
 
     # -- the contract --------------------------------------------------------------------------
 
-    def _written(self, op: Any, *args: Any, tell: Tell | None = None) -> Awaitable[Any]:
-        """A write, queued for the group commit: done once its transaction committed (then
-        this worker's event feeds look: ``watch``)."""
+    def _written(
+        self, op: Any, *args: Any, tell: Tell | None = None, answer: bool = False
+    ) -> Awaitable[Any]:
+        """A write, queued for the group commit (``answer``: the answers' own): done once
+        its transaction committed (then this worker's event feeds look: ``watch``)."""
         if self._closing:
             raise UsageError("this run store is closed")
-        written: Awaitable[Any] = self._commits.write(op, args, tell)
+        commits = self._answers if answer else self._commits
+        written: Awaitable[Any] = commits.write(op, args, tell)
         return written
 
     async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
@@ -262,6 +275,7 @@ class PostgresRunStore:
             by,
             who,
             tell=answered,
+            answer=True,
         )
         return taken
 
@@ -274,7 +288,13 @@ class PostgresRunStore:
         return claimed
 
     async def renew(self, owner: str, lease_until: float) -> None:
-        await self._written(self._ops.renew, owner, lease_until)
+        # A transaction of its own, never queued behind a batch: a batch can wait a second
+        # or more on another worker's locks (PostgreSQL's deadlock_timeout), and a lease
+        # renewed that late lapses, so that another worker takes over a run whose tool
+        # already ran here and runs it again.
+        if self._closing:
+            raise UsageError("this run store is closed")
+        await self._in_transaction(self._ops.renew, owner, lease_until)
 
     # -- the sign-in state of MCP servers (toolnexus_async.mcp.RunStoreTokens) -----------------
 
