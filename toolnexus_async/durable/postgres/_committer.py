@@ -10,7 +10,7 @@ Rules of this module:
   meanwhile. A write's caller resumes only after the transaction it went into
   committed: nothing is acknowledged before its commit, and nothing is announced before
   it either (PostgreSQL delivers a NOTIFY at its transaction's commit).
-- At most :attr:`GroupCommit.parallel` (two) transactions in flight per store, each on a
+- At most :attr:`GroupCommit.parallel` (two) transactions in flight per queue, each on a
   connection of its own: a write that comes while one commits goes into the next at once,
   and the server flushes both with one WAL write; writes that come while both are in
   flight share the next. (PostgreSQL serialises the commits of transactions that notify,
