@@ -612,8 +612,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.runs < 1 or args.concurrency < 1 or args.warmup < 0:
         parser.error("--runs and --concurrency must be at least 1, --warmup at least 0")
     unknown = [name for name in args.stores if name not in STORES]
-    if unknown or len(set(args.stores)) != len(args.stores):
-        parser.error(f"--stores names each of {', '.join(STORES)} at most once, got {unknown}")
+    if unknown:
+        parser.error(f"--stores: no store {unknown[0]!r}; the stores are {', '.join(STORES)}")
+    if len(set(args.stores)) != len(args.stores):
+        parser.error(f"--stores names a store twice: {','.join(args.stores)}")
     if args.rounds < 1 or (args.rounds > 1 and not args.stores):
         parser.error("--rounds is at least 1, and more than 1 only with --stores")
     if args.stores and (args.spill or args.freeze_gc):
