@@ -81,6 +81,7 @@ BENCHMARKS = {
     "park": "benchmarks/park.py",
     "serve_load": "benchmarks/serve_load.py",
     "workers": "benchmarks/workers.py",  # starts a throwaway PostgreSQL cluster of its own
+    "durable_cost": "benchmarks/durable_cost.py",  # PostgreSQL / SQLite per run, side by side
     "hostile": "benchmarks/hostile.py",  # the loop's longest stall under hostile input
     "serve_page": "benchmarks/serve_page.py",  # the page in Chromium, 1,000 requests waiting
 }

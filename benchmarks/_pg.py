@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.pg import PgServer, _Cluster, _connect, _quote_ident, find_bindir  # noqa: E402
+from tests.pg import PgServer, _Cluster, _connect, _quote_ident, find_bindir, next_xid  # noqa: E402
 
 __all__ = (
     "PgServer",
@@ -37,6 +37,7 @@ __all__ = (
     "committed",
     "create_database",
     "describe",
+    "next_xid",
     "run_blocking",
     "throwaway_cluster",
 )

@@ -404,6 +404,16 @@ async def _connect(dsn: str) -> Any:
         await anyio.sleep(0.05)
 
 
+async def next_xid(dsn: str) -> int:
+    """The transaction id the cluster will assign next (reading it assigns none): the ids
+    assigned between two readings count the transactions that wrote a row or notified."""
+    conn = await _connect(dsn)
+    try:
+        return int(await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
+    finally:
+        await conn.close()
+
+
 def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 

@@ -179,7 +179,7 @@ class DurableHost(HostEntries):
                 self._tg, f"the resumes of durable host {self.worker}"
             )
             if self._deliveries is not None:
-                self._unlisten = await self.store.listen(self._deliveries.told)
+                self._unlisten = await self.store.listen(self._deliveries.told, owner=self.worker)
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise

@@ -23,8 +23,9 @@ tests against each):
   accepted for a run that someone holds to a callback, once committed, so that the worker
   holding a run parked wakes it at once and an inbox shows requests of every worker. A
   store tells what it can see: the SQLite store what went through the same store object,
-  the PostgreSQL store what any worker on the database committed. Nothing depends on being
-  told: hosts also look at the store every few seconds.
+  the PostgreSQL store what any worker on the database committed (to a listener for one
+  worker, only what that worker must act on). Nothing depends on being told: hosts also
+  look at the store every few seconds.
 - **What happened is kept with it.** Each write that changes what a person sees of a run
   keeps its event (``_run_events``) in the same transaction; :meth:`RunStore.events` reads
   them in commit order, so every worker can show every run's events, each once.
@@ -336,9 +337,14 @@ class RunStore(Protocol):
 
     # -- being told ----------------------------------------------------------------------
 
-    async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
+    async def listen(
+        self, callback: Callable[[StoreEvent], None], *, owner: str | None = None
+    ) -> Callable[[], None]:
         """Call ``callback`` (on the event loop, quickly: it must not block) with each event
-        the store can see from now on; returns the function that stops it."""
+        the store can see from now on; returns the function that stops it. With ``owner``
+        (a worker's name), a store may tell only what that worker must act on: answers
+        another worker took for runs ``owner`` holds (PostgreSQL routes those to that worker
+        alone, so that the workers on a database do not each hear every run's events)."""
         ...
 
     async def aclose(self) -> None:

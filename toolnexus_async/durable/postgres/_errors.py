@@ -18,7 +18,13 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ..._core.errors import StoreError, StoreUnavailableError
 from ..._core.secrets import Scrubber
 
-__all__ = ("PgErrors", "passing", "where")
+__all__ = ("ConflictError", "PgErrors", "passing", "where")
+
+
+class ConflictError(StoreUnavailableError):
+    """PostgreSQL rolled the transaction back to resolve a conflict with another (a
+    deadlock, a serialization failure): nothing of it was committed, and each of its
+    writes may simply go again."""
 
 
 def where(dsn: str) -> str:
@@ -108,6 +114,10 @@ class PgErrors:
     def __call__(self, what: str, exc: BaseException) -> StoreError:
         """The error saying ``what`` of the database failed, by ``exc``."""
         text = self._scrub(f"{self.where}: {what}: {type(exc).__name__}: {exc}")
+        if isinstance(exc, self._asyncpg.PostgresError) and str(
+            getattr(exc, "sqlstate", "") or ""
+        ).startswith("40"):
+            return ConflictError(f"{text} (a conflict with another transaction)")
         if passing(exc, self._asyncpg):
             return StoreUnavailableError(f"{text} (the database is unavailable now)")
         return StoreError(text)

@@ -9,15 +9,16 @@ Rules of this module:
 - Ownership is checked in the statement that writes (``... AND owner = $n``), and a row a
   write depends on is locked by that statement, so two workers racing for one request or
   one run are serialised by PostgreSQL: exactly one wins, the other sees its result.
-- The operations notify nobody: the store announces what committed (:func:`event_payload`)
-  after the commit, in a statement of its own.
+- The operations notify nobody themselves: the group commit (``_committer``) sends the
+  events of a batch's writes (:func:`routes`, :func:`event_body`) in the transaction
+  that wrote them, one statement for them all.
 - A write's events (``_run_events``) are inserted after its own first write, so that its
   transaction has its id before it takes an event ``seq`` (what ``EventTail`` relies on).
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 from typing import Any
 
 from ..._core.errors import DamagedRunError, StoreError, UnknownRequestError, UsageError
@@ -28,15 +29,40 @@ from .._listing import numbered
 from .._run_events import EVENTS_KEEP, EventRow, answered, failed
 from .._store import Accepted, LeaseLostError, StoredRun, StoreEvent
 from ._queries import load
+from ._statements import Statements
 
-__all__ = ("CHANNEL", "PgOps", "event_payload")
+__all__ = ("CHANNEL", "LISTENING_LOCK", "PgOps", "event_body", "owner_channel", "routes")
 
-# The channel every store on a database announces on; one LISTEN serves all its hosts.
+# The channel every store on a database announces every event on, for whoever wants them
+# all (``listen()`` with no owner): one notification per transaction, whatever it holds,
+# and only while some session listens on it. PostgreSQL (15) wakes every listening
+# session of the database at each commit that notifies, whatever the channel; so a
+# notification nobody wants would still cost the server a wake-up per listening worker.
 CHANNEL = "toolnexus_run_store"
 
+# The session-level advisory lock (shared) a connection LISTENing on CHANNEL holds: how a
+# writer sees that someone listens there (``pg_locks``), gone with that connection.
+LISTENING_LOCK = 0x546E7841_0002
 
-def event_payload(event: StoreEvent) -> str:
-    """The NOTIFY payload of ``event``: the ids it names, never data."""
+
+def owner_channel(owner: str) -> str:
+    """The channel of the worker ``owner``: the answers another worker took for the runs
+    it holds, told to it alone (a channel name is an identifier of at most 63 bytes)."""
+    return "toolnexus_w_" + hashlib.blake2b(owner.encode(), digest_size=12).hexdigest()
+
+
+def routes(event: StoreEvent, by: str | None = None) -> tuple[str, ...]:
+    """The channels ``event`` goes to: every event to :data:`CHANNEL`; an answer taken
+    by another worker than ``by`` (the one that took it) and not handed over, also to its
+    run's owner, who must wake the run."""
+    owner = event.owner
+    if event.kind == "answered" and owner is not None and not event.delivered and owner != by:
+        return (CHANNEL, owner_channel(owner))
+    return (CHANNEL,)
+
+
+def event_body(event: StoreEvent) -> dict[str, str | bool | None]:
+    """What a NOTIFY says of ``event``: the ids it names, never data."""
     body: dict[str, str | bool | None] = {
         "kind": event.kind,
         "request": event.request_id,
@@ -45,7 +71,12 @@ def event_payload(event: StoreEvent) -> str:
     }
     if event.delivered:
         body["delivered"] = True
-    return json.dumps(body)
+    return body
+
+
+def _arrays(rows: list[EventRow]) -> tuple[list[str], list[str], list[str]]:
+    """Events as the three arrays a statement of ``_statements`` inserts them from."""
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
 
 
 _HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
@@ -62,6 +93,7 @@ class PgOps:
     def __init__(self, schema: str) -> None:
         self.s = schema
         self._insert_answer = numbered(INSERT.format(s=f"{schema}."))
+        self._one = Statements(schema)
 
     async def _lost(self, conn: Any, run_id: str, owner: str) -> Exception:
         row = await conn.fetchrow(
@@ -136,21 +168,11 @@ class PgOps:
         now: float,
         events: list[EventRow],
     ) -> None:
-        inserted = await conn.execute(
-            f"INSERT INTO {self.s}.runs (run_id, status, owner, turn, state, prompt, created,"
-            " updated) VALUES ($1, 'running', $2, $3, $4, $5, $6, $6)"
-            " ON CONFLICT (run_id) DO NOTHING",
-            run_id,
-            owner,
-            turn,
-            state,
-            prompt,
-            now,
+        inserted = await conn.fetchval(
+            self._one.start, run_id, owner, turn, state, prompt, now, lease_until, *_arrays(events)
         )
-        if not _count(inserted):
+        if not inserted:
             raise UsageError(f"a run {run_id!r} is stored already; run ids must be unique")
-        await self._known(conn, owner, lease_until, now)
-        await self._tell(conn, events, now)
 
     async def turn(
         self,
@@ -162,19 +184,10 @@ class PgOps:
         now: float,
         events: list[EventRow],
     ) -> None:
-        await self._guarded(
-            conn,
-            f"UPDATE {self.s}.runs SET turn = $3, state = $4, updated = $5 WHERE {_HELD}",
-            run_id,
-            owner,
-            turn,
-            state,
-            now,
-        )
-        if turn > 1:
-            await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
-            await self._close_requests(conn, run_id, before_turn=turn)
-        await self._tell(conn, events, now)
+        if not await conn.fetchval(
+            self._one.turn, run_id, owner, turn, state, now, *_arrays(events)
+        ):
+            raise await self._lost(conn, run_id, owner)
 
     async def record(
         self,
@@ -187,23 +200,13 @@ class PgOps:
         request_id: str | None,
         now: float,
     ) -> None:
-        await self._guarded(
-            conn,
-            f"INSERT INTO {self.s}.results (run_id, call_id, record)"
-            f" SELECT $1, $3, $4 WHERE EXISTS (SELECT 1 FROM {self.s}.runs WHERE {_HELD})"
-            " ON CONFLICT (run_id, call_id) DO UPDATE SET record = excluded.record",
-            run_id,
-            owner,
-            call_id,
-            record,
-        )
         rows = [event]
-        if request_id is not None and await conn.fetchval(
-            f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1 AND status = 'pending'",
-            request_id,
-        ):
+        if request_id is not None:  # written only if that request is still pending
             rows.insert(0, answered(run_id, False, "expired", request_id, now, None))
-        await self._tell(conn, rows, now)
+        if not await conn.fetchval(
+            self._one.record, run_id, owner, call_id, record, request_id, *_arrays(rows), now
+        ):
+            raise await self._lost(conn, run_id, owner)
 
     async def suspend(
         self,
@@ -219,10 +222,8 @@ class PgOps:
         event: EventRow,
         now: float,
     ) -> None:
-        inserted = await conn.execute(
-            f"INSERT INTO {self.s}.requests (request_id, run_id, call_id, turn, body, status,"
-            f" expires_at, kind, prompt, raised_at) SELECT $3, run_id, $4, turn, $5, 'pending',"
-            f" $6, $7, $8, $9 FROM {self.s}.runs WHERE {_HELD} ON CONFLICT (request_id) DO NOTHING",
+        inserted = await conn.fetchval(
+            self._one.suspend,
             run_id,
             owner,
             request_id,
@@ -231,15 +232,15 @@ class PgOps:
             expires_at,
             kind,
             prompt,
+            *_arrays([event]),
             now,
         )
-        if not _count(inserted):
+        if not inserted:
             if await conn.fetchval(
                 f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1", request_id
             ):
                 raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
             raise await self._lost(conn, run_id, owner)
-        await self._tell(conn, [event], now)
 
     async def halt(self, conn: Any, run_id: str, owner: str, now: float) -> None:
         await self._guarded(
@@ -269,20 +270,10 @@ class PgOps:
         text: str | None,
         event: EventRow,
     ) -> None:
-        await self._guarded(
-            conn,
-            f"UPDATE {self.s}.runs SET status = 'done', owner = NULL, final = $3, updated = $4,"
-            f" outcome = $5, text = $6 WHERE {_HELD}",
-            run_id,
-            owner,
-            final,
-            now,
-            outcome,
-            text,
-        )
-        await conn.execute(f"DELETE FROM {self.s}.results WHERE run_id = $1", run_id)
-        await self._close_requests(conn, run_id)
-        await self._tell(conn, [event], now)
+        if not await conn.fetchval(
+            self._one.finish, run_id, owner, final, now, outcome, text, *_arrays([event])
+        ):
+            raise await self._lost(conn, run_id, owner)
 
     async def fail(self, conn: Any, run_id: str, error: str, owner: str, now: float) -> None:
         await self._guarded(
@@ -395,21 +386,14 @@ class PgOps:
         if mismatch is not None:
             # It approves another call: nothing taken, the request waits.
             return await self._refused(conn, values, mismatch, answered_by, by, now)
-        await conn.execute(
-            f"UPDATE {self.s}.requests SET status = 'answered', answer = $2, delivered = $3,"
-            " answered_at = $4, answered_by = $5 WHERE request_id = $1 AND status = 'pending'",
-            answer_id,
-            answer,
-            int(delivered),
-            now,
-            by,
-        )
         event = answered(taken.run_id, ok, reason, answer_id, now, by, answered_by)
-        await self._tell(conn, [event], now)
         record = taken_row(
             taken.request, taken.run_id, taken.call_id, ok, reason, answered_by, by, now
         )
-        await conn.execute(self._insert_answer, *record)
+        # The answer, its event and its audit row: one statement (``_statements``).
+        await conn.fetchval(
+            self._one.take, answer_id, answer, int(delivered), now, by, *event, *record
+        )
         return taken
 
     async def _refused(

@@ -5,14 +5,16 @@ Rules of this module:
 - Every call is one transaction on a pooled connection (:meth:`PgConnections.in_transaction`),
   committed before the call returns: with PostgreSQL's defaults (``fsync``,
   ``synchronous_commit`` on) what it wrote survives a crash of the worker and of the
-  database server. Concurrent transactions share WAL flushes in the server, so there is
-  no batching of our own.
+  database server. The store's writes come here from its group commit (``_committer``),
+  many writes a transaction; its reads come here one by one.
 - A transaction, once it has its connection, is not cut short by anyio cancellation, and
   a connection that saw a passing fault is not used again.
 - One extra connection, opened by the first :meth:`PgConnections.listen`, LISTENs on the
-  store's channel and hands each event to the listeners. If it drops, events are missed
-  until it is opened again (at the next call that reads the store); hosts look at the
-  store every few seconds regardless, so a missed event delays, never loses.
+  channels asked for (a worker's own, or the one of every event, ``_ops.CHANNEL``, with
+  the shared advisory lock that tells writers someone listens there) and hands each
+  event to that channel's listeners. If it drops, events are missed until it is opened
+  again (at the next call that reads the store); hosts look at the store every few
+  seconds regardless, so a missed event delays, never loses.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..._core.errors import ToolnexusError, UsageError
 from .._run_events import Watchers
 from .._store import StoreEvent
 from ._errors import PgErrors
-from ._ops import CHANNEL, event_payload
+from ._ops import CHANNEL, LISTENING_LOCK
 from ._schema import ensure
 
 __all__ = ("PgConnections",)
@@ -88,7 +90,10 @@ class PgConnections:
         self._busy = 0
         self._idle = anyio.Event()
         self._idle.set()
-        self._listeners: list[Callable[[StoreEvent], None]] = []
+        # The callbacks of each channel listened on, and the channels the LISTEN
+        # connection has added.
+        self._listeners: dict[str, list[Callable[[StoreEvent], None]]] = {}
+        self._heard: set[str] = set()
         # Told after each write here, and each event heard: a write of this store ended.
         self.committed = Watchers()
         self._listening: Any = None  # the LISTEN connection, once a listener came
@@ -146,34 +151,21 @@ class PgConnections:
 
     # -- writing -------------------------------------------------------------------------------
 
-    async def in_transaction(
-        self,
-        op: Callable[..., Awaitable[T | Exception]],
-        *args: Any,
-        tell: Callable[[T], StoreEvent] | None = None,
-    ) -> T:
+    async def in_transaction(self, op: Callable[..., Awaitable[T | Exception]], *args: Any) -> T:
         """``op(conn, *args)`` in a transaction; refusals it returns are raised after the
         commit (what they changed is kept), refusals it raises roll it back.
 
-        ``tell(outcome)`` is the event to announce once the transaction committed, with a
-        NOTIFY of its own: PostgreSQL serialises the commits of transactions that notify,
-        flush and all, so a NOTIFY inside the write would cost every write a disk flush
-        of its own instead of sharing flushes with the writes committing with it. A
-        notification-only transaction writes nothing that needs a flush. Telling may fail
-        (a dropped connection): the write stands, and the event is missed (listeners
-        look at the store every few seconds anyway).
-
         Waiting for a pooled connection has no deadline of its own (unless
-        ``call_timeout``) and can be cancelled: a burst of writes queues for the pool rather
-        than fails, and every transaction ahead in the queue is bounded by
-        ``command_timeout``. The transaction itself is
-        shielded from anyio cancellation (a cancel scope, a time limit): it takes effect
-        once the transaction is over (committed or rolled back), never in the middle of
-        it, which would leave a connection in an unknown state and the caller not knowing
-        whether its write committed. A native asyncio cancellation (``asyncio.timeout``,
-        ``Task.cancel``) is not held off by an anyio shield: that caller is not told
-        whether its write committed (PostgreSQL keeps it whole or not at all), and no
-        other caller's write depends on it, each being a transaction of its own.
+        ``call_timeout``) and can be cancelled: a burst queues for the pool rather than
+        fails, and every transaction ahead in the queue is bounded by ``command_timeout``.
+        The transaction itself is shielded from anyio cancellation (a cancel scope, a time
+        limit): it takes effect once the transaction is over (committed or rolled back),
+        never in the middle of it, which would leave a connection in an unknown state and
+        the caller not knowing whether its write committed. A native asyncio cancellation
+        (``asyncio.timeout``, ``Task.cancel``) is not held off by an anyio shield: that
+        caller is not told whether its transaction committed (PostgreSQL keeps it whole or
+        not at all). The store's writes do not come here directly: its group commit
+        (``_committer``) does, from a task no caller's cancellation reaches.
         """
         self._busy += 1
         if self._busy == 1:
@@ -199,8 +191,6 @@ class PgConnections:
                                 # the pool opens a new one in its place.
                                 conn.terminate()
                             raise
-                        if tell is not None and not isinstance(outcome, Exception):
-                            await self._notify(conn, tell(outcome))
             except ToolnexusError:
                 raise
             except failures as exc:
@@ -231,22 +221,28 @@ class PgConnections:
             raise TimeoutError("no time was left after waiting for a pooled connection")
         await conn.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
 
-    async def _notify(self, conn: Any, event: StoreEvent) -> None:
-        try:
-            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, event_payload(event))
-        except self._error.failures() as exc:
-            log.warning("%s", self._error(f"{event.kind} {event.request_id!r} not announced", exc))
-
     # -- being told ------------------------------------------------------------------------
 
-    async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
-        """Events committed by any worker on the database (through LISTEN/NOTIFY)."""
-        self._listeners.append(callback)
+    async def listen(
+        self, callback: Callable[[StoreEvent], None], channel: str = CHANNEL
+    ) -> Callable[[], None]:
+        """Events committed by any worker on the database and told on ``channel``
+        (LISTEN/NOTIFY): :data:`CHANNEL` tells them all, a worker's own channel the
+        answers it must act on (``_ops.routes``)."""
+        self._listeners.setdefault(channel, []).append(callback)
+        listening = self._listening
+        if listening is not None and not listening.is_closed() and channel not in self._heard:
+            try:
+                await self._add(listening, channel)
+                self._heard.add(channel)
+            except self._error.failures() as exc:
+                log.warning("%s", self._error("cannot listen for events (hosts will look)", exc))
         await self.keep_listening()
 
         def stop() -> None:
-            if callback in self._listeners:
-                self._listeners.remove(callback)
+            callbacks = self._listeners.get(channel, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
 
         return stop
 
@@ -264,9 +260,11 @@ class PgConnections:
             with anyio.CancelScope(shield=True):  # a connection half made would leak
                 conn: Any = None
                 failures = self._error.failures()
+                channels = set(self._listeners)
                 try:
                     conn = await asyncpg.connect(self._dsn, timeout=self._timeout)
-                    await conn.add_listener(CHANNEL, self._notified)
+                    for channel in channels:
+                        await self._add(conn, channel)
                 except failures as exc:
                     if conn is not None:
                         await self._quietly(conn.close())
@@ -277,9 +275,17 @@ class PgConnections:
             if self.closed:  # closed while connecting: aclose did not see this one
                 await self._quietly(conn.close())
                 return
-            stale, self._listening = self._listening, conn
+            stale, self._listening, self._heard = self._listening, conn, channels
             if stale is not None:
                 await self._quietly(stale.close())
+
+    async def _add(self, conn: Any, channel: str) -> None:
+        """LISTEN on ``channel``; on :data:`CHANNEL`, also say so to the writers (the shared
+        advisory lock they look for before they notify there), for as long as ``conn``
+        lives."""
+        await conn.add_listener(channel, self._notified)
+        if channel == CHANNEL:
+            await conn.execute(f"SELECT pg_advisory_lock_shared({LISTENING_LOCK})")
 
     def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
         """``callback()`` after each write here (:meth:`committed`) and each event heard."""
@@ -288,19 +294,23 @@ class PgConnections:
     def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         self.committed()
         try:
-            data = json.loads(payload)
-            event = StoreEvent(
-                data["kind"],
-                data["request"],
-                data["run"],
-                data["owner"],
-                bool(data.get("delivered", False)),
-            )
+            bodies = json.loads(payload)
+            events = [
+                StoreEvent(
+                    data["kind"],
+                    data["request"],
+                    data["run"],
+                    data["owner"],
+                    bool(data.get("delivered", False)),
+                )
+                for data in bodies
+            ]
         except (ValueError, KeyError, TypeError):
             log.warning("%s: an event that is not ours on %s: %.200r", self.where, channel, payload)
             return
-        for callback in tuple(self._listeners):
-            try:
-                callback(event)
-            except Exception:
-                log.exception("a run store listener raised on %r", event)
+        for event in events:
+            for callback in tuple(self._listeners.get(channel, ())):
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("a run store listener raised on %r", event)

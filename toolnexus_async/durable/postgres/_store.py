@@ -2,10 +2,13 @@
 
 Rules of this module:
 
-- Every write is one transaction, committed before the write returns (the connections,
-  the transactions and the LISTEN connection are :mod:`._pg_pool`'s; how the database's
-  failures are told, :mod:`._pg_errors`'s; the statements, :mod:`._pg_ops`'s and
-  :mod:`._pg_queries`'s). This module holds the :class:`RunStore` contract's methods.
+- Every write is committed before the write returns, in a transaction it shares with the
+  writes queued with it (``_committer``: group commit, its events' NOTIFYs inside; the
+  answers in batches of their own), except a lease renewal, which is a transaction of its
+  own that waits behind no batch; every
+  read is one transaction (the connections and the LISTEN connection are ``_pool``'s; how
+  the database's failures are told, ``_errors``'s; the statements, ``_ops``'s and
+  ``_queries``'s). This module holds the :class:`RunStore` contract's methods.
 - asyncpg is imported when the store is made, not with the package: it is the optional
   ``postgres`` extra.
 - The DSN may hold a password: it is never shown. The repr names the database as
@@ -15,8 +18,11 @@ Rules of this module:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Self
+
+import anyio
 
 from ..._core.audit import AnswerRecord, check_answered_by
 from ..._core.errors import UsageError
@@ -30,7 +36,9 @@ from .._rows import encode, plain, prompt_of, state_text
 from .._run_events import EventRead, expired_request, saved_events, started_events
 from .._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 from . import _queries as pg_queries
-from ._ops import PgOps
+from ._committer import GroupCommit, Notice, Tell
+from ._grouped import Grouped
+from ._ops import CHANNEL, PgOps, owner_channel, routes
 from ._pool import PgConnections
 from ._schema import qualified
 
@@ -52,8 +60,9 @@ class PostgresRunStore:
     Args:
         dsn: ``postgresql://user:password@host:port/dbname`` (any form asyncpg accepts).
         schema: the PostgreSQL schema the tables live in (created if missing).
-        min_size, max_size: the pool's connections (each write holds one for its
-            transaction; a worker needs about as many as it has writes in flight).
+        min_size, max_size: the pool's connections (the writes, grouped, use at most
+            four at a time, two for the runs' writes and two for answers; each read
+            holds one for its transaction).
         keep_finished: how many ended runs are kept, the most recent.
         prune_every: seconds between two prunings of the ended runs beyond
             ``keep_finished`` (done by whichever write ends a run then): finding them costs
@@ -106,9 +115,23 @@ class PostgresRunStore:
             call_timeout=call_timeout,
         )
         self.where = self._pg.where
-        # Every call of the contract is one transaction on a pooled connection.
+        # A read is one transaction on a pooled connection; the writes share theirs.
         self._in_transaction = self._pg.in_transaction
         self._ops = PgOps(self.schema)
+        self._closing = False
+        grouped = Grouped(self.schema, self._ops)
+        commits = partial(
+            GroupCommit,
+            self._pg.in_transaction,
+            name=f"run store {self.where}",
+            call_timeout=call_timeout,
+            committed=self._pg.committed,
+        )
+        self._commits = commits(many=grouped.many, after=self._ended)
+        # Answers commit in batches of their own. An answer locks its request first; a
+        # run's writes lock the run, then its requests: in one transaction the two orders
+        # could lock each other in a circle with another worker's batch.
+        self._answers = commits(many=grouped.answers)
         self._keep = keep_finished
         self._prune_every = prune_every
         self._pruned = 0.0
@@ -128,6 +151,10 @@ class PostgresRunStore:
     async def aclose(self) -> None:
         """Close the listening connection and the pool; idempotent. The calls made before
         end first (each is bounded by ``command_timeout`` once it has a connection)."""
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            await self._commits.flushed()
+            await self._answers.flushed()
         await self._pg.aclose()
 
     @property
@@ -135,20 +162,26 @@ class PostgresRunStore:
         """Whether :meth:`aclose` was called."""
         return self._pg.closed
 
-    async def _ended(self, conn: Any, now: float) -> None:
-        """Prune ended runs beyond the bound, at most every few seconds."""
+    async def _ended(self, conn: Any) -> None:
+        """Prune ended runs beyond the bound, at most every few seconds (last in each
+        batch of writes)."""
+        now = time.time()
         if now - self._pruned >= self._prune_every:
             self._pruned = now
             await self._ops.prune(conn, self._keep, now)
 
     # -- the contract --------------------------------------------------------------------------
 
-    async def _written(self, op: Any, *args: Any, tell: Any = None) -> Any:
-        """A write in its transaction; then this worker's event feeds look (``watch``)."""
-        try:
-            return await self._in_transaction(op, *args, tell=tell)
-        finally:
-            self._pg.committed()
+    def _written(
+        self, op: Any, *args: Any, tell: Tell | None = None, answer: bool = False
+    ) -> Awaitable[Any]:
+        """A write, queued for the group commit (``answer``: the answers' own): done once
+        its transaction committed (then this worker's event feeds look: ``watch``)."""
+        if self._closing:
+            raise UsageError("this run store is closed")
+        commits = self._answers if answer else self._commits
+        written: Awaitable[Any] = commits.write(op, args, tell)
+        return written
 
     async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
         text, prompt, now = state_text(state), prompt_of(state), time.time()
@@ -186,7 +219,7 @@ class PostgresRunStore:
             plain(request.prompt),
             run_events.pending(run_id, request),
             now,
-            tell=lambda _: event,
+            tell=lambda _: ((event, routes(event)),),
         )
 
     async def halt(self, run_id: str, owner: str) -> None:
@@ -194,26 +227,22 @@ class PostgresRunStore:
 
     async def finish(self, result: RunResult, owner: str) -> None:
         final, now, event = state_text(result), time.time(), run_events.done(result)
-
-        async def finish(conn: Any) -> None:
-            await self._ops.finish(
-                conn, result.run_id, owner, final, now, result.status, plain(result.text), event
-            )
-            await self._ended(conn, now)
-
-        await self._written(finish)
+        await self._written(
+            self._ops.finish,
+            result.run_id,
+            owner,
+            final,
+            now,
+            result.status,
+            plain(result.text),
+            event,
+        )
 
     async def fail(self, run_id: str, error: str, owner: str) -> None:
-        now = time.time()
-
-        async def fail(conn: Any) -> None:
-            await self._ops.fail(conn, run_id, error, owner, now)
-            await self._ended(conn, now)
-
-        await self._written(fail)
+        await self._written(self._ops.fail, run_id, error, owner, time.time())
 
     async def release(self, run_id: str, owner: str) -> None:
-        await self._in_transaction(self._ops.release, run_id, owner, time.time())
+        await self._written(self._ops.release, run_id, owner, time.time())
 
     async def save(self, run: RunResult) -> None:
         await self._written(self._ops.save, saved(run), time.time(), saved_events(run))
@@ -230,8 +259,9 @@ class PostgresRunStore:
         text = encode(answer.to_dict(), f"the answer to {answer.id!r}")
         who = check_answered_by(answered_by)
 
-        def answered(taken: Accepted) -> StoreEvent:
-            return StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered)
+        def answered(taken: Accepted) -> tuple[Notice, ...]:
+            event = StoreEvent("answered", answer.id, taken.run_id, taken.owner, delivered)
+            return ((event, routes(event, by)),)
 
         taken: Accepted = await self._written(
             self._ops.accept,
@@ -245,6 +275,7 @@ class PostgresRunStore:
             by,
             who,
             tell=answered,
+            answer=True,
         )
         return taken
 
@@ -257,6 +288,12 @@ class PostgresRunStore:
         return claimed
 
     async def renew(self, owner: str, lease_until: float) -> None:
+        # A transaction of its own, never queued behind a batch: a batch can wait a second
+        # or more on another worker's locks (PostgreSQL's deadlock_timeout), and a lease
+        # renewed that late lapses, so that another worker takes over a run whose tool
+        # already ran here and runs it again.
+        if self._closing:
+            raise UsageError("this run store is closed")
         await self._in_transaction(self._ops.renew, owner, lease_until)
 
     # -- the sign-in state of MCP servers (toolnexus_async.mcp.RunStoreTokens) -----------------
@@ -302,7 +339,7 @@ class PostgresRunStore:
         return await self._in_transaction(pg_queries.deliveries, self.schema, owner)
 
     async def delivered(self, request_ids: list[str]) -> None:
-        await self._in_transaction(self._ops.delivered, list(request_ids))
+        await self._written(self._ops.delivered, list(request_ids))
 
     async def requests(self, now: float | None = None) -> list[Request]:
         return [stored.request for stored in await self.outstanding(now)]
@@ -346,6 +383,11 @@ class PostgresRunStore:
 
     # -- being told ------------------------------------------------------------------------
 
-    async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
-        """Events committed by any worker on the database (through LISTEN/NOTIFY)."""
-        return await self._pg.listen(callback)
+    async def listen(
+        self, callback: Callable[[StoreEvent], None], *, owner: str | None = None
+    ) -> Callable[[], None]:
+        """Events committed by any worker on the database (through LISTEN/NOTIFY); with
+        ``owner``, only the answers other workers took for runs ``owner`` holds, on that
+        worker's own channel: a hundred workers do not each hear every run's events."""
+        channel = CHANNEL if owner is None else owner_channel(owner)
+        return await self._pg.listen(callback, channel)

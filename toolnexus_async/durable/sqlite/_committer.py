@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +37,7 @@ from typing import Any, TypeVar
 import anyio
 
 from ..._core.errors import StoreError, StoreUnavailableError
+from .._due import in_time
 from ._batch import Queued, Teller, apply
 
 __all__ = ("GroupCommit",)
@@ -145,22 +145,16 @@ class GroupCommit:
     def _in_time(self, batch: list[Queued], due: list[float]) -> tuple[list[Queued], float]:
         """The writes of ``batch`` still in time, and the seconds left to the earliest of
         them; the others are failed, never tried (so known not to be committed)."""
-        now = time.monotonic()
-        live: list[Queued] = []
-        earliest = math.inf
-        for item, deadline in zip(batch, due, strict=True):
-            if deadline > now:
-                live.append(item)
-                earliest = min(earliest, deadline)
-            elif not item[2].done():
-                item[2].set_exception(
-                    StoreUnavailableError(
-                        f"{self._name}: this write waited {self._timeout:g} s"
-                        " behind writes held up (the file locked by another process, a"
-                        " slow disk); it was not committed"
-                    )
-                )
-        return live, earliest - now
+        return in_time(
+            batch,
+            due,
+            lambda item: item[2],
+            lambda: StoreUnavailableError(
+                f"{self._name}: this write waited {self._timeout:g} s"
+                " behind writes held up (the file locked by another process, a"
+                " slow disk); it was not committed"
+            ),
+        )
 
     def _interrupted(self, cause: BaseException) -> StoreError:
         """What a writer is told when the committer itself was stopped (the event loop is

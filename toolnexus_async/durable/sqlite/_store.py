@@ -452,9 +452,12 @@ class SqliteRunStore:
         # Not ``SELECT 1``: it touches no page, so it passes on a file that cannot be read.
         await self._read(lambda conn: conn.execute("PRAGMA user_version").fetchone())
 
-    async def listen(self, callback: Callable[[StoreEvent], None]) -> Callable[[], None]:
+    async def listen(
+        self, callback: Callable[[StoreEvent], None], *, owner: str | None = None
+    ) -> Callable[[], None]:
         """Events of the writes made through this store object (another process's writes
-        to the same file are not seen: its hosts find them by looking)."""
+        to the same file are not seen: its hosts find them by looking); every one of
+        them, ``owner`` or not (they are few: one process's)."""
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback) if callback in self._listeners else None
 

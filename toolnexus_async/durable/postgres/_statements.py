@@ -1,0 +1,125 @@
+"""The hot writes of the PostgreSQL store, each one statement: one round trip, not four.
+
+Rules of this module:
+
+- A write that took several statements (its row, the worker's lease, its events, the rows
+  it closes) is one statement here, its parts data-modifying ``WITH`` queries gated on the
+  first (``EXISTS (SELECT 1 FROM <first>)``): when the first writes nothing (the run is
+  not held, the row exists), nothing else is written and the caller sees a count of 0,
+  as the separate statements did. A round trip costs the worker more CPU than the
+  statement's work (issue 41), and a run makes about six writes.
+- Its events (``_run_events``) are inserted from arrays, in their order (``WITH
+  ORDINALITY ... ORDER BY``), by a query that reads the first part's rows: that part's
+  row is written, so the transaction has its id, before an event takes its ``seq`` (what
+  ``EventTail`` relies on).
+- Text only: the statements' parameters are bound by the caller (``_ops``), never put in.
+"""
+
+from __future__ import annotations
+
+from .._answers import COLUMNS
+
+__all__ = ("Statements",)
+
+_HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
+
+
+def _events(s: str, gate: str, first: int, at: int) -> str:
+    """The events insert of a statement: ``$first``, ``$first+1``, ``$first+2`` (arrays of
+    run ids, kinds and data), at time ``$at``, if ``gate`` wrote a row."""
+    r, k, d = first, first + 1, first + 2
+    return (
+        f"INSERT INTO {s}.events (run_id, kind, data, at) SELECT t.r, t.k, t.d, ${at}"
+        f" FROM unnest(${r}::text[], ${k}::text[], ${d}::text[]) WITH ORDINALITY"
+        f" AS t(r, k, d, i) WHERE EXISTS (SELECT 1 FROM {gate}) ORDER BY t.i"
+    )
+
+
+def _close(s: str, gate: str, before_turn: str | None) -> str:
+    """Close the run's pending requests (and mark its answers delivered), if ``gate``
+    wrote a row; only those of turns before ``before_turn`` (a parameter) if given."""
+    turn = "" if before_turn is None else f" AND turn < {before_turn}"
+    return (
+        f"UPDATE {s}.requests SET status = CASE status WHEN 'pending' THEN 'closed'"
+        " ELSE status END, delivered = 1"
+        f" WHERE run_id = $1{turn} AND (status = 'pending' OR delivered = 0)"
+        f" AND EXISTS (SELECT 1 FROM {gate})"
+    )
+
+
+class Statements:
+    """The single-statement writes of one schema ``s``."""
+
+    def __init__(self, s: str) -> None:
+        # $1 run_id, $2 owner, $3 turn, $4 state, $5 prompt, $6 now, $7 lease_until,
+        # $8..$10 events.
+        self.start = (
+            f"WITH r AS (INSERT INTO {s}.runs (run_id, status, owner, turn, state, prompt,"
+            " created, updated) VALUES ($1, 'running', $2, $3, $4, $5, $6, $6)"
+            " ON CONFLICT (run_id) DO NOTHING RETURNING run_id),"
+            # The worker's lease row only when it has none that still runs (PgOps._known).
+            f" w AS (INSERT INTO {s}.workers (name, alive_until) SELECT $2, $7 FROM r"
+            f" WHERE NOT EXISTS (SELECT 1 FROM {s}.workers WHERE name = $2"
+            " AND alive_until >= $6) ON CONFLICT (name) DO UPDATE SET alive_until ="
+            f" GREATEST({s}.workers.alive_until, excluded.alive_until)),"
+            f" e AS ({_events(s, 'r', 8, 6)})"
+            " SELECT count(*) FROM r"
+        )
+        # $1 run_id, $2 owner, $3 turn, $4 state, $5 now, $6..$8 events.
+        self.turn = (
+            f"WITH u AS (UPDATE {s}.runs SET turn = $3, state = $4, updated = $5 WHERE {_HELD}"
+            " RETURNING 1),"
+            f" d AS (DELETE FROM {s}.results WHERE run_id = $1 AND $3 > 1"
+            " AND EXISTS (SELECT 1 FROM u)),"
+            f" c AS ({_close(s, 'u', '$3')} AND $3 > 1),"
+            f" e AS ({_events(s, 'u', 6, 5)})"
+            " SELECT count(*) FROM u"
+        )
+        # $1 run_id, $2 owner, $3 call_id, $4 record, $5 the expired request's id (or
+        # NULL), $6..$8 events (the expiry first, if any, then the result), $9 now.
+        self.record = (
+            f"WITH x AS (INSERT INTO {s}.results (run_id, call_id, record)"
+            f" SELECT $1, $3, $4 WHERE EXISTS (SELECT 1 FROM {s}.runs WHERE {_HELD})"
+            " ON CONFLICT (run_id, call_id) DO UPDATE SET record = excluded.record"
+            " RETURNING 1),"
+            f" p AS (SELECT 1 FROM {s}.requests WHERE request_id = $5 AND status = 'pending'),"
+            f" e AS (INSERT INTO {s}.events (run_id, kind, data, at) SELECT t.r, t.k, t.d, $9"
+            " FROM unnest($6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(r, k, d, i)"
+            " WHERE EXISTS (SELECT 1 FROM x)"
+            # The expiry's event (the first row, when there are two) only if still pending.
+            " AND (t.i = array_length($6::text[], 1) OR EXISTS (SELECT 1 FROM p))"
+            " ORDER BY t.i)"
+            " SELECT count(*) FROM x"
+        )
+        # $1 run_id, $2 owner, $3 request_id, $4 call_id, $5 body, $6 expires_at, $7 kind,
+        # $8 prompt, $9..$11 events, $12 now.
+        self.suspend = (
+            f"WITH q AS (INSERT INTO {s}.requests (request_id, run_id, call_id, turn, body,"
+            " status, expires_at, kind, prompt, raised_at) SELECT $3, run_id, $4, turn, $5,"
+            f" 'pending', $6, $7, $8, $12 FROM {s}.runs WHERE {_HELD}"
+            " ON CONFLICT (request_id) DO NOTHING"
+            " RETURNING 1),"
+            f" e AS ({_events(s, 'q', 9, 12)})"
+            " SELECT count(*) FROM q"
+        )
+        # $1 run_id, $2 owner, $3 final, $4 now, $5 outcome, $6 text, $7..$9 events.
+        self.finish = (
+            f"WITH u AS (UPDATE {s}.runs SET status = 'done', owner = NULL, final = $3,"
+            f" updated = $4, outcome = $5, text = $6 WHERE {_HELD} RETURNING 1),"
+            f" d AS (DELETE FROM {s}.results WHERE run_id = $1 AND EXISTS (SELECT 1 FROM u)),"
+            f" c AS ({_close(s, 'u', None)}),"
+            f" e AS ({_events(s, 'u', 7, 4)})"
+            " SELECT count(*) FROM u"
+        )
+        # $1 request_id, $2 answer, $3 delivered, $4 now, $5 by, $6..$8 the event,
+        # $9..$17 the audit row (``_answers.COLUMNS``).
+        self.take = (
+            f"WITH u AS (UPDATE {s}.requests SET status = 'answered', answer = $2,"
+            " delivered = $3, answered_at = $4, answered_by = $5"
+            " WHERE request_id = $1 AND status = 'pending' RETURNING 1),"
+            f" e AS (INSERT INTO {s}.events (run_id, kind, data, at)"
+            " SELECT $6, $7, $8, $4 FROM u),"
+            f" a AS (INSERT INTO {s}.answers ({COLUMNS})"
+            " VALUES ($9, $10, $11, $12, $13, $14, $15, $16, $17))"
+            " SELECT count(*) FROM u"
+        )
