@@ -29,7 +29,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -46,6 +45,7 @@ RESULTS = HERE.parent / "results"
 sys.path.insert(1, str(HERE.parent))
 
 from _mock import MockServer  # noqa: E402
+from run import meta  # noqa: E402
 
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
@@ -179,15 +179,13 @@ def main(args: argparse.Namespace) -> None:
     out = args.out or RESULTS / f"park-rate-{now:%Y%m%dT%H%M%SZ}.json"
     results: dict[str, Any] = {
         "meta": {
-            "date": now.isoformat(timespec="seconds"),
-            "command": shlex.join(sys.orig_argv),
-            "machine": f"{platform.platform()}, {os.cpu_count()} CPUs",
-            "python": platform.python_version(),
+            **meta(now),
             "load_start": os.getloadavg(),
             "base_trees": [str(tree.resolve()) for tree in args.base_tree],
         },
         "rows": [],
     }
+    print(f"park-rate: {results['meta']['command']}; load {os.getloadavg()}", flush=True)
     if args.callgrind is not None:
         p, d = (int(x) for x in args.callgrind.split(","))
         results["callgrind"] = {"p": p, "d": d}
@@ -210,7 +208,6 @@ def main(args: argparse.Namespace) -> None:
         print(f"\nresults: {out}")
         return
     sizes = [int(x) for x in args.parked.split(",")]
-    print(f"park-rate: {results['meta']['command']}; load {os.getloadavg()}", flush=True)
     with MockServer(0) as mock:
         for parked in sizes:
             for k in range(args.rounds):
