@@ -42,6 +42,20 @@ the bytes of RSS per parked run (and pymalloc's block count, which does not depe
 the allocator hands memory back), the server's and the client's CPU time per run, and the
 time the server's cyclic garbage collector took in each phase.
 
+``--stores memory,sqlite,postgres`` (any of them, in that order or another) measures instead
+the same app on each store, and no floor: a ``MemoryRunStore``, the ``SqliteRunStore`` above
+(a new file per round) and a ``PostgresRunStore`` opened as ``toolnexus-async serve --store
+<dsn>`` opens it (``open_store``: a pool of 10, 10-second timeouts), on a throwaway cluster
+the script starts itself (``_pg.py``, ``fsync`` on), a new database per round. ``--rounds N``
+repeats them, the order reversed every other round. Each round prints the figures above per
+store, then the stores side by side: parks/s (until ``GET /requests`` listed all N parked),
+runs done/s (first answer sent to every run done), runs/s over the whole cycle, the
+server's CPU per run (its process: for SQLite that includes the store's thread), for
+PostgreSQL the database server's CPU per run and the write transactions per run; and the
+ratios PostgreSQL / SQLite and each / memory of the same round, PostgreSQL / SQLite against
+the targets of issue 41 (runs done/s >= 0.6, server CPU per run <= 1.5). At the end, each
+ratio's median and range over the rounds.
+
 The floor is a hand-written aiohttp server with the same routes and bodies and no framework:
 ``POST /runs`` starts a task that puts a bare ``asyncio.Future`` in a dict under a new
 request id and awaits it; the answer route pops the future and sets it; the task then marks
@@ -52,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import math
@@ -62,9 +77,9 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import anyio
@@ -77,18 +92,32 @@ from _common import (
     get_every_page,
     invoice_approval,
     invoice_of,
+    load_average,
     malloc_trim,
-    percentile,
     print_footer,
     print_header,
     rss_bytes,
     serve_over_pipe,
 )
+from _serve_report import (
+    STORE_LABELS,
+    Figures,
+    Latency,
+    ServerState,
+    StoreRound,
+    print_figures,
+    print_ratios,
+    print_store_round,
+    print_store_summary,
+)
 from aiohttp import web
 
 from toolnexus_async import LlmClient, ToolContext, Toolkit, ToolResult, define_tool
-from toolnexus_async.durable import SqliteRunStore
-from toolnexus_async.serve import ServeInbox, create_app
+from toolnexus_async.durable import MemoryRunStore, RunStore, SqliteRunStore
+from toolnexus_async.serve import ServeInbox, create_app, open_store
+
+if TYPE_CHECKING:
+    from _pg import PgServer
 
 HOT_PARK_TIMEOUT = 3600.0  # seconds: far longer than any run of this benchmark
 SPILL_PARK_TIMEOUT = 1.0  # seconds, for --spill: every run is saved before it is answered
@@ -125,12 +154,23 @@ class Probe:
 BENCH_TOKEN = "serve-load-benchmark-token"
 
 
+STORES = tuple(STORE_LABELS)  # what --stores may name
+
+
+def open_run_store(kind: str, where: str) -> RunStore:
+    """The contender's store: ``where`` is the SQLite file or, for ``postgres``, the DSN."""
+    if kind == "memory":
+        return MemoryRunStore()
+    if kind == "postgres":  # as `toolnexus-async serve --store <dsn>` opens it
+        return open_store(where)
+    return SqliteRunStore(where)
+
+
 def toolnexus_app(
-    store_path: Path, park_timeout: float, freeze_gc: bool = False
+    store: RunStore, park_timeout: float, freeze_gc: bool = False
 ) -> tuple[web.Application, Probe]:
-    """``create_app`` on the one-approval scenario and a SqliteRunStore the app owns."""
+    """``create_app`` on the one-approval scenario and ``store``, which the app owns."""
     toolkit = Toolkit.create(builtins=False, extra_tools=[pay_invoice])
-    store = SqliteRunStore(store_path)
     probe = Probe()
 
     def make_client(inbox: ServeInbox) -> LlmClient:
@@ -257,33 +297,12 @@ def floor_app() -> tuple[web.Application, Probe]:
     return app, Probe(parked=state["waiting"].__len__)
 
 
-@dataclass(frozen=True)
-class ServerState:
-    rss: int = 0  # bytes, after gc.collect() and malloc_trim() when settled
-    blocks: int = 0  # pymalloc blocks in use (sys.getallocatedblocks)
-    cpu: float = 0.0  # seconds of CPU the server process has used so far (all threads)
-    parked: int = 0  # runs waiting in memory
-    gc_seconds: float = 0.0  # in the cyclic collector so far (explicit collections too)
-    gc_full: int = 0  # full collections so far
-
-    def since(self, earlier: ServerState) -> ServerState:
-        """CPU and collector figures between two states."""
-        return ServerState(
-            self.rss,
-            self.blocks,
-            self.cpu - earlier.cpu,
-            self.parked,
-            self.gc_seconds - earlier.gc_seconds,
-            self.gc_full - earlier.gc_full,
-        )
-
-
 async def _serve(conn: multiprocessing.connection.Connection, kind: str, store: str) -> None:
     if kind == "floor":
         app, probe = floor_app()
     else:
         timeout = SPILL_PARK_TIMEOUT if kind == "spill" else HOT_PARK_TIMEOUT
-        app, probe = toolnexus_app(Path(store), timeout, freeze_gc=kind == "freeze")
+        app, probe = toolnexus_app(open_run_store(kind, store), timeout, freeze_gc=kind == "freeze")
     watch = GcWatch()
 
     def reply(message: str) -> ServerState:
@@ -311,8 +330,8 @@ def _server_main(conn: multiprocessing.connection.Connection, kind: str, store: 
 class Server(ChildServer):
     """One contender's server in a child process; a context manager that starts and stops it."""
 
-    def __init__(self, kind: str, store: Path) -> None:
-        super().__init__("server", _server_main, kind, str(store))
+    def __init__(self, kind: str, store: str) -> None:
+        super().__init__("server", _server_main, kind, store)
 
     @property
     def base_url(self) -> str:
@@ -326,73 +345,6 @@ class Server(ChildServer):
 
 # --------------------------------------------------------------------------------------
 # The client.
-
-
-@dataclass(frozen=True)
-class Latency:
-    p50: float
-    p99: float
-    max: float
-
-    @classmethod
-    def of(cls, seconds: list[float]) -> Latency:
-        seconds = sorted(seconds)
-        return cls(percentile(seconds, 50), percentile(seconds, 99), seconds[-1])
-
-    def text(self) -> str:
-        return f"p50 {ms(self.p50)}  p99 {ms(self.p99)}  max {ms(self.max)}"
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f} ms"
-
-
-@dataclass
-class Figures:
-    name: str
-    runs: int
-    post_seconds: float = 0.0  # first POST /runs sent -> last 202 read
-    parked_seconds: float = 0.0  # first POST /runs sent -> GET /requests listed all
-    spilled_seconds: float = 0.0  # --spill: first POST -> every run saved, none in memory
-    answer_seconds: float = 0.0  # first answer sent -> last 200 read
-    done_seconds: float = 0.0  # first answer sent -> GET /runs showed every run done
-    start_latency: Latency = Latency(0, 0, 0)
-    answer_latency: Latency = Latency(0, 0, 0)
-    listing_seconds: float = 0.0  # the GET /requests that listed all N
-    listing_bytes: int = 0
-    polls: list[int] = field(default_factory=lambda: [0, 0])  # GET /requests, GET /runs
-    listing_stored_seconds: float = 0.0  # --spill: a GET /requests with all N in the store
-    before: ServerState = ServerState()
-    parked: ServerState = ServerState()
-    after: ServerState = ServerState()
-    server_start: ServerState = ServerState()  # first POST -> all parked (and spilled)
-    server_answer: ServerState = ServerState()  # first answer -> all done
-    client_cpu_start: float = 0.0
-    client_cpu_answer: float = 0.0
-
-    def rate(self, seconds: float) -> float:
-        return self.runs / seconds
-
-    @property
-    def start_wall(self) -> float:
-        """The start phase's wall time: until all parked (and, with --spill, all saved)."""
-        return self.spilled_seconds or self.parked_seconds
-
-    @property
-    def bytes_per_run(self) -> float:
-        return (self.parked.rss - self.before.rss) / self.runs
-
-    @property
-    def blocks_per_run(self) -> float:
-        return (self.parked.blocks - self.before.blocks) / self.runs
-
-    @property
-    def server_cpu_start(self) -> float:
-        return self.server_start.cpu
-
-    @property
-    def server_cpu_answer(self) -> float:
-        return self.server_answer.cpu
 
 
 class Lost(Exception):
@@ -543,7 +495,7 @@ async def cycle(
     stall = Stall("GET /runs", out.runs, "not done")
     ours = set(run_of.values())
     while True:
-        runs, _, _ = await get_every_page(http, "/runs", "runs")
+        runs, _, out.runs_listing_seconds = await get_every_page(http, "/runs", "runs")
         out.polls[1] += 1
         ended = [r for r in runs if r["id"] in ours and r["status"] not in ("running", "pending")]
         if len(ended) >= out.runs:
@@ -577,8 +529,18 @@ def stored_requests(path: Path) -> int:
         return 0
 
 
-async def measure(kind: str, name: str, args: argparse.Namespace, directory: Path) -> Figures:
-    store = directory / f"{kind}.sqlite"
+@dataclass(frozen=True)
+class Database:
+    """The round's database on the throwaway cluster, and the cluster's CPU so far."""
+
+    dsn: str
+    cpu: Callable[[], float]
+
+
+async def measure(
+    kind: str, name: str, args: argparse.Namespace, store: str, database: Database | None = None
+) -> Figures:
+    """One contender's figures; ``store`` is its SQLite file, or the DSN of ``database``."""
     connector = aiohttp.TCPConnector(limit=args.concurrency + 8, limit_per_host=0)
     timeout = aiohttp.ClientTimeout(total=600)
     with Server(kind, store) as server:
@@ -588,121 +550,23 @@ async def measure(kind: str, name: str, args: argparse.Namespace, directory: Pat
             timeout=timeout,
             headers={"Authorization": f"Bearer {BENCH_TOKEN}"},
         ) as http:
-            spill_store = store if kind == "spill" else None
+            spill_store = Path(store) if kind == "spill" else None
             if args.warmup:
                 warm = Figures(name, args.warmup)
                 await cycle(http, server, warm, 1_000_000, args.concurrency, spill_store)
             gc.collect()
             figures = Figures(name, args.runs)
             figures.before = server.ask("settled")
+            if database is not None:
+                from _pg import next_xid
+
+                xid, database_cpu = await next_xid(database.dsn), database.cpu()
             await cycle(http, server, figures, 0, args.concurrency, spill_store)
+            if database is not None:
+                figures.database_cpu = database.cpu() - database_cpu
+                figures.transactions = await next_xid(database.dsn) - xid
             figures.after = server.ask("settled")
     return figures
-
-
-# --------------------------------------------------------------------------------------
-# The report.
-
-
-def print_figures(f: Figures) -> None:
-    mib = 1024 * 1024
-    n = f.runs
-    print(f"  {f.name}")
-    print(
-        f"    start     {n:,} POST /runs in {f.post_seconds:.3f} s = {f.rate(f.post_seconds):,.0f}"
-        f" runs/s; all listed parked by GET /requests after {f.parked_seconds:.3f} s"
-        f" = {f.rate(f.parked_seconds):,.0f} runs/s ({f.polls[0]} polls)"
-    )
-    if f.spilled_seconds:
-        print(
-            f"    spill     every run saved to the store, none in memory, after"
-            f" {f.spilled_seconds:.3f} s = {f.rate(f.spilled_seconds):,.0f} runs/s"
-        )
-    print(f"    POST /runs          {f.start_latency.text()}")
-    print(
-        f"    GET /requests with all {n:,} parked: {ms(f.listing_seconds)},"
-        f" {f.listing_bytes / 1024:,.0f} KiB"
-        + (
-            f"; again once all were in the store, at rest: {ms(f.listing_stored_seconds)}"
-            if f.listing_stored_seconds
-            else ""
-        )
-    )
-    print(
-        f"    answer    {n:,} POST /requests/{{id}}/answer in {f.answer_seconds:.3f} s"
-        f" = {f.rate(f.answer_seconds):,.0f} answers/s; every run done after"
-        f" {f.done_seconds:.3f} s = {f.rate(f.done_seconds):,.0f} runs/s ({f.polls[1]} polls)"
-    )
-    print(f"    POST /answer        {f.answer_latency.text()}")
-    print(
-        f"    memory    server RSS {f.before.rss / mib:.1f} -> {f.parked.rss / mib:.1f} MiB"
-        f" with all parked -> {f.after.rss / mib:.1f} MiB after all done"
-        f" = {f.bytes_per_run:,.0f} bytes per parked run"
-        f" ({f.parked.parked:,} in memory when parked); pymalloc blocks"
-        f" {f.blocks_per_run:.1f} per parked run, {f.after.blocks - f.before.blocks:+,} after"
-    )
-    print(
-        f"    CPU       server {f.server_cpu_start / n * 1e6:,.0f} us/run starting"
-        f" ({f.server_cpu_start / f.start_wall:.0%} of a core),"
-        f" {f.server_cpu_answer / n * 1e6:,.0f} us/run answering"
-        f" ({f.server_cpu_answer / f.done_seconds:.0%});"
-        f" client {f.client_cpu_start / n * 1e6:,.0f} and {f.client_cpu_answer / n * 1e6:,.0f}"
-        f" us/run ({f.client_cpu_start / f.start_wall:.0%},"
-        f" {f.client_cpu_answer / f.done_seconds:.0%})"
-    )
-    a, b = f.server_start, f.server_answer
-    print(
-        f"    server gc {a.gc_seconds:.3f} s ({a.gc_full} full) starting,"
-        f" {b.gc_seconds:.3f} s ({b.gc_full} full) answering"
-    )
-
-
-def ratio_line(label: str, tn: float, floor: float, unit: str) -> str:
-    return f"    {label:<30} {tn:>12,.1f} / {floor:>12,.1f} {unit:<6} = {tn / floor:.2f}"
-
-
-def print_ratios(tn: Figures, floor: Figures) -> None:
-    print(f"  {tn.name} / floor:")
-    for label, a, b, unit in (
-        ("runs started/s (POSTs)", tn.rate(tn.post_seconds), floor.rate(floor.post_seconds), "/s"),
-        (
-            "runs started/s (all parked)",
-            tn.rate(tn.parked_seconds),
-            floor.rate(floor.parked_seconds),
-            "/s",
-        ),
-        (
-            "answers/s (POSTs)",
-            tn.rate(tn.answer_seconds),
-            floor.rate(floor.answer_seconds),
-            "/s",
-        ),
-        ("answers/s (all done)", tn.rate(tn.done_seconds), floor.rate(floor.done_seconds), "/s"),
-        ("POST /runs p50", tn.start_latency.p50 * 1e3, floor.start_latency.p50 * 1e3, "ms"),
-        ("POST /runs p99", tn.start_latency.p99 * 1e3, floor.start_latency.p99 * 1e3, "ms"),
-        ("POST /answer p50", tn.answer_latency.p50 * 1e3, floor.answer_latency.p50 * 1e3, "ms"),
-        ("POST /answer p99", tn.answer_latency.p99 * 1e3, floor.answer_latency.p99 * 1e3, "ms"),
-        ("bytes of RSS per parked run", tn.bytes_per_run, floor.bytes_per_run, "bytes"),
-        (
-            "server CPU per run, starting",
-            tn.server_cpu_start / tn.runs * 1e6,
-            floor.server_cpu_start / floor.runs * 1e6,
-            "us",
-        ),
-        (
-            "server CPU per run, answering",
-            tn.server_cpu_answer / tn.runs * 1e6,
-            floor.server_cpu_answer / floor.runs * 1e6,
-            "us",
-        ),
-        (
-            "server CPU per run (whole)",
-            (tn.server_cpu_start + tn.server_cpu_answer) / tn.runs * 1e6,
-            (floor.server_cpu_start + floor.server_cpu_answer) / floor.runs * 1e6,
-            "us",
-        ),
-    ):
-        print(ratio_line(label, a, b, unit))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -727,6 +591,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also measure the app with freeze_gc=True (serve --freeze-gc: a GcFreezer)",
     )
     parser.add_argument(
+        "--stores",
+        type=lambda text: [name.strip() for name in text.split(",")],
+        default=[],
+        help=f"instead of the floor and the app: the app on each of these run stores, side by"
+        f" side ({','.join(STORES)}; postgres starts a throwaway cluster, fsync on)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --stores: rounds of every store, the order reversed every other round",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (300 runs)"
     )
     args = parser.parse_args(argv)
@@ -734,13 +611,91 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.runs, args.warmup = 300, 20
     if args.runs < 1 or args.concurrency < 1 or args.warmup < 0:
         parser.error("--runs and --concurrency must be at least 1, --warmup at least 0")
+    unknown = [name for name in args.stores if name not in STORES]
+    if unknown:
+        parser.error(f"--stores: no store {unknown[0]!r}; the stores are {', '.join(STORES)}")
+    if len(set(args.stores)) != len(args.stores):
+        parser.error(f"--stores names a store twice: {','.join(args.stores)}")
+    if args.rounds < 1 or (args.rounds > 1 and not args.stores):
+        parser.error("--rounds is at least 1, and more than 1 only with --stores")
+    if args.stores and (args.spill or args.freeze_gc):
+        parser.error(
+            "--spill and --freeze-gc are contenders of the default comparison, not of --stores"
+        )
     if args.runs > KEEP_FINISHED:
         # GET /runs forgets the oldest finished runs past this, so "none lost" is unprovable.
         parser.error(f"--runs is at most {KEEP_FINISHED:,}: the server lists that many finished")
     return args
 
 
+async def measured(
+    kind: str, name: str, args: argparse.Namespace, store: str, database: Database | None = None
+) -> Figures:
+    """:func:`measure`, its figures printed; a run lost ends the benchmark, saying which."""
+    try:
+        figures = await measure(kind, name, args, store, database)
+    except Lost as exc:
+        print(f"  {name}\n    LOST: {exc}")
+        raise SystemExit(f"{name}: {exc}") from None
+    print_figures(figures)
+    return figures
+
+
+STORE_CONTENDERS = {
+    "memory": "create_app on a MemoryRunStore",
+    "sqlite": "create_app on a SqliteRunStore (a new file per round)",
+    "postgres": "create_app on a PostgresRunStore (a new database per round)",
+}
+
+
+async def compare_stores(args: argparse.Namespace, cluster: PgServer | None) -> None:
+    """``--stores``: the app on each store, ``--rounds`` times, alternated."""
+    database_line = None
+    if cluster is not None:
+        from _pg import describe
+
+        database_line = await describe(cluster.dsn)
+    print_header("aiohttp", "anyio", "aiosqlite", "SQLite", "asyncpg", database=database_line)
+    print(
+        f"serve on each run store: {args.runs:,} runs started over HTTP, all parked on one"
+        f" approval, then all answered over HTTP; {args.concurrency} requests in flight at"
+        f" most, {args.warmup} warm-up runs; server in its own process (park_timeout"
+        f" {HOT_PARK_TIMEOUT:g} s: none spill); {args.rounds} round(s) of {', '.join(args.stores)},"
+        f" the order reversed every other round"
+    )
+    rounds: list[StoreRound] = []
+    with tempfile.TemporaryDirectory(prefix="serve-stores-") as tmp:
+        for number in range(1, args.rounds + 1):
+            order = args.stores if number % 2 else args.stores[::-1]
+            round_ = StoreRound(number, load_average(), {})
+            print(f"round {number}: {', '.join(order)} (load average {round_.load})")
+            for kind in order:
+                store, database = str(Path(tmp) / f"round{number}.sqlite"), None
+                if kind == "postgres":
+                    assert cluster is not None
+                    from _pg import ServerCpu, create_database
+
+                    store = await create_database(cluster, f"serve_round{number}")
+                    database = Database(store, ServerCpu(cluster).seconds)
+                name = f"{STORE_CONTENDERS[kind]}, round {number}"
+                round_.figures[kind] = await measured(kind, name, args, store, database)
+            print_store_round(round_)
+            rounds.append(round_)
+    print_store_summary(rounds)
+    print("  none lost: every run of every store was started once, parked once, done once")
+    print_footer()
+
+
 async def main(args: argparse.Namespace) -> None:
+    if args.stores:
+        with contextlib.ExitStack() as stack:
+            cluster = None
+            if "postgres" in args.stores:
+                from _pg import throwaway_cluster
+
+                cluster = stack.enter_context(throwaway_cluster(fsync=True))
+            await compare_stores(args, cluster)
+        return
     print_header("aiohttp", "anyio", "aiosqlite", "SQLite")
     print(
         f"serve under load: {args.runs:,} runs started over HTTP, all parked on one approval,"
@@ -765,12 +720,7 @@ async def main(args: argparse.Namespace) -> None:
     results: dict[str, Figures] = {}
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         for kind, name in contenders:
-            try:
-                results[kind] = await measure(kind, name, args, Path(tmp))
-            except Lost as exc:
-                print(f"  {name}\n    LOST: {exc}")
-                raise SystemExit(f"{name}: {exc}") from None
-            print_figures(results[kind])
+            results[kind] = await measured(kind, name, args, str(Path(tmp) / f"{kind}.sqlite"))
     floor = results["floor"]
     for kind in ("hot", "freeze", "spill"):
         if kind in results:
