@@ -312,6 +312,41 @@ async def test_requests_yields_each_new_request_once_to_every_listener():
     assert inbox._listeners == set()
 
 
+async def test_requests_hands_on_a_burst_of_parks_in_one_step():
+    """Requests parked together reach a listener in one step of the loop, not one step
+    each: forwarding a burst of parks costs the listener one trip through the loop."""
+    inbox = Inbox()
+    steps = 0  # steps of the loop so far, counted by a task that yields at each
+    seen: list[tuple[str, int]] = []
+
+    async def count_steps() -> None:
+        nonlocal steps
+        while True:
+            steps += 1
+            await anyio.lowlevel.checkpoint()
+
+    async def listen() -> None:
+        async for request in inbox.requests():
+            seen.append((request.id, steps))
+            if len(seen) == 5:
+                return
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(count_steps)
+            tg.start_soon(listen)
+            await wait_until(lambda: len(inbox._listeners) == 1)
+            for n in range(5):
+                tg.start_soon(inbox, Request(f"r-{n}", "approval", "?"))
+            await wait_until(lambda: len(seen) == 5)
+            assert [request_id for request_id, _ in seen] == [f"r-{n}" for n in range(5)]
+            assert len({at for _, at in seen}) == 1, seen
+            tg.cancel_scope.cancel()
+    assert len(inbox) == 0
+    assert inbox._listeners == set()
+    assert_no_leaks()
+
+
 async def test_answer_threadsafe_from_another_thread():
     """A thread answers through answer_threadsafe; errors come back to that thread."""
     inbox = Inbox()

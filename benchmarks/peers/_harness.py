@@ -225,6 +225,80 @@ async def parking(peer: Peer, parked: int, sample: int, batch: int) -> dict[str,
     }
 
 
+async def _in_batches(action: Any, count: int, batch: int) -> tuple[float, float]:
+    """Wall and CPU seconds of ``action(n)`` for n < ``count``, ``batch`` at a time."""
+    cpu = time.process_time()
+    start = clock()
+    for first in range(0, count, batch):
+        async with asyncio.TaskGroup() as tg:
+            for n in range(first, min(first + batch, count)):
+                tg.create_task(action(n))
+    return clock() - start, time.process_time() - cpu
+
+
+async def park_rate(peer: Peer, parked: int, batch: int) -> dict[str, Any]:
+    """Park ``parked`` runs, then wake them all, ``batch`` at a time: the rates, and this
+    process's CPU per park and per wake (``time.process_time``, which the other processes
+    of a busy machine move far less than they move the wall clock).
+
+    A park is turn 1's request and the run up to its pending approval; a wake is the
+    answer, the approved ``add`` and turn 2's request, to the run's final text. The
+    resident set's growth per parked run is read between the two (untimed).
+    """
+    for n in range(parked, parked + 5):  # warm-up, as in parking()
+        await peer.park(n)
+        check(await peer.wake(n))
+    before = settled_rss()
+    park_wall, park_cpu = await _in_batches(peer.park, parked, batch)
+    after = settled_rss()
+    texts: list[str] = []
+
+    async def wake(n: int) -> None:
+        texts.append(await peer.wake(n))
+
+    gc.collect()
+    wake_wall, wake_cpu = await _in_batches(wake, parked, batch)
+    # Each wake's moment of continuing is not read here (the wakes overlap).
+    getattr(peer, "continued", {}).clear()
+    wrong = [text for text in texts if text != EXPECTED_TEXT]
+    if len(texts) != parked or wrong:
+        raise SystemExit(f"{len(texts)} of {parked} runs woke, {len(wrong)} wrongly")
+    return {
+        "parked": parked,
+        "batch": batch,
+        "bytes_per_parked_run": (after - before) / parked,
+        "park_seconds": park_wall,
+        "wake_seconds": wake_wall,
+        "parks_per_s": parked / park_wall,
+        "wakes_per_s": parked / wake_wall,
+        "cpu_per_park_s": park_cpu / parked,
+        "cpu_per_wake_s": wake_cpu / parked,
+        "park_cpu_share": park_cpu / park_wall,
+        "wake_cpu_share": wake_cpu / wake_wall,
+    }
+
+
+async def park_count(peer: Peer, parked: int, woken: int, batch: int) -> None:
+    """Park ``parked`` runs, wake the first ``woken``, and end the process at once.
+
+    For counting instructions (``park_rate.py --callgrind``): three such processes, (P, P),
+    (P + D, P) and (P + D, P + D), differ by D parks and then by D wakes. The process ends
+    with ``os._exit`` so that the runs left parked cost nothing to count (no cancellation,
+    no collection at exit).
+    """
+    for n in range(parked, parked + 5):  # warm-up, as in parking()
+        await peer.park(n)
+        check(await peer.wake(n))
+    await _in_batches(peer.park, parked, batch)
+
+    async def wake(n: int) -> None:
+        check(await peer.wake(n))
+
+    await _in_batches(wake, woken, batch)
+    print(json.dumps({"peer": peer.name, "parked": parked, "woken": woken}), flush=True)
+    os._exit(0)
+
+
 # --------------------------------------------------------------------------------------
 # The command line every runner has.
 
@@ -241,7 +315,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="One peer benchmark measurement, or (serve) one per line of stdin;"
         " each printed as one JSON line."
     )
-    parser.add_argument("mode", choices=("sequential", "throughput", "park", "serve"))
+    parser.add_argument(
+        "mode",
+        choices=("sequential", "throughput", "park", "park-rate", "park-count", "serve"),
+    )
     parser.add_argument("--base-url", required=True, help="the mock's base URL, ending in /v1")
     parser.add_argument("--runs", type=int, default=200, help="sequential: timed runs")
     parser.add_argument("--warmup", type=int, default=20, help="sequential: untimed runs")
@@ -251,6 +328,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parked", type=int, default=1000, help="park: runs parked")
     parser.add_argument("--sample", type=int, default=200, help="park: runs woken, timed")
     parser.add_argument("--batch", type=int, default=100, help="park: runs parked at once")
+    parser.add_argument("--woken", type=int, default=0, help="park-count: runs woken")
     return parser.parse_args(argv)
 
 
@@ -261,6 +339,11 @@ async def measure(peer: Peer, mode: str, args: argparse.Namespace) -> dict[str, 
         figures = await throughput(peer, args.concurrency, args.runs_per_task, args.rounds)
     elif not peer.parks:
         raise SystemExit(f"{peer.name} has no approval mechanism measured here")
+    elif mode == "park-count":
+        await park_count(peer, args.parked, args.woken, args.batch)
+        raise AssertionError("park_count ends the process")
+    elif mode == "park-rate":
+        figures = await park_rate(peer, args.parked, args.batch)
     else:
         figures = await parking(peer, args.parked, args.sample, args.batch)
     return {
@@ -268,7 +351,7 @@ async def measure(peer: Peer, mode: str, args: argparse.Namespace) -> dict[str, 
         "mode": mode,
         "python": platform.python_version(),
         "versions": {name: dist_version(name) for name in peer.packages},
-        "mechanism": peer.mechanism if mode == "park" else None,
+        "mechanism": peer.mechanism if mode.startswith("park") else None,
         **figures,
     }
 

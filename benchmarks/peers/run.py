@@ -203,6 +203,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def meta(now: datetime.datetime) -> dict[str, str]:
+    """What every results file of this directory says of its run (``park_rate.py``'s too)."""
+    return {
+        "date": now.isoformat(timespec="seconds"),
+        "command": shlex.join(sys.orig_argv),
+        "machine": f"{platform.platform()}, {os.cpu_count()} CPUs",
+        "python": platform.python_version(),
+    }
+
+
 def main(args: argparse.Namespace) -> None:
     only = {name for name in args.only.split(",") if name}
     runners = [r for r in RUNNERS if not only or r.name in only or r.name == "floor"]
@@ -211,10 +221,7 @@ def main(args: argparse.Namespace) -> None:
     out = args.out or RESULTS / f"peers-{now:%Y%m%dT%H%M%SZ}.json"
     results: dict[str, Any] = {
         "meta": {
-            "date": now.isoformat(timespec="seconds"),
-            "command": shlex.join(sys.orig_argv),
-            "machine": f"{platform.platform()}, {os.cpu_count()} CPUs",
-            "python": platform.python_version(),
+            **meta(now),
             "uptime_start": uptime(),
             "scenario": "overhead.py's: 2 model turns, 2 parallel tool calls, loopback mock",
             "mock_latency_ms": {"sequential": 0, "throughput": 20, "park": 0},

@@ -30,6 +30,7 @@ Rules of this module:
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -97,6 +98,7 @@ class Executor:
         "_on_event",
         "_on_tool",
         "_park",
+        "_plain",
         "_resolver",
         "_run_id",
         "_toolkit",
@@ -130,6 +132,10 @@ class Executor:
         self._budget = budget
         self._on_tool = on_tool
         self._on_event = on_event
+        # A result goes back as it is (no _final): no after_tool, journal or stream.
+        self._plain = (
+            journal is None and on_event is None and (hooks is None or hooks.after_tool is None)
+        )
         # Awaited in run_one itself, unless a wait budget must be paused around the wait
         # or the wait is watched (a traced run's wait span).
         self._park = (
@@ -185,38 +191,42 @@ class Executor:
         (``None``: not answered yet; the call waits for it again).
         """
         last = FIRST  # the latest execution: whose ctx after_tool sees
+        changed: dict[str, Any] | None = None  # what the latest execution ran with instead
         if resumed is not None:
             rule = self._rule(call)
             request, answer = resumed
             action = rule.waiting(request) if answer is None else rule.resumed(request, answer)
-        elif self._hooks is None and call.invalid_arguments is None:
-            # The common call: the tool is awaited right here, a coroutine fewer per call,
-            # and the rule is consulted only if it suspends (instructions.py: 3.1 % more
-            # instructions per run without this path, 1,568,493 against 1,520,700).
-            if self._journal is not None:
-                await self._journal.fence()
-            started = time.perf_counter()
-            ctx = ToolContext(
-                call_id=call.id, run_id=self._run_id, tool_name=call.name, turn=self._turn
-            )
-            result = await self._toolkit.execute(call.name, call.arguments, ctx)
-            self._report(call.name, result, started)
+        elif call.invalid_arguments is None:
+            # The common call: the tool (and its before_tool hook, if any) is awaited right
+            # here, and the rule is consulted only if it suspends (instructions.py: 3.1 %
+            # more instructions per run without this path, 1,568,493 against 1,520,700).
+            if self._hooks is None:
+                if self._journal is not None:
+                    await self._journal.fence()
+                started = time.perf_counter()
+                ctx = ToolContext(
+                    call_id=call.id, run_id=self._run_id, tool_name=call.name, turn=self._turn
+                )
+                result = await self._toolkit.execute(call.name, call.arguments, ctx)
+                self._report(call.name, result, started)
+                del ctx
+                by_gate = False
+            else:
+                result, by_gate, changed = await self._invoke(call, FIRST)
             if request_in(result) is None:
-                if self._on_event is None and self._journal is None:
-                    return CallOutcome(result)
-                return await self._final(call, last, CallOutcome(result))
+                outcome = _with_changed(CallOutcome(result), changed)
+                return outcome if self._plain else await self._final(call, last, outcome)
             rule = self._rule(call)
             rule.start()  # FIRST: what was just performed
-            action = rule.executed(result)
+            action = rule.executed(result, by_gate=by_gate)
             # park.py: 38 pymalloc blocks per parked run without this del, 34 with it.
-            del result, ctx
+            del result
         else:
             rule = self._rule(call)
             action = rule.start()
             if isinstance(action, Settle):
                 # A call the model made counts in the metrics, even when the tool never ran.
                 self._report(call.name, action.outcome.result, time.perf_counter())
-        changed: dict[str, Any] | None = None  # what the latest execution ran with instead
         while True:
             if isinstance(action, Execute):
                 last = action
@@ -264,7 +274,8 @@ class Executor:
             else:
                 if action.refusal is not None:
                     await self._tell_refused(call, action.outcome.request, action.refusal)
-                return await self._final(call, last, _with_changed(action.outcome, changed))
+                outcome = _with_changed(action.outcome, changed)
+                return outcome if self._plain else await self._final(call, last, outcome)
 
     async def _ask(self, rule: CallRule, ask: Ask, call: ToolCall) -> Settle | Halt | Execute | Ask:
         """Ask a resolver that is not a parking one (or with a wait budget to pause, or a
@@ -335,7 +346,10 @@ class Executor:
                     turn=self._turn,
                 )
             try:
-                verdict = await call_hook(hooks.before_tool, call.name, args, hook_ctx)
+                # call_hook's work, without its coroutine: this runs for every call.
+                verdict = hooks.before_tool(call.name, args, hook_ctx)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
             except Exception as exc:
                 result = ToolResult.error(
                     f"before_tool hook raised {type(exc).__name__} for {call.name!r}: {exc}"
