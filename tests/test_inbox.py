@@ -150,8 +150,8 @@ async def test_expiry_uses_one_timer_not_a_task_per_request():
             await start_runs(tg, inbox, 1, results, expires=0.05)
             await wait_until(lambda: len(inbox) == 21)
             tasks_parked = len(anyio.get_running_tasks())
-            assert len(inbox._deadlines) == 21
-            assert inbox._timer is not None
+            assert len(inbox._timers) == 21
+            assert inbox._timers._timer is not None
             await wait_until(lambda: len(results) == 1)
             assert results[0].text == "declined/expired: pay?"
             assert len(anyio.get_running_tasks()) == tasks_parked - 1
@@ -255,10 +255,10 @@ async def test_cancelled_and_answered_parks_leave_no_timer_entry_behind():
             async with anyio.create_task_group() as doomed:
                 await start_runs(doomed, inbox, 50, results, expires=3600)
                 await wait_until(lambda: len(inbox) == 50)
-                assert len(inbox._deadlines) == 100  # an expiry and a spill entry each
+                assert len(inbox._timers) == 100  # an expiry and a spill entry each
                 doomed.cancel_scope.cancel()
             assert len(inbox) == 0
-            assert inbox._deadlines == [] and inbox._timer is None
+            assert len(inbox._timers) == 0 and inbox._timers._timer is None
 
             await start_runs(tg, inbox, 40, results, expires=3600)
             await wait_until(lambda: len(inbox) == 40)
@@ -266,10 +266,10 @@ async def test_cancelled_and_answered_parks_leave_no_timer_entry_behind():
                 await inbox.answer(Answer(request.id, True))
             await wait_until(lambda: len(results) == 30)
             live = 2 * len(inbox)
-            assert live <= len(inbox._deadlines) <= 2 * live
+            assert live <= len(inbox._timers) <= 2 * live
             for request in inbox.pending():
                 await inbox.answer(Answer(request.id, True))
-    assert inbox._deadlines == [] and inbox._timer is None
+    assert len(inbox._timers) == 0 and inbox._timers._timer is None
     assert len(results) == 40
     assert_no_leaks()
 

@@ -7,11 +7,10 @@ Rules of this module:
   (:class:`~toolnexus_async.durable.DurableHost`).
 - A parked run costs one object, its slot (the future it awaits, keyed by the request
   id); nothing polls. ``answer()`` resolves exactly that future, so exactly that run wakes.
-- Expiry costs one timer for the whole inbox, not a sleeping task per request: deadlines
-  sit in a heap and a single ``loop.call_at`` handle fires for the earliest one. An
-  answered or cancelled request's entries are removed lazily but boundedly: once stale
-  entries are at least half the heap it is rebuilt, so the heap never holds more than
-  twice the live entries, and none once nothing with a deadline is parked.
+- Expiry costs one timer for the whole inbox, not a sleeping task per request
+  (``_timers.Deadlines``: a heap, and one ``loop.call_at`` handle for its earliest entry).
+  A request has an entry for its ``expires_at`` and one for ``park_timeout``; an
+  answered or cancelled request's entries are removed lazily but boundedly.
 - A wrong answer changes nothing: an unknown, already answered or expired id raises its own
   :class:`AnswerError` subclass before any state is touched.
 - Cancellation cleans up: a parked run whose task is cancelled (or whose time limit fires)
@@ -30,8 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import heapq
-import itertools
 import math
 import time
 from collections import OrderedDict
@@ -50,6 +47,7 @@ from .._core.errors import (
 )
 from .._core.types import Answer, HaltRun, Request
 from .._core.wire import approval_claim, claim_refusal
+from ._timers import Deadlines
 
 __all__ = ("Inbox",)
 
@@ -79,12 +77,12 @@ class _Slot(asyncio.Future[Answer]):
         self.inbox = inbox
         self.request = request
         self.run_id = run_id
-        self.deadline = -1  # the number of its expiry entry in the heap, if it has one
+        self.deadline = -1  # the number of its expiry entry in the timers, if it has one
         self.spill = -1  # the number of its park_timeout entry, if it has one
 
     @property
     def timers(self) -> int:
-        """How many entries of the timer heap are this slot's."""
+        """How many entries of the inbox's timers are this slot's."""
         return (self.deadline >= 0) + (self.spill >= 0)
 
     def cancel(self, msg: Any | None = None) -> bool:
@@ -130,11 +128,7 @@ class Inbox:
             OrderedDict()
         )
         self._remember = remember
-        self._deadlines: list[tuple[float, int, str]] = []
-        self._stale = 0  # heap entries of requests no longer parked
-        self._order = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
+        self._timers = Deadlines(self._due, self._holds)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: set[MemoryObjectSendStream[Request]] = set()
         self._halting_all = False
@@ -197,9 +191,9 @@ class Inbox:
             return slot
         self._slots[request.id] = slot
         if left is not None:
-            slot.deadline = self._add_deadline(loop, loop.time() + left, request.id)
+            slot.deadline = self._timers.add(loop, loop.time() + left, request.id)
         if self._park_timeout is not None:
-            slot.spill = self._add_deadline(loop, loop.time() + self._park_timeout, request.id)
+            slot.spill = self._timers.add(loop, loop.time() + self._park_timeout, request.id)
         for listener in tuple(self._listeners):
             try:
                 listener.send_nowait(request)
@@ -369,7 +363,7 @@ class Inbox:
         return len(slots)
 
     def _halt(self, slot: _Slot, why: str) -> None:
-        """Halt the run of ``slot``, which has left the slots and the timer heap already."""
+        """Halt the run of ``slot``, which has left the slots and the timers already."""
         request_id = slot.request.id
         self._record(request_id, "halted")
         if not slot.done():
@@ -382,69 +376,34 @@ class Inbox:
         if len(self._outcomes) > self._remember:
             self._outcomes.popitem(last=False)
 
-    def _add_deadline(self, loop: asyncio.AbstractEventLoop, when: float, request_id: str) -> int:
-        number = next(self._order)
-        heapq.heappush(self._deadlines, (when, number, request_id))
-        if when < self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = when
-            self._timer = loop.call_at(when, self._expire_due)
-        return number
-
     def _drop_timers(self, slot: _Slot) -> None:
-        """``slot`` left the inbox: its heap entries are stale; compact when they pile up."""
+        """``slot`` left the inbox: its entries in the timers are no longer live."""
         count = slot.timers
-        if not count:
-            return
-        slot.deadline = slot.spill = -1
-        self._stale += count
-        if self._stale * 2 < len(self._deadlines):
-            return
-        live = self._slots
-        self._deadlines = [
-            entry
-            for entry in self._deadlines
-            if (owner := live.get(entry[2])) is not None
-            and entry[1] in (owner.deadline, owner.spill)
-        ]
-        heapq.heapify(self._deadlines)
-        self._stale = 0
-        if not self._deadlines and self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-            self._timer_at = math.inf
-
-    def _expire_due(self) -> None:
-        loop = self._loop
-        assert loop is not None
-        self._timer = None
-        self._timer_at = math.inf
-        # asyncio may fire a timer up to its clock resolution early; count that as due.
-        now = loop.time() + time.get_clock_info("monotonic").resolution
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now:
-            _, number, request_id = heapq.heappop(deadlines)
-            slot = self._slots.get(request_id)
-            # Entries of answered, cancelled or re-parked requests are skipped: the heap is
-            # cleaned lazily rather than searched on every answer.
-            if slot is None or slot.done() or number not in (slot.deadline, slot.spill):
-                self._stale = max(0, self._stale - 1)
-                continue
-            del self._slots[request_id]
-            # Its other entry (spill or expiry), if it has one, is stale from now on. The
-            # heap is not compacted here: this loop is walking it.
-            self._stale += slot.timers - 1
-            expired = number == slot.deadline
+        if count:
             slot.deadline = slot.spill = -1
-            if expired:
-                self._record(request_id, "expired")
-                answer = Answer(request_id, False, reason="expired")
-                self._left(slot, answer)
-                slot.set_result(answer)
-            else:
-                self._halt(slot, f"parked longer than {self._park_timeout} s")
-        if deadlines and self._timer is None:
-            when = deadlines[0][0]
-            self._timer_at = when
-            self._timer = loop.call_at(when, self._expire_due)
+            self._timers.dropped(count)
+
+    def _holds(self, number: int, request_id: str) -> bool:
+        """Whether entry ``number`` of the timers is still a parked request's."""
+        slot = self._slots.get(request_id)
+        return slot is not None and number in (slot.deadline, slot.spill)
+
+    def _due(self, number: int, request_id: str) -> int | None:
+        """Entry ``number`` fell due: the request expires, or its run halts (park_timeout).
+        None if the entry is not live (answered, cancelled or re-parked); else how many
+        more of its entries are stale from now on."""
+        slot = self._slots.get(request_id)
+        if slot is None or slot.done() or number not in (slot.deadline, slot.spill):
+            return None
+        del self._slots[request_id]
+        left_stale = slot.timers - 1
+        expired = number == slot.deadline
+        slot.deadline = slot.spill = -1
+        if expired:
+            self._record(request_id, "expired")
+            answer = Answer(request_id, False, reason="expired")
+            self._left(slot, answer)
+            slot.set_result(answer)
+        else:
+            self._halt(slot, f"parked longer than {self._park_timeout} s")
+        return left_stale
