@@ -59,6 +59,10 @@ class Outage(MemoryRunStore):
     def cut(self) -> None:
         self.down = True
 
+    def lost(self) -> bool:
+        """Whether a call that began while the store was up loses its reply."""
+        return self.down and self.lose_in_flight
+
     def mend(self) -> None:
         self.down = False
 
@@ -69,7 +73,7 @@ def _cut_off(name: str) -> Any:
             self.refused += 1
             raise StoreUnavailableError("postgresql 127.0.0.1:5432/test: failed (test outage)")
         done = await getattr(MemoryRunStore, name)(self, *args, **kwargs)
-        if self.down and self.lose_in_flight:
+        if self.lost():
             self.refused += 1
             raise StoreUnavailableError("postgresql 127.0.0.1:5432/test: the reply was lost")
         return done
