@@ -172,13 +172,17 @@ class PostgresRunStore:
 
     # -- the contract --------------------------------------------------------------------------
 
+    def _check_open(self) -> None:
+        """A write after :meth:`aclose` began is refused (reads fail with the pool)."""
+        if self._closing:
+            raise UsageError("this run store is closed")
+
     def _written(
         self, op: Any, *args: Any, tell: Tell | None = None, answer: bool = False
     ) -> Awaitable[Any]:
         """A write, queued for the group commit (``answer``: the answers' own): done once
         its transaction committed (then this worker's event feeds look: ``watch``)."""
-        if self._closing:
-            raise UsageError("this run store is closed")
+        self._check_open()
         commits = self._answers if answer else self._commits
         written: Awaitable[Any] = commits.write(op, args, tell)
         return written
@@ -292,8 +296,7 @@ class PostgresRunStore:
         # or more on another worker's locks (PostgreSQL's deadlock_timeout), and a lease
         # renewed that late lapses, so that another worker takes over a run whose tool
         # already ran here and runs it again.
-        if self._closing:
-            raise UsageError("this run store is closed")
+        self._check_open()
         await self._in_transaction(self._ops.renew, owner, lease_until)
 
     # -- the sign-in state of MCP servers (toolnexus_async.mcp.RunStoreTokens) -----------------
