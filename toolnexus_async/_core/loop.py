@@ -37,8 +37,9 @@ Rules kept here, each pinned by a test in ``tests/test_loop.py``:
    turn) is sent back as it is, and the model asked again to go on: another turn, within
    ``max_turns``. The paused reply's text stays in the transcript; the run's ``text`` is
    the last reply's, as always.
-7. A run with an :class:`OutputSpec` ends only on a valid output: the final reply (or, in
-   the ``"tool"`` method, its call of the output tool) is read by the spec. An invalid one
+7. A run with an :class:`OutputSpec` ends only on a valid output (judged by
+   ``output_rule``, acted on here): the final reply (or, in the ``"tool"`` method, its call
+   of the output tool) is read by the spec. An invalid one
    is answered with the errors (a user message, or the output tool's error result) and the
    model asked again, up to ``retries`` times, within ``max_turns``; past that the run
    ends ``"incomplete"`` with ``limit == "output_invalid"`` and :attr:`RunLoop.output_failure`
@@ -52,7 +53,6 @@ Rules kept here, each pinned by a test in ``tests/test_loop.py``:
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,7 +72,8 @@ from .messages import (
     UserMessage,
     unpaired_calls,
 )
-from .output import OUTPUT_TOOL, OutputSpec
+from .output import OutputSpec
+from .output_rule import judge_reply
 from .results import RunResult, RunStatus, ToolCallRecord
 from .types import Request, ToolResult, request_in
 
@@ -139,9 +140,6 @@ _Entry = tuple[
 # The stop reasons of a reply cut by the model's output limit: openai's finish_reason,
 # anthropic's stop_reason.
 CUT_BY_LIMIT = frozenset({"length", "max_tokens"})
-
-# The result of a call made in the same reply as the output tool's: it was not run.
-_NOT_RUN = "not run: this reply gave the final result"
 
 # Never appended to (see RunLoop.records).
 _NO_RECORDS: list[ToolCallRecord] = []
@@ -383,53 +381,18 @@ class RunLoop:
         return message
 
     def _read_output(self, message: AssistantMessage, stop_reason: str | None) -> bool:
-        """Read the reply for the run's output (rule 7); True when that settled what
-        happens next (the run finished, or the model is asked to correct itself)."""
+        """Act on rule 7's verdict on the reply (``output_rule``); True when it settled
+        what happens next (the run finished, or the model is asked to correct itself)."""
         spec = self.output
         assert spec is not None
-        error: str | None
-        if message.refusal is not None or stop_reason == "refusal":
-            if not message.tool_calls:
-                self._finish("done")
-                return True
+        verdict = judge_reply(spec, message, stop_reason)
+        if verdict is None:
             return False
-        if spec.method == "tool":
-            found = next((c for c in message.tool_calls if c.name == OUTPUT_TOOL), None)
-            if found is None:
-                if message.tool_calls or stop_reason == "pause_turn":
-                    return False  # the model works with its tools first
-                return self._retry_output(
-                    message.text or "",
-                    f"the reply must call the {OUTPUT_TOOL} tool with the answer",
-                    told=False,
-                )
-            else:
-                raw = found.invalid_arguments or json.dumps(found.arguments)
-                if found.invalid_arguments is not None:
-                    value, data, error = None, None, "its arguments are not a JSON object"
-                else:
-                    value, data, error = spec.accept(found.arguments)
-                # Every call of the reply is answered, so the transcript stays paired; none
-                # but the output tool's was acted on.
-                for call in message.tool_calls:
-                    if call is found:
-                        text = spec.feedback(error) if error else "Final result accepted."
-                        self.messages.append(ToolReturn(call.id, call.name, text, bool(error)))
-                    else:
-                        self.messages.append(ToolReturn(call.id, call.name, _NOT_RUN, True))
-                if error is None:
-                    self._finish("done", output=(value, data))
-                    return True
-                return self._retry_output(raw, error, told=True)
-        else:
-            if message.tool_calls or stop_reason == "pause_turn":
-                return False
-            raw = message.text or ""
-            value, data, error = spec.read_text(raw)
-            if error is None:
-                self._finish("done", output=(value, data))
-                return True
-        return self._retry_output(raw, error, told=False)
+        self.messages.extend(verdict.answered)
+        if verdict.error is None:
+            self._finish("done", output=verdict.output)
+            return True
+        return self._retry_output(verdict.raw, verdict.error, told=bool(verdict.answered))
 
     def _retry_output(self, raw: str, error: str, *, told: bool) -> bool:
         spec = self.output
