@@ -472,6 +472,22 @@ async def test_raised_exception_becomes_an_error_result():
     )
 
 
+async def test_a_value_that_cannot_be_returned_is_an_error_result_too():
+    """What the tool returns but cannot be made JSON fails as the function would have:
+    the toolkit awaits the tool without a guard of its own (``guards_itself``)."""
+    circular: list[object] = []
+    circular.append(circular)
+
+    @define_tool
+    async def loop() -> object:
+        return circular
+
+    expected = ToolResult.error("tool 'loop' raised ValueError: Circular reference detected")
+    assert await loop.execute({}) == expected
+    toolkit = Toolkit.create(builtins=False, extra_tools=[loop])
+    assert await toolkit.execute("loop", {}) == expected
+
+
 async def test_raised_exception_in_a_sync_function_becomes_an_error_result():
     """A plain function's exception is converted the same way."""
 

@@ -9,7 +9,8 @@ Rules of this module:
   result naming the tools that do exist. Only cancellation passes through. The same holds
   for :meth:`ToolRegistry.refused`, which tells a tool that its request was refused. The
   exception is logged with its traceback (``tracing.tool_raised``), not only told to the
-  model.
+  model. A tool class that keeps this rule itself (``guards_itself``: ``define_tool``'s)
+  is awaited without the registry's guard around it.
 - Tools come from :class:`~toolnexus_async.ToolSource` s composed into the registry
   (:meth:`ToolRegistry.compose`), entered in order when the registry is entered and left in
   reverse when it closes. A source that fails to open closes the ones opened before it (and
@@ -34,8 +35,8 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Self
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, Self, TypeVar
 
 import anyio
 
@@ -46,7 +47,7 @@ from .._core.types import Tool, ToolContext, ToolResult, ToolSource, check_tool
 from .._core.validation import Validator, validator_for
 from .tracing import run_extra, tool_raised
 
-__all__ = ("ToolRegistry",)
+__all__ = ("ToolRegistry", "guards_itself")
 
 log = logging.getLogger("toolnexus_async")
 
@@ -268,10 +269,16 @@ class ToolRegistry(FlagClosing):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self._tools)!r})"
 
-    async def execute(
+    def execute(
         self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
-    ) -> ToolResult:
+    ) -> Coroutine[Any, Any, ToolResult]:
         """Run the tool ``name``; whatever happens, the answer is a :class:`ToolResult`.
+
+        Not a coroutine itself: the checks run here, and what is handed back to be awaited
+        is the tool's own ``execute`` when the tool keeps this rule itself (a
+        :func:`guards_itself` class: ``define_tool``'s), else a guard around it. A call
+        awaits one frame fewer that way (see the issue 41 C = 500 section of
+        docs/performance.md).
 
         Raises:
             UsageError: the toolkit is closed (its tools' resources are gone), or it was
@@ -281,22 +288,14 @@ class ToolRegistry(FlagClosing):
             self._check_ready()
         tool = self._tools.get(name)
         if tool is None:
-            return ToolResult.error(self._unknown(name))
+            return _ready(ToolResult.error(self._unknown(name)))
         if self._validate:
             problem = self._check_arguments(tool, args)
             if problem is not None:
-                return ToolResult.error(problem)
-        try:
-            # Typed as object: tools are duck-typed user code and may return anything.
-            result: object = await tool.execute(args, ctx)
-        except Exception as exc:
-            tool_raised(name, exc, ctx.run_id if ctx is not None else None)
-            return ToolResult.error(f"tool {name!r} raised {type(exc).__name__}: {exc}")
-        if not isinstance(result, ToolResult):
-            return ToolResult.error(
-                f"tool {name!r} returned {type(result).__name__}, not a ToolResult"
-            )
-        return result
+                return _ready(ToolResult.error(problem))
+        if type(tool) in _GUARDS_ITSELF:
+            return tool.execute(args, ctx)
+        return _guarded(tool, name, args, ctx)
 
     async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
         """Tell the tool ``name`` that its request ``ctx.request`` was refused
@@ -416,6 +415,42 @@ class ToolRegistry(FlagClosing):
                 first = first or exc
         if first is not None and not quiet:
             raise first
+
+
+async def _guarded(
+    tool: Tool, name: str, args: dict[str, Any], ctx: ToolContext | None
+) -> ToolResult:
+    """``tool``'s execution of ``args``, its exception or odd return an error result."""
+    try:
+        # Typed as object: tools are duck-typed user code and may return anything.
+        result: object = await tool.execute(args, ctx)
+    except Exception as exc:
+        tool_raised(name, exc, ctx.run_id if ctx is not None else None)
+        return ToolResult.error(f"tool {name!r} raised {type(exc).__name__}: {exc}")
+    if not isinstance(result, ToolResult):
+        return ToolResult.error(f"tool {name!r} returned {type(result).__name__}, not a ToolResult")
+    return result
+
+
+async def _ready(result: ToolResult) -> ToolResult:
+    return result
+
+
+# The tool classes whose execute keeps the registry's rule itself: every exception but a
+# cancellation becomes the error result the registry would make of it, and what comes
+# back is a ToolResult. The exact class: a subclass may execute otherwise.
+_GUARDS_ITSELF: set[type] = set()
+
+T = TypeVar("T", bound=type)
+
+
+def guards_itself(cls: T) -> T:
+    """Mark ``cls`` (a tool class) as keeping :meth:`ToolRegistry.execute`'s rule itself:
+    its ``execute`` never raises but for cancellation, turning an exception into
+    ``ToolResult.error(f"tool {name!r} raised {type}: {exc}")`` after ``tool_raised``, and
+    always returns a :class:`ToolResult`. The registry then awaits it without a guard."""
+    _GUARDS_ITSELF.add(cls)
+    return cls
 
 
 def _holder(source: ToolSource | None) -> str:

@@ -42,6 +42,7 @@ import anyio.to_thread
 
 from .._core.errors import UsageError
 from .._core.types import ToolContext, ToolResult, check_tool_name
+from .._engine.toolkit import guards_itself
 from .._engine.tracing import tool_raised
 
 __all__ = ("FunctionTool", "define_tool")
@@ -164,6 +165,7 @@ def _as_result(value: object) -> ToolResult:
 OnRefused = Callable[[dict[str, Any], ToolContext], Awaitable[None]]
 
 
+@guards_itself
 class FunctionTool:
     """A tool backed by a Python function; build it with :func:`define_tool`."""
 
@@ -261,24 +263,28 @@ class FunctionTool:
         return self.fn(*args, **kwargs)
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
-        """Run the function with ``args``; every failure is an error result."""
+        """Run the function with ``args``; every failure is an error result.
+
+        Every exception (but a cancellation) is one, wherever it comes from: the toolkit
+        awaits this without a guard of its own (``guards_itself``).
+        """
         raw: object = args  # a direct caller may pass anything
         if type(raw) is not dict and not isinstance(raw, Mapping):
             return ToolResult.error(f"{self.name}: arguments must be an object")
-        problem = self._check(args)
-        if problem is not None:
-            return ToolResult.error(f"{self.name}: {problem}")
-        kwargs = dict(args)
-        for key, kind in self._enums.items():
-            if key in kwargs:
-                try:
-                    kwargs[key] = kind(kwargs[key])
-                except ValueError:
-                    allowed = ", ".join(repr(m.value) for m in kind)
-                    return ToolResult.error(f"{self.name}: {key!r} must be one of {allowed}")
-        if self._context_param is not None:
-            kwargs[self._context_param] = ctx
         try:
+            problem = self._check(args)
+            if problem is not None:
+                return ToolResult.error(f"{self.name}: {problem}")
+            kwargs = dict(args)
+            for key, kind in self._enums.items():
+                if key in kwargs:
+                    try:
+                        kwargs[key] = kind(kwargs[key])
+                    except ValueError:
+                        allowed = ", ".join(repr(m.value) for m in kind)
+                        return ToolResult.error(f"{self.name}: {key!r} must be one of {allowed}")
+            if self._context_param is not None:
+                kwargs[self._context_param] = ctx
             if self._is_async:
                 value = await self.fn(**kwargs)
             elif self._blocking:
@@ -287,10 +293,10 @@ class FunctionTool:
                 value = self.fn(**kwargs)
                 if inspect.isawaitable(value):
                     value = await value
+            return _as_result(value)
         except Exception as exc:
             tool_raised(self.name, exc, ctx.run_id if ctx is not None else None)
             return ToolResult.error(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
-        return _as_result(value)
 
     def _check(self, args: Mapping[str, Any]) -> str | None:
         keys = args.keys()
