@@ -240,7 +240,6 @@ class FunctionTool:
             properties[param.name] = schema
             self._params.add(param.name)
         self._required = tuple(required)
-        self._required_set = frozenset(required)
         self.input_schema: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
             self.input_schema["required"] = required
@@ -276,13 +275,16 @@ class FunctionTool:
             if problem is not None:
                 return ToolResult.error(f"{self.name}: {problem}")
             kwargs = dict(args)
-            for key, kind in self._enums.items():
-                if key in kwargs:
-                    try:
-                        kwargs[key] = kind(kwargs[key])
-                    except ValueError:
-                        allowed = ", ".join(repr(m.value) for m in kind)
-                        return ToolResult.error(f"{self.name}: {key!r} must be one of {allowed}")
+            if self._enums:  # most tools take none: no items view and iterator for nothing
+                for key, kind in self._enums.items():
+                    if key in kwargs:
+                        try:
+                            kwargs[key] = kind(kwargs[key])
+                        except ValueError:
+                            allowed = ", ".join(repr(m.value) for m in kind)
+                            return ToolResult.error(
+                                f"{self.name}: {key!r} must be one of {allowed}"
+                            )
             if self._context_param is not None:
                 kwargs[self._context_param] = ctx
             if self._is_async:
@@ -299,12 +301,16 @@ class FunctionTool:
             return ToolResult.error(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
 
     def _check(self, args: Mapping[str, Any]) -> str | None:
-        keys = args.keys()
-        # Set comparisons first (in C): the lists are only built for the error message.
-        if not keys >= self._required_set:
-            missing = [name for name in self._required if name not in args]
-            return f"missing required argument(s): {', '.join(missing)}"
-        if not self._accepts_extra and not keys <= self._params:
+        # One loop over a tuple, and no key view unless optional parameters were given:
+        # each view and each iterator over a set or a dict is an object the collector
+        # tracks, made on every call (see the issue 41 C = 500 section of performance.md).
+        for name in self._required:
+            if name not in args:
+                missing = [name for name in self._required if name not in args]
+                return f"missing required argument(s): {', '.join(missing)}"
+        if self._accepts_extra or len(args) == len(self._required):
+            return None  # every key is a required parameter's
+        if not args.keys() <= self._params:
             extra = [key for key in args if key not in self._params]
             if extra:
                 return (
