@@ -357,7 +357,13 @@ class ToolRegistry(FlagClosing):
     def instructions(self) -> str | None:
         """What the open sources add to a run's system prompt (each source's optional
         ``instructions()``, in order), or None: a skill catalogue, say."""
-        parts = [text for source in self._opened if (text := _instructions_of(source))]
+        # A loop, not a comprehension: asked once per run, and on 3.11 the comprehension
+        # made a function and a cell (for its walrus) each time.
+        parts: list[str] = []
+        for source in self._opened:
+            text = _instructions_of(source)
+            if text:
+                parts.append(text)
         return "\n\n".join(parts) or None
 
     @property
