@@ -91,7 +91,9 @@ def _calls(raw_calls: object, payload: dict[str, Any]) -> tuple[ToolCall, ...]:
         raise ProtocolError("openai reply: choices[0].message.tool_calls must be a list")
     calls = []
     seen: set[str] = set()
-    for i, raw in enumerate(raw_calls):
+    i = -1  # counted by hand: an enumerate() is one more object the collector tracks
+    for raw in raw_calls:
+        i += 1
         # The shape every provider sends, checked inline; anything else goes through
         # _checked_call, which names what is wrong.
         function = raw.get("function") if type(raw) is dict else None
@@ -192,16 +194,23 @@ class OpenAICodec:
         assert isinstance(payload, dict) and isinstance(choice, dict)
         content = message.get("content")
         refusal = message.get("refusal")
-        thought = reasoning_of(message)
+        # Most replies carry no reasoning and no calls: two calls fewer when they do not.
+        thought = (
+            reasoning_of(message)
+            if "reasoning" in message or "reasoning_content" in message
+            else ""
+        )
+        raw_calls = message.get("tool_calls")
         assistant = AssistantMessage(
             content if content is None or type(content) is str else _text(content),
-            _calls(message.get("tool_calls"), payload),
+            () if raw_calls is None else _calls(raw_calls, payload),
             # A refusal replaces the answer (content is null): kept, never silently lost.
             refusal if type(refusal) is str and refusal else None,
             # Kept in the transcript; servers do not ask for it back, so it is not sent.
             (Reasoning(thought, style=STYLE),) if thought else (),
         )
-        totals = _usage(payload.get("usage"))
+        usage = payload.get("usage")
+        totals = openai_usage(usage) if type(usage) is dict else _usage(usage)
         model = payload.get("model")
         reason = choice.get("finish_reason")
         return ModelReply(
