@@ -162,7 +162,11 @@ class OpenAICodec:
         max_tokens_field: str | None = None,
         output: OutputSpec | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "messages": [_render(m) for m in messages]}
+        # A loop, not a comprehension: on 3.11 a comprehension is a function made per call.
+        rendered = []
+        for message in messages:
+            rendered.append(_render(message))  # noqa: PERF401
+        body: dict[str, Any] = {"model": model, "messages": rendered}
         if tools:
             body["tools"] = render_openai(tools)
         if max_tokens is not None:
