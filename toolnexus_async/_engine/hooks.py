@@ -33,6 +33,7 @@ from .._core.errors import UsageError
 from .._core.messages import Message, ModelReply
 from .._core.suspension import GATE
 from .._core.types import Request, Tool, ToolContext, ToolResult
+from .._core.wire import new_request_id
 from .toolkit import ToolRegistry
 
 __all__ = ("GATE", "Hooks", "LlmCall", "require_approval")
@@ -194,18 +195,21 @@ class _Gate:
             return self._approved(name, args, ctx.answer.data)
         prompt = self.prompt
         text = prompt(name, args) if prompt is not None else f"Allow {name} with {args!r}?"
+        # One copy, both shown and digested: the digest is over exactly what data shows.
+        shown = dict(args)
         data: dict[str, Any] = {
             "tool": name,
-            "arguments": dict(args),
+            "arguments": shown,
             # "gate" marks the request as the hook's, not the tool's, so that a run halted
             # on it and resumed (maybe in another process) still runs the tool without
             # handing it this approval as its own answer.
             "gate": GATE,
-            "digest": call_digest(name, args),
+            "digest": canonical_digest({"tool": name, "arguments": shown}),
         }
         if self.editable:
             data["editable"] = True
-        return ToolResult.pending(Request("", "approval", text, data=data))
+        # Its id made here: an empty one would have pending() build the Request twice.
+        return ToolResult.pending(Request(new_request_id(), "approval", text, data=data))
 
     def _approved(
         self, name: str, args: dict[str, Any], data: Mapping[str, Any] | None
