@@ -44,7 +44,7 @@ from .._core.messages import ToolCall
 from .._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
 from .._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
 from .concurrency import run_concurrently
-from .hooks import Hooks, call_hook
+from .hooks import Hooks, call_hook, plain_before_tool
 from .journal import Journal
 from .resolver import Resolver
 from .streaming import Sink, StreamPending, StreamToolResult
@@ -93,6 +93,7 @@ class Executor:
 
     __slots__ = (
         "_budget",
+        "_gate",
         "_hooks",
         "_journal",
         "_on_event",
@@ -129,6 +130,8 @@ class Executor:
         # Hooks without tool seams cost nothing per call.
         has_tool_hooks = hooks is not None and (hooks.before_tool or hooks.after_tool)
         self._hooks = hooks if has_tool_hooks else None
+        # A require_approval gate is called as the plain function it is underneath.
+        self._gate = plain_before_tool(hooks.before_tool) if hooks is not None else None
         self._budget = budget
         self._on_tool = on_tool
         self._on_event = on_event
@@ -346,10 +349,15 @@ class Executor:
                     turn=self._turn,
                 )
             try:
-                # call_hook's work, without its coroutine: this runs for every call.
-                verdict = hooks.before_tool(call.name, args, hook_ctx)
-                if inspect.isawaitable(verdict):
-                    verdict = await verdict
+                gate = self._gate
+                verdict: Any
+                if gate is not None:
+                    verdict = gate(call.name, args, hook_ctx)
+                else:
+                    # call_hook's work, without its coroutine: this runs for every call.
+                    verdict = hooks.before_tool(call.name, args, hook_ctx)
+                    if inspect.isawaitable(verdict):
+                        verdict = await verdict
             except Exception as exc:
                 result = ToolResult.error(
                     f"before_tool hook raised {type(exc).__name__} for {call.name!r}: {exc}"

@@ -189,6 +189,12 @@ class _Gate:
     async def __call__(
         self, name: str, args: dict[str, Any], ctx: ToolContext
     ) -> ToolResult | dict[str, Any] | None:
+        return self.verdict(name, args, ctx)
+
+    def verdict(
+        self, name: str, args: dict[str, Any], ctx: ToolContext
+    ) -> ToolResult | dict[str, Any] | None:
+        """What the hook returns, without a coroutine (see :func:`plain_before_tool`)."""
         if name not in self.guarded:
             return None
         if ctx is not None and ctx.answer is not None and ctx.answer.ok:
@@ -232,6 +238,14 @@ class _Gate:
                 f"an object; nothing ran"
             )
         return dict(changed)
+
+
+def plain_before_tool(
+    hook: object,
+) -> Callable[[str, dict[str, Any], ToolContext], ToolResult | dict[str, Any] | None] | None:
+    """A ``require_approval`` gate's verdict as a plain call, which never awaits anything,
+    so that the executor makes no coroutine for each call it sees; None for any other hook."""
+    return hook.verdict if isinstance(hook, _Gate) else None
 
 
 def call_digest(tool: str, args: Mapping[str, Any]) -> str:
