@@ -217,7 +217,7 @@ class Executor:
             else:
                 result, by_gate, changed = await self._invoke(call, FIRST)
             if request_in(result) is None:
-                outcome = _with_changed(CallOutcome(result), changed)
+                outcome = CallOutcome(result, None, None, changed)
                 return outcome if self._plain else await self._final(call, last, outcome)
             rule = self._rule(call)
             rule.start()  # FIRST: what was just performed
@@ -277,7 +277,9 @@ class Executor:
             else:
                 if action.refusal is not None:
                     await self._tell_refused(call, action.outcome.request, action.refusal)
-                outcome = _with_changed(action.outcome, changed)
+                outcome = (
+                    action.outcome if changed is None else _with_changed(action.outcome, changed)
+                )
                 return outcome if self._plain else await self._final(call, last, outcome)
 
     async def _ask(self, rule: CallRule, ask: Ask, call: ToolCall) -> Settle | Halt | Execute | Ask:

@@ -378,8 +378,8 @@ class Inbox:
 
     def _drop_timers(self, slot: _Slot) -> None:
         """``slot`` left the inbox: its entries in the timers are no longer live."""
-        count = slot.timers
-        if count:
+        if slot.deadline >= 0 or slot.spill >= 0:  # else no timers: the usual slot
+            count = slot.timers
             slot.deadline = slot.spill = -1
             self._timers.dropped(count)
 
