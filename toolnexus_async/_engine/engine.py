@@ -260,7 +260,7 @@ class Engine(ModelRequests):
     async def _drive(self, spec: RunSpec, budget: _Budget | None) -> RunResult:
         # One frame for the whole run: it is what a parked run holds while it waits.
         loop, toolkit, resume, journal = spec.loop, spec.toolkit, spec.plan, spec.journal
-        sink, on_tools_done, output = spec.stream, spec.on_tools_done, spec.output
+        sink, on_tools_done, output = spec.stream, spec.on_tools_done, loop.output
         steps = sink if sink is not None else spec.observe  # what the tool steps are told to
         # Not held while parked: one pymalloc block fewer per parked run (benchmarks/park.py,
         # "pymalloc blocks/run": 35.0 with the spec kept, 34.0 without, as before RunSpec).

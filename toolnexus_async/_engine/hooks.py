@@ -264,9 +264,12 @@ def check_gate(hook: object, toolkit: ToolRegistry) -> None:
         raise UsageError(
             f"require_approval: toolkit must be a Toolkit, got {type(toolkit).__name__}"
         )
-    unknown = [name for name in hook.guarded if name not in toolkit]
-    if not unknown:
+    for name in hook.guarded:  # a loop, not a list: this runs at the start of every run
+        if name not in toolkit:
+            break
+    else:
         return
+    unknown = [name for name in hook.guarded if name not in toolkit]
     known = ", ".join(repr(tool.name) for tool in toolkit.tools()) or "none"
     # A source's tools (an MCP server's) are registered when the toolkit is entered.
     hint = " (its sources' tools join when it is entered)" if toolkit.unopened else ""
