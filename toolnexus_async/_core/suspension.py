@@ -257,7 +257,7 @@ class CallRule:
         state = self._state
         if state not in (_RUNNING, _RETRYING, _GATED):
             self._expect(_RUNNING)
-        request = request_in(result)
+        request = None if result.metadata is None else request_in(result)
         if state is _RETRYING:
             asked = self._request
             assert asked is not None

@@ -55,7 +55,7 @@ from .._core.retry import RetryPolicy
 from .._core.types import Tool
 from .asking import ModelRequests
 from .executor import Executor
-from .hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate
+from .hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate, plain_before_tool
 from .journal import Journal
 from .model import Model
 from .resolver import Resolver
@@ -161,6 +161,7 @@ class Engine(ModelRequests):
         self.resolver = resolver
         self.hooks = hooks
         self._before_tool = hooks.before_tool if hooks is not None else None
+        self._gate = plain_before_tool(self._before_tool)
         self.retry = retry
         self.on_error = retry.on_error
         self.timeout = limits.timeout
@@ -428,6 +429,7 @@ class Engine(ModelRequests):
             journal=journal,
             turn=turn,
             watch=tracer,
+            gate=self._gate,
         )
 
 

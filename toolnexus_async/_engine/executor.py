@@ -44,7 +44,7 @@ from .._core.messages import ToolCall
 from .._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
 from .._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
 from .concurrency import run_concurrently
-from .hooks import Hooks, call_hook, plain_before_tool
+from .hooks import Hooks, PlainBeforeTool, call_hook
 from .journal import Journal
 from .resolver import Resolver
 from .streaming import Sink, StreamPending, StreamToolResult
@@ -120,6 +120,7 @@ class Executor:
         journal: Journal | None = None,
         turn: int | None = None,
         watch: Watch | None = None,
+        gate: PlainBeforeTool | None = None,
     ) -> None:
         self._toolkit = toolkit
         self._watch = watch
@@ -130,8 +131,9 @@ class Executor:
         # Hooks without tool seams cost nothing per call.
         has_tool_hooks = hooks is not None and (hooks.before_tool or hooks.after_tool)
         self._hooks = hooks if has_tool_hooks else None
-        # A require_approval gate is called as the plain function it is underneath.
-        self._gate = plain_before_tool(hooks.before_tool) if hooks is not None else None
+        # hooks.before_tool as the plain function it is underneath, if it is a
+        # require_approval gate (plain_before_tool: the engine asks once, not every turn).
+        self._gate = gate if has_tool_hooks else None
         self._budget = budget
         self._on_tool = on_tool
         self._on_event = on_event
@@ -216,7 +218,8 @@ class Executor:
                 by_gate = False
             else:
                 result, by_gate, changed = await self._invoke(call, FIRST)
-            if request_in(result) is None:
+            # No metadata, no suspension: the usual result needs no call to tell.
+            if result.metadata is None or request_in(result) is None:
                 outcome = CallOutcome(result, None, None, changed)
                 return outcome if self._plain else await self._final(call, last, outcome)
             rule = self._rule(call)
@@ -387,7 +390,9 @@ class Executor:
         if self._on_tool is None:
             return
         outcome: ToolOutcome = (
-            "pending" if request_in(result) is not None else ("error" if result.is_error else "ok")
+            "pending"
+            if result.metadata is not None and request_in(result) is not None
+            else ("error" if result.is_error else "ok")
         )
         tool = self._toolkit.get(name)
         source = tool.source if tool is not None else "unknown"

@@ -54,6 +54,10 @@ BeforeTool: TypeAlias = Callable[
     [str, dict[str, Any], ToolContext],
     Awaitable[dict[str, Any] | ToolResult | None] | dict[str, Any] | ToolResult | None,
 ]
+# A before_tool that never awaits (a require_approval gate's verdict).
+PlainBeforeTool: TypeAlias = Callable[
+    [str, dict[str, Any], ToolContext], dict[str, Any] | ToolResult | None
+]
 AfterTool: TypeAlias = Callable[
     [str, dict[str, Any], ToolResult, ToolContext],
     Awaitable[ToolResult | None] | ToolResult | None,
@@ -240,9 +244,7 @@ class _Gate:
         return dict(changed)
 
 
-def plain_before_tool(
-    hook: object,
-) -> Callable[[str, dict[str, Any], ToolContext], ToolResult | dict[str, Any] | None] | None:
+def plain_before_tool(hook: object) -> PlainBeforeTool | None:
     """A ``require_approval`` gate's verdict as a plain call, which never awaits anything,
     so that the executor makes no coroutine for each call it sees; None for any other hook."""
     return hook.verdict if isinstance(hook, _Gate) else None
