@@ -28,6 +28,7 @@ from .._decide import Saved, accepted, damaged_reason, judge
 from .._listing import numbered
 from .._run_events import EVENTS_KEEP, EventRow, answered, failed
 from .._store import Accepted, LeaseLostError, StoredRun, StoreEvent
+from ._order import prunable
 from ._queries import load
 from ._statements import Statements
 
@@ -294,8 +295,8 @@ class PgOps:
             " ORDER BY updated DESC OFFSET $1",
             keep,
         )
-        if old:
-            ids = [row[0] for row in old]
+        ids = await prunable(conn, self.s, [row[0] for row in old]) if old else []
+        if ids:
             for table in ("requests", "results", "runs"):
                 await conn.execute(f"DELETE FROM {self.s}.{table} WHERE run_id = ANY($1)", ids)
         await conn.execute(
