@@ -23,7 +23,7 @@ batches commit, once each.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -147,14 +147,17 @@ async def test_two_answers_to_one_request_in_one_batch_one_is_taken(pg_dsn: str)
         ]
 
 
-async def _answered_elsewhere(store: PostgresRunStore, runs: dict[str, str]) -> None:
-    """Each run (run id: request id) held by worker A, its request answered by worker B
-    and not yet handed over to A (what a run's next turn or end closes)."""
-    for run_id, request_id in runs.items():
+async def _answered_elsewhere(store: PostgresRunStore, runs: Mapping[str, tuple[str, ...]]) -> None:
+    """Each run (run id: request ids, one a call of its first turn) held by worker A, its
+    requests answered by worker B and not yet handed over to A (what a run's next turn or
+    end closes)."""
+    for run_id, request_ids in runs.items():
         await store.start(fresh_state(run_id), "A", NOW + LEASE)
-        await store.turn(turn_state(run_id, tool_call("pay", id="c1")), 1, "A")
-        await store.suspend(run_id, "c1", Request(request_id, "approval", "pay?"), "A")
-        await store.accept(Answer(request_id, True), NOW, by="B")
+        calls = [tool_call("pay", id=f"c{n}") for n in range(len(request_ids))]
+        await store.turn(turn_state(run_id, *calls), 1, "A")
+        for call, request_id in zip(calls, request_ids, strict=True):
+            await store.suspend(run_id, call.id, Request(request_id, "approval", "pay?"), "A")
+            await store.accept(Answer(request_id, True), NOW, by="B")
 
 
 async def _deadlocks(dsn: str) -> int:
@@ -198,12 +201,14 @@ async def _two_orders(
     dsn: str,
     held: str,
     run_batch: Callable[[PostgresRunStore], list[Callable[[], Coroutine[Any, Any, Any]]]],
+    runs: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
     """The circle, step by step: the test locks ``held``; the writes of ``run_batch``, one
     batch, lock a request and wait on it; late duplicate answers to req_a and req_b, one
     batch, wait too; then ``held`` is let go. No deadlock: both batches commit, once each."""
     async with _no_deadlock(server, dsn), PostgresRunStore(dsn) as store:
-        await _answered_elsewhere(store, {"run_1": "req_b", "run_2": "req_c", "run_3": "req_a"})
+        three = {"run_1": ("req_b",), "run_2": ("req_c",), "run_3": ("req_a",)}
+        await _answered_elsewhere(store, three if runs is None else runs)
         refused: list[str] = []
 
         async def late(request_id: str) -> None:
@@ -262,6 +267,24 @@ async def test_a_run_batch_closing_requests_and_an_answer_batch_lock_in_one_orde
         )
 
 
+async def test_a_lone_end_closes_its_requests_in_the_answers_order(
+    pg_server: PgServer, pg_dsn: str
+):
+    """An end alone in its batch (no lock taken before it) closed its run's requests as
+    its plan met them, req_b, req_c, req_a; the test holds req_c."""
+
+    def writes(store: PostgresRunStore) -> list[Callable[[], Coroutine[Any, Any, Any]]]:
+        return [lambda: store.finish(RunResult("done", "paid", (), run_id="run_1"), "A")]
+
+    await _two_orders(
+        pg_server,
+        pg_dsn,
+        "SELECT 1 FROM toolnexus.requests WHERE request_id = 'req_c' FOR UPDATE",
+        writes,
+        {"run_1": ("req_b", "req_c", "req_a")},
+    )
+
+
 async def test_answers_marked_delivered_are_locked_in_the_answers_order(
     pg_server: PgServer, pg_dsn: str
 ):
@@ -285,7 +308,7 @@ async def test_pruning_waits_for_no_request_and_leaves_a_run_held_elsewhere(
     """Pruning, last in a batch, deleted the ended runs' requests in the order it met them
     (req_b, req_c, req_a) while duplicate answers locked req_a, then req_b. It now takes
     them without waiting: a run whose request is locked elsewhere stays until the next."""
-    runs = {"run_1": "req_b", "run_2": "req_c", "run_3": "req_a"}
+    runs = {"run_1": ("req_b",), "run_2": ("req_c",), "run_3": ("req_a",)}
     async with _no_deadlock(pg_server, pg_dsn):
         async with PostgresRunStore(pg_dsn) as store:
             await _answered_elsewhere(store, runs)

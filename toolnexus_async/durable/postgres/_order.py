@@ -3,15 +3,18 @@
 Rules of this module:
 
 - A transaction that locks several requests locks them all at once, in the order of
-  their ids (``ORDER BY request_id FOR UPDATE``, one statement), before it locks anything
-  else, and locks no other request after. Two transactions then never each hold a
-  request the other waits for. A batch of answers does it in its first statement
-  (``_grouped``); a batch of run writes, here (:class:`RequestsFirst`), before its
-  writes: its turns and ends close requests, a claim or ``delivered`` marks answers
-  handed over, a save replaces them, each in whatever order its plan meets the rows, and
-  one batch holds several of them. Without it, a run batch holding one request and
-  waiting for another that an answer batch held (late duplicate answers to two runs of
-  one worker) was a deadlock, which PostgreSQL breaks after ``deadlock_timeout`` (1 s).
+  their ids (``ORDER BY request_id FOR UPDATE``, one statement), and locks no other
+  request after. Two transactions then never each hold a request the other waits for. A
+  batch of answers does it in its first statement (``_grouped``); a batch of run writes,
+  here (:class:`RequestsFirst`), before its writes: its turns and ends close requests, a
+  claim or ``delivered`` marks answers handed over, a save replaces them, and one batch
+  holds several such statements. Without it, a run batch holding one request and waiting
+  for another that an answer batch held (late duplicate answers to two runs of one
+  worker) was a deadlock, which PostgreSQL breaks after ``deadlock_timeout`` (1 s).
+- A turn, an end, a failure or ``delivered`` alone in its batch (a run that shares no
+  transaction) is not preceded so: its one statement that touches requests locks them
+  in id order itself (a sub-select ``ORDER BY request_id FOR UPDATE``, ``_statements``,
+  ``PgOps``), which spares that run a round trip per such write.
 - What is locked here is what the writes could touch, or more: the pending or not yet
   delivered requests of every run a write closes or claims (a request leaves that set
   for good once it does), all of a saved run's, and the undelivered of those
@@ -51,6 +54,9 @@ class RequestsFirst:
         }
         self._delivered = ops.delivered
         self._save = ops.save
+        # Alone in its batch, each of these locks its requests in one statement, in id
+        # order itself: no round trip more for a run that shares no transaction.
+        self._ordered = {ops.turn, ops.finish, ops.fail, ops.delivered}
         self._lock = (
             f"SELECT 1 FROM {s}.requests WHERE (run_id = ANY($1)"
             " AND (status = 'pending' OR delivered = 0)) OR run_id = ANY($2)"
@@ -58,6 +64,8 @@ class RequestsFirst:
         )
 
     async def __call__(self, conn: Any, writes: Sequence[tuple[Any, tuple[Any, ...]]]) -> None:
+        if len(writes) == 1 and writes[0][0] in self._ordered:
+            return
         closed: list[str] = []
         saved: list[str] = []
         named: list[str] = []
