@@ -61,6 +61,7 @@ from toolnexus_async import (
     ToolReturn, define_tool,
 )
 from toolnexus_async.durable import DurableHost, SqliteRunStore
+from toolnexus_async.durable.sqlite._file import RunFile
 from toolnexus_async.testing import reply, tool_call
 
 MODE, DB, EFFECTS = sys.argv[1:4]  # MODE: halt, or answer (pausing at POINT)
@@ -88,7 +89,7 @@ def model(messages, tools):
     return reply(None, tool_call("pay", {"amount": 30}, id="c1"))
 
 
-class Pausing(SqliteRunStore):
+class PausingFile(RunFile):
     """Pauses the store's thread at POINT, once armed: "audit" is the COMMIT after the
     audit row's insert; a number n, the n-th statement of a write transaction (from its
     BEGIN IMMEDIATE to its COMMIT) after arming. Reads are not counted: a host's sweep
@@ -108,20 +109,24 @@ class Pausing(SqliteRunStore):
         if not self.armed:
             return
         if sql == "BEGIN IMMEDIATE":
-            Pausing.writing = True
-        if not Pausing.writing:
+            PausingFile.writing = True
+        if not PausingFile.writing:
             return
         if sql in ("COMMIT", "ROLLBACK"):
-            Pausing.writing = False
-        Pausing.seen += 1
-        before, Pausing.last = Pausing.last, sql
+            PausingFile.writing = False
+        PausingFile.seen += 1
+        before, PausingFile.last = PausingFile.last, sql
         if POINT == "audit":
             hit = sql == "COMMIT" and before.startswith("INSERT INTO answers")
         else:
-            hit = Pausing.seen == int(POINT)
+            hit = PausingFile.seen == int(POINT)
         if hit:
             say("PAUSED " + json.dumps({"sql": sql, "before": before}))
             threading.Event().wait()  # until the SIGKILL
+
+
+class Pausing(SqliteRunStore):
+    _file_class = PausingFile
 
 
 async def main():
@@ -143,7 +148,7 @@ async def main():
             halted = await host.run("pay the invoice")
             say(json.dumps({"run_id": halted.run_id, "request_id": halted.pending.id}))
             return
-        Pausing.armed = True
+        PausingFile.armed = True
         await host.answer(Answer(sys.argv[-1], True), answered_by="user:alice")
         say("ACK")  # host.answer returned: acknowledged
         await ended.wait()

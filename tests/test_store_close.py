@@ -2,9 +2,10 @@
 closed too, not left open (Python 3.13 reports such a connection when it is collected), and
 the writes queued before aclose() are committed before it closes.
 
-The store's worker thread is held inside ``_connect`` by a subclass, so that ``aclose()``
-runs while the connection is being opened; ``wait_all_tasks_blocked`` tells when
-``aclose()`` has gone as far as it can before the thread goes on.
+The store's worker thread is held inside ``_connect`` by a subclass of its connection
+(``RunFile``), so that ``aclose()`` runs while the connection is being opened;
+``wait_all_tasks_blocked`` tells when ``aclose()`` has gone as far as it can before the
+thread goes on.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -20,13 +22,14 @@ import pytest
 from toolnexus_async import RunResult, UsageError
 from toolnexus_async._core.loop import RunLoop
 from toolnexus_async.durable import RunSummary, SqliteRunStore
+from toolnexus_async.durable.sqlite._file import RunFile
 
 
-class HeldOpen(SqliteRunStore):
-    """A SQLite store whose first open waits, in its worker thread, until told to go on."""
+class HeldFile(RunFile):
+    """A store's connection whose first open waits, in its worker thread, until told to."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.opening = threading.Event()
         self.go_on = threading.Event()
 
@@ -34,6 +37,20 @@ class HeldOpen(SqliteRunStore):
         self.opening.set()
         self.go_on.wait(30)
         return super()._connect()
+
+
+class HeldOpen(SqliteRunStore):
+    """A SQLite store whose first open waits until told to go on."""
+
+    _file_class = HeldFile
+
+    @property
+    def opening(self) -> threading.Event:
+        return cast(HeldFile, self._file).opening
+
+    @property
+    def go_on(self) -> threading.Event:
+        return cast(HeldFile, self._file).go_on
 
 
 def open_files(path: Path) -> list[str]:

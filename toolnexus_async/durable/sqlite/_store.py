@@ -9,46 +9,37 @@ Rules of this module:
   loss); ``synchronous="NORMAL"`` keeps the first and trades the second for speed.
 - ``BEGIN IMMEDIATE`` takes SQLite's write lock up front, so two processes (or two tasks)
   answering the same request are serialised by SQLite: exactly one is accepted.
-- One ``sqlite3`` connection per store, used by one worker thread at a time (a capacity
-  limiter of one), never on the event loop; the committer's batches run on it through
-  ``_run`` like every read. ``sqlite3`` errors become :class:`StoreError` naming the file
-  (``_sqlite_file.store_error``).
+- The connection, its worker thread, the schema check and what a fault leaves of the
+  connection are ``_file.RunFile``'s (its rules hold here); reads and the committer's
+  batches go through it alike.
 - **Passing faults.** The file locked by another process past ``timeout``, a full disk, a
   read-only file, an I/O error, no memory: :class:`StoreUnavailableError`, naming the file
   and the cause. Every write of a batch that failed so is failed with it, none is
   committed (but after an I/O error, which may strike after the commit record is written)
-  and none is retried (``_committer``). A connection the
-  fault may have spoilt (``_sqlite_file.spoilt``), or one left inside a transaction, is
-  closed and the next call opens the file afresh, so the same store object works again
-  once the fault is gone. :class:`MemoryRunStore` keeps its connection (closing it would
-  lose the database): it is rolled back instead.
-- The file is stamped with an application id and a schema version; a file of another
-  application, or of a newer release, is refused and never written to; an older one is
-  migrated in its opening transaction (``_ops.migrate``).
+  and none is retried (``_committer``). The same store object works again once the fault
+  is gone.
+- Values are encoded on the caller's side, before anything is queued (see the contract's
+  section below).
 - :class:`MemoryRunStore` is the same store over a private in-memory database: one
   implementation of the contract, nothing on disk.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from ..._core.audit import AnswerRecord, check_answered_by
-from ..._core.errors import StoreError, UsageError
+from ..._core.errors import UsageError
 from ..._core.results import RunResult, ToolCallRecord, record_to_json
 from ..._core.types import Answer, Request
 from ..._core.wire import approval_claim
-from ..._io.sqlite_file import spoilt, store_error, writable
 from .. import _listing as listing
 from .. import _run_events as run_events
 from .._decide import saved
@@ -59,8 +50,9 @@ from .._run_events import EventRead, Watchers, expired_request, saved_events, st
 from .._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 from . import _queries as queries
 from ._committer import GroupCommit
-from ._ops import Ops, migrate
-from ._schema import APPLICATION_ID, SCHEMA_VERSION, create
+from ._file import RunFile
+from ._ops import Ops
+from ._schema import APPLICATION_ID
 
 __all__ = ("APPLICATION_ID", "MemoryRunStore", "SqliteRunStore")
 
@@ -97,6 +89,8 @@ class SqliteRunStore:
     """
 
     _label = "run store"
+    # The connection's class: tests replace it to hold or trace the worker thread.
+    _file_class: ClassVar[type[RunFile]] = RunFile
 
     def __init__(
         self,
@@ -111,28 +105,18 @@ class SqliteRunStore:
         if synchronous not in ("FULL", "NORMAL"):
             raise UsageError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         self.path = os.fspath(path)
-        self._timeout = timeout
         self._keep = keep_finished
-        self._synchronous = synchronous
-        self._conn: sqlite3.Connection | None = None
-        # The connection was opened while the file was not writable: SQLite then opens it
-        # read-only, for good (``_sqlite_file.writable``).
-        self._read_only = False
-        # Two flags: ``aclose()`` refuses new calls at once (``_closed``), but the writes
-        # queued before it still need the connection, so only the close itself, in the
-        # worker thread after them, stops the connection from being (re)opened.
+        self._file = self._file_class(
+            self.path, label=self._label, timeout=timeout, synchronous=synchronous
+        )
+        self._run = self._file.run
+        # ``aclose()`` refuses new calls at once, but the writes queued before it still
+        # need the connection: only the file's own close, after them, shuts it for good.
         self._closed = False
-        self._shut = False
-        self._thread = anyio.CapacityLimiter(1)
-        # Held in the worker thread by whatever uses the connection. The limiter alone is
-        # not enough: a task cancelled natively (asyncio's own cancel, which anyio's shields
-        # do not stop) lets go of it while its job goes on in the thread, and the next job,
-        # or the close, would then use the connection beside it (SQLite can crash on that).
-        self._using = threading.Lock()
         self._committed = Watchers()
         self._commits = GroupCommit(
             self._run,
-            lambda exc: self._error(exc, writing=True),
+            lambda exc: self._file.error(exc, writing=True),
             name=f"{self._label} {self.path}",
             task_name=f"{self} commits",
             timeout=timeout,
@@ -158,119 +142,13 @@ class SqliteRunStore:
         """Close the connection; idempotent. Writes queued before are committed first,
         and a call already in the worker thread (opening the connection, say) ends first."""
         self._closed = True
-
-        def close() -> None:
-            # In the worker thread, after the job in it: a first use that is opening the
-            # connection right now has set it by then, and it is closed here, not leaked.
-            with self._using:
-                self._shut = True
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    conn.close()
-
         with anyio.CancelScope(shield=True):
             await self._commits.flushed()
-            await anyio.to_thread.run_sync(close, limiter=self._thread)
-
-    def _connect(self) -> sqlite3.Connection:
-        """Open the file, check it is ours and current (creating or migrating it), WAL."""
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise self._error(exc, opening=True) from exc
-        try:
-            conn.create_function("tnx_lower", 1, listing.lower, deterministic=True)
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._check_schema(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            if self.path != ":memory:":
-                # After the check: a foreign file must not have its journal mode changed.
-                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    log.warning("run store %s: WAL unavailable, journal mode %s", self.path, mode)
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-        except sqlite3.Error as exc:
-            conn.close()
-            raise self._error(exc, opening=True) from exc
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _check_schema(self, conn: sqlite3.Connection) -> None:
-        app = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if app == 0 and version == 0:
-            if conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchone():
-                raise StoreError(f"{self.path} is a SQLite file of another application")
-            create(conn)
-            return
-        if app != APPLICATION_ID:
-            raise StoreError(f"{self.path} is a SQLite file of another application (id {app})")
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"run store {self.path} has schema version {version}, from a newer release;"
-                f" this release reads version {SCHEMA_VERSION}"
-            )
-        if version < SCHEMA_VERSION:
-            migrate(conn, version, self.path)
-
-    def _error(
-        self, exc: sqlite3.Error, *, writing: bool = False, opening: bool = False
-    ) -> StoreError:
-        return store_error(
-            exc, self._label, self.path, timeout=self._timeout, writing=writing, opening=opening
-        )
+            await self._file.close()
 
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError(f"this {self._label} is closed")
-
-    def _open(self) -> sqlite3.Connection:
-        if self._shut:
-            raise UsageError(f"this {self._label} is closed")
-        if self._conn is not None and self._read_only and writable(self.path):
-            conn, self._conn = self._conn, None
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-        if self._conn is None:
-            self._conn = self._connect()
-            self._read_only = not writable(self.path)
-        return self._conn
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(connection)`` in the store's worker thread, on an open connection."""
-
-        def job() -> T:
-            with self._using:
-                conn = self._open()
-                try:
-                    return fn(conn)
-                except BaseException as exc:
-                    self._after_failure(conn, exc)
-                    raise
-
-        return await anyio.to_thread.run_sync(job, limiter=self._thread)
-
-    def _after_failure(self, conn: sqlite3.Connection, exc: BaseException) -> None:
-        """Leave no transaction open, nor a connection a fault may have spoilt (one opened
-        while the file was read-only stays read-only); in the worker thread."""
-        if self.path == ":memory:":
-            # Its connection is its database: kept, and rolled back if a ROLLBACK failed.
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-        elif spoilt(exc) or conn.in_transaction:
-            self._conn = None
-            # Closing rolls back whatever is open; the error told is the fault.
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
 
     # -- writes and reads -------------------------------------------------------------------
 
@@ -295,7 +173,7 @@ class SqliteRunStore:
         try:
             return await self._run(job)
         except sqlite3.Error as exc:
-            raise self._error(exc) from None
+            raise self._file.error(exc) from None
 
     # -- the contract --------------------------------------------------------------------------
     # Values are encoded here, on the caller's side: a queued write then holds strings
