@@ -118,12 +118,17 @@ def shown_digest(request: Request) -> str:
     return canonical_digest(request.to_dict())
 
 
+# Made once: json.dumps with these options builds a JSONEncoder per call, and a
+# require_approval gate digests the arguments of every call it holds.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
+)
+
+
 def canonical_digest(value: object) -> str:
     """``sha256:`` over ``value`` as canonical JSON (sorted keys, no spaces, text as it is):
     the one form every digest of this package is taken over."""
-    canonical = json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
-    )
+    canonical = _CANONICAL.encode(value)
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 

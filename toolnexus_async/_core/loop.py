@@ -357,7 +357,8 @@ class RunLoop:
     def model_replied(self, reply: ModelReply) -> AssistantMessage:
         """Feed the model's reply to the request :meth:`next_action` asked for; returns the
         message the transcript keeps (a cut reply's without its tool calls)."""
-        self._check(_MODEL)
+        if self._expect is not _MODEL:
+            self._check(_MODEL)
         self.turns += 1
         self.usage = self.usage + reply.usage
         if reply.model is not None:
@@ -409,7 +410,8 @@ class RunLoop:
 
     def tools_finished(self, outcomes: Sequence[CallOutcome]) -> None:
         """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls."""
-        self._check(_TOOLS)
+        if self._expect is not _TOOLS:
+            self._check(_TOOLS)
         calls = self._calls
         if len(outcomes) != len(calls):
             raise UsageError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")

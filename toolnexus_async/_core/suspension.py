@@ -146,6 +146,12 @@ class _State(enum.Enum):
     OVER = "over"
 
 
+# The members as globals, as loop.py does with its _Expect: on Python 3.11 a read off the
+# enum class costs about ten times a global's, and the rule reads them on every step.
+_START, _RUNNING, _ASKING = _State.START, _State.RUNNING, _State.ASKING
+_RETRYING, _GATED, _OVER = _State.RETRYING, _State.GATED, _State.OVER
+
+
 # The value of data["gate"] in require_approval's requests: the rule runs such a call's
 # tool after the approval without handing the tool an answer it never asked for.
 GATE = "require_approval"
@@ -201,7 +207,7 @@ class CallRule:
         self._can_ask = can_ask
         self._enforces = enforces_expiry
         self._clock = clock
-        self._state = _State.START
+        self._state = _START
         self._request: Request | None = None  # the outstanding or answered request
         self._by_gate = False  # that request is a before_tool gate's, not the tool's
         self._call = call
@@ -213,74 +219,79 @@ class CallRule:
 
     def start(self) -> Execute | Settle:
         """The first step: execute the call, unless its arguments were not a JSON object."""
-        self._expect(_State.START)
+        if self._state is not _START:
+            self._expect(_START)
         invalid = self._call.invalid_arguments
         if invalid is not None:
-            self._state = _State.OVER
+            self._state = _OVER
             return Settle(CallOutcome(_invalid_arguments(self._call, invalid)))
-        self._state = _State.RUNNING
+        self._state = _RUNNING
         return FIRST
 
     def resumed(self, request: Request, answer: Answer) -> Action:
         """Start from an answer to ``request``, which this call raised before a halt."""
-        self._expect(_State.START)
+        self._expect(_START)
         self._request = request
         self._by_gate = is_gate(request)
-        self._state = _State.ASKING
+        self._state = _ASKING
         return self.answered(answer)
 
     def waiting(self, request: Request) -> Action:
         """Start from ``request``, which this call raised before a halt and nobody has
         answered yet: wait for it again, without running the call (it asked already)."""
-        self._expect(_State.START)
+        self._expect(_START)
         self._request = request
         self._by_gate = is_gate(request)
         now = self._clock()
         if request.expired(now):
             return self._declined(request, _expired(request))
         if not self._can_ask:
-            self._state = _State.OVER
+            self._state = _OVER
             # Announced when it was first raised: the run halts on it again, quietly.
             return Halt(CallOutcome(ToolResult.pending(request), request), announce=False)
-        self._state = _State.ASKING
+        self._state = _ASKING
         return Ask(request, None if self._enforces else request.seconds_left(now), again=True)
 
     def executed(self, result: ToolResult, *, by_gate: bool = False) -> Action:
         """What the :class:`Execute` gave; ``by_gate``: a ``before_tool`` hook returned it."""
         state = self._state
-        if state not in (_State.RUNNING, _State.RETRYING, _State.GATED):
-            self._expect(_State.RUNNING)
-        request = request_in(result)
-        if state is _State.RETRYING:
+        if state not in (_RUNNING, _RETRYING, _GATED):
+            self._expect(_RUNNING)
+        request = None if result.metadata is None else request_in(result)
+        if state is _RETRYING:
             asked = self._request
             assert asked is not None
             final = result if request is None else _unresolved(request)
             return self._settle(CallOutcome(final, asked, True))
         if request is None:
-            if state is _State.GATED:
+            if state is _GATED:
                 return self._settle(CallOutcome(result, self._request, True))
             return self._settle(CallOutcome(result))
-        if state is _State.GATED and by_gate:
+        if state is _GATED and by_gate:
             gate = self._request
             return self._settle(CallOutcome(_unresolved(request), gate, True))
         # A fresh suspension: the tool's own, or a gate's.
         self._request = request
         self._by_gate = by_gate or is_gate(request)
-        now = self._clock()
-        if request.expired(now):
-            # Nobody can answer it any more: asking or halting on it would wait for nothing.
-            return self._declined(request, _expired(request))
+        timeout = None
+        if request.expires_at is not None:  # else nothing to read the clock for
+            now = self._clock()
+            if request.expired(now):
+                # Nobody can answer it any more: asking or halting on it would wait for nothing.
+                return self._declined(request, _expired(request))
+            if not self._enforces:
+                timeout = request.seconds_left(now)
         if not self._can_ask:
-            self._state = _State.OVER
+            self._state = _OVER
             return Halt(CallOutcome(result, request), announce=True)
-        self._state = _State.ASKING
-        timeout = None if self._enforces else request.seconds_left(now)
+        self._state = _ASKING
         return Ask(request, timeout)
 
     def answered(self, answer: Answer) -> Action:
         """What the resolver returned (an :class:`Answer`: anything else is refused by the
         resolver, as a :class:`UsageError`, before it gets here)."""
-        self._expect(_State.ASKING)
+        if self._state is not _ASKING:
+            self._expect(_ASKING)
         request = self._request
         assert request is not None
         if answer.id != request.id:
@@ -291,12 +302,12 @@ class CallRule:
             return self._settle(CallOutcome(refused, request))
         if not answer.ok:
             return self._declined(request, answer)
-        if request.expired(self._clock()):
+        if request.expires_at is not None and request.expired(self._clock()):
             return self._declined(request, _expired(request))
         if self._by_gate:
-            self._state = _State.GATED
+            self._state = _GATED
             return Execute(hook_answer=answer)
-        self._state = _State.RETRYING
+        self._state = _RETRYING
         return Execute(answer=answer, request=request)
 
     def timed_out(self) -> Action:
@@ -307,15 +318,15 @@ class CallRule:
 
     def halted(self) -> Halt:
         """The resolver gave up waiting (it raised ``HaltRun``): the run halts on this call."""
-        self._expect(_State.ASKING)
+        self._expect(_ASKING)
         request = self._request
         assert request is not None
-        self._state = _State.OVER
+        self._state = _OVER
         return Halt(CallOutcome(ToolResult.pending(request), request), announce=False)
 
     def failed(self, error: Exception) -> Settle:
         """The resolver raised ``error`` while working: the model is told, the run goes on."""
-        self._expect(_State.ASKING)
+        self._expect(_ASKING)
         request = self._request
         assert request is not None
         failure = ToolResult.error(
@@ -325,12 +336,12 @@ class CallRule:
 
     def _declined(self, request: Request, refusal: Answer) -> Settle:
         """Declined/expired; the tool is told only of its own request, not a gate's."""
-        self._state = _State.OVER
+        self._state = _OVER
         outcome = CallOutcome(declined(request), request, False)
         return Settle(outcome, None if self._by_gate else refusal)
 
     def _settle(self, outcome: CallOutcome) -> Settle:
-        self._state = _State.OVER
+        self._state = _OVER
         return Settle(outcome)
 
     def _expect(self, state: _State) -> None:

@@ -50,6 +50,7 @@ class ModelRequests:
 
     def _report_reply(self, reply: ModelReply, started: float) -> None:
         usage = reply.usage
+        # Positional, error=None included: a keyword costs the call more, once per request.
         self._report.llm(
             self.model.name,
             self.style,
@@ -57,7 +58,8 @@ class ModelRequests:
             time.perf_counter() - started,
             usage.prompt_tokens,
             usage.completion_tokens,
-            parts=(usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens),
+            None,
+            (usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens),
         )
 
     async def _retry(

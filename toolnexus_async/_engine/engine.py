@@ -55,7 +55,7 @@ from .._core.retry import RetryPolicy
 from .._core.types import Tool
 from .asking import ModelRequests
 from .executor import Executor
-from .hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate
+from .hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate, plain_before_tool
 from .journal import Journal
 from .model import Model
 from .resolver import Resolver
@@ -161,6 +161,7 @@ class Engine(ModelRequests):
         self.resolver = resolver
         self.hooks = hooks
         self._before_tool = hooks.before_tool if hooks is not None else None
+        self._gate = plain_before_tool(self._before_tool)
         self.retry = retry
         self.on_error = retry.on_error
         self.timeout = limits.timeout
@@ -260,7 +261,7 @@ class Engine(ModelRequests):
     async def _drive(self, spec: RunSpec, budget: _Budget | None) -> RunResult:
         # One frame for the whole run: it is what a parked run holds while it waits.
         loop, toolkit, resume, journal = spec.loop, spec.toolkit, spec.plan, spec.journal
-        sink, on_tools_done, output = spec.stream, spec.on_tools_done, spec.output
+        sink, on_tools_done, output = spec.stream, spec.on_tools_done, loop.output
         steps = sink if sink is not None else spec.observe  # what the tool steps are told to
         # Not held while parked: one pymalloc block fewer per parked run (benchmarks/park.py,
         # "pymalloc blocks/run": 35.0 with the spec kept, 34.0 without, as before RunSpec).
@@ -428,6 +429,7 @@ class Engine(ModelRequests):
             journal=journal,
             turn=turn,
             watch=tracer,
+            gate=self._gate,
         )
 
 

@@ -69,8 +69,10 @@ def new_run_loop(
         TypeError: an unknown keyword among ``options``.
         UsageError: as :meth:`LlmClient.run`.
     """
-    method, retries = read_options(options, entry)
-    output = client.output_spec(output_type, method, retries)
+    output = None
+    if options or output_type is not None:  # else a text run: nothing to read
+        method, retries = read_options(options, entry)
+        output = client.output_spec(output_type, method, retries)
     return client.engine.new_loop(
         prompt,
         history=history,

@@ -44,7 +44,7 @@ from .._core.messages import ToolCall
 from .._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
 from .._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
 from .concurrency import run_concurrently
-from .hooks import Hooks, call_hook
+from .hooks import Hooks, PlainBeforeTool, call_hook
 from .journal import Journal
 from .resolver import Resolver
 from .streaming import Sink, StreamPending, StreamToolResult
@@ -93,6 +93,7 @@ class Executor:
 
     __slots__ = (
         "_budget",
+        "_gate",
         "_hooks",
         "_journal",
         "_on_event",
@@ -119,6 +120,7 @@ class Executor:
         journal: Journal | None = None,
         turn: int | None = None,
         watch: Watch | None = None,
+        gate: PlainBeforeTool | None = None,
     ) -> None:
         self._toolkit = toolkit
         self._watch = watch
@@ -129,6 +131,9 @@ class Executor:
         # Hooks without tool seams cost nothing per call.
         has_tool_hooks = hooks is not None and (hooks.before_tool or hooks.after_tool)
         self._hooks = hooks if has_tool_hooks else None
+        # hooks.before_tool as the plain function it is underneath, if it is a
+        # require_approval gate (plain_before_tool: the engine asks once, not every turn).
+        self._gate = gate if has_tool_hooks else None
         self._budget = budget
         self._on_tool = on_tool
         self._on_event = on_event
@@ -213,8 +218,9 @@ class Executor:
                 by_gate = False
             else:
                 result, by_gate, changed = await self._invoke(call, FIRST)
-            if request_in(result) is None:
-                outcome = _with_changed(CallOutcome(result), changed)
+            # No metadata, no suspension: the usual result needs no call to tell.
+            if result.metadata is None or request_in(result) is None:
+                outcome = CallOutcome(result, None, None, changed)
                 return outcome if self._plain else await self._final(call, last, outcome)
             rule = self._rule(call)
             rule.start()  # FIRST: what was just performed
@@ -274,7 +280,9 @@ class Executor:
             else:
                 if action.refusal is not None:
                     await self._tell_refused(call, action.outcome.request, action.refusal)
-                outcome = _with_changed(action.outcome, changed)
+                outcome = (
+                    action.outcome if changed is None else _with_changed(action.outcome, changed)
+                )
                 return outcome if self._plain else await self._final(call, last, outcome)
 
     async def _ask(self, rule: CallRule, ask: Ask, call: ToolCall) -> Settle | Halt | Execute | Ask:
@@ -346,10 +354,15 @@ class Executor:
                     turn=self._turn,
                 )
             try:
-                # call_hook's work, without its coroutine: this runs for every call.
-                verdict = hooks.before_tool(call.name, args, hook_ctx)
-                if inspect.isawaitable(verdict):
-                    verdict = await verdict
+                gate = self._gate
+                verdict: Any
+                if gate is not None:
+                    verdict = gate(call.name, args, hook_ctx)
+                else:
+                    # call_hook's work, without its coroutine: this runs for every call.
+                    verdict = hooks.before_tool(call.name, args, hook_ctx)
+                    if inspect.isawaitable(verdict):
+                        verdict = await verdict
             except Exception as exc:
                 result = ToolResult.error(
                     f"before_tool hook raised {type(exc).__name__} for {call.name!r}: {exc}"
@@ -377,7 +390,9 @@ class Executor:
         if self._on_tool is None:
             return
         outcome: ToolOutcome = (
-            "pending" if request_in(result) is not None else ("error" if result.is_error else "ok")
+            "pending"
+            if result.metadata is not None and request_in(result) is not None
+            else ("error" if result.is_error else "ok")
         )
         tool = self._toolkit.get(name)
         source = tool.source if tool is not None else "unknown"

@@ -33,6 +33,7 @@ from .._core.errors import UsageError
 from .._core.messages import Message, ModelReply
 from .._core.suspension import GATE
 from .._core.types import Request, Tool, ToolContext, ToolResult
+from .._core.wire import new_request_id
 from .toolkit import ToolRegistry
 
 __all__ = ("GATE", "Hooks", "LlmCall", "require_approval")
@@ -52,6 +53,10 @@ AfterLlm: TypeAlias = Callable[[ModelReply, Any], Awaitable[None] | None]
 BeforeTool: TypeAlias = Callable[
     [str, dict[str, Any], ToolContext],
     Awaitable[dict[str, Any] | ToolResult | None] | dict[str, Any] | ToolResult | None,
+]
+# A before_tool that never awaits (a require_approval gate's verdict).
+PlainBeforeTool: TypeAlias = Callable[
+    [str, dict[str, Any], ToolContext], dict[str, Any] | ToolResult | None
 ]
 AfterTool: TypeAlias = Callable[
     [str, dict[str, Any], ToolResult, ToolContext],
@@ -188,24 +193,33 @@ class _Gate:
     async def __call__(
         self, name: str, args: dict[str, Any], ctx: ToolContext
     ) -> ToolResult | dict[str, Any] | None:
+        return self.verdict(name, args, ctx)
+
+    def verdict(
+        self, name: str, args: dict[str, Any], ctx: ToolContext
+    ) -> ToolResult | dict[str, Any] | None:
+        """What the hook returns, without a coroutine (see :func:`plain_before_tool`)."""
         if name not in self.guarded:
             return None
         if ctx is not None and ctx.answer is not None and ctx.answer.ok:
             return self._approved(name, args, ctx.answer.data)
         prompt = self.prompt
         text = prompt(name, args) if prompt is not None else f"Allow {name} with {args!r}?"
+        # One copy, both shown and digested: the digest is over exactly what data shows.
+        shown = dict(args)
         data: dict[str, Any] = {
             "tool": name,
-            "arguments": dict(args),
+            "arguments": shown,
             # "gate" marks the request as the hook's, not the tool's, so that a run halted
             # on it and resumed (maybe in another process) still runs the tool without
             # handing it this approval as its own answer.
             "gate": GATE,
-            "digest": call_digest(name, args),
+            "digest": canonical_digest({"tool": name, "arguments": shown}),
         }
         if self.editable:
             data["editable"] = True
-        return ToolResult.pending(Request("", "approval", text, data=data))
+        # Its id made here: an empty one would have pending() build the Request twice.
+        return ToolResult.pending(Request(new_request_id(), "approval", text, data=data))
 
     def _approved(
         self, name: str, args: dict[str, Any], data: Mapping[str, Any] | None
@@ -230,6 +244,12 @@ class _Gate:
         return dict(changed)
 
 
+def plain_before_tool(hook: object) -> PlainBeforeTool | None:
+    """A ``require_approval`` gate's verdict as a plain call, which never awaits anything,
+    so that the executor makes no coroutine for each call it sees; None for any other hook."""
+    return hook.verdict if isinstance(hook, _Gate) else None
+
+
 def call_digest(tool: str, args: Mapping[str, Any]) -> str:
     """``sha256:`` over the tool's name and its arguments as canonical JSON (sorted keys, no
     spaces): what a ``require_approval`` request asks about, which an answer may echo in
@@ -246,9 +266,12 @@ def check_gate(hook: object, toolkit: ToolRegistry) -> None:
         raise UsageError(
             f"require_approval: toolkit must be a Toolkit, got {type(toolkit).__name__}"
         )
-    unknown = [name for name in hook.guarded if name not in toolkit]
-    if not unknown:
+    for name in hook.guarded:  # a loop, not a list: this runs at the start of every run
+        if name not in toolkit:
+            break
+    else:
         return
+    unknown = [name for name in hook.guarded if name not in toolkit]
     known = ", ".join(repr(tool.name) for tool in toolkit.tools()) or "none"
     # A source's tools (an MCP server's) are registered when the toolkit is entered.
     hint = " (its sources' tools join when it is entered)" if toolkit.unopened else ""

@@ -181,7 +181,7 @@ class Inbox:
         if request.id in self._slots:
             raise UsageError(f"request id {request.id!r} is already parked; ids must be unique")
         slot = _Slot(self, request, run_id, loop)
-        left = request.seconds_left()
+        left = None if request.expires_at is None else request.seconds_left()
         if left is not None and left <= 0:
             self._record(request.id, "expired")
             slot.set_result(Answer(request.id, False, reason="expired"))
@@ -378,8 +378,8 @@ class Inbox:
 
     def _drop_timers(self, slot: _Slot) -> None:
         """``slot`` left the inbox: its entries in the timers are no longer live."""
-        count = slot.timers
-        if count:
+        if slot.deadline >= 0 or slot.spill >= 0:  # else no timers: the usual slot
+            count = slot.timers
             slot.deadline = slot.spill = -1
             self._timers.dropped(count)
 
