@@ -205,3 +205,23 @@ async def test_aclose_lets_the_calls_made_before_it_finish(pg_dsn: str):
         await store.start(fresh_state("run_late"), "A", NOW + LEASE)
     async with PostgresRunStore(pg_dsn) as again:
         assert len(await again.runs()) == 5
+
+
+async def test_the_store_never_has_a_statement_jit_compiled(pg_dsn: str):
+    """PostgreSQL's JIT compiled a listing's counts (estimated costly over a table not yet
+    analysed) in 15-20 ms, for under 1 ms of work: ``GET /runs`` over 1,000 runs took 40-80
+    ms, 6 without. The store's sessions have it off, whatever the database says."""
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        await admin.execute(
+            "DO $$ BEGIN EXECUTE format("
+            "'ALTER DATABASE %I SET jit = on', current_database()); END $$"
+        )
+    finally:
+        await admin.close()
+
+    async def jit(conn: asyncpg.Connection) -> str:
+        return str(await conn.fetchval("SHOW jit"))
+
+    async with PostgresRunStore(pg_dsn) as store:
+        assert await store._in_transaction(jit) == "off"

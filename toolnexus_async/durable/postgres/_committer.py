@@ -29,6 +29,9 @@ Rules of this module:
   connection, the server stopping) fails every write of the batch with
   :class:`StoreUnavailableError`; none is retried here, and no caller was told its write
   committed.
+- **Requests first**: before its writes, a batch locks the requests they will touch, in
+  the one order every transaction of the store locks requests in (``first``, ``_order``),
+  one statement and only when a write touches requests.
 - **Alike writes go as one statement** (``_grouped``): every start of a batch, every
   turn, every suspension, result, end and answer taken, one statement per kind; a write
   it could not do (a refusal) goes alone after, in the same transaction.
@@ -55,6 +58,7 @@ from .._store import StoreEvent
 from ._errors import ConflictError
 from ._grouped import AGAIN, Many
 from ._ops import CHANNEL, LISTENING_LOCK, event_body
+from ._order import First
 
 __all__ = ("GroupCommit", "Notice", "notices")
 
@@ -119,6 +123,8 @@ class GroupCommit:
         many: for an op, the statement that does a batch's writes of that op at once
             (``_grouped``).
         after: ``after(conn)``, last in each batch's transaction (pruning ended runs).
+        first: ``first(conn, [(op, args), ...])``, first in each batch's transaction (the
+            requests its writes will touch locked, ``_order``).
     """
 
     # The most writes one transaction takes: a bound on what one batch holds the loop for
@@ -139,10 +145,12 @@ class GroupCommit:
         committed: Callable[[], None],
         many: Mapping[Any, Many] | None = None,
         after: After | None = None,
+        first: First | None = None,
     ) -> None:
         self._in_transaction = in_transaction
         self._many: Mapping[Any, Many] = many or {}
         self._after: After = after or _nothing_after
+        self._first = first
         self._name = name
         self._timeout = call_timeout
         self._committed = committed
@@ -222,7 +230,9 @@ class GroupCommit:
         self, batch: list[Queued], deadline: float | None, conflicts: int = 0
     ) -> None:
         try:
-            outcomes = await self._in_transaction(_apply, batch, deadline, self._many, self._after)
+            outcomes = await self._in_transaction(
+                _apply, batch, deadline, self._many, self._after, self._first
+            )
         except StoreUnavailableError as exc:
             if not isinstance(exc, ConflictError):
                 _fail(batch, exc)
@@ -277,9 +287,10 @@ async def _apply(
     deadline: float | None,
     many: Mapping[Any, Many],
     after: After,
+    first: First | None,
 ) -> list[Any]:
-    """Every write of ``batch`` on ``conn``, inside its transaction, then ``after(conn)``
-    and their NOTIFYs; each statement bounded by what is left to ``deadline``
+    """``first`` (if any), every write of ``batch`` on ``conn``, inside its transaction,
+    then ``after(conn)`` and their NOTIFYs; each statement bounded by what is left to ``deadline``
     (``time.monotonic()``, the earliest write's: a lock held too long fails the batch in
     time, and no caller waits past its timeout). The writes of a kind that has a grouped
     statement (``many``) go as one, those it did not write alone after (``_grouped``)."""
@@ -288,6 +299,8 @@ async def _apply(
         if budget <= 0.001:
             raise TimeoutError("no time was left for this batch of writes")
         await conn.execute(f"SET LOCAL statement_timeout = {max(1, int(budget * 1000))}")
+    if first is not None:
+        await first(conn, [(op, args) for op, args, _, _ in batch])
     outcomes: list[Any] = [AGAIN] * len(batch)
     kinds: dict[Any, list[int]] = {}
     for index, (op, *_) in enumerate(batch):

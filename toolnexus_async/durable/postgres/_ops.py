@@ -28,6 +28,7 @@ from .._decide import Saved, accepted, damaged_reason, judge
 from .._listing import numbered
 from .._run_events import EVENTS_KEEP, EventRow, answered, failed
 from .._store import Accepted, LeaseLostError, StoredRun, StoreEvent
+from ._order import prunable
 from ._queries import load
 from ._statements import Statements
 
@@ -145,12 +146,12 @@ class PgOps:
         elif rows:
             await conn.executemany(insert, [(*row, now) for row in rows])
 
-    async def _close_requests(self, conn: Any, run_id: str, before_turn: int | None = None) -> None:
-        turn = "" if before_turn is None else f" AND turn < {int(before_turn)}"
-        await conn.execute(
+    async def _close_requests(self, conn: Any, run_id: str) -> None:
+        await conn.execute(  # in the order of their ids, as every lock of requests (_order)
             f"UPDATE {self.s}.requests SET status = CASE status WHEN 'pending' THEN 'closed'"
-            " ELSE status END, delivered = 1"
-            f" WHERE run_id = $1{turn} AND (status = 'pending' OR delivered = 0)",
+            f" ELSE status END, delivered = 1 WHERE request_id IN (SELECT request_id FROM"
+            f" {self.s}.requests WHERE run_id = $1 AND (status = 'pending' OR delivered = 0)"
+            " ORDER BY request_id FOR UPDATE)",
             run_id,
         )
 
@@ -294,8 +295,8 @@ class PgOps:
             " ORDER BY updated DESC OFFSET $1",
             keep,
         )
-        if old:
-            ids = [row[0] for row in old]
+        ids = await prunable(conn, self.s, [row[0] for row in old]) if old else []
+        if ids:
             for table in ("requests", "results", "runs"):
                 await conn.execute(f"DELETE FROM {self.s}.{table} WHERE run_id = ANY($1)", ids)
         await conn.execute(
@@ -459,8 +460,9 @@ class PgOps:
         await self._alive(conn, owner, lease_until)
 
     async def delivered(self, conn: Any, request_ids: list[str]) -> None:
-        await conn.execute(
-            f"UPDATE {self.s}.requests SET delivered = 1"
-            " WHERE request_id = ANY($1) AND delivered = 0",
+        await conn.execute(  # in the order of their ids, as every lock of requests (_order)
+            f"UPDATE {self.s}.requests SET delivered = 1 WHERE request_id IN (SELECT request_id"
+            f" FROM {self.s}.requests WHERE request_id = ANY($1) AND delivered = 0"
+            " ORDER BY request_id FOR UPDATE)",
             request_ids,
         )

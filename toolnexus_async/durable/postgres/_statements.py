@@ -35,15 +35,15 @@ def _events(s: str, gate: str, first: int, at: int) -> str:
     )
 
 
-def _close(s: str, gate: str, before_turn: str | None) -> str:
+def _close(s: str, gate: str, also: str = "") -> str:
     """Close the run's pending requests (and mark its answers delivered), if ``gate``
-    wrote a row; only those of turns before ``before_turn`` (a parameter) if given."""
-    turn = "" if before_turn is None else f" AND turn < {before_turn}"
+    wrote a row and ``also`` holds; locked in the order of their ids first (``_order``:
+    a lone write's batch locks nothing else first)."""
     return (
         f"UPDATE {s}.requests SET status = CASE status WHEN 'pending' THEN 'closed'"
-        " ELSE status END, delivered = 1"
-        f" WHERE run_id = $1{turn} AND (status = 'pending' OR delivered = 0)"
-        f" AND EXISTS (SELECT 1 FROM {gate})"
+        f" ELSE status END, delivered = 1 WHERE request_id IN (SELECT request_id FROM {s}.requests"
+        f" WHERE run_id = $1{also} AND (status = 'pending' OR delivered = 0)"
+        f" AND EXISTS (SELECT 1 FROM {gate}) ORDER BY request_id FOR UPDATE)"
     )
 
 
@@ -71,7 +71,7 @@ class Statements:
             " RETURNING 1),"
             f" d AS (DELETE FROM {s}.results WHERE run_id = $1 AND $3 > 1"
             " AND EXISTS (SELECT 1 FROM u)),"
-            f" c AS ({_close(s, 'u', '$3')} AND $3 > 1),"
+            f" c AS ({_close(s, 'u', ' AND turn < $3 AND $3 > 1')}),"
             f" e AS ({_events(s, 'u', 6, 5)})"
             " SELECT count(*) FROM u"
         )
@@ -107,7 +107,7 @@ class Statements:
             f"WITH u AS (UPDATE {s}.runs SET status = 'done', owner = NULL, final = $3,"
             f" updated = $4, outcome = $5, text = $6 WHERE {_HELD} RETURNING 1),"
             f" d AS (DELETE FROM {s}.results WHERE run_id = $1 AND EXISTS (SELECT 1 FROM u)),"
-            f" c AS ({_close(s, 'u', None)}),"
+            f" c AS ({_close(s, 'u')}),"
             f" e AS ({_events(s, 'u', 7, 4)})"
             " SELECT count(*) FROM u"
         )

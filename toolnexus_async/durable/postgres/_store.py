@@ -39,6 +39,7 @@ from . import _queries as pg_queries
 from ._committer import GroupCommit, Notice, Tell
 from ._grouped import Grouped
 from ._ops import CHANNEL, PgOps, owner_channel, routes
+from ._order import RequestsFirst
 from ._pool import PgConnections
 from ._schema import qualified
 
@@ -127,7 +128,10 @@ class PostgresRunStore:
             call_timeout=call_timeout,
             committed=self._pg.committed,
         )
-        self._commits = commits(many=grouped.many, after=self._ended)
+        # A run batch locks the requests its writes will touch first, in id order, as an
+        # answer batch does (``_order``): no two batches wait on each other over requests.
+        first = RequestsFirst(self.schema, self._ops)
+        self._commits = commits(many=grouped.many, after=self._ended, first=first)
         # Answers commit in batches of their own. An answer locks its request first; a
         # run's writes lock the run, then its requests: in one transaction the two orders
         # could lock each other in a circle with another worker's batch.
