@@ -47,7 +47,7 @@ from .._core.types import Tool, ToolContext, ToolResult, ToolSource, check_tool
 from .._core.validation import Validator, validator_for
 from .tracing import run_extra, tool_raised
 
-__all__ = ("ToolRegistry", "guards_itself")
+__all__ = ("ToolRegistry", "guards_itself", "raised")
 
 log = logging.getLogger("toolnexus_async")
 
@@ -431,11 +431,18 @@ async def _guarded(
         # Typed as object: tools are duck-typed user code and may return anything.
         result: object = await tool.execute(args, ctx)
     except Exception as exc:
-        tool_raised(name, exc, ctx.run_id if ctx is not None else None)
-        return ToolResult.error(f"tool {name!r} raised {type(exc).__name__}: {exc}")
+        return raised(name, exc, ctx)
     if not isinstance(result, ToolResult):
         return ToolResult.error(f"tool {name!r} returned {type(result).__name__}, not a ToolResult")
     return result
+
+
+def raised(name: str, exc: Exception, ctx: ToolContext | None) -> ToolResult:
+    """The error result the model is given when tool ``name`` raised ``exc``, logged first
+    (``tracing.tool_raised``). The registry's guard and a :func:`guards_itself` tool's own
+    ``execute`` both make it here, so the two stay alike."""
+    tool_raised(name, exc, ctx.run_id if ctx is not None else None)
+    return ToolResult.error(f"tool {name!r} raised {type(exc).__name__}: {exc}")
 
 
 async def _ready(result: ToolResult) -> ToolResult:
@@ -453,8 +460,8 @@ T = TypeVar("T", bound=type)
 def guards_itself(cls: T) -> T:
     """Mark ``cls`` (a tool class) as keeping :meth:`ToolRegistry.execute`'s rule itself:
     its ``execute`` never raises but for cancellation, turning an exception into
-    ``ToolResult.error(f"tool {name!r} raised {type}: {exc}")`` after ``tool_raised``, and
-    always returns a :class:`ToolResult`. The registry then awaits it without a guard."""
+    :func:`raised`'s result, and always returns a :class:`ToolResult`. The registry then
+    awaits it without a guard."""
     _GUARDS_ITSELF.add(cls)
     return cls
 

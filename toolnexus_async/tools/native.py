@@ -42,8 +42,7 @@ import anyio.to_thread
 
 from .._core.errors import UsageError
 from .._core.types import ToolContext, ToolResult, check_tool_name
-from .._engine.toolkit import guards_itself
-from .._engine.tracing import tool_raised
+from .._engine.toolkit import guards_itself, raised
 
 __all__ = ("FunctionTool", "define_tool")
 
@@ -297,8 +296,7 @@ class FunctionTool:
                     value = await value
             return _as_result(value)
         except Exception as exc:
-            tool_raised(self.name, exc, ctx.run_id if ctx is not None else None)
-            return ToolResult.error(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
+            return raised(self.name, exc, ctx)
 
     def _check(self, args: Mapping[str, Any]) -> str | None:
         # One loop over a tuple, and no key view unless optional parameters were given:
