@@ -36,7 +36,7 @@ import copy
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import anyio
 
@@ -45,9 +45,10 @@ from .._core.codecs._tools import render_anthropic, render_gemini, render_openai
 from .._core.errors import UsageError
 from .._core.types import Tool, ToolContext, ToolResult, ToolSource, check_tool
 from .._core.validation import Validator, validator_for
-from .tracing import run_extra, tool_raised
+from .guard import GUARDS_ITSELF, guarded, ready
+from .tracing import run_extra
 
-__all__ = ("ToolRegistry", "guards_itself", "raised")
+__all__ = ("ToolRegistry",)
 
 log = logging.getLogger("toolnexus_async")
 
@@ -288,14 +289,14 @@ class ToolRegistry(FlagClosing):
             self._check_ready()
         tool = self._tools.get(name)
         if tool is None:
-            return _ready(ToolResult.error(self._unknown(name)))
+            return ready(ToolResult.error(self._unknown(name)))
         if self._validate:
             problem = self._check_arguments(tool, args)
             if problem is not None:
-                return _ready(ToolResult.error(problem))
-        if type(tool) in _GUARDS_ITSELF:
+                return ready(ToolResult.error(problem))
+        if type(tool) in GUARDS_ITSELF:
             return tool.execute(args, ctx)
-        return _guarded(tool, name, args, ctx)
+        return guarded(tool, name, args, ctx)
 
     async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
         """Tell the tool ``name`` that its request ``ctx.request`` was refused
@@ -421,49 +422,6 @@ class ToolRegistry(FlagClosing):
                 first = first or exc
         if first is not None and not quiet:
             raise first
-
-
-async def _guarded(
-    tool: Tool, name: str, args: dict[str, Any], ctx: ToolContext | None
-) -> ToolResult:
-    """``tool``'s execution of ``args``, its exception or odd return an error result."""
-    try:
-        # Typed as object: tools are duck-typed user code and may return anything.
-        result: object = await tool.execute(args, ctx)
-    except Exception as exc:
-        return raised(name, exc, ctx)
-    if not isinstance(result, ToolResult):
-        return ToolResult.error(f"tool {name!r} returned {type(result).__name__}, not a ToolResult")
-    return result
-
-
-def raised(name: str, exc: Exception, ctx: ToolContext | None) -> ToolResult:
-    """The error result the model is given when tool ``name`` raised ``exc``, logged first
-    (``tracing.tool_raised``). The registry's guard and a :func:`guards_itself` tool's own
-    ``execute`` both make it here, so the two stay alike."""
-    tool_raised(name, exc, ctx.run_id if ctx is not None else None)
-    return ToolResult.error(f"tool {name!r} raised {type(exc).__name__}: {exc}")
-
-
-async def _ready(result: ToolResult) -> ToolResult:
-    return result
-
-
-# The tool classes whose execute keeps the registry's rule itself: every exception but a
-# cancellation becomes the error result the registry would make of it, and what comes
-# back is a ToolResult. The exact class: a subclass may execute otherwise.
-_GUARDS_ITSELF: set[type] = set()
-
-T = TypeVar("T", bound=type)
-
-
-def guards_itself(cls: T) -> T:
-    """Mark ``cls`` (a tool class) as keeping :meth:`ToolRegistry.execute`'s rule itself:
-    its ``execute`` never raises but for cancellation, turning an exception into
-    :func:`raised`'s result, and always returns a :class:`ToolResult`. The registry then
-    awaits it without a guard."""
-    _GUARDS_ITSELF.add(cls)
-    return cls
 
 
 def _holder(source: ToolSource | None) -> str:

@@ -42,7 +42,7 @@ import anyio.to_thread
 
 from .._core.errors import UsageError
 from .._core.types import ToolContext, ToolResult, check_tool_name
-from .._engine.toolkit import guards_itself, raised
+from .._engine.guard import guards_itself, raised
 
 __all__ = ("FunctionTool", "define_tool")
 
