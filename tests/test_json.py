@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from toolnexus_async._core.hotjson import compact_encoder, loads
+from toolnexus_async._core.hotjson import canonical, compact_encoder, loads
 
 
 def _outcome(call: Any, data: Any) -> tuple[str, Any]:
@@ -92,6 +92,12 @@ VALUES: list[Any] = [
 def test_compact_encoder_gives_what_json_dumps_gives(value: Any, ensure_ascii: bool) -> None:
     encode = compact_encoder(ensure_ascii=ensure_ascii)
     assert encode(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii)
+
+
+@pytest.mark.parametrize("value", [*VALUES[:5], {"b": 1, "a": {"d": object(), "c": None}}])
+def test_canonical_gives_what_json_dumps_gives_with_sorted_keys(value: Any) -> None:
+    options: dict[str, Any] = {"sort_keys": True, "ensure_ascii": False, "default": repr}
+    assert canonical(value) == json.dumps(value, separators=(",", ":"), **options)
 
 
 def test_compact_encoder_refuses_what_json_dumps_refuses() -> None:

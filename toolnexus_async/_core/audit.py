@@ -22,7 +22,6 @@ Rules of this module:
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any, Literal
 
 import attrs
@@ -34,6 +33,7 @@ from .errors import (
     RequestExpiredError,
     UsageError,
 )
+from .hotjson import canonical
 from .types import Request
 
 __all__ = (
@@ -118,18 +118,14 @@ def shown_digest(request: Request) -> str:
     return canonical_digest(request.to_dict())
 
 
-# Made once: json.dumps with these options builds a JSONEncoder per call, and a
-# require_approval gate digests the arguments of every call it holds.
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
-)
-
-
 def canonical_digest(value: object) -> str:
     """``sha256:`` over ``value`` as canonical JSON (sorted keys, no spaces, text as it is):
     the one form every digest of this package is taken over."""
-    canonical = _CANONICAL.encode(value)
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    # hotjson's encoder calls json's C encoder itself: a require_approval gate digests the
+    # arguments of every call it holds, and JSONEncoder.encode's two Python steps cost
+    # 23,176 instructions a digest against 18,407 (callgrind, {"tool", "arguments"}).
+    text = canonical(value)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def refusal_detail(refusal: Exception) -> str | None:

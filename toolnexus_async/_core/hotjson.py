@@ -35,7 +35,7 @@ import json.encoder
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ("compact", "compact_encoder", "loads")
+__all__ = ("canonical", "compact", "compact_encoder", "loads")
 
 # JSON's own whitespace (RFC 8259), which may follow a value; str.isspace would take more.
 _WHITESPACE = " \t\n\r"
@@ -63,28 +63,40 @@ def loads(data: str | bytes | bytearray) -> Any:
     return json.loads(data)
 
 
-def compact_encoder(*, ensure_ascii: bool) -> Callable[[Any], str]:
-    """``json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii)`` as a function.
+def compact_encoder(
+    *,
+    ensure_ascii: bool,
+    sort_keys: bool = False,
+    default: Callable[[Any], Any] | None = None,
+) -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii,
+    sort_keys=sort_keys, default=default)`` as a function.
 
-    Circular references raise ``ValueError`` and values JSON cannot hold ``TypeError``, as
-    with ``json.dumps``.
+    Circular references raise ``ValueError`` and values JSON cannot hold ``TypeError`` (when
+    there is no ``default``), as with ``json.dumps``.
     """
-    encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=ensure_ascii)
+    encoder = json.JSONEncoder(
+        separators=(",", ":"), ensure_ascii=ensure_ascii, sort_keys=sort_keys, default=default
+    )
     c_json: Any = json.encoder
     make: Callable[..., Callable[[Any, int], list[str]]] | None = c_json.c_make_encoder
     escape = c_json.c_encode_basestring_ascii if ensure_ascii else c_json.c_encode_basestring
     if make is None or escape is None:
         return encoder.encode
-    default = encoder.default
+    default_of = encoder.default  # the ``default`` given, else the one that raises TypeError
     join = "".join
 
     def encode(value: Any) -> str:
         # A fresh map of the containers being encoded per call: how the C encoder finds
         # circular references (json.dumps's check_circular).
-        return join(make({}, default, escape, None, ":", ",", False, False, True)(value, 0))
+        return join(make({}, default_of, escape, None, ":", ",", sort_keys, False, True)(value, 0))
 
     return encode
 
 
 compact = compact_encoder(ensure_ascii=False)
 """Compact JSON, non-ASCII kept as it is: how request bodies are encoded."""
+
+canonical = compact_encoder(ensure_ascii=False, sort_keys=True, default=repr)
+"""Compact JSON with sorted keys, non-ASCII kept as it is, and ``repr`` of what JSON cannot
+hold: the text every digest of this package is taken over (``audit.canonical_digest``)."""
