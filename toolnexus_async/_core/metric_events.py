@@ -102,13 +102,19 @@ class Reporter:
     The registry is fed plain values; event objects are built only for a listener.
     """
 
-    __slots__ = ("listener", "registry")
+    __slots__ = ("listener", "registry", "tool")
 
     def __init__(
         self, registry: MetricsRegistry, listener: Callable[[MetricEvent], object] | None
     ) -> None:
         self.registry = registry
         self.listener = listener
+        # tool(tool, source, outcome, seconds): without a listener, the registry's own
+        # method, which takes the same arguments: no call of ours between the executor
+        # and the count, for every tool call.
+        self.tool: Callable[[str, str, str, float], None] = (
+            registry.record_tool if listener is None else self._tool
+        )
 
     def llm(
         self,
@@ -140,7 +146,7 @@ class Reporter:
                 )
             )
 
-    def tool(self, tool: str, source: str, outcome: str, seconds: float) -> None:
+    def _tool(self, tool: str, source: str, outcome: str, seconds: float) -> None:
         self.registry.record_tool(tool, source, outcome, seconds)
         if self.listener is not None:
             self._tell(ToolCallEvent(tool, source, outcome, seconds))

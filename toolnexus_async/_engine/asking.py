@@ -50,16 +50,25 @@ class ModelRequests:
 
     def _report_reply(self, reply: ModelReply, started: float) -> None:
         usage = reply.usage
+        seconds = time.perf_counter() - started
+        parts = (usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens)
+        report = self._report
+        if report.listener is None:
+            # Nobody listens: straight to the registry, what Reporter.llm would do first.
+            report.registry.record_llm(
+                self.model.name, "ok", seconds, usage.prompt_tokens, usage.completion_tokens, parts
+            )
+            return
         # Positional, error=None included: a keyword costs the call more, once per request.
-        self._report.llm(
+        report.llm(
             self.model.name,
             self.style,
             "ok",
-            time.perf_counter() - started,
+            seconds,
             usage.prompt_tokens,
             usage.completion_tokens,
             None,
-            (usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens),
+            parts,
         )
 
     async def _retry(

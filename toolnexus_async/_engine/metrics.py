@@ -86,7 +86,8 @@ class _Histogram:
         self.total = 0.0
 
     def add(self, bounds: tuple[float, ...], seconds: float) -> None:
-        # The first bound >= seconds: "le" means less than or equal.
+        # The first bound >= seconds: "le" means less than or equal. (The record_* methods
+        # below do the same inline: one call fewer per request, tool call and run.)
         self.counts[bisect_left(bounds, seconds)] += 1
         self.total += seconds
 
@@ -199,7 +200,9 @@ class MetricsRegistry:
             counted = series.parts
             for index, value in enumerate(parts):
                 counted[index] += value
-        series.duration.add(self._duration_buckets, seconds)
+        duration = series.duration
+        duration.counts[bisect_left(self._duration_buckets, seconds)] += 1
+        duration.total += seconds
 
     def record_tool(self, tool: str, source: str, outcome: str, seconds: float) -> None:
         """Count one tool execution (what :meth:`observe` does with a ToolCallEvent)."""
@@ -213,12 +216,15 @@ class MetricsRegistry:
             duration = series.duration
             if duration is None:
                 duration = series.duration = _Histogram(len(self._duration_buckets) + 1)
-            duration.add(self._duration_buckets, seconds)
+            duration.counts[bisect_left(self._duration_buckets, seconds)] += 1
+            duration.total += seconds
 
     def record_run(self, status: str, seconds: float) -> None:
         """Count one finished run (what :meth:`observe` does with a RunEvent)."""
         self._runs[status] = self._runs.get(status, 0) + 1
-        self._run_duration.add(self._run_buckets, seconds)
+        duration = self._run_duration
+        duration.counts[bisect_left(self._run_buckets, seconds)] += 1
+        duration.total += seconds
 
     def _counters(self) -> dict[str, dict[_Labels, int]]:
         models = self._models.items()
