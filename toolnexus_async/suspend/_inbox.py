@@ -238,11 +238,15 @@ class Inbox:
         slot = self._slots.get(answer.id)
         if slot is None or slot.done():
             raise self._refusal(answer.id)
-        mismatch = claim_refusal(slot.request, approval_claim(answer))
-        if mismatch is not None:
-            raise mismatch  # the request stays parked: a fitting answer may still come
+        # Only an approval with data can claim anything (approval_claim): the usual answer
+        # skips the two calls.
+        if answer.ok and answer.data is not None:
+            mismatch = claim_refusal(slot.request, approval_claim(answer))
+            if mismatch is not None:
+                raise mismatch  # the request stays parked: a fitting answer may still come
         del self._slots[answer.id]
-        self._drop_timers(slot)
+        if slot.deadline >= 0 or slot.spill >= 0:  # else no timers: the usual slot
+            self._drop_timers(slot)
         self._record(answer.id, "answered")
         if answered_by is not None and self._remember:
             # The record is built when read: an answer pays a tuple, not a digest.
