@@ -7,8 +7,10 @@ or sends a NOTIFY gets one; reads get none. The runs are the ``serve`` path: ``b
 approval, the answer is taken on the same worker, the tool runs, the run ends.
 
 A run alone cannot share a transaction with another run: its count is its own writes
-(start, turn, suspension, answer, and the tool's result with the end). Runs that go
-together share their transactions (group commit), as ``serve`` under load does.
+(start, turn, suspension, answer, the tool's result, the end). Runs that go together share
+their transactions (group commit), as ``serve`` under load does. (A run whose
+``require_approval`` gate asks, rather than its tool, writes its turn with the request:
+``tests/test_turn_with_request.py`` counts those.)
 """
 
 from __future__ import annotations

@@ -400,8 +400,8 @@ class Engine(ModelRequests):
         # What the transcript keeps: a reply cut by the output limit loses its calls.
         kept = loop.model_replied(reply)
         if journal is not None and kept.tool_calls:
-            # The turn is kept before any of its calls runs.
-            await journal.turn(loop)
+            # The turn is kept before any of its calls runs (and before a stream shows them).
+            await journal.turn(loop, streamed=sink is not None)
         if sink is not None:
             sink(StreamUsage(reply.usage))
             for call in kept.tool_calls:

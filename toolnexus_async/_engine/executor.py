@@ -332,8 +332,9 @@ class Executor:
         Returns the result, whether the hook (not the tool) gave it, and the arguments the
         hook gave instead of the model's (``None``: it changed nothing).
         """
-        if self._journal is not None:
-            await self._journal.fence()
+        journal, gate = self._journal, self._gate
+        if journal is not None and gate is None:
+            await journal.fence()
         started = time.perf_counter()
         ctx = self._context(call, action)
         result: ToolResult | None = None
@@ -354,7 +355,6 @@ class Executor:
                     turn=self._turn,
                 )
             try:
-                gate = self._gate
                 verdict: Any
                 if gate is not None:
                     verdict = gate(call.name, args, hook_ctx)
@@ -381,6 +381,10 @@ class Executor:
                             f"{problem} (they were changed by a before_tool hook or on approval)"
                         )
         if result is None:
+            if journal is not None and gate is not None:
+                # After the gate's verdict (no hook of the host's ran): a gate that asks
+                # has its turn written with its request (``Journal.suspended``).
+                await journal.fence()
             result = await self._toolkit.execute(call.name, args, ctx)
         self._report(call.name, result, started)
         return result, by_gate, changed
