@@ -133,6 +133,12 @@ class RunJournal:
         try:
             await write(state)
             self._pending = None
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # Cancelled: the run stops here, every call of it with it. The write may
+                # have committed all the same: not made again when the failure is kept.
+                self._pending = None
+            raise
         finally:
             self._writing = None
             writing.set()
