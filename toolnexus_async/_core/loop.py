@@ -185,7 +185,6 @@ class RunLoop:
     def __init__(
         self,
         prompt: str | None,
-        *,
         history: Sequence[Message] = (),
         system_prompt: str | None = None,
         max_turns: int = 10,
@@ -476,24 +475,25 @@ class RunLoop:
         self._expect = _NOTHING
         if self.output is None and status == "done" and refusal is None:
             output = (text, None)  # a run without an output type: its text is its output
+        # By position, in the order of RunResult's fields: keywords would make a dict.
         self._result = RunResult(
-            status=status,
-            text=text,
-            messages=tuple(self.messages),
-            tool_calls=tuple(self.records),
-            turns=self.turns,
-            usage=self.usage,
-            model=self.model,
-            pending=pending,
-            limit=limit,
-            suspended=suspended,
-            run_id=self.run_id,
-            style=self.style,
-            refusal=refusal,
-            trace_context=self.trace,
-            output=output[0],
-            output_data=output[1],
-            output_spec=self.output,
-            output_retries_used=self._output_tries,
+            status,
+            text,
+            tuple(self.messages),
+            tuple(self.records),  # tool_calls
+            self.turns,
+            self.usage,
+            self.model,
+            pending,
+            limit,
+            suspended,
+            self.run_id,
+            self.style,
+            refusal,
+            self.trace,  # trace_context
+            output[0],
+            output[1],  # output_data
+            self.output,  # output_spec
+            self._output_tries,  # output_retries_used
         )
         return self._result

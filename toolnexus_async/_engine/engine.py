@@ -191,15 +191,10 @@ class Engine(ModelRequests):
         system = self.system_prompt
         if instructions:
             system = instructions if system is None else f"{system}\n\n{instructions}"
-        return RunLoop(
-            prompt,
-            history=history or (),
-            system_prompt=system,
-            max_turns=self.max_turns,
-            run_id=run_id or new_run_id(),
-            style=self.style,
-            output=output,
-        )
+        # By position (prompt, history, system_prompt, max_turns, run_id, style, output):
+        # a class called with keywords makes a dict of them, on every run.
+        run_id = run_id or new_run_id()
+        return RunLoop(prompt, history or (), system, self.max_turns, run_id, self.style, output)
 
     def resumed_loop(
         self,
@@ -418,18 +413,18 @@ class Engine(ModelRequests):
         turn: int | None = None,
     ) -> Executor:
         tracer = self._tracer
-        return Executor(
+        return Executor(  # by position, as new_loop's RunLoop: no dict of keywords per turn
             toolkit if tracer is None else tracer.tools(toolkit),
             self.resolver,
             run_id,
-            hooks=self.hooks,
-            budget=budget,
-            on_tool=self._on_tool,
-            on_event=sink,
-            journal=journal,
-            turn=turn,
-            watch=tracer,
-            gate=self._gate,
+            self.hooks,
+            budget,
+            self._on_tool,
+            sink,  # on_event
+            journal,
+            turn,
+            tracer,  # watch
+            self._gate,
         )
 
 

@@ -112,7 +112,6 @@ class Executor:
         toolkit: _Executes,
         resolver: Resolver | None,
         run_id: str,
-        *,
         hooks: Hooks | None = None,
         budget: Pausable | None = None,
         on_tool: OnTool | None = None,
@@ -209,9 +208,9 @@ class Executor:
                 if self._journal is not None:
                     await self._journal.fence()
                 started = time.perf_counter()
-                ctx = ToolContext(
-                    call_id=call.id, run_id=self._run_id, tool_name=call.name, turn=self._turn
-                )
+                # By position (answer, call_id, run_id, tool_name, request, turn): keywords
+                # would make a dict per call.
+                ctx = ToolContext(None, call.id, self._run_id, call.name, None, self._turn)
                 result = await self._toolkit.execute(call.name, call.arguments, ctx)
                 self._report(call.name, result, started)
                 del ctx
