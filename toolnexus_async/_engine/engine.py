@@ -279,9 +279,8 @@ class Engine(ModelRequests):
                         extra=run_extra(run_id),
                     )
                 executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
-                loop.tools_finished(
-                    await executor.resume(resume.turn, resume.answers, resume.kept, resume.waiting)
-                )
+                outcomes = executor.resume(resume.turn, resume.answers, resume.kept, resume.waiting)
+                loop.tools_finished(outcomes if isinstance(outcomes, list) else await outcomes)
                 if on_tools_done is not None and isinstance(loop.next_action(), CallModel):
                     # The answered calls have run: from here on, the old state must not be
                     # resumed again (a durable host learns it here).
@@ -309,7 +308,11 @@ class Engine(ModelRequests):
                         # 36 pymalloc blocks per parked run with both as coroutines, 34 without.
                         loop.tools_finished([await executor.run_one(calls[0])])
                     else:
-                        loop.tools_finished(await executor.run(calls))
+                        # A list when no call waited (run_concurrently): nothing to await.
+                        outcomes = executor.run(calls)
+                        loop.tools_finished(
+                            outcomes if isinstance(outcomes, list) else await outcomes
+                        )
                 else:
                     result = action.result
                     if loop.output_failure is not None:

@@ -146,10 +146,10 @@ class Executor:
             resolver.park if resolver is not None and budget is None and watch is None else None
         )
 
-    def run(self, calls: Sequence[ToolCall]) -> Awaitable[list[CallOutcome]]:
+    def run(self, calls: Sequence[ToolCall]) -> list[CallOutcome] | Awaitable[list[CallOutcome]]:
         """One outcome per call, in call order (the engine awaits a lone call's
-        :meth:`run_one` itself). Not a coroutine: what it hands back is what a parked
-        run holds (see ``run_concurrently``)."""
+        :meth:`run_one` itself): the list when no call waited, else an awaitable of it. Not
+        a coroutine: what it hands back is what a parked run holds (``run_concurrently``)."""
         return run_concurrently(self.run_one, calls, _LOUD)
 
     def resume(
@@ -158,8 +158,8 @@ class Executor:
         answers: Mapping[str, tuple[Request, Answer]],
         kept: Mapping[str, ToolResult] | None = None,
         waiting: Mapping[str, Request] | None = None,
-    ) -> Awaitable[list[CallOutcome]]:
-        """Outcomes for every call of a halted turn, in call order.
+    ) -> list[CallOutcome] | Awaitable[list[CallOutcome]]:
+        """Outcomes for every call of a halted turn, in call order (as :meth:`run`).
 
         A call that completed keeps its result and is never executed again (``kept`` may
         supply the full results, metadata included); a call answered in ``answers`` (keyed
