@@ -129,21 +129,12 @@ class Finish:
 Action = CallModel | RunTools | Finish
 
 
-# One executed call, until its ToolCallRecord is needed: (call, turn, request, answered_ok,
-# kept, changed), where ``kept`` is the tool's result, or the ToolReturn it was copied into
-# when that says it all (a plain ToolResult without metadata), and ``changed`` the
-# arguments the tool got instead of the model's (None: the model's).
-_Entry = tuple[
-    ToolCall, int, Request | None, bool | None, ToolResult | ToolReturn, dict[str, Any] | None
-]
-
 # The stop reasons of a reply cut by the model's output limit: openai's finish_reason,
 # anthropic's stop_reason.
 CUT_BY_LIMIT = frozenset({"length", "max_tokens"})
 
 # Never appended to (see RunLoop.records).
 _NO_RECORDS: list[ToolCallRecord] = []
-_NO_ENTRIES: list[_Entry] = []
 
 
 class _Expect(enum.Enum):
@@ -165,16 +156,15 @@ class RunLoop:
     # Slots: every parked run holds one RunLoop, and a __dict__ each adds up.
     __slots__ = (
         "_calls",
-        "_entries",
         "_expect",
         "_output_tries",
-        "_records",
         "_result",
         "max_turns",
         "messages",
         "model",
         "output",
         "output_failure",
+        "records",
         "run_id",
         "style",
         "trace",
@@ -213,9 +203,9 @@ class RunLoop:
         self.turns = 0
         self.usage = ZERO_USAGE
         self.model: str | None = None
-        # Shared until the first tool call: a run parked in its first turn holds no list.
-        self._records: list[ToolCallRecord] = _NO_RECORDS
-        self._entries: list[_Entry] = _NO_ENTRIES
+        # A ToolCallRecord for every executed call so far, in order. Shared until the first
+        # tool call: a run parked in its first turn holds no list.
+        self.records: list[ToolCallRecord] = _NO_RECORDS
         self._expect = _MODEL
         self._calls: tuple[ToolCall, ...] = ()
         self._result: RunResult | None = None
@@ -305,34 +295,6 @@ class RunLoop:
             output_retries_used=self._output_tries,
         )
 
-    @property
-    def records(self) -> list[ToolCallRecord]:
-        """A :class:`ToolCallRecord` for every executed call so far, in order.
-
-        Built when asked for (in practice once, when the run ends) rather than per call: a
-        run in flight then holds a tuple per call instead of a record and a result object,
-        and the garbage collector, which keeps visiting what every run in flight holds,
-        has half as much to visit.
-        """
-        entries = self._entries
-        if entries:
-            if self._records is _NO_RECORDS:
-                self._records = []
-            for call, turn, request, answered_ok, kept, changed in entries:
-                result = (
-                    kept if isinstance(kept, ToolResult) else ToolResult(kept.output, kept.is_error)
-                )
-                self._records.append(
-                    ToolCallRecord(call, result, turn, request, answered_ok, changed)
-                )
-            entries.clear()
-        return self._records
-
-    @records.setter
-    def records(self, records: list[ToolCallRecord]) -> None:
-        self._records = records
-        self._entries = _NO_ENTRIES
-
     def next_action(self) -> Action:
         """What the caller must do next. Asking twice without feeding anything is harmless."""
         if self._result is not None:
@@ -414,30 +376,28 @@ class RunLoop:
         calls = self._calls
         if len(outcomes) != len(calls):
             raise UsageError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
-        if self._entries is _NO_ENTRIES:
-            self._entries = []
-        entries = self._entries
+        records = self.records
+        if records is _NO_RECORDS:
+            records = self.records = []
         suspended = False
         for index, call in enumerate(calls):
             outcome = outcomes[index]
             result = outcome.result
             # No metadata, no suspension: the usual result needs no call to tell.
             still = None if result.metadata is None else request_in(result)
-            kept: ToolResult | ToolReturn = result
             if still is None:
-                message = ToolReturn(call.id, call.name, result.output, result.is_error)
-                self.messages.append(message)
-                if type(result) is ToolResult and result.metadata is None:
-                    kept = message  # the same output and flag: the result is rebuilt from it
+                self.messages.append(ToolReturn(call.id, call.name, result.output, result.is_error))
             else:
                 suspended = True
-            entries.append(
-                (
+            # Made now, the record keeps the tool's own result: made when the run ended, it
+            # rebuilt one from the ToolReturn (issue 41, fourth pass in performance.md).
+            records.append(
+                ToolCallRecord(
                     call,
+                    result,
                     self.turns,
                     outcome.request or still,
                     outcome.answered_ok,
-                    kept,
                     outcome.changed_arguments,
                 )
             )
