@@ -297,13 +297,25 @@ class RunLoop:
 
     def next_action(self) -> Action:
         """What the caller must do next. Asking twice without feeding anything is harmless."""
+        due = self.due()
+        if due is None:
+            return CallModel(self.messages, self.turns + 1)
+        if isinstance(due, tuple):
+            return RunTools(due, self.turns)
+        return Finish(due)
+
+    def due(self) -> tuple[ToolCall, ...] | RunResult | None:
+        """:meth:`next_action` without an object to say it, for a driver that asks at every
+        step (the engine): ``None`` when the model request is due (number ``turns + 1``, of
+        ``messages``), the calls of turn ``turns`` when they are, the result when the run
+        is over. One object fewer per step (issue 41, fourth pass in performance.md)."""
         if self._result is not None:
-            return Finish(self._result)
+            return self._result
         if self._expect is _TOOLS:
-            return RunTools(self._calls, self.turns)
+            return self._calls
         if self.turns >= self.max_turns:
-            return Finish(self._finish("incomplete", limit="max_turns"))
-        return CallModel(self.messages, self.turns + 1)
+            return self._finish("incomplete", limit="max_turns")
+        return None
 
     def interrupted(self, limit: str = "model_error") -> RunResult:
         """The run as it stands while a model request is due (e.g. after that request failed).

@@ -45,7 +45,7 @@ from .._core.errors import (
     UsageError,
 )
 from .._core.ids import new_run_id
-from .._core.loop import CallModel, HaltedTurn, RunLoop, RunTools
+from .._core.loop import CallModel, HaltedTurn, RunLoop
 from .._core.messages import ZERO_USAGE, Message, Usage, raw_of
 from .._core.metric_events import Reporter
 from .._core.output import OutputSpec
@@ -286,15 +286,13 @@ class Engine(ModelRequests):
                     # resumed again (a durable host learns it here).
                     await call_hook(on_tools_done, loop.interrupted("resumed"))
             while True:
-                action = loop.next_action()
-                if isinstance(action, CallModel):
+                # loop.due(), not next_action(): no CallModel, RunTools or Finish per step.
+                due = loop.due()
+                if due is None:
                     # A frame of its own: a parked run does not hold the request's locals.
-                    toolkit = await self._model_turn(
-                        loop, action, toolkit, sink, output, journal, debug
-                    )
-                elif isinstance(action, RunTools):
-                    calls, turn = action.calls, action.turn
-                    del action  # park.py: 35 blocks per parked run without this del, 34 with it
+                    toolkit = await self._model_turn(loop, toolkit, sink, output, journal, debug)
+                elif isinstance(due, tuple):
+                    calls, turn = due, loop.turns
                     if debug:
                         log.debug(
                             "%s: running %d tool call(s)",
@@ -314,7 +312,7 @@ class Engine(ModelRequests):
                             outcomes if isinstance(outcomes, list) else await outcomes
                         )
                 else:
-                    result = action.result
+                    result = due
                     if loop.output_failure is not None:
                         # Raised before the journal ends the run: a durable host records
                         # it as failed, as it does a model error.
@@ -338,7 +336,6 @@ class Engine(ModelRequests):
     async def _model_turn(
         self,
         loop: RunLoop,
-        action: CallModel,
         toolkit: ToolRegistry,
         sink: Sink | None,
         output: OutputSpec | None,
@@ -347,12 +344,12 @@ class Engine(ModelRequests):
     ) -> ToolRegistry:
         """A model turn of :meth:`_drive`, retried as the policy says; the toolkit after it."""
         run_id = loop.run_id
-        messages = action.messages
+        messages: Sequence[Message] = loop.messages
         if debug:
             log.debug(
                 "%s: model request %d (%s)",
                 run_id,
-                action.turn,
+                loop.turns + 1,
                 self.model.name,
                 extra=run_extra(run_id),
             )
