@@ -242,6 +242,18 @@ def test_a_record_keeps_the_tools_own_result():
     assert expect_finish(loop).result.tool_calls[0].result is given
 
 
+def test_a_bare_result_is_an_outcome_with_nothing_else_to_say():
+    """tools_finished takes a ToolResult for CallOutcome(result), mixed with outcomes."""
+    loop = RunLoop("x")
+    asked = Request("r1", "approval", "ok?")
+    loop.model_replied(calls_reply(ToolCall("c1", "t"), ToolCall("c2", "t")))
+    loop.tools_finished([ToolResult.ok("one"), CallOutcome(ToolResult.ok("two"), asked, True)])
+    assert [m.output for m in loop.messages[-2:]] == ["one", "two"]  # type: ignore[union-attr]
+    first, second = loop.records
+    assert (first.result, first.request, first.answered_ok) == (ToolResult.ok("one"), None, None)
+    assert (second.request, second.answered_ok) == (asked, True)
+
+
 def test_error_results_keep_their_flag_in_the_transcript():
     """An error result becomes a ToolReturn with is_error True and the output unchanged."""
     loop = RunLoop("x")

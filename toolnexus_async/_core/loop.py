@@ -381,8 +381,10 @@ class RunLoop:
         # The next action asks the model again (or ends the run at max_turns).
         return True
 
-    def tools_finished(self, outcomes: Sequence[CallOutcome]) -> None:
-        """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls."""
+    def tools_finished(self, outcomes: Sequence[CallOutcome | ToolResult]) -> None:
+        """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls.
+        A bare :class:`ToolResult` is an outcome with nothing else to say (the usual call:
+        the executor makes no :class:`CallOutcome` for it)."""
         if self._expect is not _TOOLS:
             self._check(_TOOLS)
         calls = self._calls
@@ -394,7 +396,11 @@ class RunLoop:
         suspended = False
         for index, call in enumerate(calls):
             outcome = outcomes[index]
-            result = outcome.result
+            if isinstance(outcome, CallOutcome):
+                result, request = outcome.result, outcome.request
+                answered_ok, changed = outcome.answered_ok, outcome.changed_arguments
+            else:
+                result, request, answered_ok, changed = outcome, None, None, None
             # No metadata, no suspension: the usual result needs no call to tell.
             still = None if result.metadata is None else request_in(result)
             if still is None:
@@ -404,14 +410,7 @@ class RunLoop:
             # Made now, the record keeps the tool's own result: made when the run ended, it
             # rebuilt one from the ToolReturn (issue 41, fourth pass in performance.md).
             records.append(
-                ToolCallRecord(
-                    call,
-                    result,
-                    self.turns,
-                    outcome.request or still,
-                    outcome.answered_ok,
-                    outcome.changed_arguments,
-                )
+                ToolCallRecord(call, result, self.turns, request or still, answered_ok, changed)
             )
         self._calls = ()
         if suspended:
