@@ -281,6 +281,7 @@ class Engine(ModelRequests):
                 executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
                 outcomes = executor.resume(resume.turn, resume.answers, resume.kept, resume.waiting)
                 loop.tools_finished(outcomes if isinstance(outcomes, list) else await outcomes)
+                del outcomes  # not held by the run through its next turns
                 if on_tools_done is not None and isinstance(loop.next_action(), CallModel):
                     # The answered calls have run: from here on, the old state must not be
                     # resumed again (a durable host learns it here).
@@ -311,6 +312,7 @@ class Engine(ModelRequests):
                         loop.tools_finished(
                             outcomes if isinstance(outcomes, list) else await outcomes
                         )
+                        del outcomes  # as above
                 else:
                     result = due
                     if loop.output_failure is not None:
