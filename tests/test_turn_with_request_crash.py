@@ -18,7 +18,6 @@ run once the dead worker's lease ran out:
 
 from __future__ import annotations
 
-import signal
 import sqlite3
 import sys
 from pathlib import Path
@@ -26,10 +25,9 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from tests.conftest import assert_no_leaks
-from tests.test_answer_crash import env
+from tests.test_answer_crash import killed_after
 from tests.test_host import until
 from tests.test_turn_with_request import GATE, pay_model, pay_toolkit
 from toolnexus_async import Answer, Inbox, LlmClient, Message, RunResult
@@ -137,23 +135,9 @@ async def paused_child(tmp_path: Path, point: str, db: Path) -> tuple[str, list[
     """Run the child until it pauses at ``point``, SIGKILL it: its run id and stdout."""
     command = [sys.executable, str(tmp_path / "child.py"), point, str(db)]
     command.append(str(tmp_path / f"effects-{point}.txt"))
-    lines: list[str] = []
-    with anyio.fail_after(LIMIT):
-        async with await anyio.open_process(command, env=env()) as process:
-            assert process.stdout is not None
-            out = BufferedByteReceiveStream(process.stdout)
-            try:
-                while True:
-                    line = (await out.receive_until(b"\n", 65536)).decode()
-                    lines.append(line)
-                    if line.startswith("PAUSED") or line == "NOT PAUSED":
-                        break
-                process.send_signal(signal.SIGKILL)
-                assert await process.wait() == -signal.SIGKILL
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
+    lines, _ = await killed_after(
+        command, lambda line: line.startswith("PAUSED") or line == "NOT PAUSED"
+    )
     assert lines[-1] == f"PAUSED {point}", lines
     return lines[0].removeprefix("BEGUN "), lines
 
