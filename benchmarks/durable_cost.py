@@ -20,6 +20,9 @@ The contenders are ``SqliteRunStore`` (``synchronous=FULL``, a new file per roun
 of ``--pool``), in ``--rounds`` rounds, alternated (SQLite first in even rounds), and the
 ratios PostgreSQL / SQLite are of the same round.
 
+``--gate``: the approval is asked by a ``require_approval`` gate before the tool runs (the
+tool itself asks nothing), so a run's turn is written with its request, in one transaction.
+
 ``--listeners 1,10,100`` adds a second part: PostgreSQL alone, with K idle connections
 LISTENing as K idle workers of this release do (each on its own worker channel; with a
 release that had none, on the one channel every worker heard), K = each value, alternated
@@ -47,7 +50,16 @@ from _common import PROMPT, approval_model, expected_text, print_footer, print_h
 from _park_hot import make_tool, request_id
 from _pg import ServerCpu, create_database, describe, next_xid, throwaway_cluster
 
-from toolnexus_async import Answer, Inbox, LlmClient, Toolkit
+from toolnexus_async import (
+    Answer,
+    Hooks,
+    Inbox,
+    LlmClient,
+    Toolkit,
+    ToolResult,
+    define_tool,
+    require_approval,
+)
 from toolnexus_async.durable import DurableHost, PostgresRunStore, RunStore, SqliteRunStore
 
 # The worker channels of issue 41; before them, every worker LISTENed on the one channel.
@@ -75,11 +87,27 @@ class Round:
         return seconds / self.runs * 1e6
 
 
-async def drive(store: RunStore, runs: int, concurrency: int) -> tuple[float, float]:
-    """N runs begun, parked, answered and done through one host; (seconds, CPU seconds)."""
+@define_tool(name="pay_invoice")
+async def gated_pay_invoice(invoice: int) -> ToolResult:
+    """Pay an invoice; a human must approve the payment first.
+
+    Args:
+        invoice: the invoice number.
+    """
+    return ToolResult.ok(f"invoice {invoice} paid")
+
+
+async def drive(
+    store: RunStore, runs: int, concurrency: int, gate: bool = False
+) -> tuple[float, float]:
+    """N runs begun, parked, answered and done through one host; (seconds, CPU seconds).
+    ``gate``: the approval is asked by a ``require_approval`` gate, not by the tool."""
     inbox = Inbox()
-    client = LlmClient.in_process(approval_model, wait_for=inbox)
-    toolkit = Toolkit.create(builtins=False, extra_tools=[make_tool(None)])
+    hooks = Hooks(before_tool=require_approval(["pay_invoice"])) if gate else None
+    client = LlmClient.in_process(approval_model, wait_for=inbox, hooks=hooks)
+    tool = gated_pay_invoice if gate else make_tool(None)
+    toolkit = Toolkit.create(builtins=False, extra_tools=[tool])
+    ids: list[str] = []  # a gate's requests, by invoice (their ids are generated)
     wrong: list[str] = []
     async with client, toolkit, DurableHost(client, toolkit, store) as host:
         parked = anyio.Event()
@@ -99,7 +127,7 @@ async def drive(store: RunStore, runs: int, concurrency: int) -> tuple[float, fl
 
         async def answer(n: int, slots: anyio.Semaphore) -> None:
             async with slots:
-                await host.answer(Answer(request_id(n), True))
+                await host.answer(Answer(ids[n] if gate else request_id(n), True))
 
         def watch_parked() -> None:
             if len(inbox) == runs:
@@ -113,6 +141,9 @@ async def drive(store: RunStore, runs: int, concurrency: int) -> tuple[float, fl
             while len(inbox) < runs:  # parked: in the inbox once its suspension committed
                 await asyncio.sleep(0.002)
                 watch_parked()
+            if gate:
+                by_invoice = {(r.data or {})["arguments"]["invoice"]: r.id for r in inbox.pending()}
+                ids.extend(by_invoice[n] for n in range(runs))
             for n in range(runs):
                 tg.start_soon(answer, n, slots)
             await finished.wait()
@@ -125,7 +156,7 @@ async def drive(store: RunStore, runs: int, concurrency: int) -> tuple[float, fl
 async def sqlite_round(directory: Path, n: int, args: argparse.Namespace) -> Round:
     store = SqliteRunStore(directory / f"round{n}.sqlite", keep_finished=args.runs)
     async with store:
-        seconds, cpu = await drive(store, args.runs, args.concurrency)
+        seconds, cpu = await drive(store, args.runs, args.concurrency, args.gate)
     return Round("SQLite", args.runs, seconds, cpu)
 
 
@@ -155,7 +186,7 @@ async def postgres_round(
             await conn.add_listener(channel, count)
         async with store:
             xid, server_cpu = await next_xid(dsn), server.seconds()
-            seconds, cpu = await drive(store, args.runs, args.concurrency)
+            seconds, cpu = await drive(store, args.runs, args.concurrency, args.gate)
             xids, server_cpu = await next_xid(dsn) - xid - 1, server.seconds() - server_cpu
     finally:
         for conn in idle:
@@ -251,6 +282,11 @@ def parse() -> argparse.Namespace:
         type=int,
         default=1,
         help="runs at a time in the K rounds (default 1: no run shares a transaction)",
+    )
+    parser.add_argument(
+        "--gate",
+        action="store_true",
+        help="the approval asked by a require_approval gate, not by the tool (default: the tool)",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run (100 runs, 1 round)")
     args = parser.parse_args()

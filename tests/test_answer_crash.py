@@ -24,6 +24,7 @@ import shutil
 import signal
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,25 +190,18 @@ async def child(tmp_path: Path, *args: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
-async def answer_until_paused(
-    tmp_path: Path, db: Path, point: str, request_id: str
-) -> tuple[str, dict[str, str] | None]:
-    """Start the answering child; once it pauses, SIGKILL it. Its whole stdout, and what it
-    paused at (``None``: it acknowledged the answer before reaching ``point``)."""
-    effects = str(tmp_path / "effects.txt")
-    command = [sys.executable, str(tmp_path / "child.py"), "answer", str(db), effects, point]
+async def killed_after(command: list[str], last: Callable[[str], bool]) -> tuple[list[str], str]:
+    """Run the child ``command`` until a line of its stdout is ``last``, then SIGKILL it
+    (paused, or gone on past what was watched for: killed either way). The lines up to
+    that one, and whatever it had written after."""
     with anyio.fail_after(LIMIT):
-        async with await anyio.open_process([*command, request_id], env=env()) as process:
+        async with await anyio.open_process(command, env=env()) as process:
             assert process.stdout is not None
             out = BufferedByteReceiveStream(process.stdout)
             lines: list[str] = []
             try:
-                while True:
-                    line = (await out.receive_until(b"\n", 65536)).decode()
-                    lines.append(line)
-                    if line.startswith("PAUSED ") or line == "ACK":
-                        break
-                # Paused, or past the acknowledgement (its run goes on): killed either way.
+                while not lines or not last(lines[-1]):
+                    lines.append((await out.receive_until(b"\n", 65536)).decode())
                 process.send_signal(signal.SIGKILL)
                 rest = b"".join([chunk async for chunk in process.stdout]).decode()
                 assert await process.wait() == -signal.SIGKILL
@@ -215,10 +209,23 @@ async def answer_until_paused(
                 if process.returncode is None:
                     process.kill()
                     await process.wait()
+    return lines, rest
+
+
+async def answer_until_paused(
+    tmp_path: Path, db: Path, point: str, request_id: str
+) -> tuple[str, dict[str, str] | None]:
+    """Start the answering child; once it pauses, SIGKILL it. Its whole stdout, and what it
+    paused at (``None``: it acknowledged the answer before reaching ``point``)."""
+    effects = str(tmp_path / "effects.txt")
+    command = [sys.executable, str(tmp_path / "child.py"), "answer", str(db), effects, point]
+    lines, rest = await killed_after(
+        [*command, request_id], lambda line: line.startswith("PAUSED ") or line == "ACK"
+    )
+    out = "\n".join(lines) + "\n" + rest
     if lines[-1] == "ACK":
-        return "\n".join(lines) + "\n" + rest, None
-    paused = json.loads(lines[-1].removeprefix("PAUSED "))
-    return "\n".join(lines) + "\n" + rest, paused
+        return out, None
+    return out, json.loads(lines[-1].removeprefix("PAUSED "))
 
 
 def kept(db: Path, request_id: str) -> tuple[str, list[tuple[str, str | None]]]:

@@ -32,7 +32,8 @@ def start(job: Job) -> Coroutine[Any, Any, str]:
 
 
 async def together(jobs: list[Job]) -> list[str]:
-    return await run_concurrently(start, jobs)
+    results = run_concurrently(start, jobs)
+    return results if isinstance(results, list) else await results
 
 
 async def test_jobs_that_never_wait_run_in_the_calling_task_in_order() -> None:
@@ -47,6 +48,15 @@ async def test_jobs_that_never_wait_run_in_the_calling_task_in_order() -> None:
     assert results == ["A", "B", "C"]
     assert seen == [("a", True), ("b", True), ("c", True)]
     assert asyncio.all_tasks() == {caller}
+
+
+async def test_when_no_job_waits_the_results_come_back_as_a_list_with_nothing_to_await() -> None:
+    async def quick(name: str) -> str:
+        return name.upper()
+
+    results = run_concurrently(start, [job(quick, "a"), job(quick, "b")])
+    assert type(results) is list and results == ["A", "B"]
+    assert type(run_concurrently(start, [])) is list
 
 
 async def test_the_first_job_that_waits_stays_in_the_caller_and_later_ones_get_tasks() -> None:

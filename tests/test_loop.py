@@ -9,6 +9,7 @@ from toolnexus_async import (
     Message,
     ModelReply,
     Request,
+    RunResult,
     SystemMessage,
     ToolCall,
     ToolResult,
@@ -212,6 +213,45 @@ def test_tool_turn_then_text():
     assert [(r.id, r.name, r.arguments, r.result, r.turn) for r in result.tool_calls] == [
         ("c1", "add", {"a": 1, "b": 2}, ToolResult.ok("3"), 1)
     ]
+
+
+def test_due_says_what_next_action_says_without_an_action():
+    """due(): None for a model request, the calls for a tool turn, the result at the end;
+    the engine drives with it, so it must agree with next_action at every step."""
+    loop = RunLoop("add", max_turns=2)
+    call = ToolCall("c1", "add", {"a": 1, "b": 2})
+    assert loop.due() is None and expect_call_model(loop).turn == loop.turns + 1
+    loop.model_replied(calls_reply(call))
+    assert loop.due() == (call,) == expect_run_tools(loop).calls
+    loop.tools_finished([ok("3")])
+    assert loop.due() is None
+    loop.model_replied(calls_reply(ToolCall("c2", "add", {"a": 3, "b": 4})))
+    loop.tools_finished([ok("7")])
+    result = loop.due()  # max_turns reached: the run is over
+    assert isinstance(result, RunResult) and result.limit == "max_turns"
+    assert loop.due() is result is expect_finish(loop).result
+
+
+def test_a_record_keeps_the_tools_own_result():
+    """The record of a call holds the result the tool gave, not a copy made later."""
+    loop = RunLoop("x")
+    loop.model_replied(calls_reply(ToolCall("c1", "t")))
+    given = ToolResult.ok("fine")
+    loop.tools_finished([CallOutcome(given)])
+    loop.model_replied(text_reply("done"))
+    assert expect_finish(loop).result.tool_calls[0].result is given
+
+
+def test_a_bare_result_is_an_outcome_with_nothing_else_to_say():
+    """tools_finished takes a ToolResult for CallOutcome(result), mixed with outcomes."""
+    loop = RunLoop("x")
+    asked = Request("r1", "approval", "ok?")
+    loop.model_replied(calls_reply(ToolCall("c1", "t"), ToolCall("c2", "t")))
+    loop.tools_finished([ToolResult.ok("one"), CallOutcome(ToolResult.ok("two"), asked, True)])
+    assert [m.output for m in loop.messages[-2:]] == ["one", "two"]  # type: ignore[union-attr]
+    first, second = loop.records
+    assert (first.result, first.request, first.answered_ok) == (ToolResult.ok("one"), None, None)
+    assert (second.request, second.answered_ok) == (asked, True)
 
 
 def test_error_results_keep_their_flag_in_the_transcript():

@@ -129,21 +129,12 @@ class Finish:
 Action = CallModel | RunTools | Finish
 
 
-# One executed call, until its ToolCallRecord is needed: (call, turn, request, answered_ok,
-# kept, changed), where ``kept`` is the tool's result, or the ToolReturn it was copied into
-# when that says it all (a plain ToolResult without metadata), and ``changed`` the
-# arguments the tool got instead of the model's (None: the model's).
-_Entry = tuple[
-    ToolCall, int, Request | None, bool | None, ToolResult | ToolReturn, dict[str, Any] | None
-]
-
 # The stop reasons of a reply cut by the model's output limit: openai's finish_reason,
 # anthropic's stop_reason.
 CUT_BY_LIMIT = frozenset({"length", "max_tokens"})
 
 # Never appended to (see RunLoop.records).
 _NO_RECORDS: list[ToolCallRecord] = []
-_NO_ENTRIES: list[_Entry] = []
 
 
 class _Expect(enum.Enum):
@@ -165,16 +156,15 @@ class RunLoop:
     # Slots: every parked run holds one RunLoop, and a __dict__ each adds up.
     __slots__ = (
         "_calls",
-        "_entries",
         "_expect",
         "_output_tries",
-        "_records",
         "_result",
         "max_turns",
         "messages",
         "model",
         "output",
         "output_failure",
+        "records",
         "run_id",
         "style",
         "trace",
@@ -185,7 +175,6 @@ class RunLoop:
     def __init__(
         self,
         prompt: str | None,
-        *,
         history: Sequence[Message] = (),
         system_prompt: str | None = None,
         max_turns: int = 10,
@@ -214,9 +203,9 @@ class RunLoop:
         self.turns = 0
         self.usage = ZERO_USAGE
         self.model: str | None = None
-        # Shared until the first tool call: a run parked in its first turn holds no list.
-        self._records: list[ToolCallRecord] = _NO_RECORDS
-        self._entries: list[_Entry] = _NO_ENTRIES
+        # A ToolCallRecord for every executed call so far, in order. Shared until the first
+        # tool call: a run parked in its first turn holds no list.
+        self.records: list[ToolCallRecord] = _NO_RECORDS
         self._expect = _MODEL
         self._calls: tuple[ToolCall, ...] = ()
         self._result: RunResult | None = None
@@ -306,43 +295,27 @@ class RunLoop:
             output_retries_used=self._output_tries,
         )
 
-    @property
-    def records(self) -> list[ToolCallRecord]:
-        """A :class:`ToolCallRecord` for every executed call so far, in order.
-
-        Built when asked for (in practice once, when the run ends) rather than per call: a
-        run in flight then holds a tuple per call instead of a record and a result object,
-        and the garbage collector, which keeps visiting what every run in flight holds,
-        has half as much to visit.
-        """
-        entries = self._entries
-        if entries:
-            if self._records is _NO_RECORDS:
-                self._records = []
-            for call, turn, request, answered_ok, kept, changed in entries:
-                result = (
-                    kept if isinstance(kept, ToolResult) else ToolResult(kept.output, kept.is_error)
-                )
-                self._records.append(
-                    ToolCallRecord(call, result, turn, request, answered_ok, changed)
-                )
-            entries.clear()
-        return self._records
-
-    @records.setter
-    def records(self, records: list[ToolCallRecord]) -> None:
-        self._records = records
-        self._entries = _NO_ENTRIES
-
     def next_action(self) -> Action:
         """What the caller must do next. Asking twice without feeding anything is harmless."""
+        due = self.due()
+        if due is None:
+            return CallModel(self.messages, self.turns + 1)
+        if isinstance(due, tuple):
+            return RunTools(due, self.turns)
+        return Finish(due)
+
+    def due(self) -> tuple[ToolCall, ...] | RunResult | None:
+        """:meth:`next_action` without an object to say it, for a driver that asks at every
+        step (the engine): ``None`` when the model request is due (number ``turns + 1``, of
+        ``messages``), the calls of turn ``turns`` when they are, the result when the run
+        is over. One object fewer per step (issue 41, fourth pass in performance.md)."""
         if self._result is not None:
-            return Finish(self._result)
+            return self._result
         if self._expect is _TOOLS:
-            return RunTools(self._calls, self.turns)
+            return self._calls
         if self.turns >= self.max_turns:
-            return Finish(self._finish("incomplete", limit="max_turns"))
-        return CallModel(self.messages, self.turns + 1)
+            return self._finish("incomplete", limit="max_turns")
+        return None
 
     def interrupted(self, limit: str = "model_error") -> RunResult:
         """The run as it stands while a model request is due (e.g. after that request failed).
@@ -408,39 +381,36 @@ class RunLoop:
         # The next action asks the model again (or ends the run at max_turns).
         return True
 
-    def tools_finished(self, outcomes: Sequence[CallOutcome]) -> None:
-        """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls."""
+    def tools_finished(self, outcomes: Sequence[CallOutcome | ToolResult]) -> None:
+        """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls.
+        A bare :class:`ToolResult` is an outcome with nothing else to say (the usual call:
+        the executor makes no :class:`CallOutcome` for it)."""
         if self._expect is not _TOOLS:
             self._check(_TOOLS)
         calls = self._calls
         if len(outcomes) != len(calls):
             raise UsageError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
-        if self._entries is _NO_ENTRIES:
-            self._entries = []
-        entries = self._entries
+        records = self.records
+        if records is _NO_RECORDS:
+            records = self.records = []
         suspended = False
         for index, call in enumerate(calls):
             outcome = outcomes[index]
-            result = outcome.result
+            if isinstance(outcome, CallOutcome):
+                result, request = outcome.result, outcome.request
+                answered_ok, changed = outcome.answered_ok, outcome.changed_arguments
+            else:
+                result, request, answered_ok, changed = outcome, None, None, None
             # No metadata, no suspension: the usual result needs no call to tell.
             still = None if result.metadata is None else request_in(result)
-            kept: ToolResult | ToolReturn = result
             if still is None:
-                message = ToolReturn(call.id, call.name, result.output, result.is_error)
-                self.messages.append(message)
-                if type(result) is ToolResult and result.metadata is None:
-                    kept = message  # the same output and flag: the result is rebuilt from it
+                self.messages.append(ToolReturn(call.id, call.name, result.output, result.is_error))
             else:
                 suspended = True
-            entries.append(
-                (
-                    call,
-                    self.turns,
-                    outcome.request or still,
-                    outcome.answered_ok,
-                    kept,
-                    outcome.changed_arguments,
-                )
+            # Made now, the record keeps the tool's own result: made when the run ended, it
+            # rebuilt one from the ToolReturn (issue 41, fourth pass in performance.md).
+            records.append(
+                ToolCallRecord(call, result, self.turns, request or still, answered_ok, changed)
             )
         self._calls = ()
         if suspended:
@@ -476,24 +446,25 @@ class RunLoop:
         self._expect = _NOTHING
         if self.output is None and status == "done" and refusal is None:
             output = (text, None)  # a run without an output type: its text is its output
+        # By position, in the order of RunResult's fields: keywords would make a dict.
         self._result = RunResult(
-            status=status,
-            text=text,
-            messages=tuple(self.messages),
-            tool_calls=tuple(self.records),
-            turns=self.turns,
-            usage=self.usage,
-            model=self.model,
-            pending=pending,
-            limit=limit,
-            suspended=suspended,
-            run_id=self.run_id,
-            style=self.style,
-            refusal=refusal,
-            trace_context=self.trace,
-            output=output[0],
-            output_data=output[1],
-            output_spec=self.output,
-            output_retries_used=self._output_tries,
+            status,
+            text,
+            tuple(self.messages),
+            tuple(self.records),  # tool_calls
+            self.turns,
+            self.usage,
+            self.model,
+            pending,
+            limit,
+            suspended,
+            self.run_id,
+            self.style,
+            refusal,
+            self.trace,  # trace_context
+            output[0],
+            output[1],  # output_data
+            self.output,  # output_spec
+            self._output_tries,  # output_retries_used
         )
         return self._result

@@ -45,7 +45,7 @@ from .._core.errors import (
     UsageError,
 )
 from .._core.ids import new_run_id
-from .._core.loop import CallModel, HaltedTurn, RunLoop, RunTools
+from .._core.loop import CallModel, HaltedTurn, RunLoop
 from .._core.messages import ZERO_USAGE, Message, Usage, raw_of
 from .._core.metric_events import Reporter
 from .._core.output import OutputSpec
@@ -191,15 +191,10 @@ class Engine(ModelRequests):
         system = self.system_prompt
         if instructions:
             system = instructions if system is None else f"{system}\n\n{instructions}"
-        return RunLoop(
-            prompt,
-            history=history or (),
-            system_prompt=system,
-            max_turns=self.max_turns,
-            run_id=run_id or new_run_id(),
-            style=self.style,
-            output=output,
-        )
+        # By position (prompt, history, system_prompt, max_turns, run_id, style, output):
+        # a class called with keywords makes a dict of them, on every run.
+        run_id = run_id or new_run_id()
+        return RunLoop(prompt, history or (), system, self.max_turns, run_id, self.style, output)
 
     def resumed_loop(
         self,
@@ -284,23 +279,21 @@ class Engine(ModelRequests):
                         extra=run_extra(run_id),
                     )
                 executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
-                loop.tools_finished(
-                    await executor.resume(resume.turn, resume.answers, resume.kept, resume.waiting)
-                )
+                outcomes = executor.resume(resume.turn, resume.answers, resume.kept, resume.waiting)
+                loop.tools_finished(outcomes if isinstance(outcomes, list) else await outcomes)
+                del outcomes  # not held by the run through its next turns
                 if on_tools_done is not None and isinstance(loop.next_action(), CallModel):
                     # The answered calls have run: from here on, the old state must not be
                     # resumed again (a durable host learns it here).
                     await call_hook(on_tools_done, loop.interrupted("resumed"))
             while True:
-                action = loop.next_action()
-                if isinstance(action, CallModel):
+                # loop.due(), not next_action(): no CallModel, RunTools or Finish per step.
+                due = loop.due()
+                if due is None:
                     # A frame of its own: a parked run does not hold the request's locals.
-                    toolkit = await self._model_turn(
-                        loop, action, toolkit, sink, output, journal, debug
-                    )
-                elif isinstance(action, RunTools):
-                    calls, turn = action.calls, action.turn
-                    del action  # park.py: 35 blocks per parked run without this del, 34 with it
+                    toolkit = await self._model_turn(loop, toolkit, sink, output, journal, debug)
+                elif isinstance(due, tuple):
+                    calls, turn = due, loop.turns
                     if debug:
                         log.debug(
                             "%s: running %d tool call(s)",
@@ -314,9 +307,14 @@ class Engine(ModelRequests):
                         # 36 pymalloc blocks per parked run with both as coroutines, 34 without.
                         loop.tools_finished([await executor.run_one(calls[0])])
                     else:
-                        loop.tools_finished(await executor.run(calls))
+                        # A list when no call waited (run_concurrently): nothing to await.
+                        outcomes = executor.run(calls)
+                        loop.tools_finished(
+                            outcomes if isinstance(outcomes, list) else await outcomes
+                        )
+                        del outcomes  # as above
                 else:
-                    result = action.result
+                    result = due
                     if loop.output_failure is not None:
                         # Raised before the journal ends the run: a durable host records
                         # it as failed, as it does a model error.
@@ -340,7 +338,6 @@ class Engine(ModelRequests):
     async def _model_turn(
         self,
         loop: RunLoop,
-        action: CallModel,
         toolkit: ToolRegistry,
         sink: Sink | None,
         output: OutputSpec | None,
@@ -349,12 +346,12 @@ class Engine(ModelRequests):
     ) -> ToolRegistry:
         """A model turn of :meth:`_drive`, retried as the policy says; the toolkit after it."""
         run_id = loop.run_id
-        messages = action.messages
+        messages: Sequence[Message] = loop.messages
         if debug:
             log.debug(
                 "%s: model request %d (%s)",
                 run_id,
-                action.turn,
+                loop.turns + 1,
                 self.model.name,
                 extra=run_extra(run_id),
             )
@@ -400,8 +397,8 @@ class Engine(ModelRequests):
         # What the transcript keeps: a reply cut by the output limit loses its calls.
         kept = loop.model_replied(reply)
         if journal is not None and kept.tool_calls:
-            # The turn is kept before any of its calls runs.
-            await journal.turn(loop)
+            # The turn is kept before any of its calls runs (and before a stream shows them).
+            await journal.turn(loop, streamed=sink is not None)
         if sink is not None:
             sink(StreamUsage(reply.usage))
             for call in kept.tool_calls:
@@ -418,18 +415,18 @@ class Engine(ModelRequests):
         turn: int | None = None,
     ) -> Executor:
         tracer = self._tracer
-        return Executor(
+        return Executor(  # by position, as new_loop's RunLoop: no dict of keywords per turn
             toolkit if tracer is None else tracer.tools(toolkit),
             self.resolver,
             run_id,
-            hooks=self.hooks,
-            budget=budget,
-            on_tool=self._on_tool,
-            on_event=sink,
-            journal=journal,
-            turn=turn,
-            watch=tracer,
-            gate=self._gate,
+            self.hooks,
+            budget,
+            self._on_tool,
+            sink,  # on_event
+            journal,
+            turn,
+            tracer,  # watch
+            self._gate,
         )
 
 

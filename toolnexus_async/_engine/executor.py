@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import operator
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, Protocol
@@ -83,6 +84,8 @@ class Pausable(Protocol):
     def resume(self) -> None: ...
 
 
+# What a call comes to: a bare result when there is nothing else to say (RunLoop takes both).
+Outcome = CallOutcome | ToolResult
 ToolOutcome = Literal["ok", "error", "pending"]
 # (tool name, tool source, outcome, seconds) for metrics; a suspension is "pending".
 OnTool = Callable[[str, str, ToolOutcome, float], None]
@@ -112,7 +115,6 @@ class Executor:
         toolkit: _Executes,
         resolver: Resolver | None,
         run_id: str,
-        *,
         hooks: Hooks | None = None,
         budget: Pausable | None = None,
         on_tool: OnTool | None = None,
@@ -147,10 +149,10 @@ class Executor:
             resolver.park if resolver is not None and budget is None and watch is None else None
         )
 
-    def run(self, calls: Sequence[ToolCall]) -> Awaitable[list[CallOutcome]]:
+    def run(self, calls: Sequence[ToolCall]) -> list[Outcome] | Awaitable[list[Outcome]]:
         """One outcome per call, in call order (the engine awaits a lone call's
-        :meth:`run_one` itself). Not a coroutine: what it hands back is what a parked
-        run holds (see ``run_concurrently``)."""
+        :meth:`run_one` itself): the list when no call waited, else an awaitable of it. Not
+        a coroutine: what it hands back is what a parked run holds (``run_concurrently``)."""
         return run_concurrently(self.run_one, calls, _LOUD)
 
     def resume(
@@ -159,15 +161,15 @@ class Executor:
         answers: Mapping[str, tuple[Request, Answer]],
         kept: Mapping[str, ToolResult] | None = None,
         waiting: Mapping[str, Request] | None = None,
-    ) -> Awaitable[list[CallOutcome]]:
-        """Outcomes for every call of a halted turn, in call order.
+    ) -> list[Outcome] | Awaitable[list[Outcome]]:
+        """Outcomes for every call of a halted turn, in call order (as :meth:`run`).
 
         A call that completed keeps its result and is never executed again (``kept`` may
         supply the full results, metadata included); a call answered in ``answers`` (keyed
         by call id) goes on from that answer; a call in ``waiting`` waits for its request
         again without running again; any other open call runs again and may suspend again.
         """
-        jobs: list[Callable[[], Coroutine[Any, Any, CallOutcome]]] = []
+        jobs: list[Callable[[], Coroutine[Any, Any, Outcome]]] = []
         for call in halted.assistant.tool_calls:
             done = halted.completed.get(call.id)
             if done is not None:
@@ -179,7 +181,7 @@ class Executor:
                 jobs.append(functools.partial(self.run_one, call, (waiting[call.id], None)))
             else:
                 jobs.append(functools.partial(self.run_one, call))
-        return run_concurrently(_start, jobs, _LOUD)
+        return run_concurrently(operator.call, jobs, _LOUD)
 
     def _rule(self, call: ToolCall) -> CallRule:
         resolver = self._resolver
@@ -189,7 +191,7 @@ class Executor:
 
     async def run_one(
         self, call: ToolCall, resumed: tuple[Request, Answer | None] | None = None
-    ) -> CallOutcome:
+    ) -> Outcome:
         """One call under the suspension rule, to the outcome the model sees.
 
         ``resumed``: the call raised this request before a halt, and here is its answer
@@ -209,9 +211,9 @@ class Executor:
                 if self._journal is not None:
                     await self._journal.fence()
                 started = time.perf_counter()
-                ctx = ToolContext(
-                    call_id=call.id, run_id=self._run_id, tool_name=call.name, turn=self._turn
-                )
+                # By position (answer, call_id, run_id, tool_name, request, turn): keywords
+                # would make a dict per call.
+                ctx = ToolContext(None, call.id, self._run_id, call.name, None, self._turn)
                 result = await self._toolkit.execute(call.name, call.arguments, ctx)
                 self._report(call.name, result, started)
                 del ctx
@@ -220,8 +222,9 @@ class Executor:
                 result, by_gate, changed = await self._invoke(call, FIRST)
             # No metadata, no suspension: the usual result needs no call to tell.
             if result.metadata is None or request_in(result) is None:
-                outcome = CallOutcome(result, None, None, changed)
-                return outcome if self._plain else await self._final(call, last, outcome)
+                if self._plain:  # a bare result when it is all there is (the loop takes it)
+                    return result if changed is None else CallOutcome(result, None, None, changed)
+                return await self._final(call, last, CallOutcome(result, None, None, changed))
             rule = self._rule(call)
             rule.start()  # FIRST: what was just performed
             action = rule.executed(result, by_gate=by_gate)
@@ -332,8 +335,9 @@ class Executor:
         Returns the result, whether the hook (not the tool) gave it, and the arguments the
         hook gave instead of the model's (``None``: it changed nothing).
         """
-        if self._journal is not None:
-            await self._journal.fence()
+        journal, gate = self._journal, self._gate
+        if journal is not None and gate is None:
+            await journal.fence()
         started = time.perf_counter()
         ctx = self._context(call, action)
         result: ToolResult | None = None
@@ -354,7 +358,6 @@ class Executor:
                     turn=self._turn,
                 )
             try:
-                gate = self._gate
                 verdict: Any
                 if gate is not None:
                     verdict = gate(call.name, args, hook_ctx)
@@ -381,6 +384,10 @@ class Executor:
                             f"{problem} (they were changed by a before_tool hook or on approval)"
                         )
         if result is None:
+            if journal is not None and gate is not None:
+                # After the gate's verdict (no hook of the host's ran): a gate that asks
+                # has its turn written with its request (``Journal.suspended``).
+                await journal.fence()
             result = await self._toolkit.execute(call.name, args, ctx)
         self._report(call.name, result, started)
         return result, by_gate, changed
@@ -463,7 +470,3 @@ def _with_changed(outcome: CallOutcome, changed: dict[str, Any] | None) -> CallO
 
 async def _ready(outcome: CallOutcome) -> CallOutcome:
     return outcome
-
-
-def _start(job: Callable[[], Coroutine[Any, Any, CallOutcome]]) -> Coroutine[Any, Any, CallOutcome]:
-    return job()

@@ -5,7 +5,8 @@ Rules of this module:
 - :class:`DurableHost` owns what a run needs to go on later (the client, the toolkit, the
   store); the :class:`~toolnexus_async.Inbox` only parks, the client only runs.
 - **Write before tell.** A run the host drives keeps a journal (``_journal``): it is written
-  when it starts, when the model asks for tools, as each call settles, when a request is
+  when it starts, when the model asks for tools (before any call runs; with the request
+  when a ``require_approval`` gate asks first), as each call settles, when a request is
   raised (before anyone is told of it), and when it ends or halts.
 - **An answer is durable before it is acknowledged.** :meth:`DurableHost.answer` returns
   only after the store took the answer as the one answer of its request. Then the run parked

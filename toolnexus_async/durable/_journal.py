@@ -3,7 +3,7 @@
 Rules of this module:
 
 - :class:`RunJournal` is the run's side of the store: every step the run awaits
-  (``_journal.Journal``) is one store write naming the worker that holds the run, so a
+  (``_journal.Journal``) is a store write naming the worker that holds the run, so a
   worker that lost its lease is stopped by its next write.
 - **A passing fault of the store is waited out, never recorded.** A journal of a host
   (one with a ``Tenure``) retries a write that failed with ``StoreUnavailableError``, with
@@ -12,6 +12,14 @@ Rules of this module:
   already, the request too, the run ended), the store is read to tell whether the first
   attempt took, and only a real refusal is raised. A journal without a tenure (a
   standalone resume) raises the fault at once.
+- **A turn is written late, never after any of its calls ran.** :meth:`RunJournal.turn`
+  keeps the turn; the first of these writes it: ``fence`` (before a tool or a
+  ``before_tool`` hook runs), ``suspended`` (in the suspension's transaction: a
+  ``require_approval`` gate asked before anything of the turn ran), ``settled``,
+  ``finished`` and ``failed`` (before theirs). One write at a time (the calls of a turn
+  go at once): the turn is written once. ``release`` drops it: nothing of it ran or was
+  told, so the next worker asks the model again from what is stored. A turn whose calls
+  are streamed (``streamed``) is written at once, before they are shown.
 - **No tool call starts on a lease the worker cannot prove** (``fence``): after a lapse
   of its lease (see ``_tenure``), the run checks in the store that this worker still holds
   it before its next call, and stops with ``LeaseLostError`` if another worker took it.
@@ -33,7 +41,7 @@ from datetime import UTC, datetime
 
 import anyio
 
-from .._core.errors import StoreUnavailableError, UsageError
+from .._core.errors import PayloadError, StoreUnavailableError, UsageError
 from .._core.loop import CallOutcome, HaltedTurn, RunLoop
 from .._core.messages import AssistantMessage, ToolCall, ToolReturn
 from .._core.output import stored_output
@@ -60,7 +68,17 @@ class RunJournal:
     (see the module rules).
     """
 
-    __slots__ = ("_epoch", "_lease", "_owner", "_run_id", "_store", "_tenure", "_turn")
+    __slots__ = (
+        "_epoch",
+        "_lease",
+        "_owner",
+        "_pending",
+        "_run_id",
+        "_store",
+        "_tenure",
+        "_turn",
+        "_writing",
+    )
 
     def __init__(
         self,
@@ -79,6 +97,9 @@ class RunJournal:
         self._lease = lease
         self._tenure = tenure
         self._epoch = 0 if tenure is None else tenure.epoch
+        # The turn told (``turn``) and not written yet: see the module rules.
+        self._pending: RunResult | None = None
+        self._writing: anyio.Event | None = None  # set once the write in flight ends
 
     @property
     def run_id(self) -> str:
@@ -90,27 +111,75 @@ class RunJournal:
         await self._store.start(state, self._owner, time.time() + lease)
         self._lease = None
 
-    async def turn(self, loop: RunLoop) -> None:
+    async def turn(self, loop: RunLoop, *, streamed: bool = False) -> None:
+        """Kept from now on: written by the first of :meth:`fence`, :meth:`suspended`
+        (in the same transaction), :meth:`settled`, :meth:`finished` and :meth:`failed`;
+        at once when ``streamed`` (its calls are shown now)."""
         self._turn = loop.turns
+        self._pending = loop.snapshot()
+        if streamed:
+            await self._with_turn(self._turn_alone)
+
+    async def _with_turn(self, write: Callable[[RunResult | None], Awaitable[None]]) -> None:
+        """``write(turn)``, ``turn`` being the turn still to write (``None``: none is).
+        One such write at a time: the calls of one turn that go at once write it once."""
+        while self._writing is not None:
+            await self._writing.wait()
+        state = self._pending
+        if state is None:
+            await write(None)
+            return
+        self._writing = writing = anyio.Event()
+        try:
+            await write(state)
+            self._pending = None
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # Cancelled: the run stops here, every call of it with it. The write may
+                # have committed all the same: not made again when the failure is kept.
+                self._pending = None
+            raise
+        finally:
+            self._writing = None
+            writing.set()
+
+    async def _turn_alone(self, state: RunResult | None) -> None:
+        if state is None:
+            return
+        turn = self._turn
         if self._lease is not None:
-            state, until = loop.snapshot(), time.time() + self._lease
+            until = time.time() + self._lease
             await self._kept(
-                lambda: self._store.start(state, self._owner, until, turn=loop.turns),
-                self._holds,
+                lambda: self._store.start(state, self._owner, until, turn=turn), self._holds
             )
             self._lease = None
         else:
-            state = loop.snapshot()
-            await self._kept(lambda: self._store.turn(state, loop.turns, self._owner))
+            await self._kept(lambda: self._store.turn(state, turn, self._owner))
 
     async def suspended(self, call: ToolCall, request: Request) -> None:
         def asked(stored: StoredRun) -> bool:
             kept = stored.requests.get(call.id)
             return kept is not None and kept.request.id == request.id
 
-        await self._kept(
-            lambda: self._store.suspend(self._run_id, call.id, request, self._owner), asked
-        )
+        async def write(state: RunResult | None) -> None:
+            run_id, owner, turn = self._run_id, self._owner, self._turn
+            if state is None:
+                await self._kept(
+                    lambda: self._store.suspend(run_id, call.id, request, owner), asked
+                )
+                return
+            # With the turn, in one transaction: no call of this turn ran yet (the module
+            # rules). A retry refused because the first try committed finds the request.
+            until = None if self._lease is None else time.time() + self._lease
+            await self._kept(
+                lambda: self._store.suspend(
+                    run_id, call.id, request, owner, state=state, turn=turn, lease_until=until
+                ),
+                asked,
+            )
+            self._lease = None
+
+        await self._with_turn(write)
 
     async def settled(self, call: ToolCall, outcome: CallOutcome) -> None:
         record = ToolCallRecord(
@@ -121,13 +190,18 @@ class RunJournal:
             outcome.answered_ok,
             outcome.changed_arguments,
         )
+        if self._pending is not None or self._writing is not None:
+            await self._with_turn(self._turn_alone)
         await self._kept(lambda: self._store.record(self._run_id, record, self._owner))
 
     async def finished(self, result: RunResult) -> None:
         if self._lease is not None:  # it never asked for a tool: kept for the listings
+            self._pending = None  # the result holds the turn
             until = time.time() + self._lease
             await self._kept(lambda: self._store.start(result, self._owner, until), self._holds)
             self._lease = None
+        elif self._pending is not None or self._writing is not None:
+            await self._with_turn(self._turn_alone)
         if result.status == "pending":
             await self._kept(lambda: self._store.halt(self._run_id, self._owner), _halted)
         else:
@@ -136,16 +210,25 @@ class RunJournal:
     async def failed(self, loop: RunLoop, error: str) -> None:
         """The run raised ``error``: recorded, so that it is listed and not resumed."""
         if self._lease is not None:
+            self._pending = None  # the state written holds the turn
             state, until = loop.snapshot(), time.time() + self._lease
             await self._kept(lambda: self._store.start(state, self._owner, until), self._holds)
             self._lease = None
+        elif self._pending is not None:
+            try:
+                await self._with_turn(self._turn_alone)
+            except PayloadError:
+                self._pending = None  # the turn cannot be written: the failure still is
         await self._kept(
             lambda: self._store.fail(self._run_id, error, self._owner), _ended("failed")
         )
 
     async def release(self) -> None:
         """This worker stops driving the run mid-way (a shutdown): the next one goes on.
-        Tried once: a host that cannot release a run keeps trying in the background."""
+        Tried once: a host that cannot release a run keeps trying in the background. A
+        turn not written yet is dropped: none of its calls ran, so the next worker asks
+        the model again from what is stored."""
+        self._pending = None
         if self._lease is None:  # a run never written has nothing to go on from
             await self._store.release(self._run_id, self._owner)
 
@@ -201,6 +284,8 @@ class RunJournal:
         """Before a tool call: at once when this worker's lease is proven and did not lapse
         since the run last checked; else after a renewal, having checked the run is still
         held here (``LeaseLostError`` if not)."""
+        if self._pending is not None or self._writing is not None:
+            await self._with_turn(self._turn_alone)  # the turn, before any of its calls runs
         tenure = self._tenure
         if tenure is None or (self._epoch == tenure.epoch and tenure.proven(time.time())):
             return

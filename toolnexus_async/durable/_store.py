@@ -180,8 +180,27 @@ class RunStore(Protocol):
         """A call of the current turn has the result the model will see."""
         ...
 
-    async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
-        """A call of the current turn raised ``request``, which is pending from now on."""
+    async def suspend(
+        self,
+        run_id: str,
+        call_id: str,
+        request: Request,
+        owner: str,
+        *,
+        state: RunResult | None = None,
+        turn: int = 0,
+        lease_until: float | None = None,
+    ) -> None:
+        """A call of the current turn raised ``request``, which is pending from now on.
+
+        With ``state``, the turn ``turn`` that raised it is written in the same
+        transaction, first: as :meth:`turn` would (``state`` ends with that turn's ask),
+        or, with ``lease_until`` too, as :meth:`start` would (the run is new). All or
+        nothing: a refusal of either part writes neither.
+
+        Raises:
+            UsageError: the request's id is stored already (with ``lease_until``: or the run).
+        """
         ...
 
     async def halt(self, run_id: str, owner: str) -> None:

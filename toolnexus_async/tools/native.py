@@ -273,7 +273,8 @@ class FunctionTool:
             problem = self._check(args)
             if problem is not None:
                 return ToolResult.error(f"{self.name}: {problem}")
-            kwargs = dict(args)
+            # fn(**kwargs) gets a dict of its own: a copy here only when this one is changed.
+            kwargs = dict(args) if self._enums or self._context_param is not None else args
             if self._enums:  # most tools take none: no items view and iterator for nothing
                 for key, kind in self._enums.items():
                     if key in kwargs:

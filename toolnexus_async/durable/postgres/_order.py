@@ -44,19 +44,23 @@ class RequestsFirst:
     """The requests a batch of run writes on schema ``s`` will touch, locked in id order
     (the ops are ``PgOps``'s)."""
 
-    def __init__(self, s: str, ops: Any) -> None:
+    def __init__(self, s: str, ops: Any, also_turns: Sequence[Any] = ()) -> None:
+        """``also_turns``: other ops whose arguments begin as ``ops.turn``'s, and that
+        close what it closes (a request written with its turn, ``_asked``)."""
+        turns = (ops.turn, *also_turns)
         # The run whose open requests each op closes or marks delivered (None: none).
         self._closes: dict[Any, Callable[[tuple[Any, ...]], str | None]] = {
-            ops.turn: lambda a: a[0] if a[1] > 1 else None,  # turn 1 closes nothing
             ops.finish: lambda a: a[0],
             ops.fail: lambda a: a[0],
             ops.claim: lambda a: a[0],
         }
+        for turn in turns:
+            self._closes[turn] = lambda a: a[0] if a[1] > 1 else None  # turn 1 closes nothing
         self._delivered = ops.delivered
         self._save = ops.save
         # Alone in its batch, each of these locks its requests in one statement, in id
         # order itself: no round trip more for a run that shares no transaction.
-        self._ordered = {ops.turn, ops.finish, ops.fail, ops.delivered}
+        self._ordered = {*turns, ops.finish, ops.fail, ops.delivered}
         self._lock = (
             f"SELECT 1 FROM {s}.requests WHERE (run_id = ANY($1)"
             " AND (status = 'pending' OR delivered = 0)) OR run_id = ANY($2)"

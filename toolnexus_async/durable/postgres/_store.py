@@ -36,6 +36,7 @@ from .._rows import encode, plain, prompt_of, state_text
 from .._run_events import EventRead, expired_request, saved_events, started_events
 from .._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 from . import _queries as pg_queries
+from ._asked import Asked
 from ._committer import GroupCommit, Notice, Tell
 from ._grouped import Grouped
 from ._ops import CHANNEL, PgOps, owner_channel, routes
@@ -121,6 +122,7 @@ class PostgresRunStore:
         self._ops = PgOps(self.schema)
         self._closing = False
         grouped = Grouped(self.schema, self._ops)
+        self._asked = Asked(self.schema, self._ops, grouped)
         commits = partial(
             GroupCommit,
             self._pg.in_transaction,
@@ -130,8 +132,9 @@ class PostgresRunStore:
         )
         # A run batch locks the requests its writes will touch first, in id order, as an
         # answer batch does (``_order``): no two batches wait on each other over requests.
-        first = RequestsFirst(self.schema, self._ops)
-        self._commits = commits(many=grouped.many, after=self._ended, first=first)
+        first = RequestsFirst(self.schema, self._ops, also_turns=(self._asked.turn,))
+        many = {**grouped.many, self._asked.turn: self._asked.many}
+        self._commits = commits(many=many, after=self._ended, first=first)
         # Answers commit in batches of their own. An answer locks its request first; a
         # run's writes lock the run, then its requests: in one transaction the two orders
         # could lock each other in a circle with another worker's batch.
@@ -209,26 +212,20 @@ class PostgresRunStore:
             self._ops.record, run_id, record.call.id, owner, text, event, request_id, time.time()
         )
 
-    async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
-        body = encode(request.to_dict(), f"request {request.id!r}")
-        left = request.seconds_left()
-        now = time.time()
-        expires = None if left is None else now + left
+    async def suspend(
+        self,
+        run_id: str,
+        call_id: str,
+        request: Request,
+        owner: str,
+        *,
+        state: RunResult | None = None,
+        turn: int = 0,
+        lease_until: float | None = None,
+    ) -> None:
         event = StoreEvent("requested", request.id, run_id, owner)
-        await self._written(
-            self._ops.suspend,
-            run_id,
-            call_id,
-            owner,
-            request.id,
-            body,
-            expires,
-            plain(request.kind),
-            plain(request.prompt),
-            run_events.pending(run_id, request),
-            now,
-            tell=lambda _: ((event, routes(event)),),
-        )
+        op, args = self._asked.write(run_id, call_id, request, owner, state, turn, lease_until)
+        await self._written(op, *args, tell=lambda _: ((event, routes(event)),))
 
     async def halt(self, run_id: str, owner: str) -> None:
         await self._written(self._ops.halt, run_id, owner, time.time())

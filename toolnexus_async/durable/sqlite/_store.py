@@ -49,6 +49,7 @@ from .._rows import encode, plain, prompt_of, state_text
 from .._run_events import EventRead, Watchers, expired_request, saved_events, started_events
 from .._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
 from . import _queries as queries
+from ._asked import asked_with_turn
 from ._committer import GroupCommit
 from ._file import RunFile
 from ._ops import Ops
@@ -199,17 +200,34 @@ class SqliteRunStore:
             Ops.record, (run_id, record.call.id, owner, text, event, request_id, time.time())
         )
 
-    async def suspend(self, run_id: str, call_id: str, request: Request, owner: str) -> None:
+    async def suspend(
+        self,
+        run_id: str,
+        call_id: str,
+        request: Request,
+        owner: str,
+        *,
+        state: RunResult | None = None,
+        turn: int = 0,
+        lease_until: float | None = None,
+    ) -> None:
         body = encode(request.to_dict(), f"request {request.id!r}")
         left = request.seconds_left()
         now = time.time()
         expires = None if left is None else now + left
         event = run_events.pending(run_id, request)
         kind, prompt = plain(request.kind), plain(request.prompt)
-        await self._write(
-            Ops.suspend,
-            (run_id, call_id, owner, request.id, body, expires, kind, prompt, event, now),
-        )
+        asked = (run_id, call_id, owner, request.id, body, expires, kind, prompt, event, now)
+        if state is None:
+            await self._write(Ops.suspend, asked)
+        elif lease_until is None:
+            text, events = state_text(state), run_events.tool_calls(state)
+            first: tuple[Any, ...] = (run_id, turn, owner, text, now, events)
+            await self._write(asked_with_turn, (Ops.turn, first, asked))
+        else:
+            text, begun = state_text(state), started_events(state, turn)
+            first = (run_id, owner, lease_until, turn, text, prompt_of(state), now, begun)
+            await self._write(asked_with_turn, (Ops.start, first, asked))
         self._tell(StoreEvent("requested", request.id, run_id, owner))
 
     async def halt(self, run_id: str, owner: str) -> None:
