@@ -217,12 +217,14 @@ class OpenAICodec:
         totals = openai_usage(usage) if type(usage) is dict else _usage(usage)
         model = payload.get("model")
         reason = choice.get("finish_reason")
+        # All by position: a keyword makes type.__call__ build a dict (about 1,900
+        # instructions a reply, fakecg.py).
         return ModelReply(
             assistant,
             totals,
             model if isinstance(model, str) else None,
             reason if isinstance(reason, str) else None,
-            raw=payload,
+            payload,
         )
 
 
