@@ -345,6 +345,37 @@ async def test_serve_prints_a_url_with_a_token_that_opens_the_inbox(tmp_path):
     assert out.count(token) == 1  # printed once, in the URL
 
 
+async def test_serve_stopping_with_a_parked_run_takes_a_second_ctrl_c_without_hanging(tmp_path):
+    """Ctrl-C twice: the second lands while the server saves its parked run and closes the
+    store. It is logged and changes nothing (it used to raise KeyboardInterrupt inside the
+    shutdown: exit status 130, or a process that never ended)."""
+    with anyio.fail_after(30):
+        async with serve_process(tmp_path) as served:
+            url = URL((await served.line_with("Open the inbox: ")).split(": ", 1)[1])
+            base = url.with_query(None).with_path("")
+            auth = {"Authorization": f"Bearer {url.query['token']}"}
+            async with aiohttp.ClientSession(headers=auth) as session:
+                async with session.post(base / "runs", json={"prompt": "Book for 2"}) as reply:
+                    assert reply.status == 202
+                listed: list[Any] = []
+                while not listed:  # each look is a round trip: no pause needed
+                    async with session.get(base / "requests") as reply:
+                        listed = (await reply.json())["requests"]
+            process = served.process
+            assert process.stderr is not None
+            process.send_signal(signal.SIGINT)
+            err = b""
+            while b"SIGINT: stopping" not in err:
+                err += await process.stderr.receive()
+            process.send_signal(signal.SIGINT)  # while it stops (about 0.2 s here)
+            err += b"".join([chunk async for chunk in process.stderr])
+            code = await process.wait()
+    log = err.decode()
+    assert code == 0, log
+    assert "SIGINT again: already stopping" in log and "stopped in" in log
+    assert "Traceback" not in log and "interrupted" not in log
+
+
 async def test_serve_insecure_no_auth_says_what_it_disables(tmp_path):
     with anyio.fail_after(30):
         async with serve_process(tmp_path, "--insecure-no-auth") as served:

@@ -45,7 +45,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from http import HTTPStatus
 from typing import Any, TextIO
 
@@ -318,32 +318,72 @@ async def run_server(
         # aiohttp reads 0 as "wait for ever": the smallest wait it takes as a wait.
         shutdown_timeout=max(shutdown_timeout, 0.001),
     )
+    serving = anyio.CancelScope()
     stopping_at: float | None = None
+    failure: Exception | None = None
+    # The signals stay ours until the cleanup is over: a second Ctrl-C while the server
+    # stops would otherwise raise KeyboardInterrupt wherever the cleanup was (saving a
+    # parked run, a store's thread) and could leave the process hanging there. The watch
+    # is entered before the setup, so that the app's own task group (entered by the setup,
+    # left by the cleanup) nests inside it.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as watch:
+            watch.start_soon(_on_signals, signals, serving, shutdown_timeout)
+            try:
+                stopping_at = await _serve(
+                    runner, host, port, on_ready, stop, serving, shutdown_timeout
+                )
+            except Exception as exc:  # raised below as itself, not in the watch's group
+                failure = exc
+            watch.cancel_scope.cancel()
+    if failure is not None:
+        raise failure  # e.g. the OSError of a taken port, which the CLI says in one line
+    if stopping_at is not None:
+        log.info("stopped in %.1f s", time.monotonic() - stopping_at)
+
+
+async def _serve(
+    runner: ServeRunner,
+    host: str,
+    port: int,
+    on_ready: Callable[[str], object] | None,
+    stop: anyio.Event | None,
+    serving: anyio.CancelScope,
+    shutdown_timeout: float,
+) -> float:
+    """Set up, serve until ``serving`` is cancelled or ``stop`` is set, clean up: when
+    the stop began (``time.monotonic``)."""
     try:
         await runner.setup()
         await web.TCPSite(runner, host, port).start()
         if on_ready is not None:
             on_ready(base_url(runner.addresses[0]))
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_until_signalled, tg.cancel_scope, shutdown_timeout)
-            if stop is not None:
+        with serving:
+            if stop is None:
+                await anyio.sleep_forever()
+            else:
                 await stop.wait()
                 _stopping("asked to", shutdown_timeout)
-                tg.cancel_scope.cancel()
-        stopping_at = time.monotonic()
+                serving.cancel()  # a signal from now on is a second one
+        return time.monotonic()
     finally:
         await runner.cleanup()
-    if stopping_at is not None:
-        log.info("stopped in %.1f s", time.monotonic() - stopping_at)
 
 
 def _stopping(why: str, shutdown_timeout: float) -> None:
     log.info("%s: stopping; open requests get up to %g s to finish", why, shutdown_timeout)
 
 
-async def _until_signalled(scope: anyio.CancelScope, shutdown_timeout: float) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            _stopping(signal.Signals(signum).name, shutdown_timeout)
-            break
-    scope.cancel()
+async def _on_signals(
+    signals: AsyncIterator[int], serving: anyio.CancelScope, shutdown_timeout: float
+) -> None:
+    """The first signal stops the server; any later one is said and changes nothing."""
+    async for signum in signals:
+        name = signal.Signals(signum).name
+        if serving.cancel_called:
+            log.info(
+                "%s again: already stopping (open requests get up to %g s)", name, shutdown_timeout
+            )
+        else:
+            _stopping(name, shutdown_timeout)
+            serving.cancel()
