@@ -143,6 +143,12 @@ class RunJournal:
             self._writing = None
             writing.set()
 
+    async def _turn_first(self) -> None:
+        """The turn :meth:`turn` kept, written now if it is not yet (or once the write in
+        flight ends)."""
+        if self._pending is not None or self._writing is not None:
+            await self._with_turn(self._turn_alone)
+
     async def _turn_alone(self, state: RunResult | None) -> None:
         if state is None:
             return
@@ -190,8 +196,7 @@ class RunJournal:
             outcome.answered_ok,
             outcome.changed_arguments,
         )
-        if self._pending is not None or self._writing is not None:
-            await self._with_turn(self._turn_alone)
+        await self._turn_first()
         await self._kept(lambda: self._store.record(self._run_id, record, self._owner))
 
     async def finished(self, result: RunResult) -> None:
@@ -200,8 +205,8 @@ class RunJournal:
             until = time.time() + self._lease
             await self._kept(lambda: self._store.start(result, self._owner, until), self._holds)
             self._lease = None
-        elif self._pending is not None or self._writing is not None:
-            await self._with_turn(self._turn_alone)
+        else:
+            await self._turn_first()
         if result.status == "pending":
             await self._kept(lambda: self._store.halt(self._run_id, self._owner), _halted)
         else:
@@ -214,9 +219,9 @@ class RunJournal:
             state, until = loop.snapshot(), time.time() + self._lease
             await self._kept(lambda: self._store.start(state, self._owner, until), self._holds)
             self._lease = None
-        elif self._pending is not None:
+        else:
             try:
-                await self._with_turn(self._turn_alone)
+                await self._turn_first()
             except PayloadError:
                 self._pending = None  # the turn cannot be written: the failure still is
         await self._kept(
@@ -284,8 +289,7 @@ class RunJournal:
         """Before a tool call: at once when this worker's lease is proven and did not lapse
         since the run last checked; else after a renewal, having checked the run is still
         held here (``LeaseLostError`` if not)."""
-        if self._pending is not None or self._writing is not None:
-            await self._with_turn(self._turn_alone)  # the turn, before any of its calls runs
+        await self._turn_first()  # the turn, before any of its calls runs
         tenure = self._tenure
         if tenure is None or (self._epoch == tenure.epoch and tenure.proven(time.time())):
             return

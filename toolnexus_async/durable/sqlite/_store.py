@@ -183,15 +183,10 @@ class SqliteRunStore:
     # before anything is queued.
 
     async def start(self, state: RunResult, owner: str, lease_until: float, turn: int = 0) -> None:
-        text, prompt = state_text(state), prompt_of(state)
-        events = started_events(state, turn)
-        await self._write(
-            Ops.start, (state.run_id, owner, lease_until, turn, text, prompt, time.time(), events)
-        )
+        await self._write(Ops.start, _started(state, owner, lease_until, turn, time.time()))
 
     async def turn(self, state: RunResult, turn: int, owner: str) -> None:
-        text, events = state_text(state), run_events.tool_calls(state)
-        await self._write(Ops.turn, (state.run_id, turn, owner, text, time.time(), events))
+        await self._write(Ops.turn, _turned(state, turn, owner, time.time()))
 
     async def record(self, run_id: str, record: ToolCallRecord, owner: str) -> None:
         text = encode(record_to_json(record), f"the result of call {record.call.id!r}")
@@ -221,13 +216,11 @@ class SqliteRunStore:
         if state is None:
             await self._write(Ops.suspend, asked)
         elif lease_until is None:
-            text, events = state_text(state), run_events.tool_calls(state)
-            first: tuple[Any, ...] = (run_id, turn, owner, text, now, events)
-            await self._write(asked_with_turn, (Ops.turn, first, asked))
+            turned = _turned(state, turn, owner, now)
+            await self._write(asked_with_turn, (Ops.turn, turned, asked))
         else:
-            text, begun = state_text(state), started_events(state, turn)
-            first = (run_id, owner, lease_until, turn, text, prompt_of(state), now, begun)
-            await self._write(asked_with_turn, (Ops.start, first, asked))
+            started = _started(state, owner, lease_until, turn, now)
+            await self._write(asked_with_turn, (Ops.start, started, asked))
         self._tell(StoreEvent("requested", request.id, run_id, owner))
 
     async def halt(self, run_id: str, owner: str) -> None:
@@ -379,3 +372,16 @@ class MemoryRunStore(SqliteRunStore):
 
     def __repr__(self) -> str:
         return "MemoryRunStore()"
+
+
+def _started(
+    state: RunResult, owner: str, lease_until: float, turn: int, now: float
+) -> tuple[Any, ...]:
+    """``Ops.start``'s arguments for ``state``, new, through turn ``turn``."""
+    text, prompt, events = state_text(state), prompt_of(state), started_events(state, turn)
+    return (state.run_id, owner, lease_until, turn, text, prompt, now, events)
+
+
+def _turned(state: RunResult, turn: int, owner: str, now: float) -> tuple[Any, ...]:
+    """``Ops.turn``'s arguments for ``state``, ending with turn ``turn``'s ask."""
+    return (state.run_id, turn, owner, state_text(state), now, run_events.tool_calls(state))
