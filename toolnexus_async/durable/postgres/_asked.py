@@ -25,18 +25,14 @@ from ..._core.errors import StoreError, UsageError
 from ..._core.results import RunResult
 from ..._core.types import Request
 from .._rows import encode, plain, prompt_of, state_text
-from .._run_events import EventRow, pending, started_events, tool_calls
+from .._run_events import pending, started_events, tool_calls
 from ._grouped import AGAIN, Grouped
-from ._ops import PgOps
+from ._ops import PgOps, _arrays
 from ._statements import _close, _events
 
 __all__ = ("Asked",)
 
 _HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
-
-
-def _arrays(rows: list[EventRow]) -> tuple[list[str], list[str], list[str]]:
-    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
 
 
 class Asked:
