@@ -9,6 +9,7 @@ they need, bounded by ``anyio.fail_after``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -244,7 +245,11 @@ async def take_over_a_dead_host(store_a: RunStore, store_b: RunStore, lease: flo
         ):
 
             async def doomed_run() -> None:
-                await dead.run("pay")
+                # Under load its lease may lapse (and be renewed) before the cancel below:
+                # then, woken by the answer, it finds the run taken over at its fence and
+                # stops there, as it must (seen once in CI, with the machine loaded).
+                with contextlib.suppress(LeaseLostError):
+                    await dead.run("pay")
 
             doomed.start_soon(doomed_run)
             await until(lambda: len(dead_inbox) == 1)
