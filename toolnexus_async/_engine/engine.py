@@ -234,33 +234,59 @@ class Engine(ModelRequests):
         """
         if self._tracer is not None:
             return self._tracer.drive(spec, self._untraced)
-        if self.timeout is None:
-            return self._drive(spec, None)
-        return self._drive_limited(spec, self.timeout)
+        return self._untraced(spec)
+
+    def drive_new(self, loop: RunLoop, toolkit: ToolRegistry) -> Coroutine[Any, Any, RunResult]:
+        """``drive(RunSpec(loop, toolkit))``: a new run with no stream, journal or plan
+        (``LlmClient.run``'s), without a spec object when neither a tracer nor a run
+        timeout needs one."""
+        if self._tracer is None and self.timeout is None:
+            return self._drive(loop, toolkit, None, None, None, None, None, None)
+        return self.drive(RunSpec(loop, toolkit))
 
     def _untraced(self, spec: RunSpec) -> Coroutine[Any, Any, RunResult]:
         """:meth:`drive` itself, for the tracer that wraps it."""
         if self.timeout is None:
-            return self._drive(spec, None)
+            return self._spec_driven(spec, None)
         return self._drive_limited(spec, self.timeout)
+
+    def _spec_driven(self, spec: RunSpec, budget: _Budget | None) -> Coroutine[Any, Any, RunResult]:
+        # By position: the spec is not held by the driving coroutine while the run is parked
+        # (benchmarks/park.py, "pymalloc blocks/run": 35.0 with it kept, 34.0 without).
+        sink = spec.stream
+        return self._drive(
+            spec.loop,
+            spec.toolkit,
+            spec.plan,
+            spec.journal,
+            sink,
+            sink if sink is not None else spec.observe,  # what the tool steps are told to
+            spec.on_tools_done,
+            budget,
+        )
 
     async def _drive_limited(self, spec: RunSpec, limit: float) -> RunResult:
         with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
             budget = None if self.count_wait_in_timeout else _Budget(scope)
-            driving = self._drive(spec, budget)
-            del spec  # as in _drive: not held by this frame while the run is parked
+            driving = self._spec_driven(spec, budget)
+            del spec  # as in _spec_driven: not held by this frame while the run is parked
             return await driving
         # Only reached when the scope cancelled the run.
         raise RunTimeoutError(f"the run took longer than its timeout of {limit} s")
 
-    async def _drive(self, spec: RunSpec, budget: _Budget | None) -> RunResult:
+    async def _drive(
+        self,
+        loop: RunLoop,
+        toolkit: ToolRegistry,
+        resume: ResumePlan | None,
+        journal: Journal | None,
+        sink: Sink | None,
+        steps: Sink | None,
+        on_tools_done: Callable[[RunResult], Any] | None,
+        budget: _Budget | None,
+    ) -> RunResult:
         # One frame for the whole run: it is what a parked run holds while it waits.
-        loop, toolkit, resume, journal = spec.loop, spec.toolkit, spec.plan, spec.journal
-        sink, on_tools_done, output = spec.stream, spec.on_tools_done, loop.output
-        steps = sink if sink is not None else spec.observe  # what the tool steps are told to
-        # Not held while parked: one pymalloc block fewer per parked run (benchmarks/park.py,
-        # "pymalloc blocks/run": 35.0 with the spec kept, 34.0 without, as before RunSpec).
-        del spec
+        output = loop.output
         started = time.perf_counter()
         status: Literal["done", "pending", "incomplete", "error"] = "error"
         run_id = loop.run_id

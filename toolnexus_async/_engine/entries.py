@@ -172,7 +172,7 @@ class Entries(_Client):
             output_type=output_type,
             options=options,
         )
-        return self.engine.drive(RunSpec(loop, toolkit))
+        return self.engine.drive_new(loop, toolkit)
 
     @overload
     def stream(
