@@ -10,17 +10,24 @@ metric events and log records.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import attrs
+import pytest
 
-from tests.conftest import openai_reply
+from tests.conftest import assert_no_leaks, openai_reply
 from toolnexus_async import (
     Hooks,
+    Limits,
     LlmClient,
+    ProtocolError,
+    ProviderError,
+    RetryPolicy,
     ToolContext,
     Toolkit,
+    TransportError,
     define_tool,
 )
 from toolnexus_async._core.http import HttpRequest, HttpResponse
@@ -100,6 +107,28 @@ def timeless(events: list[Any]) -> list[Any]:
     return [attrs.evolve(event, seconds=0.0) for event in events]
 
 
+@pytest.mark.parametrize("limits", [None, Limits(timeout=60)], ids=["no-timeout", "timeout"])
+async def test_a_plain_run_ends_as_the_general_one_does(
+    caplog: pytest.LogCaptureFixture, limits: Limits | None
+) -> None:
+    outcomes = []
+    for general in (False, True):
+        events: list[Any] = []
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="toolnexus_async"):
+            async with client(scenario, events, general, limits=limits) as c, toolkit() as tk:
+                result = await c.run("go", tk, run_id="run_same")
+        raised = [(r.getMessage(), getattr(r, "run_id", None)) for r in caplog.records]
+        outcomes.append((result, timeless(events), raised))
+    assert outcomes[0] == outcomes[1]
+    result, events, raised = outcomes[0]
+    whoami_said = json.loads(result.tool_calls[1].result.output)
+    assert whoami_said[:4] == ["c2", "run_same", "whoami", 1]
+    assert result.tool_calls[2].result.output == "tool 'boom' raised ValueError: no 7"
+    assert raised and all(run_id == "run_same" for _, run_id in raised)
+    assert_no_leaks()
+
+
 async def test_drive_new_is_drive_of_a_spec() -> None:
     outcomes = []
     for by_spec in (False, True):
@@ -112,3 +141,58 @@ async def test_drive_new_is_drive_of_a_spec() -> None:
                 result = await c.engine.drive_new(c.engine.new_loop("go", run_id="run_same"), tk)
         outcomes.append((result, timeless(events)))
     assert outcomes[0] == outcomes[1]
+
+
+def failing(kind: str) -> Callable[[HttpRequest], HttpResponse]:
+    """Fails its first request (as ``kind`` says), then plays the scenario."""
+    seen: list[HttpRequest] = []
+
+    def handler(request: HttpRequest) -> HttpResponse:
+        seen.append(request)
+        if len(seen) > 1:
+            return scenario(request)
+        if kind == "transport":
+            error = TransportError(f"connection reset, key {KEY}")
+            error.__cause__ = OSError(104, f"reset by {KEY}")
+            raise error
+        if kind == "provider":
+            return json_response({"error": {"message": f"busy for {KEY}"}}, status=503)
+        return HttpResponse(200, {}, f"not json {KEY}".encode())
+
+    return handler
+
+
+def shown(error: BaseException) -> tuple[Any, ...]:
+    cause = error.__cause__
+    return (
+        type(error),
+        str(error),
+        type(cause),
+        getattr(cause, "errno", None),
+        str(cause) if cause is not None else None,
+        error.__context__,
+        error.__suppress_context__,
+        getattr(getattr(error, "run", None), "limit", None),
+    )
+
+
+@pytest.mark.parametrize("kind", ["transport", "provider", "protocol"])
+async def test_a_plain_turn_fails_and_retries_as_the_general_one(kind: str) -> None:
+    outcomes = []
+    for general in (False, True):
+        # Given up at once: the error itself, as the run's caller sees it.
+        events: list[Any] = []
+        no_retry = RetryPolicy(retries=0)
+        async with client(failing(kind), events, general, retry=no_retry) as c, toolkit() as tk:
+            with pytest.raises((TransportError, ProviderError, ProtocolError)) as caught:
+                await c.run("go", tk, run_id="run_same")
+        assert KEY not in repr(shown(caught.value))
+        # Retried: the run goes on as if the first attempt had not failed.
+        retried: list[Any] = []
+        retry = RetryPolicy(retries=1, base_delay=0, jitter=0, on_error=lambda error, n: "retry")
+        async with client(failing(kind), retried, general, retry=retry) as c, toolkit() as tk:
+            result = await c.run("go", tk, run_id="run_same")
+        outcomes.append((shown(caught.value), timeless(events), result, timeless(retried)))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0][-1] == "model_error"  # error.run: the run as it stood
+    assert_no_leaks()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -42,11 +42,13 @@ from .._core.errors import (
     ModelError,
     OutputValidationError,
     RunTimeoutError,
+    TransportError,
     UsageError,
 )
+from .._core.http import HttpResponse
 from .._core.ids import new_run_id
 from .._core.loop import CallModel, HaltedTurn, RunLoop
-from .._core.messages import ZERO_USAGE, Message, Usage, raw_of
+from .._core.messages import ZERO_USAGE, Message, ModelReply, Usage, raw_of
 from .._core.metric_events import Reporter
 from .._core.output import OutputSpec
 from .._core.results import RunResult, ToolCallRecord
@@ -57,7 +59,7 @@ from .asking import ModelRequests
 from .executor import Executor
 from .hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate, plain_before_tool
 from .journal import Journal
-from .model import Model
+from .model import HttpModel, Model
 from .resolver import Resolver
 from .streaming import (
     Sink,
@@ -169,6 +171,14 @@ class Engine(ModelRequests):
         # A request that is not streamed and needs no cancel scope of ours (the model
         # applies its own limit, or there is none): the model's coroutine as it is.
         self._plain = self.request_timeout is None or model.enforces_timeout
+        # A model turn with nothing around the request (no before_llm or after_llm hook),
+        # when the run has no stream and no journal either: done in _drive itself.
+        self._plain_turn = self._plain and (
+            hooks is None or (hooks.before_llm is None and hooks.after_llm is None)
+        )
+        # An untraced HTTP model's transport is awaited by that turn itself (HttpModel.send,
+        # then .reply): no HttpModel.request coroutine per request.
+        self._http = model if type(model) is HttpModel else None
         self.count_wait_in_timeout = limits.count_wait_in_timeout
         self._report = report
         # Bound once: every run's executor shares it instead of binding its own.
@@ -287,6 +297,7 @@ class Engine(ModelRequests):
     ) -> RunResult:
         # One frame for the whole run: it is what a parked run holds while it waits.
         output = loop.output
+        plain = self._plain_turn and sink is None and journal is None
         started = time.perf_counter()
         status: Literal["done", "pending", "incomplete", "error"] = "error"
         run_id = loop.run_id
@@ -315,7 +326,23 @@ class Engine(ModelRequests):
             while True:
                 # loop.due(), not next_action(): no CallModel, RunTools or Finish per step.
                 due = loop.due()
-                if due is None:
+                if due is None and plain:
+                    # The plain turn: the model's (or the transport's) coroutine awaited
+                    # right here, not in a _model_turn and an HttpModel.request of its own.
+                    asked = time.perf_counter()
+                    try:
+                        reply = self._reply_of(await self._asking(loop, toolkit, output, debug))
+                    except ModelError as exc:
+                        failure: ModelError | None = self._failure(exc)
+                    else:
+                        failure = None
+                    if failure is None:
+                        self._report_reply(reply, asked)
+                    else:
+                        reply = await self._retried(failure, asked, loop, toolkit, output)
+                    loop.model_replied(reply)
+                    del reply  # not held by a parked run
+                elif due is None:
                     # A frame of its own: a parked run does not hold the request's locals.
                     toolkit = await self._model_turn(loop, toolkit, sink, output, journal, debug)
                 elif isinstance(due, tuple):
@@ -430,6 +457,68 @@ class Engine(ModelRequests):
             for call in kept.tool_calls:
                 sink(StreamToolCall(call.id, call.name, call.arguments))
         return toolkit
+
+    def _asking(
+        self, loop: RunLoop, toolkit: ToolRegistry, output: OutputSpec | None, debug: bool
+    ) -> Awaitable[ModelReply] | Awaitable[HttpResponse]:
+        """The plain turn's request, to be awaited: the model's, or an HTTP model's
+        transport's (whose response :meth:`_reply_of` reads)."""
+        run_id = loop.run_id
+        if debug:
+            log.debug(
+                "%s: model request %d (%s)",
+                run_id,
+                loop.turns + 1,
+                self.model.name,
+                extra=run_extra(run_id),
+            )
+        messages: Sequence[Message] = loop.messages
+        specs: Sequence[Tool] = toolkit.specs
+        if output is not None:
+            messages, specs = output.shape(messages, specs)
+        http = self._http
+        if http is None:
+            return self.model.request(messages, specs, output)
+        return http.send(messages, specs, output)
+
+    def _reply_of(self, answer: ModelReply | HttpResponse) -> ModelReply:
+        """The reply in what :meth:`_asking`'s request came to (as ``HttpModel.request``)."""
+        if isinstance(answer, ModelReply):
+            return answer
+        http = self._http
+        assert http is not None  # only its send hands back a response
+        return http.reply(answer)
+
+    def _failure(self, error: ModelError) -> ModelError:
+        """What the plain turn's request ``error`` is to the run: a transport's own error
+        scrubbed, as ``HttpModel.request`` raises it (raise it outside the except block)."""
+        http = self._http
+        if http is not None and isinstance(error, TransportError):
+            return http.scrubbed(error)
+        return error
+
+    async def _retried(
+        self,
+        failure: ModelError,
+        started: float,
+        loop: RunLoop,
+        toolkit: ToolRegistry,
+        output: OutputSpec | None,
+    ) -> ModelReply:
+        """The plain turn's request after its first attempt failed, as :meth:`_model_turn`
+        retries it (a frame only for the rare retry)."""
+        messages: Sequence[Message] = loop.messages
+        specs: Sequence[Tool] = toolkit.specs
+        if output is not None:
+            messages, specs = output.shape(messages, specs)
+        try:
+            return await self._retry(
+                failure, started, messages, specs, None, _NO_TEXT, loop.run_id, output
+            )
+        except ModelError as exc:
+            # The host may retry from here; tools that already ran are not redone.
+            exc.run = loop.interrupted()
+            raise
 
     def _executor(
         self,
