@@ -27,6 +27,7 @@ from toolnexus_async import (
     RetryPolicy,
     ToolContext,
     Toolkit,
+    ToolResult,
     TransportError,
     define_tool,
 )
@@ -196,3 +197,46 @@ async def test_a_plain_turn_fails_and_retries_as_the_general_one(kind: str) -> N
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0][-1] == "model_error"  # error.run: the run as it stood
     assert_no_leaks()
+
+
+async def test_a_toolkit_that_overrides_execute_is_still_asked() -> None:
+    asked: list[ToolContext | None] = []
+
+    class Watched(Toolkit):
+        def execute(self, name: str, args: dict[str, Any], ctx: ToolContext | None = None) -> Any:
+            asked.append(ctx)
+            return super().execute(name, args, ctx)
+
+    events: list[Any] = []
+    tk = Watched.create(builtins=False, extra_tools=[define_tool(look)])
+
+    def one_call(request: HttpRequest) -> HttpResponse:
+        if b'"role":"tool"' in request.content:
+            return json_response(openai_reply("done", usage=USAGE))
+        return json_response(openai_reply(None, [("c1", "look", {"city": "Oslo"})], usage=USAGE))
+
+    async with client(one_call, events, False) as c, tk:
+        result = await c.run("go", tk, run_id="run_w")
+    assert result.text == "done"
+    assert asked == [ToolContext(call_id="c1", run_id="run_w", tool_name="look", turn=1)]
+
+
+async def test_a_tool_of_another_class_is_given_its_context() -> None:
+    class Plain:
+        name = "plain"
+        description = "A tool that is not define_tool's."
+        source = "native"
+
+        def __init__(self) -> None:
+            self.input_schema: dict[str, Any] = {"type": "object", "properties": {}}
+            self.seen: list[ToolContext | None] = []
+
+        async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> Any:
+            self.seen.append(ctx)
+            return ToolResult.ok("ok")
+
+    tool = Plain()
+    tk = Toolkit.create(builtins=False, extra_tools=[tool])
+    direct = await tk.execute_call("plain", {}, "c9", "run_p", 2)
+    assert direct == ToolResult.ok("ok")
+    assert tool.seen == [ToolContext(call_id="c9", run_id="run_p", tool_name="plain", turn=2)]

@@ -35,7 +35,7 @@ import logging
 import operator
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import anyio
 
@@ -49,6 +49,7 @@ from .hooks import Hooks, PlainBeforeTool, call_hook
 from .journal import Journal
 from .resolver import Resolver
 from .streaming import Sink, StreamPending, StreamToolResult
+from .toolkit import ToolRegistry
 from .tracing import run_extra
 
 __all__ = ("Executor",)
@@ -103,6 +104,7 @@ class Executor:
         "_on_tool",
         "_park",
         "_plain",
+        "_registry",
         "_resolver",
         "_run_id",
         "_toolkit",
@@ -125,6 +127,13 @@ class Executor:
         gate: PlainBeforeTool | None = None,
     ) -> None:
         self._toolkit = toolkit
+        # A registry whose execute is ToolRegistry's own (not a tracer's wrapper, nor a
+        # subclass's override) with a turn number: its execute_call does that execute.
+        self._registry = (
+            toolkit
+            if type(toolkit).execute is _EXECUTE and isinstance(toolkit, ToolRegistry)
+            else None
+        )
         self._watch = watch
         self._journal = journal
         self._turn = turn
@@ -211,12 +220,19 @@ class Executor:
                 if self._journal is not None:
                     await self._journal.fence()
                 started = time.perf_counter()
-                # By position (answer, call_id, run_id, tool_name, request, turn): keywords
-                # would make a dict per call.
-                ctx = ToolContext(None, call.id, self._run_id, call.name, None, self._turn)
-                result = await self._toolkit.execute(call.name, call.arguments, ctx)
+                registry = self._registry
+                if registry is not None:
+                    # The context made only if the tool needs it (execute_call).
+                    result = await registry.execute_call(
+                        call.name, call.arguments, call.id, self._run_id, self._turn
+                    )
+                else:
+                    # By position (answer, call_id, run_id, tool_name, request, turn):
+                    # keywords would make a dict per call.
+                    ctx = ToolContext(None, call.id, self._run_id, call.name, None, self._turn)
+                    result = await self._toolkit.execute(call.name, call.arguments, ctx)
+                    del ctx
                 self._report(call.name, result, started)
-                del ctx
                 by_gate = False
             else:
                 result, by_gate, changed = await self._invoke(call, FIRST)
@@ -459,6 +475,7 @@ class Executor:
 # lost), comes out of a turn as itself, not inside a task group's ExceptionGroup, so that
 # the host sees the plain error it can act on.
 _LOUD = (UsageError, StoreError)
+_EXECUTE: Final = ToolRegistry.execute
 
 
 def _with_changed(outcome: CallOutcome, changed: dict[str, Any] | None) -> CallOutcome:

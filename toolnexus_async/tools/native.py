@@ -35,7 +35,7 @@ import re
 import types
 import typing
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, overload
 
 import anyio.to_thread
@@ -43,6 +43,7 @@ import anyio.to_thread
 from .._core.errors import UsageError
 from .._core.types import ToolContext, ToolResult, check_tool_name
 from .._engine.guard import guards_itself, raised
+from .._engine.toolkit import makes_context
 
 __all__ = ("FunctionTool", "define_tool")
 
@@ -164,6 +165,19 @@ def _as_result(value: object) -> ToolResult:
 OnRefused = Callable[[dict[str, Any], ToolContext], Awaitable[None]]
 
 
+def _start_call(
+    tool: FunctionTool, args: dict[str, Any], call_id: str, run_id: str, turn: int | None
+) -> Coroutine[Any, Any, ToolResult]:
+    """A run's call of ``tool`` (``makes_context``): its context made only for a function
+    that takes one (or, in ``_run``, when it raises)."""
+    if tool._context_param is None:
+        return tool._run(args, None, call_id, run_id, turn)
+    return tool._run(
+        args, ToolContext(None, call_id, run_id, tool.name, None, turn), None, None, None
+    )
+
+
+@makes_context(_start_call)
 @guards_itself
 class FunctionTool:
     """A tool backed by a Python function; build it with :func:`define_tool`."""
@@ -260,12 +274,28 @@ class FunctionTool:
         """Call the underlying function directly, as if it were not decorated."""
         return self.fn(*args, **kwargs)
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
+    def execute(
+        self, args: dict[str, Any], ctx: ToolContext | None = None
+    ) -> Coroutine[Any, Any, ToolResult]:
         """Run the function with ``args``; every failure is an error result.
 
         Every exception (but a cancellation) is one, wherever it comes from: the toolkit
-        awaits this without a guard of its own (``guards_itself``).
+        awaits this without a guard of its own (``guards_itself``). Not a coroutine function
+        itself: it hands back the coroutine to await, which a run's call may also start
+        without a context made for it (``makes_context``).
         """
+        return self._run(args, ctx, None, None, None)
+
+    async def _run(
+        self,
+        args: dict[str, Any],
+        ctx: ToolContext | None,
+        call_id: str | None,
+        run_id: str | None,
+        turn: int | None,
+    ) -> ToolResult:
+        """:meth:`execute`'s work; ``call_id``, ``run_id`` and ``turn``: the parts of the
+        context a run's call has not made (``ctx`` is then None), made if it raises."""
         raw: object = args  # a direct caller may pass anything
         if type(raw) is not dict and not isinstance(raw, Mapping):
             return ToolResult.error(f"{self.name}: arguments must be an object")
@@ -297,6 +327,8 @@ class FunctionTool:
                     value = await value
             return _as_result(value)
         except Exception as exc:
+            if ctx is None and run_id is not None:
+                ctx = ToolContext(None, call_id, run_id, self.name, None, turn)
             return raised(self.name, exc, ctx)
 
     def _check(self, args: Mapping[str, Any]) -> str | None:
