@@ -88,6 +88,7 @@ class Entries(_Client):
 
     if TYPE_CHECKING:
         _conversation_runs: ConversationRuns
+        _engine: Engine
 
     @overload
     def run(
@@ -172,7 +173,8 @@ class Entries(_Client):
             output_type=output_type,
             options=options,
         )
-        return self.engine.drive_new(loop, toolkit)
+        # The engine itself: new_run_loop asked the property, which checks the client is open.
+        return self._engine.drive_new(loop, toolkit)
 
     @overload
     def stream(
