@@ -296,11 +296,14 @@ class AiohttpTransport:
 
     async def send(self, request: HttpRequest) -> HttpResponse:
         slots = self._slots
-        # A free slot (the usual case) is taken right here: no coroutine of its own.
-        if slots is None or slots.try_take():
-            timeout = self._timeout(request.timeout)
-        else:
+        # The usual limit's ClientTimeout read here, not through _timeout: one call fewer
+        # per request.
+        timeout = self._timeouts.get(request.timeout)
+        if slots is not None and not slots.try_take():
             timeout = await self._slot(slots, request)
+        elif timeout is None:
+            timeout = self._timeout(request.timeout)
+        # (A free slot, the usual case, is taken right here: no coroutine of its own.)
         # Errors are raised after the except blocks, not inside them: the originals must not
         # even become __context__, since aiohttp errors can hold the request headers.
         failure: tuple[str, OSError | None] | None = None
