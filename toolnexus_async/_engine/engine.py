@@ -13,8 +13,9 @@ Rules of this module:
   ``count_wait_in_timeout=False``, is paused while a human is being waited for) and a
   per-request ``request_timeout``. Cancelling the task that awaits a run cancels the
   in-flight request and the tool tasks with it.
-- A model request, its attempts and retries are :class:`ModelRequests`'s (``asking``),
-  which the engine is; the loop never sees a failed attempt that is retried.
+- A model turn is :class:`ModelTurns`'s (``turns``: the plain one done in :meth:`_drive`'s
+  own frame), its attempts and retries :class:`ModelRequests`'s (``asking``); the engine is
+  both, and the loop never sees a failed attempt that is retried.
 - Every model request, tool execution and run is reported as a metric event; a suspension
   is reported as pending, never as an error.
 - Tracing hangs on this door and nowhere else: a traced engine (``tracer=``, see
@@ -31,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -42,32 +43,25 @@ from .._core.errors import (
     ModelError,
     OutputValidationError,
     RunTimeoutError,
-    TransportError,
     UsageError,
 )
-from .._core.http import HttpResponse
 from .._core.ids import new_run_id
 from .._core.loop import CallModel, HaltedTurn, RunLoop
-from .._core.messages import ZERO_USAGE, Message, ModelReply, Usage, raw_of
+from .._core.messages import ZERO_USAGE, Message, Usage
 from .._core.metric_events import Reporter
 from .._core.output import OutputSpec
 from .._core.results import RunResult, ToolCallRecord
 from .._core.resume import ResumePlan
 from .._core.retry import RetryPolicy
-from .._core.types import Tool
-from .asking import ModelRequests
 from .executor import Executor
-from .hooks import BeforeLlm, Hooks, LlmCall, call_hook, check_gate, plain_before_tool
+from .hooks import Hooks, call_hook, check_gate, plain_before_tool
 from .journal import Journal
 from .model import HttpModel, Model
 from .resolver import Resolver
-from .streaming import (
-    Sink,
-    StreamToolCall,
-    StreamUsage,
-)
+from .streaming import Sink
 from .toolkit import ToolRegistry
 from .tracing import run_extra
+from .turns import ModelTurns
 
 if TYPE_CHECKING:
     from .otel import RunTracer
@@ -75,9 +69,6 @@ if TYPE_CHECKING:
 __all__ = ("Engine", "RunSpec")
 
 log = logging.getLogger("toolnexus_async")
-
-# Shared by every request that is not streamed: nothing is ever appended to it.
-_NO_TEXT: list[str] = []
 
 
 @attrs.frozen
@@ -135,7 +126,7 @@ class _Budget:
             self._scope.deadline = self._saved + (anyio.current_time() - self._paused_at)
 
 
-class Engine(ModelRequests):
+class Engine(ModelTurns):
     """Drives runs for one client: requests, retries, hooks, limits and metrics."""
 
     def __init__(
@@ -388,138 +379,6 @@ class Engine(ModelRequests):
             )
         return result
 
-    async def _model_turn(
-        self,
-        loop: RunLoop,
-        toolkit: ToolRegistry,
-        sink: Sink | None,
-        output: OutputSpec | None,
-        journal: Journal | None,
-        debug: bool,
-    ) -> ToolRegistry:
-        """A model turn of :meth:`_drive`, retried as the policy says; the toolkit after it."""
-        run_id = loop.run_id
-        messages: Sequence[Message] = loop.messages
-        if debug:
-            log.debug(
-                "%s: model request %d (%s)",
-                run_id,
-                loop.turns + 1,
-                self.model.name,
-                extra=run_extra(run_id),
-            )
-        hooks = self.hooks
-        if hooks is not None and hooks.before_llm is not None:
-            messages, toolkit = await _before_llm(hooks.before_llm, loop, messages, toolkit)
-        specs: Sequence[Tool] = toolkit.specs
-        if output is not None:
-            messages, specs = output.shape(messages, specs)
-        streamed: list[str] = [] if sink is not None else _NO_TEXT
-        request_started = time.perf_counter()
-        try:
-            # Retries (rare) have a frame of their own, entered outside the except block so
-            # that a later failure is not chained to the first.
-            failure: ModelError | None = None
-            try:
-                reply = await (
-                    self.model.request(messages, specs, output)
-                    if sink is None and self._plain
-                    else self._attempt(messages, specs, sink, streamed, output)
-                )
-            except ModelError as exc:
-                failure = exc
-            if failure is None:
-                self._report_reply(reply, request_started)
-            else:
-                reply = await self._retry(
-                    failure,
-                    request_started,
-                    messages,
-                    specs,
-                    sink,
-                    streamed,
-                    run_id,
-                    output,
-                )
-            if hooks is not None and hooks.after_llm is not None:
-                await call_hook(hooks.after_llm, reply, raw_of(reply))
-        except ModelError as exc:
-            # The host may retry from here; tools that already ran are not redone.
-            exc.run = loop.interrupted()
-            raise
-        # What the transcript keeps: a reply cut by the output limit loses its calls.
-        kept = loop.model_replied(reply)
-        if journal is not None and kept.tool_calls:
-            # The turn is kept before any of its calls runs (and before a stream shows them).
-            await journal.turn(loop, streamed=sink is not None)
-        if sink is not None:
-            sink(StreamUsage(reply.usage))
-            for call in kept.tool_calls:
-                sink(StreamToolCall(call.id, call.name, call.arguments))
-        return toolkit
-
-    def _asking(
-        self, loop: RunLoop, toolkit: ToolRegistry, output: OutputSpec | None, debug: bool
-    ) -> Awaitable[ModelReply] | Awaitable[HttpResponse]:
-        """The plain turn's request, to be awaited: the model's, or an HTTP model's
-        transport's (whose response :meth:`_reply_of` reads)."""
-        run_id = loop.run_id
-        if debug:
-            log.debug(
-                "%s: model request %d (%s)",
-                run_id,
-                loop.turns + 1,
-                self.model.name,
-                extra=run_extra(run_id),
-            )
-        messages: Sequence[Message] = loop.messages
-        specs: Sequence[Tool] = toolkit.specs
-        if output is not None:
-            messages, specs = output.shape(messages, specs)
-        http = self._http
-        if http is None:
-            return self.model.request(messages, specs, output)
-        return http.send(messages, specs, output)
-
-    def _reply_of(self, answer: ModelReply | HttpResponse) -> ModelReply:
-        """The reply in what :meth:`_asking`'s request came to (as ``HttpModel.request``)."""
-        if isinstance(answer, ModelReply):
-            return answer
-        http = self._http
-        assert http is not None  # only its send hands back a response
-        return http.reply(answer)
-
-    def _failure(self, error: ModelError) -> ModelError:
-        """What the plain turn's request ``error`` is to the run: a transport's own error
-        scrubbed, as ``HttpModel.request`` raises it (raise it outside the except block)."""
-        http = self._http
-        if http is not None and isinstance(error, TransportError):
-            return http.scrubbed(error)
-        return error
-
-    async def _retried(
-        self,
-        failure: ModelError,
-        started: float,
-        loop: RunLoop,
-        toolkit: ToolRegistry,
-        output: OutputSpec | None,
-    ) -> ModelReply:
-        """The plain turn's request after its first attempt failed, as :meth:`_model_turn`
-        retries it (a frame only for the rare retry)."""
-        messages: Sequence[Message] = loop.messages
-        specs: Sequence[Tool] = toolkit.specs
-        if output is not None:
-            messages, specs = output.shape(messages, specs)
-        try:
-            return await self._retry(
-                failure, started, messages, specs, None, _NO_TEXT, loop.run_id, output
-            )
-        except ModelError as exc:
-            # The host may retry from here; tools that already ran are not redone.
-            exc.run = loop.interrupted()
-            raise
-
     def _executor(
         self,
         toolkit: ToolRegistry,
@@ -543,19 +402,3 @@ class Engine(ModelRequests):
             tracer,  # watch
             self._gate,
         )
-
-
-async def _before_llm(
-    hook: BeforeLlm, loop: RunLoop, messages: Sequence[Message], toolkit: ToolRegistry
-) -> tuple[Sequence[Message], ToolRegistry]:
-    tools = toolkit.tools()
-    # The hook gets its own lists: an in-place edit must show as a change.
-    changed = await call_hook(hook, LlmCall(list(messages), list(tools)))
-    if not isinstance(changed, LlmCall):
-        return messages, toolkit
-    # A replacement holds for the rest of the run: the loop keeps the new transcript
-    # and a toolkit of the new tools executes what the model calls from now on.
-    loop.messages[:] = changed.messages
-    if changed.tools != tools:
-        toolkit = ToolRegistry(changed.tools)
-    return loop.messages, toolkit

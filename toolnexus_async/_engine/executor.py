@@ -5,7 +5,7 @@ Rules of this module:
 - It decides nothing about suspensions: :class:`~toolnexus_async._core.suspension.CallRule`
   does, and this module performs its actions (execute the call, ask the resolver) and feeds
   back what happened. What it owns is the I/O around them: hooks, metrics, stream events,
-  the time limit of an :class:`Ask`, and pausing the run's deadline while a human is asked.
+  the waits (``callsteps``: an :class:`Ask`'s time limit, the run's deadline paused).
 - The calls of a turn run concurrently (``_concurrency.run_concurrently``): a call that
   finishes without awaiting needs no task, the first call that waits goes on in the
   calling task and the calls after it start in tasks of one ``asyncio.TaskGroup``; the
@@ -35,54 +35,25 @@ import logging
 import operator
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Final, Literal, Protocol
-
-import anyio
+from typing import Any, Final, Literal
 
 from .._core.errors import StoreError, UsageError
 from .._core.loop import CallOutcome, HaltedTurn
 from .._core.messages import ToolCall
 from .._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
-from .._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
+from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
+from .callsteps import CallSteps, Executes, Pausable, Watch
 from .concurrency import run_concurrently
-from .hooks import Hooks, PlainBeforeTool, call_hook
+from .hooks import Hooks, PlainBeforeTool
 from .journal import Journal
 from .resolver import Resolver
-from .streaming import Sink, StreamPending, StreamToolResult
+from .streaming import Sink, StreamPending
 from .toolkit import ToolRegistry
 from .tracing import run_extra
 
 __all__ = ("Executor",)
 
 log = logging.getLogger("toolnexus_async")
-
-
-class _Executes(Protocol):
-    async def execute(
-        self, name: str, args: dict[str, Any], ctx: ToolContext | None = None
-    ) -> ToolResult: ...
-
-    def get(self, name: str) -> Tool | None: ...
-
-    def check_arguments(self, name: str, args: dict[str, Any]) -> str | None: ...
-
-    async def refused(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None: ...
-
-
-class Watch(Protocol):
-    """Who sees each wait for a person (a traced run's tracer: one span per wait)."""
-
-    def wait(self, call: ToolCall, request: Request, asked: Awaitable[Answer]) -> Awaitable[Answer]:
-        """``asked``, awaited on the watcher's behalf."""
-        ...
-
-
-class Pausable(Protocol):
-    """A run deadline that human waits may be kept out of (``count_wait_in_timeout=False``)."""
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
 
 
 # What a call comes to: a bare result when there is nothing else to say (RunLoop takes both).
@@ -92,7 +63,7 @@ ToolOutcome = Literal["ok", "error", "pending"]
 OnTool = Callable[[str, str, ToolOutcome, float], None]
 
 
-class Executor:
+class Executor(CallSteps):
     """Executes tool calls through a toolkit on behalf of one run."""
 
     __slots__ = (
@@ -114,7 +85,7 @@ class Executor:
 
     def __init__(
         self,
-        toolkit: _Executes,
+        toolkit: Executes,
         resolver: Resolver | None,
         run_id: str,
         hooks: Hooks | None = None,
@@ -304,45 +275,6 @@ class Executor:
                 )
                 return outcome if self._plain else await self._final(call, last, outcome)
 
-    async def _ask(self, rule: CallRule, ask: Ask, call: ToolCall) -> Settle | Halt | Execute | Ask:
-        """Ask a resolver that is not a parking one (or with a wait budget to pause, or a
-        watched wait)."""
-        budget = self._budget
-        if budget is not None:
-            budget.pause()
-        try:
-            if ask.timeout is not None:
-                with anyio.move_on_after(ask.timeout) as scope:
-                    answer = await self._asking(call, ask.request)
-                if scope.cancelled_caught:
-                    return rule.timed_out()
-            else:
-                answer = await self._asking(call, ask.request)
-        except HaltRun:
-            return rule.halted()
-        except UsageError:
-            raise  # a misconfigured resolver (it returned no Answer): loud, not fed to the model
-        except Exception as exc:
-            # The host's resolver failed: tell the model, keep the sibling calls running.
-            log.exception(
-                "wait_for raised while resolving request %s",
-                ask.request.id,
-                extra=run_extra(self._run_id),
-            )
-            return rule.failed(exc)
-        finally:
-            if budget is not None:
-                budget.resume()
-        return rule.answered(answer)
-
-    def _asking(self, call: ToolCall, request: Request) -> Awaitable[Answer]:
-        """The resolver's answer to ``request``, awaited inside its wait span if watched."""
-        resolver = self._resolver
-        assert resolver is not None
-        asked = resolver.ask(request, self._run_id)
-        watch = self._watch
-        return asked if watch is None else watch.wait(call, request, asked)
-
     async def _invoke(
         self, call: ToolCall, action: Execute
     ) -> tuple[ToolResult, bool, dict[str, Any] | None]:
@@ -420,55 +352,6 @@ class Executor:
         tool = self._toolkit.get(name)
         source = tool.source if tool is not None else "unknown"
         self._on_tool(name, source, outcome, time.perf_counter() - started)
-
-    def _context(self, call: ToolCall, action: Execute) -> ToolContext:
-        """What the hooks and the tool are told of the call ``action`` executes."""
-        return ToolContext(
-            answer=action.answer,
-            call_id=call.id,
-            run_id=self._run_id,
-            tool_name=call.name,
-            request=action.request,
-            turn=self._turn,
-        )
-
-    async def _tell_refused(self, call: ToolCall, request: Request | None, refusal: Answer) -> None:
-        """Tell the tool its request was refused; ctx is the one its executions had."""
-        ctx = ToolContext(
-            answer=refusal,
-            call_id=call.id,
-            run_id=self._run_id,
-            tool_name=call.name,
-            request=request,
-            turn=self._turn,
-        )
-        await self._toolkit.refused(call.name, call.arguments, ctx)
-
-    async def _final(self, call: ToolCall, last: Execute, outcome: CallOutcome) -> CallOutcome:
-        """Apply ``after_tool`` to a result the model will see (never to a suspension)."""
-        hooks = self._hooks
-        if hooks is not None and hooks.after_tool is not None:
-            ctx = self._context(call, last)
-            try:
-                changed = await call_hook(
-                    hooks.after_tool, call.name, call.arguments, outcome.result, ctx
-                )
-            except Exception as exc:
-                changed = ToolResult.error(
-                    f"after_tool hook raised {type(exc).__name__} for {call.name!r}: {exc}"
-                )
-            if isinstance(changed, ToolResult) and request_in(changed) is None:
-                outcome = CallOutcome(changed, outcome.request, outcome.answered_ok)
-        if self._journal is not None:
-            # Kept before the model sees it: after a crash this call never runs again.
-            await self._journal.settled(call, outcome)
-        if self._on_event is not None:
-            result = outcome.result
-            declined = outcome.answered_ok is False
-            self._on_event(
-                StreamToolResult(call.id, call.name, result.output, result.is_error, declined)
-            )
-        return outcome
 
 
 # A misconfigured resolver's UsageError, or a store's StoreError (a durable run's lease
