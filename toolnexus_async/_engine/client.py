@@ -36,9 +36,10 @@ from .._io.transport import AiohttpTransport
 from .conversations import ConversationRuns, ConversationStore, MemoryConversationStore
 from .engine import Engine
 from .entries import Entries
+from .function_model import FunctionModel
 from .hooks import Hooks
 from .metrics import MetricsRegistry
-from .model import FunctionModel, Generate, HttpModel, Model, hints_for
+from .model import Generate, HttpModel, Model, hints_for
 from .resolver import Resolver, WaitFor
 from .resuming import Resuming
 from .tracing import Tracing, otel_missing

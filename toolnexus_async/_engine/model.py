@@ -1,4 +1,5 @@
-"""Where a model reply comes from: an HTTP provider (codec + transport) or a Python function.
+"""Where a model reply comes from: an HTTP provider (codec + transport) or a Python function
+(``function_model``).
 
 Rule of this module: a model turns a transcript and the tools' specs into one
 :class:`~toolnexus_async._core.loop.ModelReply`; it does not loop, execute tools or keep state
@@ -8,7 +9,6 @@ between requests. The client drives it.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -30,7 +30,7 @@ from .._core.output import OUTPUT_TOOL, OutputSpec
 from .._core.secrets import Scrubber, redact_url
 from .._core.types import Tool
 
-__all__ = ("FunctionModel", "Generate", "HttpModel", "Model", "hints_for")
+__all__ = ("Generate", "HttpModel", "Model", "OnArguments", "OnText", "hints_for")
 
 _VERSION = re.compile(r"v\d")  # a path segment naming an API version: v1, v1beta, v2
 
@@ -370,64 +370,3 @@ class HttpModel:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
-
-
-class FunctionModel:
-    """A model played by a Python function: ``generate(messages, tools)`` returns one reply.
-
-    The reply may be an :class:`AssistantMessage`, a plain string (a final text), or a full
-    ``ModelReply`` when the function wants to report usage.
-    """
-
-    __slots__ = ("_generate", "name")
-
-    enforces_timeout = False
-
-    def __init__(self, generate: Generate, model: str) -> None:
-        self._generate = generate
-        self.name = model
-
-    async def request(
-        self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
-    ) -> ModelReply:
-        # A copy: the function may keep or mutate what it gets without touching the run.
-        reply: object = self._generate(list(messages), list(tools))
-        if inspect.isawaitable(reply):
-            reply = await reply
-        if isinstance(reply, ModelReply):
-            return reply
-        if isinstance(reply, AssistantMessage):
-            return ModelReply(reply, model=self.name, raw=reply)
-        if isinstance(reply, str):
-            return ModelReply(AssistantMessage(reply), model=self.name, raw=reply)
-        raise ProtocolError(
-            f"in-process model {self.name!r} returned {type(reply).__name__}; "
-            "return an AssistantMessage, a ModelReply or a str"
-        )
-
-    async def stream(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Tool],
-        on_text: OnText,
-        on_reasoning: OnText | None = None,
-        output: OutputSpec | None = None,
-        on_output: OnArguments | None = None,
-    ) -> ModelReply:
-        """The function's reply; its reasoning, text and output tool's arguments are
-        handed over in one piece each."""
-        reply = await self.request(messages, tools)
-        if on_reasoning is not None:
-            for thought in reply.message.reasoning:
-                if thought.text:
-                    on_reasoning(thought.text)
-        if reply.message.text:
-            on_text(reply.message.text)
-        if on_output is not None:
-            for index, call in enumerate(reply.message.tool_calls):
-                if call.name == OUTPUT_TOOL:
-                    on_output(call.invalid_arguments or compact(call.arguments), index)
-        return reply
-
-    async def aclose(self) -> None:
-        return None
