@@ -13,9 +13,9 @@ Rules of this module:
   is awaited without the registry's guard around it.
 - Tools come from :class:`~toolnexus_async.ToolSource` s composed into the registry
   (:meth:`ToolRegistry.compose`), entered in order when the registry is entered and left in
-  reverse when it closes. A source that fails to open closes the ones opened before it (and
-  the registry): nothing stays open. A composed registry refuses to execute before it is
-  entered, since its tools are not there yet.
+  reverse when it closes (``toolsources``). A source that fails to open closes the ones
+  opened before it (and the registry): nothing stays open. A composed registry refuses to
+  execute before it is entered, since its tools are not there yet.
 - Names are unique. Two sources offering one name when the registry opens is a
   :class:`UsageError` naming both; :meth:`register` refuses a taken name unless told to
   replace it. A *live* source (one whose tools change while it is open: it has
@@ -33,12 +33,9 @@ Rules of this module:
 from __future__ import annotations
 
 import copy
-import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Self, TypeVar
-
-import anyio
 
 from .._core.closing import FlagClosing
 from .._core.codecs._tools import render_anthropic, render_gemini, render_openai
@@ -46,6 +43,7 @@ from .._core.errors import UsageError
 from .._core.types import Tool, ToolContext, ToolResult, ToolSource, check_tool
 from .._core.validation import Validator, validator_for
 from .guard import GUARDS_ITSELF, guarded, ready
+from .toolsources import ToolSources
 from .tracing import run_extra
 
 __all__ = ("MAKES_CONTEXT", "ToolRegistry", "makes_context")
@@ -53,7 +51,7 @@ __all__ = ("MAKES_CONTEXT", "ToolRegistry", "makes_context")
 log = logging.getLogger("toolnexus_async")
 
 
-class ToolRegistry(FlagClosing):
+class ToolRegistry(ToolSources, FlagClosing):
     """A set of uniquely named tools from composed sources, executed safely.
 
     The public :class:`~toolnexus_async.Toolkit` is this class plus the standard assembly;
@@ -106,126 +104,6 @@ class ToolRegistry(FlagClosing):
             toolkit._add_source(source)
         toolkit._blocked = True
         return toolkit
-
-    def _add_source(self, source: ToolSource) -> None:
-        if not isinstance(source, ToolSource):
-            raise UsageError(
-                f"{source!r} is not a tool source: it needs async __aenter__/__aexit__ and "
-                "tools() (wrap plain tools or functions in NativeTools)"
-            )
-        if any(source is mine for mine in self._sources):
-            raise UsageError(f"the tool source {source!r} is given twice")
-        self._sources.append(source)
-
-    def _adopt(self, source: ToolSource) -> None:
-        """Take the tools of ``source``, open already (its tools need no I/O), as if it had
-        been entered: for an assembly whose toolkit is usable before it is entered."""
-        self._add_source(source)
-        self._opened.append(source)
-        self._take(source, live=False)
-
-    @property
-    def sources(self) -> tuple[ToolSource, ...]:
-        """The composed sources, in order (open while the toolkit is entered)."""
-        return tuple(self._sources)
-
-    @property
-    def unopened(self) -> tuple[ToolSource, ...]:
-        """The composed sources not opened yet: their tools join when it is entered."""
-        if self._closed:
-            return ()
-        return tuple(s for s in self._sources if not any(s is o for o in self._opened))
-
-    async def start(self) -> None:
-        """Open the sources in order and take their tools (``async with`` does this).
-
-        Call :meth:`aclose` from the same task. If a source fails to open, or two offer one
-        name, the sources opened so far are closed, the toolkit too, and the error is
-        raised (a source's own exception carries a note naming the source).
-        """
-        self._check_open()
-        if self._started:
-            return
-        self._started = True
-        try:
-            for source in self._sources:
-                if any(source is opened for opened in self._opened):
-                    continue  # adopted open
-                watch = getattr(source, "watch", None)
-                if watch is not None:
-                    watch(functools.partial(self._changed, source))
-                try:
-                    await source.__aenter__()
-                except Exception as exc:
-                    exc.add_note(f"(while opening the tool source {source!r})")
-                    raise
-                self._opened.append(source)
-                self._take(source, live=watch is not None)
-        except BaseException:
-            # Cancelled or failed: whatever is open must close, even inside a cancelled scope.
-            with anyio.CancelScope(shield=True):
-                await self._close_all(quiet=True)
-            raise
-        self._blocked = False
-
-    def _take(self, source: ToolSource, *, live: bool) -> None:
-        """Register what ``source`` offers as it opens (see the module's rules on names)."""
-        for offered in source.tools():
-            tool = check_tool(offered)
-            holder = self._owners.get(tool.name)
-            if tool.name not in self._tools:
-                self._tools[tool.name] = tool
-                self._owners[tool.name] = source
-            elif live:
-                log.warning(
-                    "tool %r of %r is left out: the name is taken by %s",
-                    tool.name,
-                    source,
-                    "this source" if holder is source else _holder(holder),
-                )
-            elif holder is source:
-                raise UsageError(f"the tool source {source!r} offers {tool.name!r} twice")
-            else:
-                raise UsageError(
-                    f"two tool sources offer a tool named {tool.name!r}: {_holder(holder)} "
-                    f"and {source!r}; leave it out of one of them"
-                )
-        self._spec_tuple = tuple(self._tools.values())
-
-    def _changed(self, source: ToolSource) -> None:
-        """A live source's tools changed: offer what it offers now, in place of what it
-        offered before (a tool it still offers keeps its place)."""
-        if self._closed or not any(source is s for s in self._opened):
-            return
-        fresh: dict[str, Tool] = {}
-        for offered in source.tools():
-            try:
-                tool = check_tool(offered)
-            except UsageError as exc:
-                log.warning("a tool of %r is left out: %s", source, exc)
-                continue
-            fresh.setdefault(tool.name, tool)
-        tools: dict[str, Tool] = {}
-        for name, tool in self._tools.items():
-            if self._owners.get(name) is not source:
-                tools[name] = tool
-                continue
-            self._validators.pop(name, None)
-            del self._owners[name]
-            if name in fresh:
-                tools[name] = fresh.pop(name)
-                self._owners[name] = source
-        for name, tool in fresh.items():
-            if name in tools:
-                holder = _holder(self._owners.get(name))
-                log.warning(
-                    "tool %r of %r is left out: the name is taken by %s", name, source, holder
-                )
-                continue
-            tools[name] = tool
-            self._owners[name] = source
-        self._tools = tools
-        self._spec_tuple = tuple(tools.values())
 
     async def __aenter__(self) -> Self:
         self._check_open()
@@ -382,19 +260,6 @@ class ToolRegistry(FlagClosing):
         return f"invalid arguments for tool {tool.name!r}: {problem}; the tool did not run"
 
     @property
-    def instructions(self) -> str | None:
-        """What the open sources add to a run's system prompt (each source's optional
-        ``instructions()``, in order), or None: a skill catalogue, say."""
-        # A loop, not a comprehension: asked once per run, and on 3.11 the comprehension
-        # made a function and a cell (for its walrus) each time.
-        parts: list[str] = []
-        for source in self._opened:
-            text = _instructions_of(source)
-            if text:
-                parts.append(text)
-        return "\n\n".join(parts) or None
-
-    @property
     def specs(self) -> tuple[Tool, ...]:
         """The tools, as the one tuple a model request renders: the same object until the
         tools change, so a codec renders it once (see ``_codecs._tools``).
@@ -418,38 +283,6 @@ class ToolRegistry(FlagClosing):
         """Gemini ``functionDeclarations``, with the schema keys Gemini rejects removed."""
         return copy.deepcopy(render_gemini(self._spec_tuple))
 
-    async def aclose(self) -> None:
-        """Close the sources (in reverse), then every tool registered directly that holds a
-        resource (it has an ``aclose``). Idempotent. One failing close does not keep the
-        others open: the first error is raised once everything was closed.
-        """
-        await self._close_all(quiet=False)
-
-    async def _close_all(self, *, quiet: bool) -> None:
-        if self._closed:
-            return
-        self._closed = self._blocked = True
-        opened, self._opened = self._opened[::-1], []
-        closers: list[Callable[[], Awaitable[object]] | None] = [
-            functools.partial(source.__aexit__, None, None, None) for source in opened
-        ]
-        closers += [
-            getattr(tool, "aclose", None)
-            for name, tool in self._tools.items()
-            if name not in self._owners
-        ]
-        first: Exception | None = None
-        for closer in closers:
-            if closer is None:
-                continue
-            try:
-                await closer()
-            except Exception as exc:
-                log.warning("closing a tool source failed: %r", exc)
-                first = first or exc
-        if first is not None and not quiet:
-            raise first
-
 
 # A tool class whose calls in a run may be started from the context's parts (its function's
 # value here), making the ToolContext only when it is needed; the exact class, as
@@ -472,12 +305,3 @@ def makes_context(start: StartCall) -> Callable[[T], T]:
         return cls
 
     return mark
-
-
-def _holder(source: ToolSource | None) -> str:
-    return "a tool registered directly" if source is None else repr(source)
-
-
-def _instructions_of(source: ToolSource) -> str | None:
-    instructions = getattr(source, "instructions", None)
-    return instructions() if callable(instructions) else None
