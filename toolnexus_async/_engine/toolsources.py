@@ -172,11 +172,13 @@ class ToolSources:
     def instructions(self) -> str | None:
         """What the open sources add to a run's system prompt (each source's optional
         ``instructions()``, in order), or None: a skill catalogue, say."""
-        # A loop, not a comprehension: asked once per run, and on 3.11 the comprehension
-        # made a function and a cell (for its walrus) each time.
+        # A loop by index, not a comprehension: asked once per run, and on 3.11 the
+        # comprehension made a function and a cell (for its walrus) each time, the list's
+        # iterator an object the collector tracks.
         parts: list[str] = []
-        for source in self._opened:
-            text = _instructions_of(source)
+        opened = self._opened
+        for index in range(len(opened)):
+            text = _instructions_of(opened[index])
             if text:
                 parts.append(text)
         return "\n\n".join(parts) or None

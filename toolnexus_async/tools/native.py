@@ -332,11 +332,12 @@ class FunctionTool:
             return raised(self.name, exc, ctx)
 
     def _check(self, args: Mapping[str, Any]) -> str | None:
-        # One loop over a tuple, and no key view unless optional parameters were given:
-        # each view and each iterator over a set or a dict is an object the collector
-        # tracks, made on every call (see the issue 41 C = 500 section of performance.md).
-        for name in self._required:
-            if name not in args:
+        # By index, and no key view unless optional parameters were given: each view and
+        # each iterator (over a tuple too) is an object the collector tracks, made on every
+        # call (see the issue 41 C = 500 section of performance.md).
+        required = self._required
+        for index in range(len(required)):
+            if required[index] not in args:
                 missing = [name for name in self._required if name not in args]
                 return f"missing required argument(s): {', '.join(missing)}"
         if self._accepts_extra or len(args) == len(self._required):
