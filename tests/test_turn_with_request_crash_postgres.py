@@ -43,14 +43,14 @@ import pytest
 from tests.conftest import assert_no_leaks
 from tests.pg import PgCluster
 from tests.test_answer_crash import killed_after
-from tests.test_host import until
-from tests.test_turn_with_request import GATE, pay_model, pay_toolkit
-from toolnexus_async import Answer, Inbox, LlmClient, Message, RunResult
-from toolnexus_async.durable import DurableHost, PostgresRunStore
+from tests.test_pg_faults import database
+from tests.test_turn_with_request_crash import WORKER, taken_over
+from toolnexus_async.durable import PostgresRunStore
 
 LIMIT = 90  # each child is a fresh interpreter; a crashed cluster starts again
 
-CHILD = '''
+CHILD = (
+    """
 import sys, threading
 
 import anyio
@@ -68,29 +68,9 @@ TURNS = (PgRunOps.turn, Asked.turn)  # a turn's write, alone or with its request
 armed = False
 
 
-def say(line):
-    sys.stdout.write(line + "\\n")
-    sys.stdout.flush()
-
-
-def effect(line):
-    with open(EFFECTS, "a") as f:
-        f.write(line + "\\n")
-
-
-@define_tool(name="pay")
-async def pay() -> str:
-    """Pay (the gate asks first)."""
-    effect("paid")
-    return "paid"
-
-
-def model(messages, tools):
-    effect("model")
-    if isinstance(messages[-1], ToolReturn):
-        return f"result: {messages[-1].output}"
-    return reply(tool_call("pay", id="c1"))
-
+"""
+    + WORKER
+    + '''
 
 def turned(batch):
     """Whether a batch writes a run's turn (the start writes turn 0)."""
@@ -145,16 +125,7 @@ async def main():
 
 anyio.run(main)
 '''
-
-
-async def database(cluster: PgCluster) -> str:
-    """A database of its own on ``cluster``: its DSN."""
-    admin = await asyncpg.connect(cluster.server.dsn)
-    try:
-        await admin.execute("CREATE DATABASE app TEMPLATE template0")
-    finally:
-        await admin.close()
-    return cluster.server.dsn_for("app")
+)
 
 
 async def fetch(dsn: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -197,41 +168,9 @@ async def test_worker_gone_at_the_turn_written_with_its_request_on_postgres(
     else:
         assert turn == [(1,)] and [status for _, status in asked] == ["pending"]
 
-    asks: list[str] = []
-    paid: list[str] = []
-
-    def model(messages: list[Message], tools: list[Any]) -> Any:
-        asks.append(type(messages[-1]).__name__)
-        return pay_model(messages, tools)
-
-    inbox = Inbox()
-    results: list[RunResult] = []
-    ended = anyio.Event()
-
-    def on_result(result: RunResult) -> None:
-        results.append(result)
-        ended.set()
-
     with anyio.fail_after(LIMIT):
-        async with (
-            PostgresRunStore(dsn) as store,
-            pay_toolkit(paid) as toolkit,
-            LlmClient.in_process(model, wait_for=inbox, hooks=GATE) as client,
-        ):
-            listed = [r.id for r in await store.requests()]  # before any host goes on
-            assert listed == [request_id for request_id, _ in asked]
-            async with DurableHost(client, toolkit, store, sweep=0.05, on_result=on_result) as host:
-                # The dead worker's lease (1 s) runs out, then this host goes on with it.
-                await until(lambda: len(inbox) == 1)
-                (request,) = inbox.pending()
-                if point == "after":
-                    assert request.id == asked[0][0]  # the same request, asked once
-                assert [r.id for r in await store.requests()] == [request.id]
-                await host.answer(Answer(request.id, True))
-                await ended.wait()
-    assert results[0].text == "result: paid" and paid == ["paid"]
-    # Before the commit, the run asked the model again for its turn; after, it did not.
-    assert asks == (["UserMessage", "ToolReturn"] if point == "commit" else ["ToolReturn"])
+        async with PostgresRunStore(dsn) as store:
+            await taken_over(store, point, asked)
     # Only one request was ever written.
     assert len(await fetch(dsn, "SELECT request_id FROM toolnexus.requests")) == 1
     assert_no_leaks()

@@ -85,35 +85,29 @@ class Asked:
         first = (run_id, owner, lease_until, turn, text, prompt_of(state), now)
         return self.start, (*first, started_events(state, turn), *asked)
 
-    async def _taken(self, conn: Any, request_id: str) -> bool:
+    async def _check_free(self, conn: Any, request_id: str) -> None:
+        """Raise if the request's id was why nothing was written."""
         sql = f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1"
-        return bool(await conn.fetchval(sql, request_id))
+        if await conn.fetchval(sql, request_id):
+            raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
 
     async def turn(self, conn: Any, *args: Any) -> None:
         """``PgOps.turn``'s arguments, then ``PgOps.suspend``'s (after the connection)."""
-        run_id, turn, owner, state, now, events = args[:6]
         asked = args[6:]
-        both = [*events, asked[8]]  # the turn's events, then the request's
-        first = turn_args(run_id, turn, owner, state, now, both)
-        request_id = asked[3]
-        if await conn.fetchval(self._turn, *first, *ask_args(*asked)):
+        first = turn_args(args, [*args[5], asked[8]])  # the turn's events, the request's
+        if await conn.fetchval(self._turn, *first, *ask_args(asked)):
             return
-        if await self._taken(conn, request_id):
-            raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
-        raise await self._ops._lost(conn, run_id, owner)
+        await self._check_free(conn, asked[3])
+        raise await self._ops._lost(conn, args[0], args[2])
 
     async def start(self, conn: Any, *args: Any) -> None:
         """``PgOps.start``'s arguments, then ``PgOps.suspend``'s (after the connection)."""
-        run_id, owner, lease_until, turn, state, prompt, now, events = args[:8]
         asked = args[8:]
-        both = [*events, asked[8]]  # the start's events, then the request's
-        first = start_args(run_id, owner, lease_until, turn, state, prompt, now, both)
-        request_id = asked[3]
-        if await conn.fetchval(self._start, *first, *ask_args(*asked)):
+        first = start_args(args, [*args[7], asked[8]])  # the start's events, the request's
+        if await conn.fetchval(self._start, *first, *ask_args(asked)):
             return
-        if await self._taken(conn, request_id):
-            raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
-        raise UsageError(f"a run {run_id!r} is stored already; run ids must be unique")
+        await self._check_free(conn, asked[3])
+        raise UsageError(f"a run {args[0]!r} is stored already; run ids must be unique")
 
     async def many(self, conn: Any, writes: Sequence[tuple[Any, ...]]) -> list[Any]:
         """:meth:`turn` for each of ``writes``: the turns as one statement, then the

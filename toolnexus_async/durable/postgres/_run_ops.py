@@ -34,7 +34,7 @@ class PgRunOps(PgOpsBase):
     ) -> None:
         inserted = await conn.fetchval(
             self._one.start,
-            *start_args(run_id, owner, lease_until, turn, state, prompt, now, events),
+            *start_args((run_id, owner, lease_until, turn, state, prompt, now), events),
         )
         if not inserted:
             raise UsageError(f"a run {run_id!r} is stored already; run ids must be unique")
@@ -50,7 +50,7 @@ class PgRunOps(PgOpsBase):
         events: list[EventRow],
     ) -> None:
         if not await conn.fetchval(
-            self._one.turn, *turn_args(run_id, turn, owner, state, now, events)
+            self._one.turn, *turn_args((run_id, turn, owner, state, now), events)
         ):
             raise await self._lost(conn, run_id, owner)
 
@@ -89,7 +89,7 @@ class PgRunOps(PgOpsBase):
     ) -> None:
         asked = (run_id, call_id, owner, request_id, body, expires_at, kind, prompt, event, now)
         inserted = await conn.fetchval(
-            self._one.suspend, run_id, owner, *ask_args(*asked), *_arrays([event]), now
+            self._one.suspend, run_id, owner, *ask_args(asked), *_arrays([event]), now
         )
         if not inserted:
             if await conn.fetchval(

@@ -21,6 +21,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .._answers import COLUMNS
@@ -74,40 +75,24 @@ def arrays(rows: list[EventRow]) -> tuple[list[str], list[str], list[str]]:
 # start's, then a request's, with the events of both.
 
 
-def start_args(
-    run_id: str,
-    owner: str,
-    lease_until: float,
-    turn: int,
-    state: str,
-    prompt: str,
-    now: float,
-    events: list[EventRow],
-) -> tuple[Any, ...]:
-    """``PgOps.start``'s arguments as $1..$10 of :func:`started`'s statements."""
+def start_args(args: Sequence[Any], events: list[EventRow]) -> tuple[Any, ...]:
+    """``PgOps.start``'s arguments (``args``; ``events`` for its events) as $1..$10 of
+    :func:`started`'s statements."""
+    run_id, owner, lease_until, turn, state, prompt, now = args[:7]
     return (run_id, owner, turn, state, prompt, now, lease_until, *arrays(events))
 
 
-def turn_args(
-    run_id: str, turn: int, owner: str, state: str, now: float, events: list[EventRow]
-) -> tuple[Any, ...]:
-    """``PgOps.turn``'s arguments as $1..$8 of :func:`turned`'s statements."""
+def turn_args(args: Sequence[Any], events: list[EventRow]) -> tuple[Any, ...]:
+    """``PgOps.turn``'s arguments (``args``; ``events`` for its events) as $1..$8 of
+    :func:`turned`'s statements."""
+    run_id, turn, owner, state, now = args[:5]
     return (run_id, owner, turn, state, now, *arrays(events))
 
 
-def ask_args(
-    run_id: str,
-    call_id: str,
-    owner: str,
-    request_id: str,
-    body: str,
-    expires_at: float | None,
-    kind: str,
-    prompt: str,
-    event: EventRow,
-    now: float,
-) -> tuple[Any, ...]:
-    """``PgOps.suspend``'s arguments, the request's six (:func:`request`'s ``first`` on)."""
+def ask_args(args: Sequence[Any]) -> tuple[Any, ...]:
+    """``PgOps.suspend``'s arguments (``args``) as the request's six parameters of
+    :func:`request` (``$first`` on)."""
+    _, call_id, _, request_id, body, expires_at, kind, prompt, _, _ = args
     return (request_id, call_id, body, expires_at, kind, prompt)
 
 
