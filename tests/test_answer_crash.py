@@ -24,7 +24,7 @@ import shutil
 import signal
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +190,14 @@ async def child(tmp_path: Path, *args: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
-async def killed_after(command: list[str], last: Callable[[str], bool]) -> tuple[list[str], str]:
+async def killed_after(
+    command: list[str],
+    last: Callable[[str], bool],
+    before: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[list[str], str]:
     """Run the child ``command`` until a line of its stdout is ``last``, then SIGKILL it
-    (paused, or gone on past what was watched for: killed either way). The lines up to
-    that one, and whatever it had written after."""
+    (paused, or gone on past what was watched for: killed either way), once ``before()``
+    (if given) returned. The lines up to that one, and whatever it had written after."""
     with anyio.fail_after(LIMIT):
         async with await anyio.open_process(command, env=env()) as process:
             assert process.stdout is not None
@@ -202,6 +206,8 @@ async def killed_after(command: list[str], last: Callable[[str], bool]) -> tuple
             try:
                 while not lines or not last(lines[-1]):
                     lines.append((await out.receive_until(b"\n", 65536)).decode())
+                if before is not None:
+                    await before()
                 process.send_signal(signal.SIGKILL)
                 rest = b"".join([chunk async for chunk in process.stdout]).decode()
                 assert await process.wait() == -signal.SIGKILL

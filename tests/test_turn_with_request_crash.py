@@ -31,23 +31,12 @@ from tests.test_answer_crash import killed_after
 from tests.test_host import until
 from tests.test_turn_with_request import GATE, pay_model, pay_toolkit
 from toolnexus_async import Answer, Inbox, LlmClient, Message, RunResult
-from toolnexus_async.durable import DurableHost, SqliteRunStore
+from toolnexus_async.durable import DurableHost, RunStore, SqliteRunStore
 
 LIMIT = 60  # each child is a fresh interpreter
 
-CHILD = '''
-import sys, threading
-
-import anyio
-
-from toolnexus_async import Hooks, LlmClient, Toolkit, ToolReturn, define_tool, require_approval
-from toolnexus_async.durable import DurableHost, SqliteRunStore
-from toolnexus_async.durable.sqlite._file import RunFile
-from toolnexus_async.testing import reply, tool_call
-
-POINT, DB, EFFECTS = sys.argv[1:4]  # POINT: "commit" or "after"
-
-
+# The child's worker: what it says, what it did (in EFFECTS), its tool and its model.
+WORKER = '''
 def say(line):
     sys.stdout.write(line + "\\n")
     sys.stdout.flush()
@@ -71,6 +60,25 @@ def model(messages, tools):
         return f"result: {messages[-1].output}"
     return reply(tool_call("pay", id="c1"))
 
+'''
+
+CHILD = (
+    """
+import sys, threading
+
+import anyio
+
+from toolnexus_async import Hooks, LlmClient, Toolkit, ToolReturn, define_tool, require_approval
+from toolnexus_async.durable import DurableHost, SqliteRunStore
+from toolnexus_async.durable.sqlite._file import RunFile
+from toolnexus_async.testing import reply, tool_call
+
+POINT, DB, EFFECTS = sys.argv[1:4]  # POINT: "commit" or "after"
+
+
+"""
+    + WORKER
+    + '''
 
 class PausingFile(RunFile):
     """Once armed, pauses the store's thread at the COMMIT of the transaction that writes
@@ -129,6 +137,7 @@ async def main():
 
 anyio.run(main)
 '''
+)
 
 
 async def paused_child(tmp_path: Path, point: str, db: Path) -> tuple[str, list[str]]:
@@ -151,20 +160,10 @@ def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-@pytest.mark.parametrize("point", ["commit", "after"])
-async def test_sigkill_at_the_turn_written_with_its_request(tmp_path: Path, point: str):
-    (tmp_path / "child.py").write_text(CHILD)
-    db = tmp_path / "runs.db"
-    run_id, _ = await paused_child(tmp_path, point, db)
-    effects = (tmp_path / f"effects-{point}.txt").read_text().split()
-    assert effects == ["model"]  # the child asked the model once, and paid nothing
-    turn = rows(db, f"SELECT turn FROM runs WHERE run_id = '{run_id}'")
-    asked = rows(db, "SELECT request_id, status FROM requests")
-    if point == "commit":
-        assert (turn, asked) == ([(0,)], [])  # neither the turn nor the request
-    else:
-        assert turn == [(1,)] and [status for _, status in asked] == ["pending"]
-
+async def taken_over(store: RunStore, point: str, asked: list[tuple[Any, ...]]) -> None:
+    """A new host on ``store`` goes on with the dead worker's run (``asked``: the requests
+    the store had, as (id, status)) and answers its request; checks what it asked and
+    paid, for a worker killed at ``point``."""
     asks: list[str] = []
     paid: list[str] = []
 
@@ -180,25 +179,42 @@ async def test_sigkill_at_the_turn_written_with_its_request(tmp_path: Path, poin
         results.append(result)
         ended.set()
 
-    with anyio.fail_after(LIMIT):
-        async with (
-            SqliteRunStore(db) as store,
-            pay_toolkit(paid) as toolkit,
-            LlmClient.in_process(model, wait_for=inbox, hooks=GATE) as client,
-        ):
-            listed = [r.id for r in await store.requests()]  # before any host goes on
-            assert listed == [request_id for request_id, _ in asked]
-            async with DurableHost(client, toolkit, store, sweep=0.05, on_result=on_result) as host:
-                # The dead worker's lease (1 s) runs out, then this host goes on with it.
-                await until(lambda: len(inbox) == 1)
-                (request,) = inbox.pending()
-                if point == "after":
-                    assert request.id == asked[0][0]  # the same request, asked once
-                assert [r.id for r in await store.requests()] == [request.id]
-                await host.answer(Answer(request.id, True))
-                await ended.wait()
+    async with (
+        pay_toolkit(paid) as toolkit,
+        LlmClient.in_process(model, wait_for=inbox, hooks=GATE) as client,
+    ):
+        listed = [r.id for r in await store.requests()]  # before any host goes on
+        assert listed == [request_id for request_id, _ in asked]
+        async with DurableHost(client, toolkit, store, sweep=0.05, on_result=on_result) as host:
+            # The dead worker's lease (1 s) runs out, then this host goes on with it.
+            await until(lambda: len(inbox) == 1)
+            (request,) = inbox.pending()
+            if point == "after":
+                assert request.id == asked[0][0]  # the same request, asked once
+            assert [r.id for r in await store.requests()] == [request.id]
+            await host.answer(Answer(request.id, True))
+            await ended.wait()
     assert results[0].text == "result: paid" and paid == ["paid"]
     # Before the commit, the run asked the model again for its turn; after, it did not.
     assert asks == (["UserMessage", "ToolReturn"] if point == "commit" else ["ToolReturn"])
+
+
+@pytest.mark.parametrize("point", ["commit", "after"])
+async def test_sigkill_at_the_turn_written_with_its_request(tmp_path: Path, point: str):
+    (tmp_path / "child.py").write_text(CHILD)
+    db = tmp_path / "runs.db"
+    run_id, _ = await paused_child(tmp_path, point, db)
+    effects = (tmp_path / f"effects-{point}.txt").read_text().split()
+    assert effects == ["model"]  # the child asked the model once, and paid nothing
+    turn = rows(db, f"SELECT turn FROM runs WHERE run_id = '{run_id}'")
+    asked = rows(db, "SELECT request_id, status FROM requests")
+    if point == "commit":
+        assert (turn, asked) == ([(0,)], [])  # neither the turn nor the request
+    else:
+        assert turn == [(1,)] and [status for _, status in asked] == ["pending"]
+
+    with anyio.fail_after(LIMIT):
+        async with SqliteRunStore(db) as store:
+            await taken_over(store, point, asked)
     assert len(rows(db, "SELECT request_id FROM requests")) == 1  # only one ever written
     assert_no_leaks()

@@ -11,7 +11,8 @@ Rules of this module:
 - **An answer is durable before it is acknowledged.** :meth:`DurableHost.answer` returns
   only after the store took the answer as the one answer of its request. Then the run parked
   here wakes; a run held by another live worker is woken by that worker (told by the store,
-  or at its next look: ``_deliveries``); a run nobody holds is claimed and resumed here.
+  or at its next look: ``_deliveries``); a run nobody holds is claimed and resumed here
+  (``_answering``: what the host does with an answer; here, claiming and resuming).
 - **Resuming is a lease.** The host holds each run it drives until a deadline it renews in
   the background (``_upkeep``); if the process dies the lease runs out and any host on the
   store (a restart, another worker) finds the run and goes on with what was kept, answers
@@ -31,7 +32,6 @@ Rules of this module:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
@@ -39,12 +39,10 @@ from typing import Any, Self
 import anyio
 from anyio.abc import TaskGroup
 
-from .._core.audit import check_answered_by
-from .._core.errors import DamagedRunError, StoreError, UsageError
+from .._core.errors import UsageError
 from .._core.loop import RunLoop
 from .._core.results import RunResult
 from .._core.resume import ResumePlan
-from .._core.types import Answer, Request
 from .._engine.client import LlmClient
 from .._engine.engine import RunSpec
 from .._engine.hooks import call_hook
@@ -53,11 +51,12 @@ from .._engine.streaming import Sink
 from .._engine.tracing import run_extra
 from ..suspend import Inbox
 from ..tools._standard import Toolkit
+from ._answering import HostAnswers
 from ._deliveries import Deliveries
 from ._driving import Driving
 from ._entries import HostEntries
 from ._journal import RunJournal, plan_of, worker_name
-from ._store import LeaseLostError, RunStore, StoredRequest, StoredRun
+from ._store import LeaseLostError, RunStore, StoredRun
 from ._tenure import Tenure
 from ._upkeep import Upkeep
 
@@ -68,7 +67,7 @@ log = logging.getLogger("toolnexus_async.durable")
 OnResult = Callable[[RunResult], Any]
 
 
-class DurableHost(HostEntries):
+class DurableHost(HostEntries, HostAnswers):
     """A client, a toolkit and a store: every run is kept, and any answer resumes it.
 
     The client's ``wait_for`` decides how long a run waits in memory: an
@@ -291,88 +290,7 @@ class DurableHost(HostEntries):
         if left:
             log.warning("shutting down with %d run(s) still busy; they are let go", left)
 
-    async def keep(self, run: RunResult) -> None:
-        """Keep a run that halted elsewhere (a plain ``client.run``), so that :meth:`answer`
-        resumes it.
-
-        Raises:
-            UsageError: ``run`` is not halted; see :meth:`RunStore.save`.
-        """
-        await self.store.save(run)
-
-    # -- answering ---------------------------------------------------------------------------
-
-    async def answer(self, answer: Answer, *, answered_by: str | None = None) -> None:
-        """Take ``answer`` as the one answer of its request (durably), then wake its run.
-
-        ``answered_by`` names who gave it, as the caller authenticated them (a user id, an
-        API client's name; never a credential): the store keeps it, with the digest of
-        what the request showed, in the run's append-only audit trail
-        (:meth:`RunStore.answers`), committed with the answer before this returns. A
-        refused answer is kept there too, as refused.
-
-        Raises:
-            UnknownRequestError: no run ever waited for that id.
-            AlreadyAnsweredError: the request was answered before, by anyone.
-            RequestExpiredError: its ``expires_at`` passed before this answer.
-            AlreadyResumedError: the run went on without it (it is closed).
-            StoreError: the store failed to take the answer; nothing was taken. (If it
-                takes the answer but cannot read the run back, the answer is kept and the
-                run goes on once the store can: a later sweep resumes it.)
-            UsageError: not an :class:`Answer`, or ``answered_by`` is not a short
-                printable string (or None).
-        """
-        if not isinstance(answer, Answer):
-            raise UsageError(f"answer() takes an Answer, got {type(answer).__name__}")
-        check_answered_by(answered_by)
-        if self._tg is None or self._closing:
-            # Checked before anything is taken: an answer the host could not act on must
-            # not be acknowledged.
-            raise UsageError(
-                f"answering request {answer.id!r} needs the host open (inside "
-                "`async with host:`, and not shutting down)"
-            )
-        deliveries = self._deliveries
-        if deliveries is None:
-            accepted = await self.store.accept(
-                answer, time.time(), by=self.worker, answered_by=answered_by
-            )
-        else:
-            accepted = await deliveries.take(answer, answered_by)
-            if accepted.owner == self.worker:
-                # Handed over here; or, not parked here now, handed over once it parks
-                # again, or resumed with the answer by the sweep once its halt commits.
-                return
-        now = time.time()
-        held = accepted.owner is not None and (accepted.lease_until or 0) > now
-        if held:
-            return  # its worker hands it over
-        if accepted.owner is not None and not self._tenure.may_take_over():
-            return  # just after an outage: its worker is likely alive (see Upkeep._sweep_once)
-        try:
-            stored = await self._claim(accepted.run_id, now)
-        except DamagedRunError:
-            raise  # failed for good now: the answer changes nothing, and its sender is told
-        except StoreError as exc:
-            # The answer is kept (taken above); the sweep goes on with the run once the
-            # store can read it back.
-            log.warning(
-                "run %s cannot be resumed now: %s",
-                accepted.run_id,
-                exc,
-                extra=run_extra(accepted.run_id),
-            )
-            return
-        if stored is not None:
-            self._start(stored)
-
-    async def requests(self) -> list[Request]:
-        """Every outstanding request, as the store has them (oldest first)."""
-        return await self.store.requests()
-
-    async def outstanding(self) -> list[StoredRequest]:
-        """Every outstanding request with its run and call, as the store has them."""
-        return await self.store.outstanding()
+    # -- resuming (what a sweep or an answer claimed here) -----------------------------------
 
     def _start(self, stored: StoredRun) -> None:
         resumes = self._resumes

@@ -4,7 +4,8 @@ Rules of this module:
 
 - The statements are written once, here, for both stores: a :class:`Dialect` says where
   the tables are and how text is lower-cased, and :func:`numbered` turns ``?`` into
-  PostgreSQL's ``$n``. The rows become values here too, so the stores answer alike.
+  PostgreSQL's ``$n``. The rows become values here too, so the stores answer alike; each
+  store runs them in its own reads (``sqlite._queries``, ``postgres._queries``).
 - A run's status is derived from what the store holds, in SQL, never kept twice:
   ``pending`` while it is halted or holds an outstanding request in its current turn,
   ``running`` otherwise while it is open, ``done``/``incomplete`` as it ended, ``error``
@@ -19,19 +20,17 @@ Rules of this module:
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 
 from .._core.audit import AnswerRecord
-from .._core.errors import PayloadError, StoreError, UnknownRequestError
+from .._core.errors import PayloadError, StoreError
 from .._core.results import RunResult, ToolCallRecord, record_from_json
 from .._core.types import Answer, Request
-from ._answers import records, select_sql
+from ._answers import records
 from ._rows import answer_of, listed, request_of, stored_request
-from ._run_events import EventRead, StoredEvent
 from ._store import StoredRequest
 
 __all__ = (
@@ -351,63 +350,3 @@ def run_view(
 def _left(request: Request) -> bool:
     left = request.seconds_left()
     return left is None or left > 0
-
-
-# -- on SQLite (each a synchronous function over an open connection, in a read) -------------
-
-SQLITE = Dialect("", "tnx_lower", "instr")
-
-
-def lower(text: object) -> str | None:
-    """``tnx_lower``: SQLite's text lower-cased as Python (and PostgreSQL) do."""
-    return text.lower() if isinstance(text, str) else None
-
-
-def sqlite_runs(conn: sqlite3.Connection, query: RunQuery, now: float) -> RunPage:
-    page, total, counts = runs_sql(SQLITE, query, now)
-    rows = conn.execute(*page).fetchall()
-    ids = [row[1] for row in rows[: query.limit]]
-    waiting = conn.execute(*waiting_sql(SQLITE, ids, now)).fetchall() if ids else []
-    return run_page(
-        rows,
-        waiting,
-        conn.execute(*total).fetchone()[0],
-        conn.execute(*counts).fetchall(),
-        query.limit,
-    )
-
-
-def sqlite_requests(conn: sqlite3.Connection, query: RequestQuery, now: float) -> RequestPage:
-    page, total, counts = requests_sql(SQLITE, query, now)
-    return request_page(
-        conn.execute(*page).fetchall(),
-        conn.execute(*total).fetchone()[0],
-        conn.execute(*counts).fetchall(),
-        query.limit,
-    )
-
-
-def sqlite_view(conn: sqlite3.Connection, run_id: str, now: float) -> RunView:
-    run, results, requests = view_sql(SQLITE, run_id, now)
-    row = conn.execute(*run).fetchone()
-    if row is None:
-        raise UnknownRequestError(run_id, f"no run {run_id!r}")
-    answers = conn.execute(select_sql(""), (run_id,))
-    return run_view(row, conn.execute(*results), conn.execute(*requests), answers)
-
-
-def sqlite_answers(conn: sqlite3.Connection, run_id: str) -> tuple[AnswerRecord, ...]:
-    return records(conn.execute(select_sql(""), (run_id,)))
-
-
-def sqlite_events(conn: sqlite3.Connection, after: int, limit: int) -> EventRead:
-    rows = conn.execute(
-        "SELECT seq, run_id, kind, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-        (after, limit),
-    )
-    return EventRead(tuple(StoredEvent(*row) for row in rows))
-
-
-def sqlite_event_bounds(conn: sqlite3.Connection) -> tuple[int, int]:
-    low, high = conn.execute("SELECT min(seq), max(seq) FROM events").fetchone()
-    return (low or 0, high or 0)

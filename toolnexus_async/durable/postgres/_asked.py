@@ -27,12 +27,10 @@ from ..._core.types import Request
 from .._rows import encode, plain, prompt_of, state_text
 from .._run_events import pending, started_events, tool_calls
 from ._grouped import AGAIN, Grouped
-from ._ops import PgOps, _arrays
-from ._statements import _close, _events
+from ._ops import PgOps
+from ._statements import _events, ask_args, free, request, start_args, started, turn_args, turned
 
 __all__ = ("Asked",)
-
-_HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
 
 
 class Asked:
@@ -43,36 +41,19 @@ class Asked:
         self.s = s
         self._ops = ops
         self._grouped = grouped
-        free = f"NOT EXISTS (SELECT 1 FROM {s}.requests WHERE request_id = $9)"
-        # $1 run_id, $2 owner, $3 turn, $4 state, $5 now, $6..$8 events, $9 request_id,
-        # $10 call_id, $11 body, $12 expires_at, $13 kind, $14 prompt.
+        # $1..$8 the turn's (``turn_args``, its events followed by the request's),
+        # $9..$14 the request's (``ask_args``).
         self._turn = (
-            f"WITH u AS (UPDATE {s}.runs SET turn = $3, state = $4, updated = $5 WHERE {_HELD}"
-            f" AND {free} RETURNING 1),"
-            f" d AS (DELETE FROM {s}.results WHERE run_id = $1 AND $3 > 1"
-            " AND EXISTS (SELECT 1 FROM u)),"
-            f" c AS ({_close(s, 'u', ' AND turn < $3 AND $3 > 1')}),"
-            f" q AS (INSERT INTO {s}.requests (request_id, run_id, call_id, turn, body, status,"
-            " expires_at, kind, prompt, raised_at) SELECT $9, $1, $10, $3, $11, 'pending', $12,"
-            " $13, $14, $5 FROM u ON CONFLICT (request_id) DO NOTHING RETURNING 1),"
+            f"{turned(s, free(s, 9))},"
+            f" q AS ({request(s, 9, '$1', '$3', 5, 'u')}),"
             f" e AS ({_events(s, 'u', 6, 5)})"
             " SELECT count(*) FROM q"
         )
-        # $1 run_id, $2 owner, $3 turn, $4 state, $5 prompt, $6 now, $7 lease_until,
-        # $8..$10 events, $11 request_id, $12 call_id, $13 body, $14 expires_at, $15 kind,
-        # $16 the request's prompt.
+        # $1..$10 the start's (``start_args``, its events followed by the request's),
+        # $11..$16 the request's (``ask_args``).
         self._start = (
-            f"WITH r AS (INSERT INTO {s}.runs (run_id, status, owner, turn, state, prompt,"
-            " created, updated) SELECT $1, 'running', $2, $3, $4, $5, $6, $6 WHERE NOT EXISTS"
-            f" (SELECT 1 FROM {s}.requests WHERE request_id = $11)"
-            " ON CONFLICT (run_id) DO NOTHING RETURNING run_id),"
-            f" w AS (INSERT INTO {s}.workers (name, alive_until) SELECT $2, $7 FROM r"
-            f" WHERE NOT EXISTS (SELECT 1 FROM {s}.workers WHERE name = $2"
-            " AND alive_until >= $6) ON CONFLICT (name) DO UPDATE SET alive_until ="
-            f" GREATEST({s}.workers.alive_until, excluded.alive_until)),"
-            f" q AS (INSERT INTO {s}.requests (request_id, run_id, call_id, turn, body, status,"
-            " expires_at, kind, prompt, raised_at) SELECT $11, run_id, $12, $3, $13, 'pending',"
-            " $14, $15, $16, $6 FROM r ON CONFLICT (request_id) DO NOTHING RETURNING 1),"
+            f"{started(s, free(s, 11))},"
+            f" q AS ({request(s, 11, 'run_id', '$3', 6, 'r')}),"
             f" e AS ({_events(s, 'r', 8, 6)})"
             " SELECT count(*) FROM q"
         )
@@ -104,59 +85,29 @@ class Asked:
         first = (run_id, owner, lease_until, turn, text, prompt_of(state), now)
         return self.start, (*first, started_events(state, turn), *asked)
 
-    async def _taken(self, conn: Any, request_id: str) -> bool:
+    async def _check_free(self, conn: Any, request_id: str) -> None:
+        """Raise if the request's id was why nothing was written."""
         sql = f"SELECT 1 FROM {self.s}.requests WHERE request_id = $1"
-        return bool(await conn.fetchval(sql, request_id))
+        if await conn.fetchval(sql, request_id):
+            raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
 
     async def turn(self, conn: Any, *args: Any) -> None:
         """``PgOps.turn``'s arguments, then ``PgOps.suspend``'s (after the connection)."""
-        run_id, turn, owner, state, now, events = args[:6]
-        _, call_id, _, request_id, body, expires, kind, prompt, event, _ = args[6:]
-        if await conn.fetchval(
-            self._turn,
-            run_id,
-            owner,
-            turn,
-            state,
-            now,
-            *_arrays([*events, event]),
-            request_id,
-            call_id,
-            body,
-            expires,
-            kind,
-            prompt,
-        ):
+        asked = args[6:]
+        first = turn_args(args, [*args[5], asked[8]])  # the turn's events, the request's
+        if await conn.fetchval(self._turn, *first, *ask_args(asked)):
             return
-        if await self._taken(conn, request_id):
-            raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
-        raise await self._ops._lost(conn, run_id, owner)
+        await self._check_free(conn, asked[3])
+        raise await self._ops._lost(conn, args[0], args[2])
 
     async def start(self, conn: Any, *args: Any) -> None:
         """``PgOps.start``'s arguments, then ``PgOps.suspend``'s (after the connection)."""
-        run_id, owner, lease_until, turn, state, prompt, now, events = args[:8]
-        _, call_id, _, request_id, body, expires, kind, asking, event, _ = args[8:]
-        if await conn.fetchval(
-            self._start,
-            run_id,
-            owner,
-            turn,
-            state,
-            prompt,
-            now,
-            lease_until,
-            *_arrays([*events, event]),
-            request_id,
-            call_id,
-            body,
-            expires,
-            kind,
-            asking,
-        ):
+        asked = args[8:]
+        first = start_args(args, [*args[7], asked[8]])  # the start's events, the request's
+        if await conn.fetchval(self._start, *first, *ask_args(asked)):
             return
-        if await self._taken(conn, request_id):
-            raise UsageError(f"request id {request_id!r} is stored already; ids must be unique")
-        raise UsageError(f"a run {run_id!r} is stored already; run ids must be unique")
+        await self._check_free(conn, asked[3])
+        raise UsageError(f"a run {args[0]!r} is stored already; run ids must be unique")
 
     async def many(self, conn: Any, writes: Sequence[tuple[Any, ...]]) -> list[Any]:
         """:meth:`turn` for each of ``writes``: the turns as one statement, then the

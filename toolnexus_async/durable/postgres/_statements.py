@@ -12,14 +12,32 @@ Rules of this module:
   ORDINALITY ... ORDER BY``), by a query that reads the first part's rows: that part's
   row is written, so the transaction has its id, before an event takes its ``seq`` (what
   ``EventTail`` relies on).
-- Text only: the statements' parameters are bound by the caller (``_ops``), never put in.
+- Text only: the statements' parameters are bound by the caller (``_ops``), never put in;
+  the order it binds a write's arguments in is here (``start_args``, ``turn_args``,
+  ``ask_args``), beside the numbers the statements give them.
+- A part two statements share (a run started, a turn, a request) is written once, by a
+  function that takes where its parameters begin (``_asked`` adds a request to a turn).
 """
 
 from __future__ import annotations
 
-from .._answers import COLUMNS
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ("Statements",)
+from .._answers import COLUMNS
+from .._run_events import EventRow
+
+__all__ = (
+    "Statements",
+    "arrays",
+    "ask_args",
+    "free",
+    "request",
+    "start_args",
+    "started",
+    "turn_args",
+    "turned",
+)
 
 _HELD = "run_id = $1 AND owner = $2 AND status = 'running'"
 
@@ -47,34 +65,92 @@ def _close(s: str, gate: str, also: str = "") -> str:
     )
 
 
+def arrays(rows: list[EventRow]) -> tuple[list[str], list[str], list[str]]:
+    """Events as the three arrays a statement here inserts them from."""
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+
+
+# Each write's arguments (``PgOps``'s, after the connection) as its statement's
+# parameters, in their numbers; the request's statements (``_asked``) bind a turn's or a
+# start's, then a request's, with the events of both.
+
+
+def start_args(args: Sequence[Any], events: list[EventRow]) -> tuple[Any, ...]:
+    """``PgOps.start``'s arguments (``args``; ``events`` for its events) as $1..$10 of
+    :func:`started`'s statements."""
+    run_id, owner, lease_until, turn, state, prompt, now = args[:7]
+    return (run_id, owner, turn, state, prompt, now, lease_until, *arrays(events))
+
+
+def turn_args(args: Sequence[Any], events: list[EventRow]) -> tuple[Any, ...]:
+    """``PgOps.turn``'s arguments (``args``; ``events`` for its events) as $1..$8 of
+    :func:`turned`'s statements."""
+    run_id, turn, owner, state, now = args[:5]
+    return (run_id, owner, turn, state, now, *arrays(events))
+
+
+def ask_args(args: Sequence[Any]) -> tuple[Any, ...]:
+    """``PgOps.suspend``'s arguments (``args``) as the request's six parameters of
+    :func:`request` (``$first`` on)."""
+    _, call_id, _, request_id, body, expires_at, kind, prompt, _, _ = args
+    return (request_id, call_id, body, expires_at, kind, prompt)
+
+
+def free(s: str, request_id: int) -> str:
+    """The request ``$request_id`` is not stored yet."""
+    return f"NOT EXISTS (SELECT 1 FROM {s}.requests WHERE request_id = ${request_id})"
+
+
+def started(s: str, guard: str = "") -> str:
+    """A run's insert ``r`` (returning its id) and its worker's lease row ``w``, with
+    :func:`start_args`' numbers; the run only if ``guard`` holds, when one is given."""
+    values = "$1, 'running', $2, $3, $4, $5, $6, $6"
+    rows = f"SELECT {values} WHERE {guard}" if guard else f"VALUES ({values})"
+    return (
+        f"WITH r AS (INSERT INTO {s}.runs (run_id, status, owner, turn, state, prompt,"
+        f" created, updated) {rows} ON CONFLICT (run_id) DO NOTHING RETURNING run_id),"
+        # The worker's lease row only when it has none that still runs (PgOps._known).
+        f" w AS (INSERT INTO {s}.workers (name, alive_until) SELECT $2, $7 FROM r"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {s}.workers WHERE name = $2"
+        " AND alive_until >= $6) ON CONFLICT (name) DO UPDATE SET alive_until ="
+        f" GREATEST({s}.workers.alive_until, excluded.alive_until))"
+    )
+
+
+def turned(s: str, guard: str = "") -> str:
+    """A held run's turn ``u``, the earlier turn's results deleted (``d``) and its
+    requests closed (``c``), with :func:`turn_args`' numbers; only if ``guard`` holds,
+    when one is given."""
+    also = f" AND {guard}" if guard else ""
+    return (
+        f"WITH u AS (UPDATE {s}.runs SET turn = $3, state = $4, updated = $5 WHERE {_HELD}"
+        f"{also} RETURNING 1),"
+        f" d AS (DELETE FROM {s}.results WHERE run_id = $1 AND $3 > 1"
+        " AND EXISTS (SELECT 1 FROM u)),"
+        f" c AS ({_close(s, 'u', ' AND turn < $3 AND $3 > 1')})"
+    )
+
+
+def request(s: str, first: int, run: str, turn: str, at: int, source: str) -> str:
+    """A pending request's insert from ``source``'s row: :func:`ask_args`' six from
+    ``$first`` on, its run ``run``, its turn ``turn`` (expressions), raised at ``$at``."""
+    return (
+        f"INSERT INTO {s}.requests (request_id, run_id, call_id, turn, body, status,"
+        f" expires_at, kind, prompt, raised_at) SELECT ${first}, {run}, ${first + 1}, {turn},"
+        f" ${first + 2}, 'pending', ${first + 3}, ${first + 4}, ${first + 5}, ${at}"
+        f" FROM {source} ON CONFLICT (request_id) DO NOTHING RETURNING 1"
+    )
+
+
 class Statements:
     """The single-statement writes of one schema ``s``."""
 
     def __init__(self, s: str) -> None:
         # $1 run_id, $2 owner, $3 turn, $4 state, $5 prompt, $6 now, $7 lease_until,
-        # $8..$10 events.
-        self.start = (
-            f"WITH r AS (INSERT INTO {s}.runs (run_id, status, owner, turn, state, prompt,"
-            " created, updated) VALUES ($1, 'running', $2, $3, $4, $5, $6, $6)"
-            " ON CONFLICT (run_id) DO NOTHING RETURNING run_id),"
-            # The worker's lease row only when it has none that still runs (PgOps._known).
-            f" w AS (INSERT INTO {s}.workers (name, alive_until) SELECT $2, $7 FROM r"
-            f" WHERE NOT EXISTS (SELECT 1 FROM {s}.workers WHERE name = $2"
-            " AND alive_until >= $6) ON CONFLICT (name) DO UPDATE SET alive_until ="
-            f" GREATEST({s}.workers.alive_until, excluded.alive_until)),"
-            f" e AS ({_events(s, 'r', 8, 6)})"
-            " SELECT count(*) FROM r"
-        )
-        # $1 run_id, $2 owner, $3 turn, $4 state, $5 now, $6..$8 events.
-        self.turn = (
-            f"WITH u AS (UPDATE {s}.runs SET turn = $3, state = $4, updated = $5 WHERE {_HELD}"
-            " RETURNING 1),"
-            f" d AS (DELETE FROM {s}.results WHERE run_id = $1 AND $3 > 1"
-            " AND EXISTS (SELECT 1 FROM u)),"
-            f" c AS ({_close(s, 'u', ' AND turn < $3 AND $3 > 1')}),"
-            f" e AS ({_events(s, 'u', 6, 5)})"
-            " SELECT count(*) FROM u"
-        )
+        # $8..$10 events (``start_args``).
+        self.start = f"{started(s)}, e AS ({_events(s, 'r', 8, 6)}) SELECT count(*) FROM r"
+        # $1 run_id, $2 owner, $3 turn, $4 state, $5 now, $6..$8 events (``turn_args``).
+        self.turn = f"{turned(s)}, e AS ({_events(s, 'u', 6, 5)}) SELECT count(*) FROM u"
         # $1 run_id, $2 owner, $3 call_id, $4 record, $5 the expired request's id (or
         # NULL), $6..$8 events (the expiry first, if any, then the result), $9 now.
         self.record = (
@@ -91,14 +167,9 @@ class Statements:
             " ORDER BY t.i)"
             " SELECT count(*) FROM x"
         )
-        # $1 run_id, $2 owner, $3 request_id, $4 call_id, $5 body, $6 expires_at, $7 kind,
-        # $8 prompt, $9..$11 events, $12 now.
+        # $1 run_id, $2 owner, $3..$8 the request (``ask_args``), $9..$11 events, $12 now.
         self.suspend = (
-            f"WITH q AS (INSERT INTO {s}.requests (request_id, run_id, call_id, turn, body,"
-            " status, expires_at, kind, prompt, raised_at) SELECT $3, run_id, $4, turn, $5,"
-            f" 'pending', $6, $7, $8, $12 FROM {s}.runs WHERE {_HELD}"
-            " ON CONFLICT (request_id) DO NOTHING"
-            " RETURNING 1),"
+            f"WITH q AS ({request(s, 3, 'run_id', 'turn', 12, f'{s}.runs WHERE {_HELD}')}),"
             f" e AS ({_events(s, 'q', 9, 12)})"
             " SELECT count(*) FROM q"
         )

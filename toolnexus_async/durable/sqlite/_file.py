@@ -35,7 +35,7 @@ import anyio.to_thread
 
 from ..._core.errors import StoreError, UsageError
 from ..._io.sqlite_file import spoilt, store_error, writable
-from .. import _listing as listing
+from . import _queries as queries
 from ._ops import migrate
 from ._schema import APPLICATION_ID, SCHEMA_VERSION, create
 
@@ -135,7 +135,7 @@ class RunFile:
         except sqlite3.Error as exc:
             raise self.error(exc, opening=True) from exc
         try:
-            conn.create_function("tnx_lower", 1, listing.lower, deterministic=True)
+            conn.create_function("tnx_lower", 1, queries.lower, deterministic=True)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._check_schema(conn)

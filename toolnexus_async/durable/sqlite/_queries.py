@@ -1,6 +1,7 @@
 """The run store's queries: each a synchronous function over an open SQLite connection.
 
-Rules of this module: reads only (the writes are ``_ops``); each query is driven by a
+Rules of this module: reads only (the writes are ``_ops``), and the listings' statements
+are ``_listing``'s, which both stores share; each query is driven by a
 small index (``_schema``), so that what a host asks every second (what can go on, what to
 hand over) costs what it finds, not what the store holds. A row that cannot be read back
 raises :class:`StoreError` naming its run where that run is asked for (``find``, ``load``);
@@ -14,20 +15,45 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
+from ..._core.audit import AnswerRecord
 from ..._core.errors import UnknownRequestError
 from ..._core.types import Answer, Request
+from .._answers import records, select_sql
+from .._listing import (
+    Dialect,
+    RequestPage,
+    RequestQuery,
+    RunPage,
+    RunQuery,
+    RunView,
+    request_page,
+    requests_sql,
+    run_page,
+    run_view,
+    runs_sql,
+    view_sql,
+    waiting_sql,
+)
 from .._rows import delivery_of, listed, request_of, run_of, summary_of
+from .._run_events import EventRead, StoredEvent
 from .._store import RunSummary, StoredRequest, StoredRun
 from ._schema import OPEN
 
 __all__ = (
+    "answers",
     "deliveries",
+    "event_bounds",
+    "events",
     "find",
+    "list_requests",
+    "list_runs",
     "load",
+    "lower",
     "outstanding",
     "ready",
     "requests",
     "runs",
+    "view",
 )
 
 
@@ -128,3 +154,63 @@ def runs(conn: sqlite3.Connection, limit: int) -> list[RunSummary]:
         (limit,),
     ).fetchall()
     return [summary_of(*row) for row in rows]
+
+
+# -- what a store lists for people (``_listing``) ------------------------------------------
+
+SQLITE = Dialect("", "tnx_lower", "instr")
+
+
+def lower(text: object) -> str | None:
+    """``tnx_lower``: SQLite's text lower-cased as Python (and PostgreSQL) do."""
+    return text.lower() if isinstance(text, str) else None
+
+
+def list_runs(conn: sqlite3.Connection, query: RunQuery, now: float) -> RunPage:
+    page, total, counts = runs_sql(SQLITE, query, now)
+    rows = conn.execute(*page).fetchall()
+    ids = [row[1] for row in rows[: query.limit]]
+    waiting = conn.execute(*waiting_sql(SQLITE, ids, now)).fetchall() if ids else []
+    return run_page(
+        rows,
+        waiting,
+        conn.execute(*total).fetchone()[0],
+        conn.execute(*counts).fetchall(),
+        query.limit,
+    )
+
+
+def list_requests(conn: sqlite3.Connection, query: RequestQuery, now: float) -> RequestPage:
+    page, total, counts = requests_sql(SQLITE, query, now)
+    return request_page(
+        conn.execute(*page).fetchall(),
+        conn.execute(*total).fetchone()[0],
+        conn.execute(*counts).fetchall(),
+        query.limit,
+    )
+
+
+def view(conn: sqlite3.Connection, run_id: str, now: float) -> RunView:
+    run, results, requests = view_sql(SQLITE, run_id, now)
+    row = conn.execute(*run).fetchone()
+    if row is None:
+        raise UnknownRequestError(run_id, f"no run {run_id!r}")
+    answers = conn.execute(select_sql(""), (run_id,))
+    return run_view(row, conn.execute(*results), conn.execute(*requests), answers)
+
+
+def answers(conn: sqlite3.Connection, run_id: str) -> tuple[AnswerRecord, ...]:
+    return records(conn.execute(select_sql(""), (run_id,)))
+
+
+def events(conn: sqlite3.Connection, after: int, limit: int) -> EventRead:
+    rows = conn.execute(
+        "SELECT seq, run_id, kind, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+        (after, limit),
+    )
+    return EventRead(tuple(StoredEvent(*row) for row in rows))
+
+
+def event_bounds(conn: sqlite3.Connection) -> tuple[int, int]:
+    low, high = conn.execute("SELECT min(seq), max(seq) FROM events").fetchone()
+    return (low or 0, high or 0)

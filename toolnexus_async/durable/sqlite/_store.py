@@ -40,11 +40,9 @@ from ..._core.errors import UsageError
 from ..._core.results import RunResult, ToolCallRecord, record_to_json
 from ..._core.types import Answer, Request
 from ..._core.wire import approval_claim
-from .. import _listing as listing
 from .. import _run_events as run_events
 from .._decide import saved
 from .._listing import RequestPage, RequestQuery, RunPage, RunQuery, RunView
-from .._listing import sqlite_answers as answer_records
 from .._rows import encode, plain, prompt_of, state_text
 from .._run_events import EventRead, Watchers, expired_request, saved_events, started_events
 from .._store import Accepted, RunSummary, StoredRequest, StoredRun, StoreEvent
@@ -297,24 +295,24 @@ class SqliteRunStore:
 
     async def list_runs(self, query: RunQuery) -> RunPage:
         at = time.time()
-        return await self._read(lambda conn: listing.sqlite_runs(conn, query, at))
+        return await self._read(lambda conn: queries.list_runs(conn, query, at))
 
     async def list_requests(self, query: RequestQuery) -> RequestPage:
         at = time.time()
-        return await self._read(lambda conn: listing.sqlite_requests(conn, query, at))
+        return await self._read(lambda conn: queries.list_requests(conn, query, at))
 
     async def answers(self, run_id: str) -> list[AnswerRecord]:
-        return await self._read(lambda conn: list(answer_records(conn, run_id)))
+        return await self._read(lambda conn: list(queries.answers(conn, run_id)))
 
     async def run_view(self, run_id: str) -> RunView:
         at = time.time()
-        return await self._read(lambda conn: listing.sqlite_view(conn, run_id, at))
+        return await self._read(lambda conn: queries.view(conn, run_id, at))
 
     async def events(self, after: int, limit: int = 500) -> EventRead:
-        return await self._read(lambda conn: listing.sqlite_events(conn, after, limit))
+        return await self._read(lambda conn: queries.events(conn, after, limit))
 
     async def event_bounds(self) -> tuple[int, int]:
-        return await self._read(listing.sqlite_event_bounds)
+        return await self._read(queries.event_bounds)
 
     def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
         """``callback()`` after each commit of this store object's writes (events of
