@@ -287,29 +287,31 @@ class Executor(CallSteps):
         if journal is not None and gate is None:
             await journal.fence()
         started = time.perf_counter()
-        ctx = self._context(call, action)
+        # A gate reads only the answer: its calls' context is made for the tool, if at all.
+        ctx = self._context(call, action) if gate is None else None
         result: ToolResult | None = None
         by_gate = False
         changed: dict[str, Any] | None = None
         args = call.arguments
         hooks = self._hooks
         if hooks is not None and hooks.before_tool is not None:
-            hook_ctx = ctx
-            if action.hook_answer is not None:
-                # An approved gate: the hook sees its answer; the tool, which never asked,
-                # does not.
-                hook_ctx = ToolContext(
-                    answer=action.hook_answer,
-                    call_id=call.id,
-                    run_id=self._run_id,
-                    tool_name=call.name,
-                    turn=self._turn,
-                )
             try:
                 verdict: Any
                 if gate is not None:
-                    verdict = gate(call.name, args, hook_ctx)
+                    # An approved gate sees its answer; the tool, which never asked, does not.
+                    answer = action.hook_answer
+                    verdict = gate(call.name, args, action.answer if answer is None else answer)
                 else:
+                    assert ctx is not None  # made above for any hook but a gate
+                    hook_ctx = ctx
+                    if action.hook_answer is not None:
+                        hook_ctx = ToolContext(
+                            answer=action.hook_answer,
+                            call_id=call.id,
+                            run_id=self._run_id,
+                            tool_name=call.name,
+                            turn=self._turn,
+                        )
                     # call_hook's work, without its coroutine: this runs for every call.
                     verdict = hooks.before_tool(call.name, args, hook_ctx)
                     if inspect.isawaitable(verdict):
@@ -336,7 +338,15 @@ class Executor(CallSteps):
                 # After the gate's verdict (no hook of the host's ran): a gate that asks
                 # has its turn written with its request (``Journal.suspended``).
                 await journal.fence()
-            result = await self._toolkit.execute(call.name, args, ctx)
+            if ctx is not None:
+                result = await self._toolkit.execute(call.name, args, ctx)
+            elif self._registry is not None and action.answer is None and action.request is None:
+                # The context made only if the tool needs it (execute_call).
+                result = await self._registry.execute_call(
+                    call.name, args, call.id, self._run_id, self._turn
+                )
+            else:
+                result = await self._toolkit.execute(call.name, args, self._context(call, action))
         self._report(call.name, result, started)
         return result, by_gate, changed
 

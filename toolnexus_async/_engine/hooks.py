@@ -32,7 +32,7 @@ from .._core.audit import canonical_digest
 from .._core.errors import UsageError
 from .._core.messages import Message, ModelReply
 from .._core.suspension import GATE
-from .._core.types import Request, Tool, ToolContext, ToolResult
+from .._core.types import Answer, Request, Tool, ToolContext, ToolResult
 from .._core.wire import new_request_id
 from .toolkit import ToolRegistry
 
@@ -54,9 +54,10 @@ BeforeTool: TypeAlias = Callable[
     [str, dict[str, Any], ToolContext],
     Awaitable[dict[str, Any] | ToolResult | None] | dict[str, Any] | ToolResult | None,
 ]
-# A before_tool that never awaits (a require_approval gate's verdict).
+# A require_approval gate's verdict, which never awaits and reads of the context only its
+# answer: ``(name, args, ctx.answer)``, so the executor need not build a context for it.
 PlainBeforeTool: TypeAlias = Callable[
-    [str, dict[str, Any], ToolContext], dict[str, Any] | ToolResult | None
+    [str, dict[str, Any], Answer | None], dict[str, Any] | ToolResult | None
 ]
 AfterTool: TypeAlias = Callable[
     [str, dict[str, Any], ToolResult, ToolContext],
@@ -193,16 +194,17 @@ class _Gate:
     async def __call__(
         self, name: str, args: dict[str, Any], ctx: ToolContext
     ) -> ToolResult | dict[str, Any] | None:
-        return self.verdict(name, args, ctx)
+        return self.verdict(name, args, None if ctx is None else ctx.answer)
 
     def verdict(
-        self, name: str, args: dict[str, Any], ctx: ToolContext
+        self, name: str, args: dict[str, Any], answer: Answer | None
     ) -> ToolResult | dict[str, Any] | None:
-        """What the hook returns, without a coroutine (see :func:`plain_before_tool`)."""
+        """What the hook returns for a call whose context's answer is ``answer``, without a
+        coroutine or the context (see :func:`plain_before_tool`)."""
         if name not in self.guarded:
             return None
-        if ctx is not None and ctx.answer is not None and ctx.answer.ok:
-            return self._approved(name, args, ctx.answer.data)
+        if answer is not None and answer.ok:
+            return self._approved(name, args, answer.data)
         prompt = self.prompt
         text = prompt(name, args) if prompt is not None else f"Allow {name} with {args!r}?"
         # One copy, both shown and digested: the digest is over exactly what data shows.
@@ -247,8 +249,9 @@ class _Gate:
 
 
 def plain_before_tool(hook: object) -> PlainBeforeTool | None:
-    """A ``require_approval`` gate's verdict as a plain call, which never awaits anything,
-    so that the executor makes no coroutine for each call it sees; None for any other hook."""
+    """A ``require_approval`` gate's verdict as a plain call ``(name, args, ctx.answer)``,
+    which never awaits anything and needs no context, so that the executor makes neither a
+    coroutine nor a :class:`ToolContext` for it; None for any other hook."""
     return hook.verdict if isinstance(hook, _Gate) else None
 
 
