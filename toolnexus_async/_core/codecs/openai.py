@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ProtocolError
+from ..hotjson import loads
 from ..messages import (
     ZERO_USAGE,
     AssistantMessage,
@@ -53,17 +54,17 @@ def _render(message: Message) -> dict[str, Any]:
         if message.refusal is not None:
             out["refusal"] = message.refusal
         if message.tool_calls:
-            out["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {
-                        "name": call.name,
-                        "arguments": wire_arguments(call),
-                    },
-                }
-                for call in message.tool_calls
-            ]
+            # A loop, not a comprehension: on 3.11 a comprehension is a function made per call.
+            calls = []
+            for call in message.tool_calls:
+                calls.append(  # noqa: PERF401
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": wire_arguments(call)},
+                    }
+                )
+            out["tool_calls"] = calls
         return out
     role = "system" if isinstance(message, SystemMessage) else "user"
     return {"role": role, "content": message.text}
@@ -104,6 +105,18 @@ def _calls(raw_calls: object, payload: dict[str, Any]) -> tuple[ToolCall, ...]:
         assert isinstance(function, dict)
         seen.add(call_id)
         text = function.get("arguments", "")
+        if type(text) is str and text[:1] == "{":
+            # The usual arguments, a JSON object's text: parse_arguments' steps for it,
+            # inline; text it would not take as an object goes to it below.
+            try:
+                value = loads(text)
+            except (ValueError, RecursionError):
+                value = None
+            if type(value) is dict:
+                call = ToolCall(call_id, name, value, None)
+                remember_wire_arguments(call, text)
+                calls.append(call)
+                continue
         arguments, invalid = parse_arguments(text)
         call = ToolCall(call_id, name, arguments, invalid)
         if invalid is None and type(text) is str and text:
