@@ -110,3 +110,35 @@ def test_compact_encoder_refuses_what_json_dumps_refuses() -> None:
         encode({"a": object()})
     # A failed call leaves nothing behind: the next one encodes as usual.
     assert encode({"a": [1]}) == '{"a":[1]}'
+
+
+def test_an_encoder_that_raised_is_not_used_again() -> None:
+    # The encoder that raised had ``items`` open when it stopped: reused, it would take the
+    # list for a circular reference the next time it met it.
+    encode = compact_encoder(ensure_ascii=False)
+    items: list[Any] = [1, object()]
+    with pytest.raises(TypeError):
+        encode(items)
+    items.pop()
+    assert encode(items) == "[1]"
+    circular: dict[str, Any] = {}
+    circular["self"] = circular
+    with pytest.raises(ValueError, match="Circular reference"):
+        encode(circular)
+    del circular["self"]
+    assert encode({"a": circular}) == '{"a":{}}'
+
+
+def test_an_encoder_used_again_and_within_a_default_gives_what_json_dumps_gives() -> None:
+    class Wrapped:
+        def __init__(self, value: Any) -> None:
+            self.value = value
+
+    # The default encodes with the same function while the outer encoding is under way.
+    encode = compact_encoder(ensure_ascii=True, default=lambda o: encode(o.value))
+    value = {"b": Wrapped({"x": [1, "é"]}), "a": [None, True]}
+    expected = json.dumps(
+        value, separators=(",", ":"), default=lambda o: json.dumps(o.value, separators=(",", ":"))
+    )
+    for _ in range(3):
+        assert encode(value) == expected

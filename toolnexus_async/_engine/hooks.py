@@ -218,8 +218,10 @@ class _Gate:
         }
         if self.editable:
             data["editable"] = True
-        # Its id made here: an empty one would have pending() build the Request twice.
-        return ToolResult.pending(Request(new_request_id(), "approval", text, data=data))
+        # Its id made here: an empty one would have pending() build the Request twice. By
+        # position (no url): a keyword makes type.__call__ build a dict for it (verdict
+        # 49,776 instructions a held call against 49,127 this way, callgrind).
+        return ToolResult.pending(Request(new_request_id(), "approval", text, None, data))
 
     def _approved(
         self, name: str, args: dict[str, Any], data: Mapping[str, Any] | None
