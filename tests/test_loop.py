@@ -1,4 +1,5 @@
-"""The sans-IO run loop (toolnexus_async/_loop.py), driven with plain calls and no event loop."""
+"""The sans-IO run loop (toolnexus_async/_core/loop.py and loop_state.py), driven with
+plain calls and no event loop."""
 
 from __future__ import annotations
 

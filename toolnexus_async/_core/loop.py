@@ -5,6 +5,11 @@ client asks :meth:`RunLoop.next_action` what to do, does it, and feeds the outco
 (:meth:`RunLoop.model_replied`, :meth:`RunLoop.tools_finished`). Everything here can be
 tested with plain function calls.
 
+This module owns how a run advances: the actions, and the rules below. What the loop holds,
+how one is made (new, :meth:`~LoopState.resume`, :meth:`~LoopState.restore`) and the
+:class:`RunResult` made of it (a snapshot, the run's end) are its base's,
+:class:`LoopState` in ``loop_state.py``.
+
 Theory of operation::
 
     CallModel --model_replied--> cut by the output limit? --yes--> Finish(incomplete,
@@ -52,7 +57,6 @@ Rules kept here, each pinned by a test in ``tests/test_loop.py``:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,21 +64,11 @@ import attrs
 
 from .errors import UsageError
 from .halted import HaltedTurn
-from .messages import (
-    ZERO_USAGE,
-    AssistantMessage,
-    Message,
-    ModelReply,
-    SystemMessage,
-    ToolCall,
-    ToolReturn,
-    Usage,
-    UserMessage,
-    unpaired_calls,
-)
-from .output import OutputSpec
+from .loop_state import MODEL, NO_RECORDS, TOOLS, Expect, LoopState
+from .messages import AssistantMessage, Message, ModelReply, ToolCall, ToolReturn, UserMessage
 from .output_rule import judge_reply
-from .results import RunResult, RunStatus, ToolCallRecord
+from .records import ToolCallRecord
+from .results import RunResult
 from .types import Request, ToolResult, request_in
 
 __all__ = (
@@ -133,167 +127,12 @@ Action = CallModel | RunTools | Finish
 # anthropic's stop_reason.
 CUT_BY_LIMIT = frozenset({"length", "max_tokens"})
 
-# Never appended to (see RunLoop.records).
-_NO_RECORDS: list[ToolCallRecord] = []
 
+class RunLoop(LoopState):
+    """The state of one run (:class:`LoopState`), advanced by the outcomes the caller feeds
+    in."""
 
-class _Expect(enum.Enum):
-    MODEL = "a model reply"
-    TOOLS = "tool outcomes"
-    NOTHING = "nothing (the run is finished)"
-
-
-# The members as globals: on Python 3.11, whose EnumType has a __getattr__ (3.12 dropped
-# it), each read off the class goes through that hook and makes a method-wrapper object,
-# about a dozen times a run. With this and client.py's alike: 1,510,199 instructions per
-# run against 1,530,525 and 1,529,783 (benchmarks/instructions.py --quick, 3.11.7).
-_MODEL, _TOOLS, _NOTHING = _Expect.MODEL, _Expect.TOOLS, _Expect.NOTHING
-
-
-class RunLoop:
-    """The state of one run, advanced by the outcomes the caller feeds in."""
-
-    # Slots: every parked run holds one RunLoop, and a __dict__ each adds up.
-    __slots__ = (
-        "_calls",
-        "_expect",
-        "_output_tries",
-        "_result",
-        "max_turns",
-        "messages",
-        "model",
-        "output",
-        "output_failure",
-        "records",
-        "run_id",
-        "style",
-        "trace",
-        "turns",
-        "usage",
-    )
-
-    def __init__(
-        self,
-        prompt: str | None,
-        history: Sequence[Message] = (),
-        system_prompt: str | None = None,
-        max_turns: int = 10,
-        run_id: str = "",
-        style: str | None = None,
-        output: OutputSpec | None = None,
-    ) -> None:
-        if max_turns < 1:
-            raise UsageError(f"max_turns must be at least 1, got {max_turns}")
-        unpaired = unpaired_calls(history) if history else ()
-        if unpaired:
-            names = ", ".join(f"{c.name} ({c.id})" for c in unpaired)
-            raise UsageError(
-                f"history ends with tool calls that have no result: {names}; "
-                "resume a halted run instead of starting a new one from it"
-            )
-        messages: list[Message] = list(history)
-        if system_prompt is not None and not (messages and isinstance(messages[0], SystemMessage)):
-            messages.insert(0, SystemMessage(system_prompt))
-        if prompt is not None:
-            messages.append(UserMessage(prompt))
-        self.messages = messages
-        self.max_turns = max_turns
-        self.run_id = run_id
-        self.style = style
-        self.turns = 0
-        self.usage = ZERO_USAGE
-        self.model: str | None = None
-        # A ToolCallRecord for every executed call so far, in order. Shared until the first
-        # tool call: a run parked in its first turn holds no list.
-        self.records: list[ToolCallRecord] = _NO_RECORDS
-        self._expect = _MODEL
-        self._calls: tuple[ToolCall, ...] = ()
-        self._result: RunResult | None = None
-        # The run's trace context, opaque here: set by a traced engine, kept in every
-        # result (so in a stored run) and handed to the loop of its resume.
-        self.trace: dict[str, str] | None = None
-        self.output = output
-        self._output_tries = 0
-        # (the raw reply, what is wrong with it) once the output retries are spent.
-        self.output_failure: tuple[str, str] | None = None
-
-    @classmethod
-    def resume(
-        cls,
-        halted: HaltedTurn,
-        *,
-        turns: int,
-        usage: Usage,
-        model: str | None,
-        records: Sequence[ToolCallRecord],
-        max_turns: int = 10,
-        run_id: str = "",
-        style: str | None = None,
-        trace: dict[str, str] | None = None,
-        output: OutputSpec | None = None,
-        output_tries: int = 0,
-    ) -> RunLoop:
-        """A loop that continues a halted run: it expects the halted turn's tool outcomes.
-
-        The halted turn's results (the kept ones and the new ones) enter the transcript in
-        tool-call order, exactly one per call, and no new user message is added.
-        ``output_tries``: the output retries the run had used before it halted.
-        """
-        loop = cls(None, max_turns=max_turns, run_id=run_id, style=style, output=output)
-        loop._output_tries = output_tries
-        loop.messages = list(halted.before)
-        loop.messages.append(halted.assistant)
-        loop.turns = turns
-        loop.usage = usage
-        loop.model = model
-        loop.records = [r for r in records if r.turn < turns]
-        loop._calls = halted.assistant.tool_calls
-        loop._expect = _TOOLS
-        loop.trace = trace
-        return loop
-
-    @classmethod
-    def restore(
-        cls, state: RunResult, *, max_turns: int = 10, output: OutputSpec | None = None
-    ) -> RunLoop:
-        """A loop that goes on from ``state`` (a :meth:`snapshot`) with no turn in
-        progress: its next action is the model request after ``state.messages``. Its output
-        spec is ``output``, else the state's."""
-        loop = cls(
-            None,
-            max_turns=max_turns,
-            run_id=state.run_id,
-            style=state.style,
-            output=output if output is not None else state.output_spec,
-        )
-        loop.messages = list(state.messages)
-        loop.turns = state.turns
-        loop.usage = state.usage
-        loop.model = state.model
-        loop.records = list(state.tool_calls)
-        loop.trace = state.trace_context
-        loop._output_tries = state.output_retries_used
-        return loop
-
-    def snapshot(self) -> RunResult:
-        """The run as it stands (``status == "incomplete"``, ``limit == "running"``): its
-        transcript through the current turn, its counters and the records of its calls.
-        What a durable host keeps; the loop is unchanged."""
-        return RunResult(
-            status="incomplete",
-            text="",
-            messages=tuple(self.messages),
-            tool_calls=tuple(self.records),
-            turns=self.turns,
-            usage=self.usage,
-            model=self.model,
-            limit="running",
-            run_id=self.run_id,
-            style=self.style,
-            trace_context=self.trace,
-            output_spec=self.output,
-            output_retries_used=self._output_tries,
-        )
+    __slots__ = ()
 
     def next_action(self) -> Action:
         """What the caller must do next. Asking twice without feeding anything is harmless."""
@@ -311,7 +150,7 @@ class RunLoop:
         is over. One object fewer per step (issue 41, fourth pass in performance.md)."""
         if self._result is not None:
             return self._result
-        if self._expect is _TOOLS:
+        if self._expect is TOOLS:
             return self._calls
         if self.turns >= self.max_turns:
             return self._finish("incomplete", limit="max_turns")
@@ -322,16 +161,16 @@ class RunLoop:
 
         ``status == "incomplete"`` with the given ``limit``; the loop itself is unchanged.
         """
-        self._check(_MODEL)
+        self._check(MODEL)
         result = self._finish("incomplete", limit=limit)
-        self._expect, self._result = _MODEL, None
+        self._expect, self._result = MODEL, None
         return result
 
     def model_replied(self, reply: ModelReply) -> AssistantMessage:
         """Feed the model's reply to the request :meth:`next_action` asked for; returns the
         message the transcript keeps (a cut reply's without its tool calls)."""
-        if self._expect is not _MODEL:
-            self._check(_MODEL)
+        if self._expect is not MODEL:
+            self._check(MODEL)
         self.turns += 1
         self.usage = self.usage + reply.usage
         if reply.model is not None:
@@ -348,7 +187,7 @@ class RunLoop:
             return message
         if message.tool_calls:
             self._calls = message.tool_calls
-            self._expect = _TOOLS
+            self._expect = TOOLS
         elif reply.stop_reason != "pause_turn":
             self._finish("done")
         # else: paused, the model goes on from its own reply at the next request
@@ -385,13 +224,13 @@ class RunLoop:
         """Feed one outcome per tool call, in the order :class:`RunTools` listed the calls.
         A bare :class:`ToolResult` is an outcome with nothing else to say (the usual call:
         the executor makes no :class:`CallOutcome` for it)."""
-        if self._expect is not _TOOLS:
-            self._check(_TOOLS)
+        if self._expect is not TOOLS:
+            self._check(TOOLS)
         calls = self._calls
         if len(outcomes) != len(calls):
             raise UsageError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
         records = self.records
-        if records is _NO_RECORDS:
+        if records is NO_RECORDS:
             records = self.records = []
         suspended = False
         # By index: no enumerate and no tuple iterator, two objects the collector tracks
@@ -422,51 +261,8 @@ class RunLoop:
             halted = tuple(r for r in turn if request_in(r.result) is not None)
             self._finish("pending", pending=request_in(halted[0].result), suspended=halted)
             return
-        self._expect = _MODEL
+        self._expect = MODEL
 
-    def _check(self, expected: _Expect) -> None:
+    def _check(self, expected: Expect) -> None:
         if self._expect is not expected:
             raise UsageError(f"the loop expects {self._expect.value}, not {expected.value}")
-
-    def _finish(
-        self,
-        status: RunStatus,
-        *,
-        limit: str | None = None,
-        pending: Request | None = None,
-        suspended: tuple[ToolCallRecord, ...] = (),
-        output: tuple[Any, Any] = (None, None),
-    ) -> RunResult:
-        text = ""
-        refusal = None
-        messages = self.messages
-        for index in range(len(messages) - 1, -1, -1):
-            message = messages[index]
-            if isinstance(message, AssistantMessage):
-                text, refusal = message.text or "", message.refusal
-                break
-        self._expect = _NOTHING
-        if self.output is None and status == "done" and refusal is None:
-            output = (text, None)  # a run without an output type: its text is its output
-        # By position, in the order of RunResult's fields: keywords would make a dict.
-        self._result = RunResult(
-            status,
-            text,
-            tuple(self.messages),
-            tuple(self.records),  # tool_calls
-            self.turns,
-            self.usage,
-            self.model,
-            pending,
-            limit,
-            suspended,
-            self.run_id,
-            self.style,
-            refusal,
-            self.trace,  # trace_context
-            output[0],
-            output[1],  # output_data
-            self.output,  # output_spec
-            self._output_tries,  # output_retries_used
-        )
-        return self._result

@@ -146,7 +146,7 @@ class _State(enum.Enum):
     OVER = "over"
 
 
-# The members as globals, as loop.py does with its _Expect: on Python 3.11 a read off the
+# The members as globals, as loop_state.py does with its Expect: on Python 3.11 a read off the
 # enum class costs about ten times a global's, and the rule reads them on every step.
 _START, _RUNNING, _ASKING = _State.START, _State.RUNNING, _State.ASKING
 _RETRYING, _GATED, _OVER = _State.RETRYING, _State.GATED, _State.OVER

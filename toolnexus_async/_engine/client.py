@@ -82,7 +82,7 @@ class _State(enum.Enum):
     CLOSED = "closed"  # aclose() ran; the client cannot be used again
 
 
-# As loop.py's _Expect (with its figure): read once, not through 3.11's EnumType hook per run.
+# As loop_state.py's Expect (with its figure): read once, not through 3.11's EnumType hook per run.
 _OPEN, _CLOSED = _State.OPEN, _State.CLOSED
 
 
