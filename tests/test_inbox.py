@@ -302,14 +302,14 @@ async def test_requests_yields_each_new_request_once_to_every_listener():
         async with anyio.create_task_group() as tg:
             tg.start_soon(listen, "a", 3)
             tg.start_soon(listen, "b", 3)
-            await wait_until(lambda: len(inbox._listeners) == 2)
+            await wait_until(lambda: len(inbox._listeners.listening) == 2)
             await start_runs(tg, inbox, 3, results)
             await wait_until(lambda: len(seen["a"]) == 3 and len(seen["b"]) == 3)
             assert seen["a"] == seen["b"] == [r.id for r in inbox.pending()]
             for request in inbox.pending():
                 await inbox.answer(Answer(request.id, True))
     assert len(results) == 3
-    assert inbox._listeners == set()
+    assert inbox._listeners.listening == set()
 
 
 async def test_requests_hands_on_a_burst_of_parks_in_one_step():
@@ -335,7 +335,7 @@ async def test_requests_hands_on_a_burst_of_parks_in_one_step():
         async with anyio.create_task_group() as tg:
             tg.start_soon(count_steps)
             tg.start_soon(listen)
-            await wait_until(lambda: len(inbox._listeners) == 1)
+            await wait_until(lambda: len(inbox._listeners.listening) == 1)
             for n in range(5):
                 tg.start_soon(inbox, Request(f"r-{n}", "approval", "?"))
             await wait_until(lambda: len(seen) == 5)
@@ -343,7 +343,7 @@ async def test_requests_hands_on_a_burst_of_parks_in_one_step():
             assert len({at for _, at in seen}) == 1, seen
             tg.cancel_scope.cancel()
     assert len(inbox) == 0
-    assert inbox._listeners == set()
+    assert inbox._listeners.listening == set()
     assert_no_leaks()
 
 

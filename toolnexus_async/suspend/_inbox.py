@@ -29,14 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import math
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from typing import Any, Literal
-
-import anyio
-from anyio.streams.memory import MemoryObjectSendStream
 
 from .._core.audit import AnswerRecord, check_answered_by, shown_digest, taken_outcome
 from .._core.errors import (
@@ -47,6 +43,7 @@ from .._core.errors import (
 )
 from .._core.types import Answer, HaltRun, Request
 from .._core.wire import approval_claim, claim_refusal
+from ._listeners import Listeners
 from ._timers import Deadlines
 
 __all__ = ("Inbox",)
@@ -130,7 +127,7 @@ class Inbox:
         self._remember = remember
         self._timers = Deadlines(self._due, self._holds)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._listeners: set[MemoryObjectSendStream[Request]] = set()
+        self._listeners = Listeners()
         self._halting_all = False
 
     def __len__(self) -> int:
@@ -194,11 +191,8 @@ class Inbox:
             slot.deadline = self._timers.add(loop, loop.time() + left, request.id)
         if self._park_timeout is not None:
             slot.spill = self._timers.add(loop, loop.time() + self._park_timeout, request.id)
-        for listener in tuple(self._listeners):
-            try:
-                listener.send_nowait(request)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._listeners.discard(listener)
+        if self._listeners.listening:
+            self._listeners.tell(request)
         return slot
 
     async def answer(self, answer: Answer, *, answered_by: str | None = None) -> None:
@@ -326,31 +320,13 @@ class Inbox:
         loop.call_soon_threadsafe(apply)
         done.result(timeout)
 
-    async def requests(self) -> AsyncGenerator[Request, None]:
+    def requests(self) -> AsyncGenerator[Request, None]:
         """Each request parked from now on, once, as it arrives (for forwarding to humans).
 
         Several iterators may run at once; each sees every new request. Requests parked
         before the iteration began are in :meth:`pending`.
         """
-        send, receive = anyio.create_memory_object_stream[Request](math.inf)
-        self._listeners.add(send)
-        try:
-            async with receive:
-                while True:
-                    # What is buffered already is handed on without a trip through the
-                    # event loop each (anyio's receive() is a checkpoint even then): the
-                    # loop is entered once per burst of parks, not once per park.
-                    try:
-                        request = receive.receive_nowait()
-                    except anyio.WouldBlock:
-                        try:
-                            request = await receive.receive()
-                        except anyio.EndOfStream:
-                            return
-                    yield request
-        finally:
-            self._listeners.discard(send)
-            send.close()
+        return self._listeners.requests()
 
     def halt_all(self) -> int:
         """Halt every parked run now, and every run that parks from now on (a shutdown).
