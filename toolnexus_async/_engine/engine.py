@@ -1,7 +1,7 @@
 """The engine: the one place that drives a run, for every front (client, host, serve).
 
-A run is a value, :class:`RunSpec` (its loop, its toolkit, the plan of a resume, its
-journal and who is told of its steps); :meth:`Engine.drive` runs one to its end.
+A run is a value, :class:`RunSpec` (``runspec``: its loop, its toolkit, the plan of a
+resume, its journal and who is told of its steps); :meth:`Engine.drive` runs one to its end.
 :class:`LlmClient` (``client.engine``), the durable host, ``resume_stored`` and ``serve``
 all build a spec and hand it here; none of them reaches into another's internals.
 
@@ -30,13 +30,11 @@ Rules of this module:
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-import attrs
 
 from .._core.config import Limits
 from .._core.errors import (
@@ -58,6 +56,7 @@ from .hooks import Hooks, call_hook, check_gate, plain_before_tool
 from .journal import Journal
 from .model import HttpModel, Model
 from .resolver import Resolver
+from .runspec import Budget, RunSpec
 from .streaming import Sink
 from .toolkit import ToolRegistry
 from .tracing import run_extra
@@ -69,61 +68,6 @@ if TYPE_CHECKING:
 __all__ = ("Engine", "RunSpec")
 
 log = logging.getLogger("toolnexus_async")
-
-
-@attrs.frozen
-class RunSpec:
-    """One run, as the engine drives it.
-
-    Attributes:
-        loop: the run's :class:`RunLoop` (a new run's, or a resumed one's).
-        toolkit: the tools it may call.
-        plan: for a resumed run, which call gets which answer (``None``: a new run).
-        journal: where each step is kept before the run goes on (a durable run).
-        stream: told every event, the model's text included (the request is streamed).
-        observe: told the tool steps only (a suspended call, each result); the model's
-            replies are not streamed. Ignored when ``stream`` is set.
-        on_tools_done: called once a resumed turn's calls have run (see
-            :meth:`LlmClient.resume`).
-    """
-
-    loop: RunLoop
-    toolkit: ToolRegistry
-    plan: ResumePlan | None = None
-    journal: Journal | None = None
-    stream: Sink | None = None
-    observe: Sink | None = None
-    on_tools_done: Callable[[RunResult], Any] | None = None
-
-    @property
-    def output(self) -> OutputSpec | None:
-        """What the run's output must be (``None``: text). Kept by its loop, so that the
-        loop's snapshot, which a durable run stores, carries it."""
-        return self.loop.output
-
-
-class _Budget:
-    """A run deadline that stops while someone is waited for (count_wait_in_timeout=False)."""
-
-    __slots__ = ("_paused_at", "_saved", "_scope", "_waiting")
-
-    def __init__(self, scope: anyio.CancelScope) -> None:
-        self._scope = scope
-        self._waiting = 0
-        self._paused_at = 0.0
-        self._saved = math.inf
-
-    def pause(self) -> None:
-        if self._waiting == 0:
-            self._paused_at = anyio.current_time()
-            self._saved = self._scope.deadline
-            self._scope.deadline = math.inf
-        self._waiting += 1
-
-    def resume(self) -> None:
-        self._waiting -= 1
-        if self._waiting == 0:
-            self._scope.deadline = self._saved + (anyio.current_time() - self._paused_at)
 
 
 class Engine(ModelTurns):
@@ -251,7 +195,7 @@ class Engine(ModelTurns):
             return self._spec_driven(spec, None)
         return self._drive_limited(spec, self.timeout)
 
-    def _spec_driven(self, spec: RunSpec, budget: _Budget | None) -> Coroutine[Any, Any, RunResult]:
+    def _spec_driven(self, spec: RunSpec, budget: Budget | None) -> Coroutine[Any, Any, RunResult]:
         # By position: the spec is not held by the driving coroutine while the run is parked
         # (benchmarks/park.py, "pymalloc blocks/run": 35.0 with it kept, 34.0 without).
         sink = spec.stream
@@ -268,7 +212,7 @@ class Engine(ModelTurns):
 
     async def _drive_limited(self, spec: RunSpec, limit: float) -> RunResult:
         with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
-            budget = None if self.count_wait_in_timeout else _Budget(scope)
+            budget = None if self.count_wait_in_timeout else Budget(scope)
             driving = self._spec_driven(spec, budget)
             del spec  # as in _spec_driven: not held by this frame while the run is parked
             return await driving
@@ -284,7 +228,7 @@ class Engine(ModelTurns):
         sink: Sink | None,
         steps: Sink | None,
         on_tools_done: Callable[[RunResult], Any] | None,
-        budget: _Budget | None,
+        budget: Budget | None,
     ) -> RunResult:
         # One frame for the whole run: it is what a parked run holds while it waits.
         output = loop.output
@@ -383,7 +327,7 @@ class Engine(ModelTurns):
         self,
         toolkit: ToolRegistry,
         run_id: str,
-        budget: _Budget | None,
+        budget: Budget | None,
         sink: Sink | None,
         journal: Journal | None = None,
         turn: int | None = None,
