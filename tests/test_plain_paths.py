@@ -19,17 +19,20 @@ import pytest
 
 from tests.conftest import assert_no_leaks, openai_reply
 from toolnexus_async import (
+    Answer,
     Hooks,
     Limits,
     LlmClient,
     ProtocolError,
     ProviderError,
+    Request,
     RetryPolicy,
     ToolContext,
     Toolkit,
     ToolResult,
     TransportError,
     define_tool,
+    require_approval,
 )
 from toolnexus_async._core.http import HttpRequest, HttpResponse
 from toolnexus_async._engine.engine import RunSpec
@@ -240,3 +243,58 @@ async def test_a_tool_of_another_class_is_given_its_context() -> None:
     direct = await tk.execute_call("plain", {}, "c9", "run_p", 2)
     assert direct == ToolResult.ok("ok")
     assert tool.seen == [ToolContext(call_id="c9", run_id="run_p", tool_name="plain", turn=2)]
+
+
+def gate_prompt(name: str, args: Any) -> str:
+    if name == "boom":
+        raise RuntimeError("no prompt for boom")  # the gate raises: an error result
+    return f"run {name}?"
+
+
+def approver(asked: list[Request], ok: bool) -> Callable[[Request], Any]:
+    async def approve(request: Request) -> Answer:
+        asked.append(attrs.evolve(request, id="req"))
+        return Answer(request.id, ok)
+
+    return approve
+
+
+@pytest.mark.parametrize("ok", [True, False], ids=["approved", "declined"])
+async def test_a_lone_gate_is_asked_as_the_general_path_asks_it(
+    caplog: pytest.LogCaptureFixture, ok: bool
+) -> None:
+    # A require_approval gate as the only tool hook is asked by Executor.run_one itself,
+    # before and after the approval; an after_tool that changes nothing forces _invoke.
+    gate = require_approval(["look", "whoami", "boom"], prompt=gate_prompt)
+    outcomes = []
+    for general in (False, True):
+        events: list[Any] = []
+        asked: list[Request] = []
+        caplog.clear()
+        hooks = Hooks(
+            on_metric=events.append, before_tool=gate, after_tool=noop if general else None
+        )
+        with caplog.at_level(logging.WARNING, logger="toolnexus_async"):
+            async with (
+                LlmClient(
+                    "http://127.0.0.1:9/v1",
+                    model="m",
+                    api_key=KEY,
+                    transport=MockTransport(scenario),
+                    hooks=hooks,
+                    wait_for=approver(asked, ok),
+                ) as c,
+                toolkit() as tk,
+            ):
+                result = await c.run("go", tk, run_id="run_same")
+        raised = [(r.getMessage(), getattr(r, "run_id", None)) for r in caplog.records]
+        records = [attrs.evolve(r, request=None) for r in result.tool_calls]
+        outcomes.append((result.text, records, asked, timeless(events), raised))
+    assert outcomes[0] == outcomes[1]
+    _, records, asked, _, _ = outcomes[0]
+    assert [r.prompt for r in asked] == ["run look?", "run whoami?"]
+    assert records[2].result.output == (
+        "before_tool hook raised RuntimeError for 'boom': no prompt for boom"
+    )
+    assert ("21 C" in records[0].result.output) is ok
+    assert_no_leaks()

@@ -61,6 +61,7 @@ Outcome = CallOutcome | ToolResult
 ToolOutcome = Literal["ok", "error", "pending"]
 # (tool name, tool source, outcome, seconds) for metrics; a suspension is "pending".
 OnTool = Callable[[str, str, ToolOutcome, float], None]
+_ASK: Final[Any] = object()  # _invoke's verdict when its hook is still to be asked
 
 
 class Executor(CallSteps):
@@ -69,6 +70,7 @@ class Executor(CallSteps):
     __slots__ = (
         "_budget",
         "_gate",
+        "_gated",
         "_hooks",
         "_journal",
         "_on_event",
@@ -116,6 +118,17 @@ class Executor(CallSteps):
         # hooks.before_tool as the plain function it is underneath, if it is a
         # require_approval gate (plain_before_tool: the engine asks once, not every turn).
         self._gate = gate if has_tool_hooks else None
+        # The gate when it is the only tool hook and nothing is kept or shown of a call:
+        # run_one asks it itself, without _invoke (a coroutine and a tuple per call).
+        self._gated = (
+            gate
+            if gate is not None
+            and has_tool_hooks
+            and hooks is not None
+            and hooks.after_tool is None
+            and journal is None
+            else None
+        )
         self._budget = budget
         self._on_tool = on_tool
         self._on_event = on_event
@@ -187,24 +200,39 @@ class Executor(CallSteps):
             # The common call: the tool (and its before_tool hook, if any) is awaited right
             # here, and the rule is consulted only if it suspends (instructions.py: 3.1 %
             # more instructions per run without this path, 1,568,493 against 1,520,700).
-            if self._hooks is None:
+            gate = self._gated
+            if self._hooks is None or gate is not None:
                 if self._journal is not None:
                     await self._journal.fence()
                 started = time.perf_counter()
-                registry = self._registry
-                if registry is not None:
-                    # The context made only if the tool needs it (execute_call).
-                    result = await registry.execute_call(
-                        call.name, call.arguments, call.id, self._run_id, self._turn
-                    )
+                verdict: dict[str, Any] | ToolResult | None = None
+                if gate is not None:
+                    # The only tool hook is a require_approval gate: its verdict, without
+                    # _invoke's coroutine (what _invoke does with FIRST; a gate asked
+                    # without an answer gives None or a ToolResult, never arguments).
+                    try:
+                        verdict = gate(call.name, call.arguments, None)
+                    except Exception as exc:
+                        verdict = _hook_raised(call, exc)
+                if isinstance(verdict, ToolResult):
+                    result = verdict
+                    by_gate = request_in(verdict) is not None
                 else:
-                    # By position (answer, call_id, run_id, tool_name, request, turn):
-                    # keywords would make a dict per call.
-                    ctx = ToolContext(None, call.id, self._run_id, call.name, None, self._turn)
-                    result = await self._toolkit.execute(call.name, call.arguments, ctx)
-                    del ctx
+                    by_gate = False
+                    registry = self._registry
+                    if registry is not None:
+                        # The context made only if the tool needs it (execute_call).
+                        result = await registry.execute_call(
+                            call.name, call.arguments, call.id, self._run_id, self._turn
+                        )
+                    else:
+                        # By position (answer, call_id, run_id, tool_name, request, turn):
+                        # keywords would make a dict per call.
+                        ctx = ToolContext(None, call.id, self._run_id, call.name, None, self._turn)
+                        result = await self._toolkit.execute(call.name, call.arguments, ctx)
+                        del ctx
                 self._report(call.name, result, started)
-                by_gate = False
+                del verdict
             else:
                 result, by_gate, changed = await self._invoke(call, FIRST)
             # No metadata, no suspension: the usual result needs no call to tell.
@@ -226,7 +254,26 @@ class Executor(CallSteps):
         while True:
             if isinstance(action, Execute):
                 last = action
-                result, by_gate, changed = await self._invoke(call, action)
+                gate = self._gated
+                if gate is not None and self._registry is not None and action.answer is None:
+                    # The retry after a gate's approval (its answer is the hook's alone):
+                    # as _invoke does it, without its coroutine when the gate lets it run.
+                    started = time.perf_counter()
+                    try:
+                        verdict = gate(call.name, call.arguments, action.hook_answer)
+                    except Exception as exc:
+                        verdict = _hook_raised(call, exc)
+                    if verdict is None and action.request is None:
+                        result = await self._registry.execute_call(
+                            call.name, call.arguments, call.id, self._run_id, self._turn
+                        )
+                        self._report(call.name, result, started)
+                        by_gate = False
+                    else:
+                        invoked = self._invoke(call, action, verdict, started)
+                        result, by_gate, changed = await invoked
+                else:
+                    result, by_gate, changed = await self._invoke(call, action)
                 action = rule.executed(result, by_gate=by_gate)
                 del result  # as above, for calls with tool hooks (park.py has none: unmeasured)
             elif isinstance(action, Ask):
@@ -276,17 +323,23 @@ class Executor(CallSteps):
                 return outcome if self._plain else await self._final(call, last, outcome)
 
     async def _invoke(
-        self, call: ToolCall, action: Execute
+        self,
+        call: ToolCall,
+        action: Execute,
+        given: Any = _ASK,
+        started: float | None = None,
     ) -> tuple[ToolResult, bool, dict[str, Any] | None]:
         """``before_tool`` (if any), then the tool; reports the execution to metrics.
 
+        ``given``: the gate's verdict, when the caller asked it already (at ``started``).
         Returns the result, whether the hook (not the tool) gave it, and the arguments the
         hook gave instead of the model's (``None``: it changed nothing).
         """
         journal, gate = self._journal, self._gate
         if journal is not None and gate is None:
             await journal.fence()
-        started = time.perf_counter()
+        if started is None:
+            started = time.perf_counter()
         # A gate reads only the answer: its calls' context is made for the tool, if at all.
         ctx = self._context(call, action) if gate is None else None
         result: ToolResult | None = None
@@ -297,7 +350,11 @@ class Executor(CallSteps):
         if hooks is not None and hooks.before_tool is not None:
             try:
                 verdict: Any
-                if gate is not None:
+                if given is not _ASK:
+                    # Asked by run_one (a gate that raised gave its error result there,
+                    # which comes to what the except below makes of it).
+                    verdict = given
+                elif gate is not None:
                     # An approved gate sees its answer; the tool, which never asked, does not.
                     answer = action.hook_answer
                     verdict = gate(call.name, args, action.answer if answer is None else answer)
@@ -317,9 +374,7 @@ class Executor(CallSteps):
                     if inspect.isawaitable(verdict):
                         verdict = await verdict
             except Exception as exc:
-                result = ToolResult.error(
-                    f"before_tool hook raised {type(exc).__name__} for {call.name!r}: {exc}"
-                )
+                result = _hook_raised(call, exc)
             else:
                 if isinstance(verdict, ToolResult):
                     result = verdict
@@ -369,6 +424,12 @@ class Executor(CallSteps):
 # the host sees the plain error it can act on.
 _LOUD = (UsageError, StoreError)
 _EXECUTE: Final = ToolRegistry.execute
+
+
+def _hook_raised(call: ToolCall, exc: Exception) -> ToolResult:
+    """The result the model is given when ``before_tool`` raised ``exc``."""
+    kind = type(exc).__name__
+    return ToolResult.error(f"before_tool hook raised {kind} for {call.name!r}: {exc}")
 
 
 def _with_changed(outcome: CallOutcome, changed: dict[str, Any] | None) -> CallOutcome:
