@@ -7,20 +7,33 @@ Rules of this module:
   they were parked; requests parked before are the inbox's ``pending()``.
 - Telling the listeners never waits and never fails a park: what a listener has not
   taken yet is buffered (without bound, as the parked runs themselves are).
-- A listener whose iterator is closed (or finalized) is forgotten.
+- What is buffered is handed on without a trip through the event loop each: a listener
+  waits (one future) only when it has taken everything, so a burst of parks costs it one
+  step of the loop, not one per park.
+- A listener whose iterator is closed, cancelled or finalized is forgotten.
+- A listener is a deque and the future it waits on, not an anyio memory stream: telling
+  one is an append (issue 41, fifth pass on the engine side in ``docs/performance.md``).
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
+from collections import deque
 from collections.abc import AsyncGenerator
-
-import anyio
-from anyio.streams.memory import MemoryObjectSendStream
 
 from .._core.types import Request
 
 __all__ = ("Listeners",)
+
+
+class _Listener:
+    """One iterator's buffer, and the future it waits on while the buffer is empty."""
+
+    __slots__ = ("buffer", "waiting")
+
+    def __init__(self) -> None:
+        self.buffer: deque[Request] = deque()
+        self.waiting: asyncio.Future[None] | None = None
 
 
 class Listeners:
@@ -30,34 +43,28 @@ class Listeners:
 
     def __init__(self) -> None:
         # Read by the inbox before it tells anyone: empty, a park pays nothing more.
-        self.listening: set[MemoryObjectSendStream[Request]] = set()
+        self.listening: set[_Listener] = set()
 
     def tell(self, request: Request) -> None:
-        """Hand ``request`` to every listener."""
-        for listener in tuple(self.listening):
-            try:
-                listener.send_nowait(request)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self.listening.discard(listener)
+        """Hand ``request`` to every listener (no code of theirs runs here)."""
+        for listener in self.listening:
+            listener.buffer.append(request)
+            waiting = listener.waiting
+            if waiting is not None:
+                listener.waiting = None
+                if not waiting.done():  # a cancelled wait is its iterator's to end
+                    waiting.set_result(None)
 
     async def requests(self) -> AsyncGenerator[Request, None]:
         """Each request told from now on, once, as it arrives."""
-        send, receive = anyio.create_memory_object_stream[Request](math.inf)
-        self.listening.add(send)
+        listener = _Listener()
+        self.listening.add(listener)
+        buffer = listener.buffer
         try:
-            async with receive:
-                while True:
-                    # What is buffered already is handed on without a trip through the
-                    # event loop each (anyio's receive() is a checkpoint even then): the
-                    # loop is entered once per burst of parks, not once per park.
-                    try:
-                        request = receive.receive_nowait()
-                    except anyio.WouldBlock:
-                        try:
-                            request = await receive.receive()
-                        except anyio.EndOfStream:
-                            return
-                    yield request
+            while True:
+                while buffer:
+                    yield buffer.popleft()
+                waiting = listener.waiting = asyncio.get_running_loop().create_future()
+                await waiting
         finally:
-            self.listening.discard(send)
-            send.close()
+            self.listening.discard(listener)
