@@ -216,9 +216,7 @@ class Executor(CallSteps):
                         verdict = _hook_raised(call, exc)
                 if isinstance(verdict, ToolResult):
                     result = verdict
-                    by_gate = request_in(verdict) is not None
                 else:
-                    by_gate = False
                     registry = self._registry
                     if registry is not None:
                         # The context made only if the tool needs it (execute_call).
@@ -231,12 +229,19 @@ class Executor(CallSteps):
                         ctx = ToolContext(None, call.id, self._run_id, call.name, None, self._turn)
                         result = await self._toolkit.execute(call.name, call.arguments, ctx)
                         del ctx
-                self._report(call.name, result, started)
+                # No metadata, no suspension: the usual result needs no call to tell.
+                pending = None if result.metadata is None else request_in(result)
+                by_gate = pending is not None and result is verdict
                 del verdict
+                if self._on_tool is not None:  # _report's work, the suspension known
+                    told: ToolOutcome = (
+                        "pending" if pending is not None else "error" if result.is_error else "ok"
+                    )
+                    self._count(call.name, told, started)
             else:
                 result, by_gate, changed = await self._invoke(call, FIRST)
-            # No metadata, no suspension: the usual result needs no call to tell.
-            if result.metadata is None or request_in(result) is None:
+                pending = None if result.metadata is None else request_in(result)
+            if pending is None:
                 if self._plain:  # a bare result when it is all there is (the loop takes it)
                     return result if changed is None else CallOutcome(result, None, None, changed)
                 return await self._final(call, last, CallOutcome(result, None, None, changed))
@@ -407,16 +412,28 @@ class Executor(CallSteps):
 
     def _report(self, name: str, result: ToolResult, started: float) -> None:
         """One tool execution to metrics: a suspension is "pending", never "error"."""
-        if self._on_tool is None:
+        on_tool = self._on_tool
+        if on_tool is None:
             return
         outcome: ToolOutcome = (
             "pending"
             if result.metadata is not None and request_in(result) is not None
             else ("error" if result.is_error else "ok")
         )
-        tool = self._toolkit.get(name)
-        source = tool.source if tool is not None else "unknown"
-        self._on_tool(name, source, outcome, time.perf_counter() - started)
+        registry = self._registry
+        # A registry's own tools read as its execute reads them: no get() call per call.
+        tool = self._toolkit.get(name) if registry is None else registry._tools.get(name)
+        source = "unknown" if tool is None else tool.source
+        on_tool(name, source, outcome, time.perf_counter() - started)
+
+    def _count(self, name: str, outcome: ToolOutcome, started: float) -> None:
+        """:meth:`_report` with the outcome known (there is an ``on_tool``)."""
+        on_tool = self._on_tool
+        assert on_tool is not None
+        registry = self._registry
+        tool = self._toolkit.get(name) if registry is None else registry._tools.get(name)
+        source = "unknown" if tool is None else tool.source
+        on_tool(name, source, outcome, time.perf_counter() - started)
 
 
 # A misconfigured resolver's UsageError, or a store's StoreError (a durable run's lease
