@@ -266,7 +266,12 @@ class Engine(ModelTurns):
                     # right here, not in a _model_turn and an HttpModel.request of its own.
                     asked = time.perf_counter()
                     try:
-                        reply = self._reply_of(await self._asking(loop, toolkit, output, debug))
+                        # _reply_of's work, inline: an HTTP model's response read here (the
+                        # one name for both, so that no local holds the response after).
+                        reply: Any = await self._asking(loop, toolkit, output, debug)
+                        http = self._http
+                        if http is not None:
+                            reply = http.reply(reply)
                     except ModelError as exc:
                         failure: ModelError | None = self._failure(exc)
                     else:
@@ -312,7 +317,12 @@ class Engine(ModelTurns):
                     status = result.status
                     break
         finally:
-            self._report.run(status, loop.turns, time.perf_counter() - started, loop.model)
+            report = self._report
+            if report.listener is None:
+                # Nobody listens: straight to the registry, what Reporter.run would do first.
+                report.registry.record_run(status, time.perf_counter() - started)
+            else:
+                report.run(status, loop.turns, time.perf_counter() - started, loop.model)
         if debug:
             log.debug(
                 "%s: %s after %d turn(s)",

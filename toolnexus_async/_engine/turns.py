@@ -5,8 +5,8 @@ Rules of this module:
 - The plain turn (no ``before_llm`` or ``after_llm`` hook, no stream, no journal) is not a
   coroutine of its own: the engine's :meth:`~Engine._drive` awaits the model's request
   (an untraced HTTP model's transport, even: ``HttpModel.send``, then ``reply``) in its one
-  frame, and asks this module for the request (:meth:`ModelTurns._asking`), the reply in
-  what it came to and, if it failed, the retries (:meth:`ModelTurns._retried`). A failed
+  frame, and asks this module for the request (:meth:`ModelTurns._asking`) and, if it
+  failed, the retries (:meth:`ModelTurns._retried`). A failed
   plain turn ends exactly as :meth:`ModelTurns._model_turn`'s would, errors scrubbed alike
   (``tests/test_plain_paths.py``).
 - :meth:`ModelTurns._model_turn` is every other turn: the hooks around the request, the
@@ -116,7 +116,7 @@ class ModelTurns(ModelRequests):
         self, loop: RunLoop, toolkit: ToolRegistry, output: OutputSpec | None, debug: bool
     ) -> Awaitable[ModelReply] | Awaitable[HttpResponse]:
         """The plain turn's request, to be awaited: the model's, or an HTTP model's
-        transport's (whose response :meth:`_reply_of` reads)."""
+        transport's (whose response the engine reads with ``HttpModel.reply``)."""
         if debug:
             self._announce(loop)
         # _shaped's work inline: this is every plain turn.
@@ -127,7 +127,9 @@ class ModelTurns(ModelRequests):
         http = self._http
         if http is None:
             return self.model.request(messages, specs, output)
-        return http.send(messages, specs, output)
+        # HttpModel.send's work, inline (the model is exactly an HttpModel): one call fewer
+        # per model request.
+        return http._transport.send(http._request(messages, specs, False, output))
 
     def _announce(self, loop: RunLoop) -> None:
         """The debug record of the model request that is due."""
@@ -139,14 +141,6 @@ class ModelTurns(ModelRequests):
             self.model.name,
             extra=run_extra(run_id),
         )
-
-    def _reply_of(self, answer: ModelReply | HttpResponse) -> ModelReply:
-        """The reply in what :meth:`_asking`'s request came to (as ``HttpModel.request``)."""
-        if isinstance(answer, ModelReply):
-            return answer
-        http = self._http
-        assert http is not None  # only its send hands back a response
-        return http.reply(answer)
 
     def _failure(self, error: ModelError) -> ModelError:
         """What the plain turn's request ``error`` is to the run: a transport's own error
