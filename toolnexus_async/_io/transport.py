@@ -243,7 +243,10 @@ class AiohttpTransport:
         self, request: HttpRequest, timeout: aiohttp.ClientTimeout
     ) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
         """``request`` sent on the session (opened on first use), with its deadline."""
-        return self._open().request(
+        session = self._session
+        if session is None or self._closed:  # else _open() would hand back the session
+            session = self._open()
+        return session.request(
             request.method,
             request.url,
             data=request.content,
