@@ -1,0 +1,479 @@
+"""The PostgreSQL store's database restarted at the worst moments, its worker alive.
+
+The worker is this test's process: a durable host over a :class:`PostgresRunStore` on a
+cluster of the test's own (``pg_cluster``), driving a run whose model asks for ``pay``,
+gated by ``require_approval``. The store's group commit is stopped (an awaited event; the
+rest of the process goes on) once, at one of two points of the transaction of a chosen
+write, by the hooks ``tests/test_turn_with_request_crash_postgres.py`` uses:
+
+- ``commit``: every statement of the transaction ran, its ``COMMIT`` was not sent;
+- ``after``: it committed, and no caller was told.
+
+Stopped there, the cluster is stopped (``pg_ctl stop -m fast``: every session ended, open
+transactions rolled back; or ``-m immediate``: killed, recovering from its WAL at the next
+start) and started again on its port; then the commit goes on. The writes stopped at:
+
+- the model's turn written with its gate's request, in one transaction;
+- the answer to that request;
+- the tool's result.
+
+What must hold, with no restart of the worker: nothing is acknowledged (the request
+parked in the inbox, the answer's call returning) before it is committed; the run ends
+as it would have without the restart, ``pay`` ran once, the model was asked once per
+turn and exactly one request was ever written; an answer whose commit the restart undid
+is refused with ``StoreUnavailableError`` (and may simply be sent again); the pool
+serves again, the LISTEN connection is opened again (an answer taken by another worker
+wakes the run at once), and nothing is left open once the store is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from tests.conftest import assert_no_leaks
+from tests.pg import PgCluster
+from tests.test_host import until
+from tests.test_pg_faults import database, observe
+from tests.test_turn_with_request import GATE, pay_model, pay_toolkit
+from toolnexus_async import (
+    Answer,
+    Inbox,
+    LlmClient,
+    Message,
+    Request,
+    RunResult,
+    StoreUnavailableError,
+)
+from toolnexus_async.durable import BegunRun, DurableHost, PostgresRunStore
+from toolnexus_async.durable.postgres import _committer
+from toolnexus_async.durable.postgres._answer_ops import PgAnswerOps
+from toolnexus_async.durable.postgres._asked import Asked
+from toolnexus_async.durable.postgres._errors import QUIET_FLOOR
+from toolnexus_async.durable.postgres._pool import PgConnections
+from toolnexus_async.durable.postgres._run_ops import PgRunOps
+
+LIMIT = 60  # seconds a test may take: a cluster stopped and started twice at most
+LEASE = 30.0  # far longer than a restart: the run's lease does not lapse meanwhile
+POINTS = ("commit", "after")
+MODES = ("fast", "immediate")
+RUNS = 8  # runs whose writes a restart meets at once
+SHORT_LEASE = 1.5  # seconds: an outage of twice that outlives the lease
+
+# A batch's write, told by its operation (a bound method of the store's statements).
+Batch = list[tuple[Any, ...]]
+
+
+# A session listening for events (the last statement a LISTEN connection ran).
+LISTENING = "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %'"
+
+
+def writes(batch: Batch, op: Callable[..., Any]) -> bool:
+    return any(getattr(item[0], "__func__", None) is op for item in batch)
+
+
+def turn_with_request(batch: Batch) -> bool:
+    """A run's turn (not its start, which writes turn 0) written with its request."""
+    return any(getattr(o, "__func__", None) is Asked.turn and a[1] > 0 for o, a, *_ in batch)
+
+
+class Pause:
+    """Stops the group commit once, at ``point`` of the first transaction whose batch
+    ``matches`` after :meth:`arm`, until :meth:`go`; this process goes on meanwhile."""
+
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, point: str, matches: Callable[[Batch], bool]
+    ) -> None:
+        self.matches = matches
+        self.armed = False
+        self.paused = anyio.Event()
+        self.failed: BaseException | None = None
+        self.stopped: Batch | None = None
+        self._go = anyio.Event()
+        apply = _committer._apply
+        in_transaction = PgConnections.in_transaction
+
+        async def applied(conn: Any, batch: Batch, *rest: Any) -> Any:
+            outcomes = await apply(conn, batch, *rest)
+            if point == "commit" and self._take(batch):
+                self.stopped = batch
+                await self._stop()  # every statement ran in the transaction, not its COMMIT
+            return outcomes
+
+        async def committed(pg: PgConnections, op: Any, *args: Any) -> Any:
+            try:
+                outcome = await in_transaction(pg, op, *args)
+            except BaseException as exc:
+                if op is applied and args[0] is self.stopped:
+                    self.failed = exc  # the transaction stopped at its COMMIT: its fate
+                raise
+            if point == "after" and op is applied and self._take(args[0]):
+                await self._stop()  # committed, and nobody told
+            return outcome
+
+        monkeypatch.setattr(_committer, "_apply", applied)
+        monkeypatch.setattr(PgConnections, "in_transaction", committed)
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def _take(self, batch: Batch) -> bool:
+        if not self.armed or not self.matches(batch):
+            return False
+        self.armed = False
+        return True
+
+    async def _stop(self) -> None:
+        self.paused.set()
+        await self._go.wait()
+
+    def go(self) -> None:
+        self._go.set()
+
+    def check(self, point: str) -> None:
+        """The restart undid the transaction stopped before its COMMIT (the connection
+        gone: a passing fault, retried), and left the one stopped after it committed."""
+        if point == "commit":
+            assert isinstance(self.failed, StoreUnavailableError), self.failed
+        else:
+            assert self.failed is None
+
+
+async def restart(cluster: PgCluster, mode: str) -> None:
+    """``pg_ctl stop -m <mode>``, then started again on its port."""
+    await anyio.to_thread.run_sync(cluster.stop, mode)
+    await anyio.to_thread.run_sync(cluster.start)
+
+
+async def rows(dsn: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    found = await observe(dsn, sql, *args)
+    assert found is not None, "the database is not back"
+    return [tuple(row) for row in found]
+
+
+async def sessions(dsn: str) -> int:
+    """The sessions on the test's database, but the one that counts them."""
+    ((count,),) = await rows(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    return int(count)
+
+
+class Worker:
+    """This process's host on the store, what its model was asked and what it paid."""
+
+    def __init__(self, host: DurableHost, inbox: Inbox, asks: list[str], paid: list[str]) -> None:
+        self.host = host
+        self.inbox = inbox
+        self.asks = asks
+        self.paid = paid
+        self.results: list[RunResult] = []
+
+    async def drive(self, prompt: str = "pay the invoice") -> None:
+        begun = await self.host.begin(prompt)
+        self.results.append(await begun.run())
+
+    async def parked(self, runs: int = 1) -> list[Request]:
+        """The requests the runs wait for, once ``runs`` of them are parked."""
+        await until(lambda: len(self.inbox) == runs)
+        return self.inbox.pending()
+
+
+@asynccontextmanager
+async def working(dsn: str, *, poll: float = 0.05, lease: float = LEASE) -> AsyncIterator[Worker]:
+    asks: list[str] = []
+    paid: list[str] = []
+
+    def model(messages: list[Message], tools: list[Any]) -> Any:
+        asks.append(type(messages[-1]).__name__)
+        return pay_model(messages, tools)
+
+    inbox = Inbox()
+    async with (
+        PostgresRunStore(dsn, command_timeout=5) as store,
+        pay_toolkit(paid) as toolkit,
+        LlmClient.in_process(model, wait_for=inbox, hooks=GATE) as client,
+        DurableHost(client, toolkit, store, lease=lease, sweep=0.05, poll=poll) as host,
+    ):
+        yield Worker(host, inbox, asks, paid)
+
+
+async def ended_once(dsn: str, worker: Worker, runs: int = 1) -> None:
+    """Every run ended as without the restart, and the pool serves again."""
+    await until(lambda: len(worker.results) == runs)
+    for result in worker.results:
+        assert result.status == "done" and result.text == "result: paid"
+        assert len(result.tool_calls) == 1
+    assert worker.paid == ["paid"] * runs  # each run's tool ran once
+    # Each turn asked for once: the live worker kept the turn the restart undid.
+    assert sorted(worker.asks) == ["ToolReturn"] * runs + ["UserMessage"] * runs
+    assert await rows(dsn, "SELECT status FROM toolnexus.runs") == [("done",)] * runs
+    # Exactly one request was ever written per run, and it was answered once.
+    requests = await rows(dsn, "SELECT status FROM toolnexus.requests")
+    assert requests == [("answered",)] * runs
+    assert len(await rows(dsn, "SELECT request_id FROM toolnexus.answers")) == runs
+    # The pool serves after the restart with no more sessions than it may hold (and the
+    # LISTEN connection).
+    assert await sessions(dsn) <= 10 + 1
+
+
+async def closed_clean(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    assert await sessions(dsn) == 0  # the store closed every connection it had
+    assert_no_leaks()
+    # The outage is told in lines, never with a traceback per retry (asyncpg's pool's
+    # attempts to reopen its connections included).
+    told = caplog.get_records("call")
+    assert [(r.name, r.getMessage()) for r in told if r.exc_info] == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("point", POINTS)
+async def test_database_restarted_at_the_turn_written_with_its_request(
+    pg_cluster: PgCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    point: str,
+    mode: str,
+) -> None:
+    dsn = await database(pg_cluster)
+    pause = Pause(monkeypatch, point, turn_with_request)
+    with anyio.fail_after(LIMIT):
+        async with working(dsn) as worker, anyio.create_task_group() as tg:
+            pause.arm()
+            tg.start_soon(worker.drive)
+            await pause.paused.wait()
+            await restart(pg_cluster, mode)
+            pause.go()
+            # Parked, so announced: only once the turn and its request are committed.
+            (request,) = await worker.parked()
+            asked = await rows(dsn, "SELECT request_id, status FROM toolnexus.requests")
+            assert asked == [(request.id, "pending")]
+            assert await rows(dsn, "SELECT turn FROM toolnexus.runs") == [(1,)]
+            await worker.host.answer(Answer(request.id, True))
+            await ended_once(dsn, worker)
+    pause.check(point)
+    await closed_clean(dsn, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("point", POINTS)
+async def test_database_restarted_at_the_runs_start(
+    pg_cluster: PgCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    point: str,
+    mode: str,
+) -> None:
+    """``begin`` (``serve``'s 202): a start the restart undid is refused and nothing of it
+    is kept or left to let go; one it did not undo is acknowledged and runs."""
+    dsn = await database(pg_cluster)
+    pause = Pause(monkeypatch, point, lambda batch: writes(batch, PgRunOps.start))
+    refused: list[BaseException] = []
+
+    async def begin() -> None:
+        try:
+            await worker.drive()
+        except StoreUnavailableError as exc:
+            refused.append(exc)
+
+    with anyio.fail_after(LIMIT):
+        async with working(dsn) as worker, anyio.create_task_group() as tg:
+            pause.arm()
+            tg.start_soon(begin)
+            await pause.paused.wait()
+            await restart(pg_cluster, mode)
+            pause.go()
+            if point == "commit":
+                await until(lambda: bool(refused))
+                assert await rows(dsn, "SELECT run_id FROM toolnexus.runs") == []
+                tg.start_soon(worker.drive)  # begun again: a new run
+            (request,) = await worker.parked()
+            await worker.host.answer(Answer(request.id, True))
+            await ended_once(dsn, worker)
+    assert len(refused) == (1 if point == "commit" else 0)
+    pause.check(point)
+    # The start refused was never kept: letting it go found nothing, and said nothing.
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    await closed_clean(dsn, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_many_runs_in_the_batch_the_restart_undid(
+    pg_cluster: PgCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+) -> None:
+    """Several runs' turns and requests in the batch stopped before its COMMIT: the
+    restart fails them all, and each run retries its own write until it commits."""
+    dsn = await database(pg_cluster)
+    pause = Pause(monkeypatch, "commit", turn_with_request)
+    with anyio.fail_after(LIMIT):
+        async with working(dsn) as worker, anyio.create_task_group() as tg:
+            begun = [await worker.host.begin("pay the invoice") for _ in range(RUNS)]
+            pause.arm()
+
+            async def drive(run: BegunRun[str]) -> None:
+                worker.results.append(await run.run())
+
+            for run in begun:
+                tg.start_soon(drive, run)
+            await pause.paused.wait()
+            await restart(pg_cluster, mode)
+            pause.go()
+            requests = await worker.parked(RUNS)
+            asked = await rows(dsn, "SELECT request_id FROM toolnexus.requests ORDER BY 1")
+            assert asked == sorted((r.id,) for r in requests)
+            for request in requests:
+                await worker.host.answer(Answer(request.id, True))
+            await ended_once(dsn, worker, RUNS)
+    pause.check("commit")
+    assert pause.stopped is not None and len(pause.stopped) > 1  # several runs' writes
+    await closed_clean(dsn, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_database_down_longer_than_the_lease_at_the_turns_commit(
+    pg_cluster: PgCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+) -> None:
+    """The lease lapses while the database is down (and the turn with its request is
+    not committed): once it is back the worker renews it, finds the run still its own,
+    writes the turn and its request, and goes on; nobody else took the run."""
+    dsn = await database(pg_cluster)
+    pause = Pause(monkeypatch, "commit", turn_with_request)
+    with anyio.fail_after(LIMIT):
+        async with working(dsn, lease=SHORT_LEASE) as worker, anyio.create_task_group() as tg:
+            pause.arm()
+            tg.start_soon(worker.drive)
+            await pause.paused.wait()
+            await anyio.to_thread.run_sync(pg_cluster.stop, mode)
+            pause.go()
+            # The outage itself: it lasts twice the lease (what is waited out here).
+            await anyio.sleep(2 * SHORT_LEASE)
+            await anyio.to_thread.run_sync(pg_cluster.start)
+            (request,) = await worker.parked()
+            await worker.host.answer(Answer(request.id, True))
+            await ended_once(dsn, worker)
+    pause.check("commit")
+    await closed_clean(dsn, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("point", POINTS)
+async def test_database_restarted_at_the_answers_commit(
+    pg_cluster: PgCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    point: str,
+    mode: str,
+) -> None:
+    dsn = await database(pg_cluster)
+    pause = Pause(monkeypatch, point, lambda batch: writes(batch, PgAnswerOps.accept))
+    refused: list[BaseException] = []
+
+    async def answer(request: Request) -> None:
+        try:
+            await worker.host.answer(Answer(request.id, True))
+        except StoreUnavailableError as exc:
+            refused.append(exc)
+
+    with anyio.fail_after(LIMIT):
+        async with working(dsn) as worker, anyio.create_task_group() as tg:
+            tg.start_soon(worker.drive)
+            (request,) = await worker.parked()
+            pause.arm()
+            async with anyio.create_task_group() as answering:
+                answering.start_soon(answer, request)
+                await pause.paused.wait()
+                await restart(pg_cluster, mode)
+                pause.go()
+            if point == "commit":
+                # Not committed, so not acknowledged: refused, and nothing of it kept.
+                (exc,) = refused
+                assert "the database is unavailable now" in str(exc)
+                assert await rows(dsn, "SELECT status FROM toolnexus.requests") == [("pending",)]
+                assert await rows(dsn, "SELECT request_id FROM toolnexus.answers") == []
+                assert worker.paid == [] and len(worker.inbox) == 1
+                await worker.host.answer(Answer(request.id, True))  # sent again, taken
+            else:
+                assert refused == []  # committed before the restart: acknowledged
+            await ended_once(dsn, worker)
+    pause.check(point)
+    await closed_clean(dsn, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("point", POINTS)
+async def test_database_restarted_at_the_tool_results_commit(
+    pg_cluster: PgCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    point: str,
+    mode: str,
+) -> None:
+    dsn = await database(pg_cluster)
+    pause = Pause(monkeypatch, point, lambda batch: writes(batch, PgRunOps.record))
+    with anyio.fail_after(LIMIT):
+        async with working(dsn) as worker, anyio.create_task_group() as tg:
+            tg.start_soon(worker.drive)
+            (request,) = await worker.parked()
+            pause.arm()
+            await worker.host.answer(Answer(request.id, True))
+            await pause.paused.wait()
+            assert worker.paid == ["paid"]  # executed; its result being committed
+            await restart(pg_cluster, mode)
+            pause.go()
+            await ended_once(dsn, worker)
+    pause.check(point)
+    await closed_clean(dsn, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_after_a_restart_an_answer_taken_by_another_worker_wakes_the_run_at_once(
+    pg_cluster: PgCluster, caplog: pytest.LogCaptureFixture, mode: str
+) -> None:
+    """The LISTEN connection the restart ended is opened again: the run parked here is
+    woken by the other worker's event, not by a look at the store (``poll`` is an hour)."""
+    dsn = await database(pg_cluster)
+    with anyio.fail_after(LIMIT):
+        async with working(dsn, poll=3600) as worker, anyio.create_task_group() as tg:
+            tg.start_soon(worker.drive)
+            (request,) = await worker.parked()
+            await restart(pg_cluster, mode)
+            # The worker's store reads again (its pool opens new connections), and once
+            # a read succeeded it listens again, on its own channel, where the answers
+            # other workers take for its runs are told.
+            assert [r.id for r in await worker.host.requests()] == [request.id]
+            assert len(await rows(dsn, LISTENING)) == 1
+            async with PostgresRunStore(dsn) as elsewhere:
+                await elsewhere.accept(Answer(request.id, True), time.time(), by="another worker")
+            await ended_once(dsn, worker)
+    await closed_clean(dsn, caplog)
+
+
+async def test_the_floor_retries_of_a_pool_not_the_stores_are_left_as_they_are() -> None:
+    """Only the store's pools are quietened: asyncpg's record from any other task (and
+    from no event loop at all) goes out as it was."""
+    record = logging.LogRecord(
+        "asyncpg.pool",
+        logging.WARNING,
+        __file__,
+        1,
+        "Failed to restore the pool connection floor; retrying",
+        None,
+        None,
+    )
+    assert QUIET_FLOOR.filter(record)
+    assert await anyio.to_thread.run_sync(QUIET_FLOOR.filter, record)
