@@ -198,7 +198,7 @@ class PgConnections:
                                 # A connection that saw a fault (the server ended it, a
                                 # statement timed out mid-protocol) is not trusted again:
                                 # the pool opens a new one in its place.
-                                conn.terminate()
+                                self._drop(conn)
                             raise
             except ToolnexusError:
                 raise
@@ -212,6 +212,14 @@ class PgConnections:
             raise outcome
         result: T = outcome
         return result
+
+    def _drop(self, conn: Any) -> None:
+        """Terminate ``conn``, unless the server ended it and the pool took it back already
+        (asyncpg refuses to terminate it then): the fault told is the server's, not that."""
+        try:
+            conn.terminate()
+        except self._asyncpg.InterfaceError:
+            pass
 
     async def read(self, op: Callable[..., Awaitable[T | Exception]], *args: Any) -> T:
         """:meth:`in_transaction`, for a read; once it succeeded, the LISTEN connection is
