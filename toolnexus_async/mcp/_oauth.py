@@ -37,7 +37,7 @@ from mcp.shared.auth import (
 
 from .._core.secrets import Scrubber
 from .._core.types import Answer
-from ..tools.http import expand_headers
+from ..tools._headers import expand_headers
 from ._config import OAuthConfig, ServerConfig
 from ._oauth_flow import SignInLink, _Noticing, _Provider
 from ._tokens import TokenStore
