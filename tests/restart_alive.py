@@ -24,6 +24,7 @@ from tests.test_host import until
 from tests.test_pg_faults import observe
 from tests.test_turn_with_request import GATE, pay_model, pay_toolkit
 from toolnexus_async import (
+    Answer,
     Inbox,
     LlmClient,
     Message,
@@ -146,10 +147,18 @@ class Worker:
         self.asks = asks
         self.paid = paid
         self.results: list[RunResult] = []
+        self.refused: list[StoreUnavailableError] = []  # answers the store did not take
 
     async def drive(self, prompt: str = "pay the invoice") -> None:
         begun = await self.host.begin(prompt)
         self.results.append(await begun.run())
+
+    async def answer(self, request: Request) -> None:
+        """Approve ``request``; a refusal for the store's fault is kept in ``refused``."""
+        try:
+            await self.host.answer(Answer(request.id, True))
+        except StoreUnavailableError as exc:
+            self.refused.append(exc)
 
     async def parked(self, runs: int = 1) -> list[Request]:
         """The requests the runs wait for, once ``runs`` of them are parked."""

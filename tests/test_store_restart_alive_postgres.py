@@ -61,7 +61,6 @@ from tests.test_host import until
 from tests.test_pg_faults import database
 from toolnexus_async import (
     Answer,
-    Request,
     StoreUnavailableError,
 )
 from toolnexus_async.durable import BegunRun, PostgresRunStore
@@ -223,34 +222,26 @@ async def test_database_restarted_at_the_answers_commit(
 ) -> None:
     dsn = await database(pg_cluster)
     pause = Pause(monkeypatch, point, lambda batch: writes(batch, PgAnswerOps.accept))
-    refused: list[BaseException] = []
-
-    async def answer(request: Request) -> None:
-        try:
-            await worker.host.answer(Answer(request.id, True))
-        except StoreUnavailableError as exc:
-            refused.append(exc)
-
     with anyio.fail_after(LIMIT):
         async with working(dsn) as worker, anyio.create_task_group() as tg:
             tg.start_soon(worker.drive)
             (request,) = await worker.parked()
             pause.arm()
             async with anyio.create_task_group() as answering:
-                answering.start_soon(answer, request)
+                answering.start_soon(worker.answer, request)
                 await pause.paused.wait()
                 await restart(pg_cluster, mode)
                 pause.go()
             if point == "commit":
                 # Not committed, so not acknowledged: refused, and nothing of it kept.
-                (exc,) = refused
+                (exc,) = worker.refused
                 assert "the database is unavailable now" in str(exc)
                 assert await rows(dsn, "SELECT status FROM toolnexus.requests") == [("pending",)]
                 assert await rows(dsn, "SELECT request_id FROM toolnexus.answers") == []
                 assert worker.paid == [] and len(worker.inbox) == 1
                 await worker.host.answer(Answer(request.id, True))  # sent again, taken
             else:
-                assert refused == []  # committed before the restart: acknowledged
+                assert worker.refused == []  # committed before the restart: acknowledged
             await ended_once(dsn, worker)
     pause.check(point)
     await closed_clean(dsn, caplog)

@@ -45,8 +45,6 @@ from tests.test_store import fresh_state, turn_state
 from toolnexus_async import (
     AlreadyAnsweredError,
     Answer,
-    Request,
-    StoreUnavailableError,
     ToolCallRecord,
     ToolResult,
 )
@@ -121,14 +119,6 @@ async def test_database_restarted_after_a_commit_its_reply_cut_off(
         "result": lambda batch: writes(batch, PgRunOps.record),
     }[write]
     unreplied = Unreplied(monkeypatch, matches)
-    refused: list[BaseException] = []
-
-    async def answer(request: Request) -> None:
-        try:
-            await worker.host.answer(Answer(request.id, True))
-        except StoreUnavailableError as exc:
-            refused.append(exc)
-
     with anyio.fail_after(LIMIT):
         async with working(dsn, command_timeout=30) as worker, anyio.create_task_group() as tg:
             if write == "turn":
@@ -141,10 +131,10 @@ async def test_database_restarted_after_a_commit_its_reply_cut_off(
             if write == "answer":
                 unreplied.arm()
                 async with anyio.create_task_group() as answering:
-                    answering.start_soon(answer, request)
+                    answering.start_soon(worker.answer, request)
                     await Unreplied.waiting(dsn)
                     await restart(pg_cluster, mode)
-                assert len(refused) == 1  # not told it was taken; it was all the same
+                assert len(worker.refused) == 1  # not told it was taken; it was all the same
                 with pytest.raises(AlreadyAnsweredError):  # sent again: refused, told why
                     await worker.host.answer(Answer(request.id, True))
             else:
