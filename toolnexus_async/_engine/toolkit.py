@@ -76,6 +76,7 @@ class ToolRegistry(ToolSources, FlagClosing):
         self._validators: dict[str, Validator] = {}
         self._sources: list[ToolSource] = []  # composed, entered by start()
         self._opened: list[ToolSource] = []  # entered, left in reverse by aclose()
+        self._instructing: list[ToolSource] = []  # those of them with instructions()
         self._owners: dict[str, ToolSource] = {}  # a source's tool's name -> that source
         self._started = False
         # True while execute must refuse: closed, or composed and not entered yet. One flag,

@@ -39,6 +39,7 @@ class ToolSources:
     _validators: dict[str, Validator]
     _sources: list[ToolSource]
     _opened: list[ToolSource]
+    _instructing: list[ToolSource]
     _owners: dict[str, ToolSource]
     _started: bool
     _blocked: bool
@@ -62,7 +63,7 @@ class ToolSources:
         """Take the tools of ``source``, open already (its tools need no I/O), as if it had
         been entered: for an assembly whose toolkit is usable before it is entered."""
         self._add_source(source)
-        self._opened.append(source)
+        self._opened_now(source)
         self._take(source, live=False)
 
     @property
@@ -100,7 +101,7 @@ class ToolSources:
                 except Exception as exc:
                     exc.add_note(f"(while opening the tool source {source!r})")
                     raise
-                self._opened.append(source)
+                self._opened_now(source)
                 self._take(source, live=watch is not None)
         except BaseException:
             # Cancelled or failed: whatever is open must close, even inside a cancelled scope.
@@ -108,6 +109,13 @@ class ToolSources:
                 await self._close_all(quiet=True)
             raise
         self._blocked = False
+
+    def _opened_now(self, source: ToolSource) -> None:
+        """``source`` is open: it is left in reverse by aclose(), and if it has
+        ``instructions()``, asked for them at the start of every run."""
+        self._opened.append(source)
+        if callable(getattr(source, "instructions", None)):
+            self._instructing.append(source)
 
     def _take(self, source: ToolSource, *, live: bool) -> None:
         """Register what ``source`` offers as it opens (see the module's rules on names)."""
@@ -175,10 +183,14 @@ class ToolSources:
         # A loop by index, not a comprehension: asked once per run, and on 3.11 the
         # comprehension made a function and a cell (for its walrus) each time, the list's
         # iterator an object the collector tracks.
+        # Only the sources that have instructions() are asked: for a toolkit of tools alone,
+        # no getattr() that fails on each of its sources per run.
+        instructing = self._instructing
+        if not instructing:
+            return None
         parts: list[str] = []
-        opened = self._opened
-        for index in range(len(opened)):
-            text = _instructions_of(opened[index])
+        for index in range(len(instructing)):
+            text = _instructions_of(instructing[index])
             if text:
                 parts.append(text)
         return "\n\n".join(parts) or None
@@ -195,6 +207,7 @@ class ToolSources:
             return
         self._closed = self._blocked = True
         opened, self._opened = self._opened[::-1], []
+        self._instructing = []
         closers: list[Callable[[], Awaitable[object]] | None] = [
             functools.partial(source.__aexit__, None, None, None) for source in opened
         ]
