@@ -140,7 +140,10 @@ class _Carried(Generic[T]):
         try:
             return self._context.run(self._job.send, value)
         except StopIteration as done:
-            return self._done(done.value)
+            # _done's work, inline: the usual end of a turn that waited (a wake).
+            results = self._results
+            results.append(done.value)
+        raise StopIteration(results)
 
     def throw(self, kind: Any, value: Any = None, traceback: Any = None) -> Any:
         self._waiting_on = _HANDED
