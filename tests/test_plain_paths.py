@@ -298,3 +298,13 @@ async def test_a_lone_gate_is_asked_as_the_general_path_asks_it(
     )
     assert ("21 C" in records[0].result.output) is ok
     assert_no_leaks()
+
+
+@pytest.mark.parametrize("editable", [False, True])
+def test_a_gate_holds_a_call_with_what_tool_result_pending_gives(editable: bool) -> None:
+    gate = require_approval(["look"], editable=editable)
+    held = gate.verdict("look", {"city": "Paris"}, None)  # type: ignore[attr-defined]
+    assert isinstance(held, ToolResult)
+    request = held.metadata["pending"] if held.metadata else None
+    assert isinstance(request, Request)
+    assert held == ToolResult.pending(request)
