@@ -1,6 +1,8 @@
-"""The steps of a run's tool call besides its execution: a suspended call's request put to
-a resolver that does not park (or whose wait is paused or watched), a refusal told to the
-tool, and the final result's ``after_tool`` hook, journal entry and stream event.
+"""The steps of a run's tool call besides the suspension rule's loop: an execution through
+its ``before_tool`` hook and its metric (:meth:`CallSteps._invoke`), a suspended call's
+request put to a resolver that does not park (or whose wait is paused or watched), a
+refusal told to the tool, and the final result's ``after_tool`` hook, journal entry and
+stream event.
 
 Rules of this module:
 
@@ -19,9 +21,11 @@ Rules of this module:
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Awaitable
-from typing import Any, Protocol
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Literal, Protocol
 
 import anyio
 
@@ -30,15 +34,21 @@ from .._core.loop import CallOutcome
 from .._core.messages import ToolCall
 from .._core.suspension import Ask, CallRule, Execute, Halt, Settle
 from .._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
-from .hooks import Hooks, call_hook
+from .hooks import Hooks, PlainBeforeTool, call_hook
 from .journal import Journal
 from .resolver import Resolver
 from .streaming import Sink, StreamToolResult
+from .toolkit import ToolRegistry
 from .tracing import run_extra
 
-__all__ = ("CallSteps", "Executes", "Pausable", "Watch")
+__all__ = ("ASK", "CallSteps", "Executes", "Pausable", "ToolOutcome", "Watch", "hook_raised")
 
 log = logging.getLogger("toolnexus_async")
+
+ToolOutcome = Literal["ok", "error", "pending"]
+# (tool name, tool source, outcome, seconds) for metrics; a suspension is "pending".
+OnTool = Callable[[str, str, ToolOutcome, float], None]
+ASK: Final[Any] = object()  # _invoke's verdict when its hook is still to be asked
 
 
 class Executes(Protocol):
@@ -84,6 +94,9 @@ class CallSteps:
     _hooks: Hooks | None
     _journal: Journal | None
     _on_event: Sink | None
+    _gate: PlainBeforeTool | None
+    _registry: ToolRegistry | None
+    _on_tool: OnTool | None
 
     async def _ask(self, rule: CallRule, ask: Ask, call: ToolCall) -> Settle | Halt | Execute | Ask:
         """Ask a resolver that is not a parking one (or with a wait budget to pause, or a
@@ -172,3 +185,117 @@ class CallSteps:
                 StreamToolResult(call.id, call.name, result.output, result.is_error, declined)
             )
         return outcome
+
+    async def _invoke(
+        self,
+        call: ToolCall,
+        action: Execute,
+        given: Any = ASK,
+        started: float | None = None,
+    ) -> tuple[ToolResult, bool, dict[str, Any] | None]:
+        """``before_tool`` (if any), then the tool; reports the execution to metrics.
+
+        ``given``: the gate's verdict, when the caller asked it already (at ``started``).
+        Returns the result, whether the hook (not the tool) gave it, and the arguments the
+        hook gave instead of the model's (``None``: it changed nothing).
+        """
+        journal, gate = self._journal, self._gate
+        if journal is not None and gate is None:
+            await journal.fence()
+        if started is None:
+            started = time.perf_counter()
+        # A gate reads only the answer: its calls' context is made for the tool, if at all.
+        ctx = self._context(call, action) if gate is None else None
+        result: ToolResult | None = None
+        by_gate = False
+        changed: dict[str, Any] | None = None
+        args = call.arguments
+        hooks = self._hooks
+        if hooks is not None and hooks.before_tool is not None:
+            try:
+                verdict: Any
+                if given is not ASK:
+                    # Asked by run_one (a gate that raised gave its error result there,
+                    # which comes to what the except below makes of it).
+                    verdict = given
+                elif gate is not None:
+                    # An approved gate sees its answer; the tool, which never asked, does not.
+                    answer = action.hook_answer
+                    verdict = gate(call.name, args, action.answer if answer is None else answer)
+                else:
+                    assert ctx is not None  # made above for any hook but a gate
+                    hook_ctx = ctx
+                    if action.hook_answer is not None:
+                        hook_ctx = ToolContext(
+                            answer=action.hook_answer,
+                            call_id=call.id,
+                            run_id=self._run_id,
+                            tool_name=call.name,
+                            turn=self._turn,
+                        )
+                    # call_hook's work, without its coroutine: this runs for every call.
+                    verdict = hooks.before_tool(call.name, args, hook_ctx)
+                    if inspect.isawaitable(verdict):
+                        verdict = await verdict
+            except Exception as exc:
+                result = hook_raised(call, exc)
+            else:
+                if isinstance(verdict, ToolResult):
+                    result = verdict
+                    by_gate = request_in(verdict) is not None
+                elif isinstance(verdict, dict) and verdict != args:
+                    # Checked even when the toolkit does not validate the model's calls: these
+                    # arguments come from a hook or an approver, after the model's were shown.
+                    args = changed = verdict
+                    problem = self._toolkit.check_arguments(call.name, args)
+                    if problem is not None:
+                        result = ToolResult.error(
+                            f"{problem} (they were changed by a before_tool hook or on approval)"
+                        )
+        if result is None:
+            if journal is not None and gate is not None:
+                # After the gate's verdict (no hook of the host's ran): a gate that asks
+                # has its turn written with its request (``Journal.suspended``).
+                await journal.fence()
+            if ctx is not None:
+                result = await self._toolkit.execute(call.name, args, ctx)
+            elif self._registry is not None and action.answer is None and action.request is None:
+                # The context made only if the tool needs it (execute_call).
+                result = await self._registry.execute_call(
+                    call.name, args, call.id, self._run_id, self._turn
+                )
+            else:
+                result = await self._toolkit.execute(call.name, args, self._context(call, action))
+        self._report(call.name, result, started)
+        return result, by_gate, changed
+
+    def _report(self, name: str, result: ToolResult, started: float) -> None:
+        """One tool execution to metrics: a suspension is "pending", never "error"."""
+        on_tool = self._on_tool
+        if on_tool is None:
+            return
+        outcome: ToolOutcome = (
+            "pending"
+            if result.metadata is not None and request_in(result) is not None
+            else ("error" if result.is_error else "ok")
+        )
+        registry = self._registry
+        # A registry's own tools read as its execute reads them: no get() call per call.
+        tool = self._toolkit.get(name) if registry is None else registry._tools.get(name)
+        source = "unknown" if tool is None else tool.source
+        on_tool(name, source, outcome, time.perf_counter() - started)
+
+    def _count(self, name: str, outcome: ToolOutcome, started: float) -> None:
+        """:meth:`_report` with the outcome known (there is an ``on_tool``)."""
+        on_tool = self._on_tool
+        assert on_tool is not None
+        registry = self._registry
+        tool = self._toolkit.get(name) if registry is None else registry._tools.get(name)
+        source = "unknown" if tool is None else tool.source
+        on_tool(name, source, outcome, time.perf_counter() - started)
+
+
+def hook_raised(call: ToolCall, exc: Exception) -> ToolResult:
+    """The result the model is given when ``before_tool`` raised ``exc``."""
+    kind = type(exc).__name__
+    return ToolResult.error(f"before_tool hook raised {kind} for {call.name!r}: {exc}")

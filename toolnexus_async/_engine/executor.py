@@ -30,19 +30,18 @@ Rules of this module:
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import operator
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from .._core.errors import StoreError, UsageError
 from .._core.loop import CallOutcome, HaltedTurn
 from .._core.messages import ToolCall
 from .._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
 from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
-from .callsteps import CallSteps, Executes, Pausable, Watch
+from .callsteps import CallSteps, Executes, OnTool, Pausable, ToolOutcome, Watch, hook_raised
 from .concurrency import run_concurrently
 from .hooks import Hooks, PlainBeforeTool
 from .journal import Journal
@@ -58,10 +57,6 @@ log = logging.getLogger("toolnexus_async")
 
 # What a call comes to: a bare result when there is nothing else to say (RunLoop takes both).
 Outcome = CallOutcome | ToolResult
-ToolOutcome = Literal["ok", "error", "pending"]
-# (tool name, tool source, outcome, seconds) for metrics; a suspension is "pending".
-OnTool = Callable[[str, str, ToolOutcome, float], None]
-_ASK: Final[Any] = object()  # _invoke's verdict when its hook is still to be asked
 
 
 class Executor(CallSteps):
@@ -213,7 +208,7 @@ class Executor(CallSteps):
                     try:
                         verdict = gate(call.name, call.arguments, None)
                     except Exception as exc:
-                        verdict = _hook_raised(call, exc)
+                        verdict = hook_raised(call, exc)
                 if isinstance(verdict, ToolResult):
                     result = verdict
                 else:
@@ -267,7 +262,7 @@ class Executor(CallSteps):
                     try:
                         verdict = gate(call.name, call.arguments, action.hook_answer)
                     except Exception as exc:
-                        verdict = _hook_raised(call, exc)
+                        verdict = hook_raised(call, exc)
                     if verdict is None and action.request is None:
                         result = await self._registry.execute_call(
                             call.name, call.arguments, call.id, self._run_id, self._turn
@@ -327,126 +322,12 @@ class Executor(CallSteps):
                 )
                 return outcome if self._plain else await self._final(call, last, outcome)
 
-    async def _invoke(
-        self,
-        call: ToolCall,
-        action: Execute,
-        given: Any = _ASK,
-        started: float | None = None,
-    ) -> tuple[ToolResult, bool, dict[str, Any] | None]:
-        """``before_tool`` (if any), then the tool; reports the execution to metrics.
-
-        ``given``: the gate's verdict, when the caller asked it already (at ``started``).
-        Returns the result, whether the hook (not the tool) gave it, and the arguments the
-        hook gave instead of the model's (``None``: it changed nothing).
-        """
-        journal, gate = self._journal, self._gate
-        if journal is not None and gate is None:
-            await journal.fence()
-        if started is None:
-            started = time.perf_counter()
-        # A gate reads only the answer: its calls' context is made for the tool, if at all.
-        ctx = self._context(call, action) if gate is None else None
-        result: ToolResult | None = None
-        by_gate = False
-        changed: dict[str, Any] | None = None
-        args = call.arguments
-        hooks = self._hooks
-        if hooks is not None and hooks.before_tool is not None:
-            try:
-                verdict: Any
-                if given is not _ASK:
-                    # Asked by run_one (a gate that raised gave its error result there,
-                    # which comes to what the except below makes of it).
-                    verdict = given
-                elif gate is not None:
-                    # An approved gate sees its answer; the tool, which never asked, does not.
-                    answer = action.hook_answer
-                    verdict = gate(call.name, args, action.answer if answer is None else answer)
-                else:
-                    assert ctx is not None  # made above for any hook but a gate
-                    hook_ctx = ctx
-                    if action.hook_answer is not None:
-                        hook_ctx = ToolContext(
-                            answer=action.hook_answer,
-                            call_id=call.id,
-                            run_id=self._run_id,
-                            tool_name=call.name,
-                            turn=self._turn,
-                        )
-                    # call_hook's work, without its coroutine: this runs for every call.
-                    verdict = hooks.before_tool(call.name, args, hook_ctx)
-                    if inspect.isawaitable(verdict):
-                        verdict = await verdict
-            except Exception as exc:
-                result = _hook_raised(call, exc)
-            else:
-                if isinstance(verdict, ToolResult):
-                    result = verdict
-                    by_gate = request_in(verdict) is not None
-                elif isinstance(verdict, dict) and verdict != args:
-                    # Checked even when the toolkit does not validate the model's calls: these
-                    # arguments come from a hook or an approver, after the model's were shown.
-                    args = changed = verdict
-                    problem = self._toolkit.check_arguments(call.name, args)
-                    if problem is not None:
-                        result = ToolResult.error(
-                            f"{problem} (they were changed by a before_tool hook or on approval)"
-                        )
-        if result is None:
-            if journal is not None and gate is not None:
-                # After the gate's verdict (no hook of the host's ran): a gate that asks
-                # has its turn written with its request (``Journal.suspended``).
-                await journal.fence()
-            if ctx is not None:
-                result = await self._toolkit.execute(call.name, args, ctx)
-            elif self._registry is not None and action.answer is None and action.request is None:
-                # The context made only if the tool needs it (execute_call).
-                result = await self._registry.execute_call(
-                    call.name, args, call.id, self._run_id, self._turn
-                )
-            else:
-                result = await self._toolkit.execute(call.name, args, self._context(call, action))
-        self._report(call.name, result, started)
-        return result, by_gate, changed
-
-    def _report(self, name: str, result: ToolResult, started: float) -> None:
-        """One tool execution to metrics: a suspension is "pending", never "error"."""
-        on_tool = self._on_tool
-        if on_tool is None:
-            return
-        outcome: ToolOutcome = (
-            "pending"
-            if result.metadata is not None and request_in(result) is not None
-            else ("error" if result.is_error else "ok")
-        )
-        registry = self._registry
-        # A registry's own tools read as its execute reads them: no get() call per call.
-        tool = self._toolkit.get(name) if registry is None else registry._tools.get(name)
-        source = "unknown" if tool is None else tool.source
-        on_tool(name, source, outcome, time.perf_counter() - started)
-
-    def _count(self, name: str, outcome: ToolOutcome, started: float) -> None:
-        """:meth:`_report` with the outcome known (there is an ``on_tool``)."""
-        on_tool = self._on_tool
-        assert on_tool is not None
-        registry = self._registry
-        tool = self._toolkit.get(name) if registry is None else registry._tools.get(name)
-        source = "unknown" if tool is None else tool.source
-        on_tool(name, source, outcome, time.perf_counter() - started)
-
 
 # A misconfigured resolver's UsageError, or a store's StoreError (a durable run's lease
 # lost), comes out of a turn as itself, not inside a task group's ExceptionGroup, so that
 # the host sees the plain error it can act on.
 _LOUD = (UsageError, StoreError)
 _EXECUTE: Final = ToolRegistry.execute
-
-
-def _hook_raised(call: ToolCall, exc: Exception) -> ToolResult:
-    """The result the model is given when ``before_tool`` raised ``exc``."""
-    kind = type(exc).__name__
-    return ToolResult.error(f"before_tool hook raised {kind} for {call.name!r}: {exc}")
 
 
 def _with_changed(outcome: CallOutcome, changed: dict[str, Any] | None) -> CallOutcome:
