@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import pickle
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -91,6 +93,34 @@ def test_the_signature_and_the_stored_values_are_attrs_own(cls: type) -> None:
     for field in attrs.fields(cls):
         if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
             assert getattr(again, field.name) is not getattr(built, field.name)
+
+
+@pytest.mark.parametrize("cls", DECORATED, ids=lambda c: c.__name__)
+def test_the_twin_path_and_the_slots_path_build_the_same_value(cls: type) -> None:
+    # A subclass takes the slots' setters (its layout may differ from the twin's); the
+    # class itself is built on its twin and moved back. Both must give the same value.
+    sub = type(f"Sub{cls.__name__}", (cls,), {"__slots__": ("extra",)})
+    args = arguments_for(cls)
+    built, through_slots = cls(*args), sub(*args)
+    assert type(built) is cls and type(through_slots) is sub
+    for field in attrs.fields(cls):
+        assert getattr(built, field.name) == getattr(through_slots, field.name), field.name
+    assert weakref.ref(built)() is built
+    assert copy.copy(built) == built and repr(copy.copy(built)) == repr(built)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        delattr(built, attrs.fields(cls)[0].name)
+
+
+def test_a_subclass_with_a_dict_keeps_its_class_and_its_values() -> None:
+    class Loose(_messages.ToolCall):  # no __slots__: a __dict__, another layout
+        pass
+
+    call = Loose("c1", "pay", {"amount": 12})
+    assert type(call) is Loose
+    assert (call.id, call.name, call.arguments) == ("c1", "pay", {"amount": 12})
+    assert repr(call) == repr(_messages.ToolCall("c1", "pay", {"amount": 12})).replace(
+        "ToolCall(", "Loose("
+    )
 
 
 @fast_init

@@ -5,12 +5,20 @@ fields, defaults and signature); only how ``__init__`` stores each field changes
 
 Why: attrs' ``__init__`` for a frozen slotted class binds ``object.__setattr__`` to the new
 instance (a method wrapper made per object) and calls it once per field, and each call
-looks the field's name up on the type and goes through the generic ``setattr``. The
-``__init__`` made here calls each field's slot descriptor directly
-(``cls.__dict__[name].__set__``, bound once when the class is made): no wrapper per object,
-no lookup, no generic ``setattr``. A run builds about 25 such objects and sets about 130
-fields. Storing fields plainly would cost less still, but that needs mutable classes, and
-these are public values that runs, hooks and the journal share.
+looks the field's name up on the type and goes through the generic ``setattr``. A run
+builds about 25 such objects and sets about 130 fields.
+
+How, for a class of three fields or more: the instance is moved to the class's *twin*, a
+subclass with no slot of its own and object's ``__setattr__``, where storing a field is a
+plain ``STORE_ATTR`` that the interpreter writes straight into the slot; then it is moved
+back (``self.__class__ = cls``: the two share one layout, so CPython allows it, even with
+``__weakref__``). By callgrind (3.11.7, ``ToolCall``'s five fields) a field stored that
+way costs about 40 instructions and through the slot's setter about 450; the two moves
+cost about 1,400 together, so fewer fields keep the setters: each field goes through its
+slot descriptor, called directly (``cls.__dict__[name].__set__``, bound once when the
+class is made): no wrapper per object, no lookup, no generic ``setattr``. Nothing outside
+``__init__`` ever sees the twin: what it builds is moved back before anything can raise,
+and a subclass of the class (whose layout may differ) takes the setters too.
 
 Kept because ``benchmarks/instructions.py`` shows it (issue 36; 3.11.7, ``--quick``, two
 counts at once, twice): 1,556,631 and 1,555,578 instructions per run without it, 1,514,178
@@ -33,6 +41,32 @@ __all__ = ("fast_init",)
 
 T = TypeVar("T", bound=type)
 
+# Swapping the class in and out costs about as much as storing two or three fields through
+# their slots (callgrind; see the module's docstring), so a class with fewer fields keeps
+# the slots' setters.
+_SWAP_FROM = 3
+
+# object's ``__class__`` setter: the frozen class's own ``__setattr__`` refuses it.
+_SET_CLASS = object.__dict__["__class__"].__set__
+
+
+def _twin(cls: type) -> type:
+    """A subclass of ``cls`` with its layout (no slot, no ``__dict__`` of its own) and
+    object's own ``__setattr__``, so that storing a field is plain ``STORE_ATTR``.
+
+    Both ``__setattr__`` and ``__delattr__`` must be object's: they share one slot of the
+    type, and the interpreter calls that slot directly only if neither is Python code.
+    """
+    namespace = {
+        "__slots__": (),
+        "__setattr__": object.__setattr__,
+        "__delattr__": object.__delattr__,
+        "__module__": cls.__module__,
+        "__qualname__": f"{cls.__qualname__}._fast_init_twin",
+        "__doc__": "Only ever seen inside its class's __init__ (fastinit.py).",
+    }
+    return type(f"{cls.__name__}._fast_init_twin", (cls,), namespace)
+
 
 def fast_init(cls: T) -> T:
     """Give the frozen slotted attrs class ``cls`` an equivalent, cheaper ``__init__``.
@@ -50,10 +84,18 @@ def fast_init(cls: T) -> T:
         raise TypeError(f"fast_init: {name} has __attrs_pre_init__")
     if slots != {f.name for f in fields}:
         raise TypeError(f"fast_init: {name}'s slots are not exactly its own fields")
-    namespace: dict[str, Any] = {"NOTHING": attrs.NOTHING}
+    building = _twin(cls)
+    namespace: dict[str, Any] = {
+        "NOTHING": attrs.NOTHING,
+        "type": type,
+        "_cls": cls,
+        "_building": building,
+        "_set_class": _SET_CLASS,
+    }
     positional: list[str] = []  # attrs has already refused a required one after a default
     keyword: list[str] = []
-    body: list[str] = []
+    prepare: list[str] = []  # what may raise (a factory), before the class is swapped
+    stores: list[tuple[str, str, str]] = []  # (field's name, its descriptor's setter, value)
     for index, field in enumerate(fields):
         if field.validator is not None or field.converter is not None:
             raise TypeError(f"fast_init: {name}.{field.name} has a validator or a converter")
@@ -76,18 +118,32 @@ def fast_init(cls: T) -> T:
             value = None
         if not field.init:
             if value is not None:  # attrs leaves a field with no init and no default unset
-                body.append(f"{store}(self, {value})")
+                if made:
+                    prepare.append(f"_v{index} = {value}")
+                    value = f"_v{index}"
+                stores.append((field.name, store, value))
             continue
         alias = field.alias
-        if alias in ("self", "NOTHING"):
+        if alias in ("self", "NOTHING", "type") or alias.startswith("_"):
             raise TypeError(f"fast_init: {name}.{field.name}'s parameter is named {alias}")
         if made:
             parameter = f"{alias}=NOTHING"
-            body.append(f"{store}(self, {value} if {alias} is NOTHING else {alias})")
+            prepare.append(f"if {alias} is NOTHING: {alias} = {value}")
         else:
             parameter = alias if value is None else f"{alias}={value}"
-            body.append(f"{store}(self, {alias})")
+        stores.append((field.name, store, alias))
         (keyword if field.kw_only else positional).append(parameter)
+    body = prepare
+    slow = [f"{store}(self, {value})" for _, store, value in stores]
+    if len(stores) >= _SWAP_FROM:
+        # Plain stores on the mutable twin, then back to the frozen class (the module's
+        # docstring); a subclass, whose layout may differ, stores through the slots.
+        body.append("if type(self) is _cls:")
+        body.append("    _set_class(self, _building)")
+        body += [f"    self.{field} = {value}" for field, _, value in stores]
+        body += ["    self.__class__ = _cls", "else:", *(f"    {line}" for line in slow)]
+    else:
+        body += slow
     if hasattr(cls, "__attrs_post_init__"):
         body.append("self.__attrs_post_init__()")
     parameters = ["self", *positional, *(["*", *keyword] if keyword else [])]
