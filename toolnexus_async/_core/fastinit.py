@@ -33,13 +33,17 @@ when the class is decorated, so a class either keeps attrs' behaviour or fails a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
 
-__all__ = ("fast_init",)
+__all__ = ("builder", "fast_init")
 
 T = TypeVar("T", bound=type)
+V = TypeVar("V")
+
+_BUILDERS: dict[type, Callable[..., Any]] = {}
 
 # Swapping the class in and out costs about as much as storing two or three fields through
 # their slots (callgrind; see the module's docstring), so a class with fewer fields keeps
@@ -158,4 +162,44 @@ def fast_init(cls: T) -> T:
     init.__annotations__ = dict(getattr(original, "__annotations__", {}))
     init.__doc__ = original.__doc__
     type.__setattr__(cls, "__init__", init)
+    _BUILDERS[cls] = _builder(cls, building)
     return cls
+
+
+def _builder(cls: type, building: type) -> Callable[..., Any]:
+    # Every field (init=False ones too) by position: p0, p1, ... never clash with a global.
+    names = [f"p{index}" for index in range(len(attrs.fields(cls)))]
+    by_field = dict(zip((f.name for f in attrs.fields(cls)), names, strict=True))
+    body = ["self = _new(_building)"]
+    body += [f"self.{field} = {by_field[field]}" for field in by_field]
+    body.append("self.__class__ = _cls")
+    if hasattr(cls, "__attrs_post_init__"):
+        body.append("self.__attrs_post_init__()")
+    body.append("return self")
+    source = f"def build({', '.join([*names, '/'])}):\n" + "".join(f"    {line}\n" for line in body)
+    namespace: dict[str, Any] = {"_new": object.__new__, "_building": building, "_cls": cls}
+    exec(
+        compile(source, f"<fast_init builder {cls.__module__}.{cls.__qualname__}>", "exec"),
+        namespace,
+    )
+    built: Callable[..., Any] = namespace["build"]
+    built.__qualname__ = f"builder({cls.__qualname__})"
+    return built
+
+
+def builder(cls: type[V]) -> Callable[..., V]:
+    """A function that builds ``cls``, a :func:`fast_init` class, from the value of every
+    field, positionally in ``attrs.fields`` order (``init=False`` ones too; no defaults,
+    no factories): what ``cls(...)`` gives for those values, ``__attrs_post_init__`` and
+    its checks included, without ``type.__call__`` and without the first move to the twin.
+
+    For the hot paths only, which have every field at hand: a field added to ``cls``
+    makes their calls fail (a missing argument), never silently default.
+
+    Raises:
+        TypeError: ``cls`` is not a :func:`fast_init` class.
+    """
+    try:
+        return _BUILDERS[cls]
+    except KeyError:
+        raise TypeError(f"builder: {cls!r} is not a fast_init class") from None
