@@ -8,11 +8,12 @@ it and yields its DSN, ``postgresql://postgres@127.0.0.1:<port>/<db>``; the data
 dropped afterwards, with any connection the test left open.
 
 ``pg_cluster`` (per test) is for the tests that make the database fail: a cluster of the
-test's own, which it may kill (``pg_ctl stop -m immediate``, a crash) and start again on
-the same port, so that clients reconnect to the address they had; ``pg_server`` is shared
-by the whole session and must never be stopped. The cluster is stopped and deleted after
-the test, whatever state the test left it in. :func:`terminate_others` ends every other
-connection to a database, as an administrator's ``pg_terminate_backend`` would.
+test's own, which it may stop (``pg_ctl stop -m fast``), kill (``-m immediate``, a crash)
+and start again on the same port, so that clients reconnect to the address they had;
+``pg_server`` is shared by the whole session and must never be stopped. The cluster is
+stopped and deleted after the test, whatever state the test left it in.
+:func:`terminate_others` ends every other connection to a database, as an
+administrator's ``pg_terminate_backend`` would.
 
 Needs the server binaries (Debian's ``postgresql`` package). Without them a test that asks
 for the fixture is skipped, or fails when the ``CI`` environment variable is set (CI
@@ -280,9 +281,15 @@ class _Cluster:
     def crash(self) -> None:
         """``pg_ctl stop -m immediate``: every backend is killed at once, nothing is shut
         down cleanly, and the next start recovers from the WAL, as after a crash."""
-        done = self._run(["pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w"], 60)
+        self.stop_as("immediate")
+
+    def stop_as(self, mode: str) -> None:
+        """``pg_ctl stop -m <mode>`` (``smart``, ``fast`` or ``immediate``), waited for."""
+        if mode not in ("smart", "fast", "immediate"):
+            raise ValueError(f"no such pg_ctl stop mode: {mode!r}")
+        done = self._run(["pg_ctl", "stop", "-D", str(self.data_dir), "-m", mode, "-w"], 60)
         if done.returncode != 0:
-            raise RuntimeError(f"pg_ctl stop -m immediate failed:\n{done.stdout}{done.stderr}")
+            raise RuntimeError(f"pg_ctl stop -m {mode} failed:\n{done.stdout}{done.stderr}")
 
     def remove(self) -> None:
         shutil.rmtree(self.root)
@@ -340,6 +347,11 @@ class PgCluster:
     def crash(self) -> None:
         """Kill the server as a crash would (``pg_ctl stop -m immediate``)."""
         self._cluster.crash()
+
+    def stop(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m <mode>``: ``fast`` rolls back every open transaction and ends
+        every session cleanly (a restart's first half), ``immediate`` is :meth:`crash`."""
+        self._cluster.stop_as(mode)
 
     def start(self) -> None:
         """Start the server again on its port; returns once it accepts connections."""

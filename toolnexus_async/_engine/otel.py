@@ -9,8 +9,9 @@ Rules of this module:
 - One ``invoke_agent`` span per drive of a run (a new run or a resume), made current while
   the run goes, so that every other span of the run is its child: ``chat {model}`` per model
   request (each retry its own), ``execute_tool {name}`` per execution of a tool, ``wait
-  {kind}`` per wait for a person. Names and attributes are the GenAI conventions'
-  (``gen_ai.*``, ``error.type``); what they have no name for is under ``toolnexus.*``.
+  {kind}`` per wait for a person (:mod:`.otel_waits`). Names and attributes are the GenAI
+  conventions' (``gen_ai.*``, ``error.type``); what they have no name for is under
+  ``toolnexus.*``.
 - A run carries its trace context (``RunLoop.trace``, kept in every result and so in a
   stored run): a resumed run's ``invoke_agent`` is a child of the halted one's, in the same
   trace, whichever process resumes it; the span that was current where it was resumed is
@@ -31,7 +32,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -52,14 +52,13 @@ from .._core.messages import (
     raw_of,
 )
 from .._core.results import RunResult
-from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
+from .._core.types import ToolContext, ToolResult, request_in
 from .._core.version import __version__
 from .otel_calls import TracedModel, TracedTools, failed
-from .tracing import Tracing, resumed_wait, still_waited
+from .otel_waits import CARRIER, RAISED, SUSPENDED_AT, WaitSpans, suspended
+from .tracing import Tracing, still_waited
 
 if TYPE_CHECKING:
-    from .._core.messages import ToolCall
-    from .._core.resume import ResumePlan
     from .engine import RunSpec
     from .model import Model
 
@@ -68,20 +67,6 @@ __all__ = ("RunTracer",)
 _PROPAGATOR = TraceContextTextMapPropagator()
 # gen_ai.provider.name by wire style; an in-process model is no provider the conventions know.
 _PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
-# When the run's latest request was raised (ns since the epoch): where the wait span of its
-# resume begins.
-SUSPENDED_AT = "suspended_at"
-# The carrier of the run being driven, so that a suspension can stamp its time in it (the
-# same dict the run's results carry, so the durable journal keeps it as it goes).
-_CARRIER: ContextVar[dict[str, str] | None] = ContextVar("toolnexus_trace_carrier", default=None)
-# A resumed run's requests still waited for: when each was raised (ns, by request id).
-_RAISED: ContextVar[dict[str, int] | None] = ContextVar("toolnexus_wait_raised", default=None)
-
-
-def _suspended() -> None:
-    carrier = _CARRIER.get()
-    if carrier is not None:
-        carrier[SUSPENDED_AT] = str(time.time_ns())
 
 
 def _json(value: object) -> str:
@@ -92,7 +77,7 @@ def _same(text: str) -> str:
     return text
 
 
-class RunTracer:
+class RunTracer(WaitSpans):
     """What a traced engine hands its runs, model, tools and waits to."""
 
     def __init__(self, tracing: Tracing, style: str, model: Model) -> None:
@@ -163,21 +148,21 @@ class RunTracer:
         _PROPAGATOR.inject(carrier, context=current)
         loop.trace = carrier  # before the run keeps anything: every result carries it
         token = otel_context.attach(current)
-        stamping = _CARRIER.set(carrier)
-        raised = _RAISED.set(still_waited(spec.plan))
+        stamping = CARRIER.set(carrier)
+        raised = RAISED.set(still_waited(spec.plan))
         try:
             if spec.plan is not None:
                 self._answered_while_halted(spec.plan, suspended_at)
             result = await inner(spec)
         except BaseException as exc:
-            _RAISED.reset(raised)
-            _CARRIER.reset(stamping)
+            RAISED.reset(raised)
+            CARRIER.reset(stamping)
             otel_context.detach(token)
             failed(span, exc)
             span.end()
             raise
-        _RAISED.reset(raised)
-        _CARRIER.reset(stamping)
+        RAISED.reset(raised)
+        CARRIER.reset(stamping)
         otel_context.detach(token)
         usage = result.usage
         span.set_attributes(
@@ -199,31 +184,6 @@ class RunTracer:
                 )
         span.end()
         return result
-
-    def _answered_while_halted(self, plan: ResumePlan, suspended_at: int | None) -> None:
-        """A span for each wait that ended while the run was halted: from when its request
-        was raised to when it was answered, with how. A stored run's plan says both, as its
-        store kept them (``plan.waited``); else the wait runs from the run's
-        ``suspended_at`` to now, and when neither says (a request kept by an earlier
-        store) the span is an instant, with no ``toolnexus.wait.seconds``."""
-        now = time.time_ns()
-        calls = {call.id: call for call in plan.turn.assistant.tool_calls}
-        for call_id, (request, answer) in plan.answers.items():
-            start, end = resumed_wait(plan.waited.get(call_id), suspended_at, now)
-            call = calls.get(call_id)
-            span = self._tracer.start_span(
-                f"wait {request.kind}",
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    **self._wait_attributes(request, call.name if call else "", call_id),
-                    "toolnexus.wait.resumed": True,
-                },
-                start_time=now if start is None else start,
-            )
-            span.set_attribute("toolnexus.wait.outcome", _outcome(answer))
-            if start is not None:
-                span.set_attribute("toolnexus.wait.seconds", (end - start) / 1e9)
-            span.end(end_time=end)
 
     # -- model requests ----------------------------------------------------------------
 
@@ -294,7 +254,7 @@ class RunTracer:
         request = request_in(result)
         attributes: dict[str, Any] = {"toolnexus.tool.source": source}
         if request is not None:
-            _suspended()
+            suspended()
             attributes["toolnexus.tool.outcome"] = "pending"
             attributes["toolnexus.request.id"] = request.id
         elif result.is_error:
@@ -310,71 +270,6 @@ class RunTracer:
             attributes["gen_ai.tool.call.result"] = self._scrub(result.output)
         span.set_attributes(attributes)
         span.end()
-
-    # -- waits for a person ------------------------------------------------------------
-
-    def _wait_attributes(self, request: Request, tool: str, call_id: str) -> dict[str, Any]:
-        attributes: dict[str, Any] = {
-            "toolnexus.request.id": request.id,
-            "toolnexus.request.kind": request.kind,
-            "toolnexus.tool.name": tool,
-            "toolnexus.tool.call.id": call_id,
-        }
-        if request.expires_at is not None:
-            attributes["toolnexus.request.expires_at"] = request.expires_at
-        if self.content:
-            attributes["toolnexus.request.prompt"] = self._scrub(request.prompt)
-        return attributes
-
-    async def wait(self, call: ToolCall, request: Request, asked: Awaitable[Answer]) -> Answer:
-        """Await ``asked`` (a resolver's answer to ``request``) inside its wait span."""
-        attributes = self._wait_attributes(request, call.name, call.id)
-        started = time.perf_counter()
-        since = (_RAISED.get() or {}).get(request.id)
-        if since is not None:  # raised before this worker took the run over
-            now = time.time_ns()
-            since = min(since, now)
-            started -= (now - since) / 1e9
-            attributes["toolnexus.wait.resumed"] = True
-        span = self._tracer.start_span(
-            f"wait {request.kind}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=since,
-        )
-        _suspended()
-        outcome = "unresolved"
-        try:
-            answer = await asked
-        except HaltRun:
-            outcome = "halted"  # the run halts on it; its resume continues the wait
-            raise
-        except BaseException as exc:
-            if request.expired():
-                outcome = "expired"  # the request's time limit cancelled the wait
-            elif isinstance(exc, Exception):
-                span.record_exception(exc)
-                span.set_attribute("error.type", type(exc).__qualname__)
-            raise
-        else:
-            outcome = _outcome(answer)
-            if answer.reason is not None:
-                span.set_attribute("toolnexus.answer.reason", answer.reason)
-            return answer
-        finally:
-            span.set_attributes(
-                {
-                    "toolnexus.wait.outcome": outcome,
-                    "toolnexus.wait.seconds": time.perf_counter() - started,
-                }
-            )
-            span.end()
-
-
-def _outcome(answer: Answer) -> str:
-    if answer.ok:
-        return "approved"
-    return "expired" if answer.reason == "expired" else "declined"
 
 
 def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -51,6 +51,6 @@ async def sign_in_answer(toolkit: Toolkit, redirect_url: str) -> Answer:
             used already, or was never made by this toolkit's servers).
     """
     require_sdk()
-    from ._oauth import sign_in_answer as answer_of
+    from ._sign_in import sign_in_answer as answer_of
 
     return await answer_of(toolkit, redirect_url)

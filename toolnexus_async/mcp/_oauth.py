@@ -1,6 +1,7 @@
-"""Signing in to a remote MCP server (OAuth 2.1), the sign-in link being a suspension.
+"""Signing in to a remote MCP server (OAuth 2.1): the provider, the store, the exchange.
 
-Rules of this module:
+Rules of this module (what a link becomes in a run, a suspension, and how its redirect
+answers it is :mod:`._sign_in`'s):
 
 - The SDK's ``OAuthClientProvider`` does the protocol: discovery (RFC 9728 protected
   resource metadata, RFC 8414 authorization server metadata), dynamic client registration
@@ -11,18 +12,9 @@ Rules of this module:
   needs (the PKCE verifier, the token endpoint, the client) are kept in the
   :class:`~._tokens.TokenStore`, and the HTTP request goes on without a token, so its 401
   (or 403) reaches the session as that one call's error while the session lives.
-- That call then suspends (:func:`link_request`): a :class:`~toolnexus_async.Request` of
-  kind ``"authorization"`` with the link as ``url`` (what ``ToolResult.auth_required``
-  makes), its id chosen when the link is made, ``data["mcp_sign_in"] = {"v": 1, "server",
-  "state"}``. The redirect comes back to the host (serve's ``GET /oauth/callback``, or
-  :func:`sign_in_answer`): its ``state`` names the sign-in, the code is recorded beside it
-  in the store (the first code only) and the answer is ``Answer(request_id, True,
-  {"state": state})``, so the code never enters a run's journal. The retry exchanges the
-  code, in whichever process it runs: the sign-in is taken out of the store first, so a
-  state works once.
-- A server that wants a sign-in before it answers anything (its handshake got a 401) is
-  ``needs_auth``; its one tool, ``<server>_sign_in`` (:class:`SignInTool`), asks for the
-  sign-in and, once answered, connects the server and hands its tools to the toolkit.
+- The redirect's code is recorded beside its sign-in under way (:meth:`ServerSignIn.note_code`,
+  the first code only); the retry exchanges it (:meth:`ServerSignIn.complete`), in whichever
+  process it runs: the sign-in is taken out of the store first, so a state works once.
 - Tokens, client secrets, verifiers and codes are secrets: they are kept in the token store
   only, never put in a message, a log record or a repr. The SDK logs "OAuth flow error"
   with a traceback for any exception in its flow; the one this module raises on purpose is
@@ -32,8 +24,7 @@ Rules of this module:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
 
 import anyio
 import httpx2
@@ -44,51 +35,21 @@ from mcp.shared.auth import (
     OAuthMetadata,
 )
 
-from .._core.errors import UsageError
 from .._core.secrets import Scrubber
-from .._core.types import Answer, Request, ToolContext, ToolResult
-from ..tools.http import expand_headers
+from .._core.types import Answer
+from ..tools._headers import expand_headers
 from ._config import OAuthConfig, ServerConfig
 from ._oauth_flow import SignInLink, _Noticing, _Provider
 from ._tokens import TokenStore
 
-if TYPE_CHECKING:
-    from ..tools._standard import Toolkit
-    from ._connection import Connection
-
-__all__ = (
-    "ServerSignIn",
-    "SignInLink",
-    "SignInTool",
-    "link_request",
-    "sign_in_answer",
-    "sign_in_of",
-)
+__all__ = ("ServerSignIn", "SignInLink")
 
 log = logging.getLogger("toolnexus_async.mcp")
 
-LAYOUT = 1
 # Sign-ins under way kept per server: each link asked for adds one, each use removes it.
 # A person who never comes back leaves one behind; the oldest go first.
 MAX_UNDER_WAY = 16
 _CLIENT_NAME = "toolnexus-async"
-
-
-def link_request(server: str, link: SignInLink) -> Request:
-    """The request a call waiting for ``link`` suspends with."""
-    data = {"mcp_sign_in": {"v": LAYOUT, "server": server, "state": link.state}}
-    prompt = f"Sign in to the MCP server {server!r} to go on"
-    return Request(link.request_id, "authorization", prompt, url=link.url, data=data)
-
-
-def sign_in_of(request: Request | None, server: str) -> str | None:
-    """The state of the sign-in ``request`` asks for on ``server``, if it asks for one."""
-    data = None if request is None else request.data
-    mine = None if data is None else data.get("mcp_sign_in")
-    if not isinstance(mine, dict) or mine.get("v") != LAYOUT or mine.get("server") != server:
-        return None
-    state = mine.get("state")
-    return state if isinstance(state, str) and state else None
 
 
 class ServerSignIn:
@@ -321,92 +282,3 @@ def _oauth_error(response: httpx2.Response) -> str:
     except Exception:
         error = None
     return f"HTTP {response.status_code}" + (f" ({error})" if isinstance(error, str) else "")
-
-
-class SignInTool:
-    """``<server>_sign_in``: the one tool of a server waiting for its first sign-in."""
-
-    source = "mcp"
-
-    def __init__(self, name: str, connection: Connection, sign_in: ServerSignIn) -> None:
-        self.name = name
-        self.server = connection.config.name
-        self.description = (
-            f"Sign in to the MCP server {self.server!r}. Its tools become available once the "
-            "person has signed in."
-        )
-        self.input_schema: dict[str, Any] = {"type": "object", "properties": {}}
-        self._connection = connection
-        self._sign_in = sign_in
-
-    @property
-    def connection(self) -> Connection:
-        return self._connection
-
-    def __repr__(self) -> str:
-        return f"SignInTool(name={self.name!r}, server={self.server!r})"
-
-    def _fail(self, problem: str) -> ToolResult:
-        return ToolResult.error(f"signing in to MCP server {self.server!r}: {problem}")
-
-    async def execute(self, args: dict[str, Any], ctx: ToolContext | None = None) -> ToolResult:
-        state = None if ctx is None or ctx.answer is None else sign_in_of(ctx.request, self.server)
-        if state is not None and ctx is not None and ctx.answer is not None:
-            problem = await self._sign_in.complete(state, ctx.answer)
-            if problem is not None:
-                return self._fail(problem)
-            return await self._connected()
-        if self._connection.state == "connected":
-            return await self._connected()
-        link = await self._sign_in.begin()
-        if isinstance(link, str):
-            return self._fail(link)
-        if link is None:
-            return await self._connected()
-        return ToolResult.pending(link_request(self.server, link))
-
-    async def refused(self, args: dict[str, Any], ctx: ToolContext) -> None:
-        state = sign_in_of(ctx.request, self.server)
-        if state is not None:
-            await self._sign_in.forget(state)
-
-    async def _connected(self) -> ToolResult:
-        connection = self._connection
-        if connection.state != "connected":
-            await connection.connect_again()
-        if connection.state != "connected":
-            return self._fail(connection.error or "it did not connect")
-        names = ", ".join(connection.tool_names()) or "none"
-        return ToolResult.ok(f"signed in to MCP server {self.server!r}; its tools: {names}")
-
-
-async def sign_in_answer(toolkit: Toolkit, redirect_url: str) -> Answer:
-    """The answer that the redirect ``redirect_url`` (where the authorization server sent the
-    person back, with ``code`` and ``state`` in its query) gives to the sign-in request it
-    completes; hand it to your ``Inbox`` or ``DurableHost``. The code is kept beside the
-    sign-in in the toolkit's token store, not in the answer.
-
-    Raises:
-        UsageError: the URL carries no ``state``, or no sign-in under way has it (it was
-            used already, or never made here).
-    """
-    query = parse_qs(urlsplit(redirect_url).query)
-
-    def one(name: str) -> str | None:
-        values = query.get(name)
-        return values[0] if values else None
-
-    state = one("state")
-    if not state:
-        raise UsageError("the sign-in redirect carries no state")
-    code, error = one("code"), one("error")
-    connections = toolkit.mcp_connections  # the toolkit's own servers: no other has its sign-ins
-    for sign_in in (c.sign_in for c in connections if c.sign_in is not None):
-        request_id = await sign_in.note_code(state, code, one("iss"))
-        if request_id is None:
-            continue
-        if error is not None or not code:
-            reason = "declined" if error == "access_denied" else "cancelled"
-            return Answer(request_id, False, reason=reason)
-        return Answer(request_id, True, {"state": state})
-    raise UsageError("no sign-in under way has this state: it was used already, or is unknown")

@@ -64,8 +64,9 @@ from mcp_types.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND
 
 from .._core.types import Answer, ToolContext, ToolResult
 from ._connection import Clock, Connection
-from ._oauth import SignInLink, SignInTool, link_request, sign_in_of
+from ._oauth import SignInLink
 from ._questions import question_of, request_for, responses_for
+from ._sign_in import SignInTool, link_request, sign_in_of
 
 __all__ = ("McpTool", "result_of", "tool_name", "tools_of")
 

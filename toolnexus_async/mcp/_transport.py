@@ -61,7 +61,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from .._core.secrets import Scrubber
 from .._core.version import __version__
-from ..tools.http import expand_headers
+from ..tools._headers import expand_headers
 
 if TYPE_CHECKING:
     from ._connection import Connection

@@ -6,12 +6,12 @@ Rules of this module:
   that name (URL-quoted), a name listed in ``query`` goes to the query string, and what is
   left is the body (``json``, ``form``, or ``raw``: the ``body`` argument sent as is). An
   argument used in the URL or the query string is not sent in the body.
-- Header values are secrets. ``${NAME}`` in a header value is read from the environment at
-  call time; a missing variable is an error result that names the variable only. No header
-  value is ever logged, shown in a ``repr``, or put in a result or an exception, and every
-  header value is scrubbed from the reply text before the model sees it (a server that
-  echoes the request headers must not hand the model a key); only the literal values of
-  descriptive headers such as ``Content-Type`` are left alone.
+- Header values are secrets (:mod:`._headers`). ``${NAME}`` in a header value is read from
+  the environment at call time; a missing variable is an error result that names the
+  variable only. No header value is ever logged, shown in a ``repr``, or put in a result or
+  an exception, and every header value is scrubbed from the reply text before the model
+  sees it (a server that echoes the request headers must not hand the model a key); only
+  the literal values of descriptive headers such as ``Content-Type`` are left alone.
 - Every failure is an error result, never an exception: a non-2xx reply is
   ``HTTP <status>: <body excerpt>`` with a bounded excerpt; a refused address, a
   connection failure or a timeout says so. Only cancellation propagates.
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -39,6 +38,7 @@ import anyio
 from .._core.errors import BODY_EXCERPT_LIMIT, UsageError
 from .._core.types import ToolContext, ToolResult, check_tool_name
 from ._egress import MAX_REDIRECTS, EgressPolicy, EgressRefused, guarded_request
+from ._headers import expand_headers, scrub_secrets
 from ._session import SharedSession
 
 __all__ = ("HttpTool", "http_tool")
@@ -51,13 +51,6 @@ ResultMode = Literal["text", "json", "status+text"]
 MAX_BYTES = 5 * 1024 * 1024
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_REDACTED = "[redacted]"
-# Their literal values describe the request, not the caller: scrubbing "application/json"
-# from a reply would only confuse the model. A ${VAR} inside them is still scrubbed.
-_PLAIN_HEADERS = frozenset(
-    {"accept", "accept-encoding", "accept-language", "cache-control", "content-type", "user-agent"}
-)
 _CHUNK = 64 * 1024
 
 
@@ -196,12 +189,12 @@ class HttpTool:
         try:
             reply = await self._send(url, query, data, headers, secret_names)
         except EgressRefused as exc:
-            problem = _scrub(str(exc), secrets)
+            problem = scrub_secrets(str(exc), secrets)
             log.debug("http tool %r: %s %s refused: %s", self.name, self.method, url, problem)
             return ToolResult.error(f"{self.name}: {self.method} {url}: {problem}")
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, UsageError) as exc:
             # The message is built from aiohttp's text, which could in theory quote a header.
-            problem = _scrub(f"{type(exc).__name__}: {exc}", secrets)
+            problem = scrub_secrets(f"{type(exc).__name__}: {exc}", secrets)
             log.debug("http tool %r: %s %s failed: %s", self.name, self.method, url, problem)
             return ToolResult.error(f"{self.name}: {self.method} {url} failed: {problem}")
         if reply is None:
@@ -211,7 +204,7 @@ class HttpTool:
             )
         status, text, cut = reply
         log.debug("http tool %r: %s %s -> %d", self.name, self.method, url, status)
-        return self._result_of(status, _scrub(text, secrets), cut)
+        return self._result_of(status, scrub_secrets(text, secrets), cut)
 
     async def _send(
         self,
@@ -270,47 +263,11 @@ class HttpTool:
         return ToolResult.ok(text + note, meta)
 
 
-def expand_headers(
-    headers: Mapping[str, str], what: str = "header", *, literal_secrets: bool = True
-) -> tuple[dict[str, str], list[str], list[str]] | str:
-    """``headers`` with each ``${NAME}`` read from the environment: (the values to send,
-    the secrets to scrub from any text shown, the names whose values are secrets), or the
-    error naming a missing variable (and the ``what`` that needs it, never its value).
-
-    A value that used a variable is a secret; so is any other value of a header that is not
-    merely descriptive, unless ``literal_secrets`` is false (then only the values that used
-    a variable are). Shared by the HTTP tools and the MCP servers' ``headers`` and
-    ``environment``.
-    """
-    sent: dict[str, str] = {}
-    secrets: list[str] = []
-    secret_names: list[str] = []
-    for key, value in headers.items():
-        missing = [n for n in _ENV.findall(value) if n not in os.environ]
-        if missing:
-            return f"environment variable {missing[0]} is not set (the {key!r} {what} needs it)"
-        expanded = _ENV.sub(lambda m: os.environ[m.group(1)], value)
-        secrets.extend(os.environ[n] for n in _ENV.findall(value))
-        if expanded != value or (literal_secrets and key.lower() not in _PLAIN_HEADERS):
-            secrets.append(expanded)
-            secret_names.append(key)
-        sent[key] = expanded
-    # Longest first, so a key is not half-replaced by a shorter value it contains.
-    secrets = sorted({s for s in secrets if s.strip()}, key=len, reverse=True)
-    return sent, secrets, secret_names
-
-
 def _decode(body: bytes, charset: str | None) -> str:
     try:
         return body.decode(charset or "utf-8", "replace")
     except LookupError:  # a charset Python does not know
         return body.decode("utf-8", "replace")
-
-
-def _scrub(text: str, secrets: Iterable[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, _REDACTED)
-    return text
 
 
 def http_tool(

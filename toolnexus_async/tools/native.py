@@ -4,7 +4,7 @@ Rules of this module:
 
 - The input schema is inferred from the type hints, the description from the docstring
   (first paragraph), and each parameter's description from a Google-style ``Args:`` section
-  or an ``Annotated[T, "text"]`` hint.
+  or an ``Annotated[T, "text"]`` hint (how: :mod:`._describe`).
 - A parameter typed ``ToolContext`` (or ``ToolContext | None``), or an unannotated one named
   ``ctx``, receives the call's context and is not part of the schema.
 - A returned ``str`` is an ok result, a returned ``ToolResult`` passes through (so a
@@ -31,11 +31,9 @@ import enum
 import functools
 import inspect
 import json
-import re
-import types
 import typing
 import warnings
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, overload
 
 import anyio.to_thread
@@ -44,110 +42,9 @@ from .._core.errors import UsageError
 from .._core.types import ToolContext, ToolResult, check_tool_name
 from .._engine.guard import guards_itself, raised
 from .._engine.toolkit import makes_context
+from ._describe import is_context, json_value, parse_docstring, schema_for
 
 __all__ = ("FunctionTool", "define_tool")
-
-_SIMPLE: dict[Any, dict[str, Any]] = {
-    str: {"type": "string"},
-    int: {"type": "integer"},
-    float: {"type": "number"},
-    bool: {"type": "boolean"},
-    type(None): {"type": "null"},
-}
-
-
-def schema_for(hint: Any) -> dict[str, Any]:
-    """A JSON Schema for a type hint (the subset tool arguments need)."""
-    if hint is inspect.Parameter.empty or hint is Any:
-        return {}
-    if hint in _SIMPLE:
-        return dict(_SIMPLE[hint])
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin is typing.Annotated:
-        schema = schema_for(args[0])
-        texts = [a for a in args[1:] if isinstance(a, str)]
-        if texts:
-            schema["description"] = " ".join(texts)
-        return schema
-    if origin is typing.Literal:
-        values = list(args)
-        schema = {"enum": values}
-        kinds = {type(v) for v in values}
-        if len(kinds) == 1 and (kind := kinds.pop()) in _SIMPLE:
-            schema = {**_SIMPLE[kind], "enum": values}
-        return schema
-    if origin in (typing.Union, types.UnionType):
-        return {"anyOf": [schema_for(a) for a in args]}
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return schema_for(typing.Literal[tuple(m.value for m in hint)])
-    if origin in (list, set, frozenset, Sequence) or hint in (list, set, frozenset):
-        return {"type": "array", "items": schema_for(args[0])} if args else {"type": "array"}
-    if origin is tuple or hint is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return {"type": "array", "items": schema_for(args[0])}
-        if args:
-            return {
-                "type": "array",
-                "prefixItems": [schema_for(a) for a in args],
-                "minItems": len(args),
-                "maxItems": len(args),
-            }
-        return {"type": "array"}
-    if origin in (dict, Mapping) or hint in (dict, Mapping):
-        if len(args) == 2 and args[1] is not Any:
-            return {"type": "object", "additionalProperties": schema_for(args[1])}
-        return {"type": "object"}
-    raise UsageError(f"cannot describe type {hint!r} as JSON Schema; annotate with a JSON type")
-
-
-def _is_context(hint: Any) -> bool:
-    if hint is ToolContext:
-        return True
-    return typing.get_origin(hint) in (typing.Union, types.UnionType) and ToolContext in (
-        typing.get_args(hint)
-    )
-
-
-_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
-_ARG_LINE = re.compile(r"^\s+(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
-
-
-def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """The summary (first paragraph) and the ``Args:`` descriptions of a docstring."""
-    lines = doc.splitlines()
-    summary: list[str] = []
-    for line in lines:
-        if not line.strip() or _ARGS_HEADER.match(line):
-            break
-        summary.append(line.strip())
-    params: dict[str, str] = {}
-    current: str | None = None
-    in_args = False
-    for line in lines:
-        if _ARGS_HEADER.match(line):
-            in_args = True
-            continue
-        if not in_args:
-            continue
-        if line.strip() and not line.startswith((" ", "\t")):
-            break  # the next section (Returns:, Raises:) starts at the left margin
-        match = _ARG_LINE.match(line)
-        indent = len(line) - len(line.lstrip())
-        if match and (current is None or indent <= _indent_of(lines, current)):
-            current = match.group(1).lstrip("*")
-            params[current] = match.group(3).strip()
-        elif current is not None and line.strip():
-            params[current] = f"{params[current]} {line.strip()}".strip()
-    return " ".join(summary), params
-
-
-def _indent_of(lines: list[str], name: str) -> int:
-    for line in lines:
-        match = _ARG_LINE.match(line)
-        if match and match.group(1).lstrip("*") == name:
-            return len(line) - len(line.lstrip())
-    return 0
 
 
 def _as_result(value: object) -> ToolResult:
@@ -197,7 +94,7 @@ class FunctionTool:
             raise UsageError(f"define_tool needs a function, got {fn!r}")
         self.fn = fn
         self.name: str = check_tool_name(name if name is not None else getattr(fn, "__name__", ""))
-        summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        summary, arg_docs = parse_docstring(inspect.getdoc(fn) or "")
         self.description = description if description is not None else summary
         if not self.description:
             warnings.warn(
@@ -229,7 +126,7 @@ class FunctionTool:
             )
         for param in parameters:
             hint = hints.get(param.name, param.annotation)
-            if _is_context(hint) or (param.name == "ctx" and hint is param.empty):
+            if is_context(hint) or (param.name == "ctx" and hint is param.empty):
                 self._context_param = param.name
                 continue
             if param.kind is param.VAR_KEYWORD:
@@ -248,7 +145,7 @@ class FunctionTool:
                 schema["description"] = arg_docs[param.name]
             if param.default is param.empty:
                 required.append(param.name)
-            elif _json_value(param.default):
+            elif json_value(param.default):
                 schema["default"] = param.default
             properties[param.name] = schema
             self._params.add(param.name)
@@ -350,14 +247,6 @@ class FunctionTool:
                     f"it takes {', '.join(sorted(self._params)) or 'none'}"
                 )
         return None
-
-
-def _json_value(value: object) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 @overload

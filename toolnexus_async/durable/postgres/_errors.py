@@ -8,17 +8,25 @@ Rules of this module:
 - A passing fault (:func:`passing`: the connection, the server stopping, too few
   resources, a lock or a conflict) is a :class:`StoreUnavailableError`, to be retried
   later; every other failure of the database is a plain :class:`StoreError`.
+- An outage is told once (by the host: ``_tenure``), never with a traceback per retry:
+  asyncpg's pool logs each failed attempt to reopen its floor of connections with one
+  (its own task, retrying while the database is down); for the store's pools these
+  attempts are told at debug level, one line each (:data:`QUIET_FLOOR`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..._core.errors import StoreError, StoreUnavailableError
 from ..._core.secrets import Scrubber
 
-__all__ = ("ConflictError", "PgErrors", "passing", "where")
+__all__ = ("QUIET_FLOOR", "ConflictError", "PgErrors", "passing", "where")
+
+log = logging.getLogger("toolnexus_async.durable")
 
 
 class ConflictError(StoreUnavailableError):
@@ -121,3 +129,48 @@ class PgErrors:
         if passing(exc, self._asyncpg):
             return StoreUnavailableError(f"{text} (the database is unavailable now)")
         return StoreError(text)
+
+
+# What asyncpg's pool logs, with a traceback, each time its task fails to reopen a
+# connection of its floor (``min_size``).
+_FLOOR = "Failed to restore the pool connection floor; retrying"
+
+
+class _QuietFloor(logging.Filter):
+    """On asyncpg's pool logger: the store's pools' failed attempts to reopen their floor,
+    told at debug level without their traceback; every other record as it was (another
+    pool in the process is not the store's to quieten)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pools: dict[int, tuple[Any, str]] = {}  # id -> (pool, where), while open
+
+    def add(self, pool: Any, where: str) -> None:
+        if not self._pools:
+            logging.getLogger("asyncpg.pool").addFilter(self)
+        self._pools[id(pool)] = (pool, where)
+
+    def discard(self, pool: Any) -> None:
+        self._pools.pop(id(pool), None)
+        if not self._pools:
+            logging.getLogger("asyncpg.pool").removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != _FLOOR:
+            return True
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # not on an event loop: not a pool's task
+            return True
+        for pool, where in self._pools.values():
+            # The pool's task that reopens its floor (a private name: with another
+            # asyncpg, nothing matches and the record goes out as it was).
+            if task is not None and getattr(pool, "_maintenance_task", None) is task:
+                cause = record.exc_info[1] if record.exc_info else None
+                log.debug("%s: the pool cannot reopen a connection yet: %r", where, cause)
+                return False
+        return True
+
+
+# The one filter, on asyncpg's pool logger while a store's pool is open.
+QUIET_FLOOR = _QuietFloor()

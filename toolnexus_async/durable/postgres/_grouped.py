@@ -148,7 +148,13 @@ class Grouped:
             f" WHERE EXISTS (SELECT 1 FROM {s}.runs r WHERE {_HELD}) ORDER BY t.i"
             " ON CONFLICT (run_id, call_id) DO UPDATE SET record = excluded.record"
             f" RETURNING {_CALL_KEY} AS key),"
-            f" e AS ({_events(s, 'x')})"
+            # A result stored already as it is (a write retried after its reply was
+            # lost: it had committed) is told once: not its event again. (The statement
+            # reads the table as it was before its insert.)
+            f" y AS (SELECT key FROM x WHERE key NOT IN (SELECT {_CALL_KEY} FROM {s}.results"
+            " JOIN unnest($1::text[], $3::text[], $4::text[]) AS k(id, c, rec)"
+            " ON run_id = k.id AND call_id = k.c AND record = k.rec)),"
+            f" e AS ({_events(s, 'y')})"
             " SELECT key FROM x",
             5,
         )

@@ -12,9 +12,12 @@ Rules of this module:
 - One extra connection, opened by the first :meth:`PgConnections.listen`, LISTENs on the
   channels asked for (a worker's own, or the one of every event, ``_ops.CHANNEL``, with
   the shared advisory lock that tells writers someone listens there) and hands each
-  event to that channel's listeners. If it drops, events are missed until it is opened
-  again (at the next call that reads the store); hosts look at the store every few
-  seconds regardless, so a missed event delays, never loses.
+  event to that channel's listeners. If it drops (the database restarted, the session
+  was ended), events are missed until it is opened again, by the next read of the store
+  that succeeds (:meth:`PgConnections.read`: a host's own looks, every ``poll``, are
+  reads). Hosts look at the store every few seconds regardless, so a missed event
+  delays, never loses. A LISTEN connection that cannot be opened is told once, until
+  one is opened again.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import anyio
 from ..._core.errors import ToolnexusError, UsageError
 from .._run_events import Watchers
 from .._store import StoreEvent
-from ._errors import PgErrors
+from ._errors import QUIET_FLOOR, PgErrors
 from ._ops import CHANNEL, LISTENING_LOCK
 from ._schema import ensure
 
@@ -100,6 +103,7 @@ class PgConnections:
         # Told after each write here, and each event heard: a write of this store ended.
         self.committed = Watchers()
         self._listening: Any = None  # the LISTEN connection, once a listener came
+        self._unheard = False  # a LISTEN connection could not be opened, and was told so
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -114,6 +118,7 @@ class PgConnections:
                 await self._quietly(listening.close())
             pool, self._pool = self._pool, None
             if pool is not None:
+                QUIET_FLOOR.discard(pool)
                 with anyio.move_on_after(10) as waited:
                     await self._quietly(pool.close())
                 if waited.cancelled_caught:  # a connection hung: do not wait forever
@@ -145,6 +150,7 @@ class PgConnections:
                     await pool.close()
                     raise
                 self._pool = pool
+                QUIET_FLOOR.add(pool, self.where)
         return self._pool
 
     @property
@@ -192,7 +198,7 @@ class PgConnections:
                                 # A connection that saw a fault (the server ended it, a
                                 # statement timed out mid-protocol) is not trusted again:
                                 # the pool opens a new one in its place.
-                                conn.terminate()
+                                self._drop(conn)
                             raise
             except ToolnexusError:
                 raise
@@ -206,6 +212,25 @@ class PgConnections:
             raise outcome
         result: T = outcome
         return result
+
+    def _drop(self, conn: Any) -> None:
+        """Terminate ``conn``, unless the server ended it and the pool took it back already
+        (asyncpg refuses to terminate it then): the fault told is the server's, not that."""
+        try:
+            conn.terminate()
+        except self._asyncpg.InterfaceError:
+            pass
+
+    async def read(self, op: Callable[..., Awaitable[T | Exception]], *args: Any) -> T:
+        """:meth:`in_transaction`, for a read; once it succeeded, the LISTEN connection is
+        opened again if it dropped (the database answers: it is likely to open, and an
+        outage costs no connection attempt more than its reads)."""
+        outcome: T = await self.in_transaction(op, *args)
+        if self._listeners and not self._closed:
+            listening = self._listening
+            if listening is None or listening.is_closed():
+                await self.keep_listening()
+        return outcome
 
     def _left(self, limit: float | None, waited: float) -> float | None:
         """What is left of ``call_timeout`` for the statements, when the wait for the
@@ -239,7 +264,7 @@ class PgConnections:
                 await self._add(listening, channel)
                 self._heard.add(channel)
             except self._error.failures() as exc:
-                log.warning("%s", self._error("cannot listen for events (hosts will look)", exc))
+                self._cannot_listen(exc)
         await self.keep_listening()
 
         def stop() -> None:
@@ -250,7 +275,8 @@ class PgConnections:
         return stop
 
     async def keep_listening(self) -> None:
-        """Open the LISTEN connection if there are listeners and it is not open."""
+        """Open the LISTEN connection if there are listeners and it is not open (never
+        opened, or dropped: the database restarted, the session was ended)."""
         if not self._listeners or self._closed:
             return
         if self._listening is not None and not self._listening.is_closed():
@@ -271,16 +297,26 @@ class PgConnections:
                 except failures as exc:
                     if conn is not None:
                         await self._quietly(conn.close())
-                    log.warning(
-                        "%s", self._error("cannot listen for events (hosts will look instead)", exc)
-                    )
+                    self._cannot_listen(exc)
                     return
             if self.closed:  # closed while connecting: aclose did not see this one
                 await self._quietly(conn.close())
                 return
             stale, self._listening, self._heard = self._listening, conn, channels
+            if self._unheard:
+                self._unheard = False
+                log.info("%s: listening for events again", self.where)
             if stale is not None:
                 await self._quietly(stale.close())
+
+    def _cannot_listen(self, exc: BaseException) -> None:
+        """Told once until a LISTEN connection opens again: each look at the store may try
+        again, and an outage is one line, not one per look."""
+        if not self._unheard:
+            self._unheard = True
+            log.warning(
+                "%s", self._error("cannot listen for events (hosts will look instead)", exc)
+            )
 
     async def _add(self, conn: Any, channel: str) -> None:
         """LISTEN on ``channel``; on :data:`CHANNEL`, also say so to the writers (the shared

@@ -162,6 +162,10 @@ class Statements:
             f" e AS (INSERT INTO {s}.events (run_id, kind, data, at) SELECT t.r, t.k, t.d, $9"
             " FROM unnest($6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(r, k, d, i)"
             " WHERE EXISTS (SELECT 1 FROM x)"
+            # Not for a result stored already as it is (a write retried after its reply
+            # was lost: it had committed); the statement reads the table as it was.
+            f" AND NOT EXISTS (SELECT 1 FROM {s}.results WHERE run_id = $1 AND call_id = $3"
+            " AND record = $4)"
             # The expiry's event (the first row, when there are two) only if still pending.
             " AND (t.i = array_length($6::text[], 1) OR EXISTS (SELECT 1 FROM p))"
             " ORDER BY t.i)"

@@ -117,8 +117,10 @@ class PostgresRunStore:
             call_timeout=call_timeout,
         )
         self.where = self._pg.where
-        # A read is one transaction on a pooled connection; the writes share theirs.
+        # A read is one transaction on a pooled connection (then the LISTEN connection is
+        # opened again if the database dropped it); the writes share theirs.
         self._in_transaction = self._pg.in_transaction
+        self._read = self._pg.read
         self._ops = PgOps(self.schema)
         self._closing = False
         grouped = Grouped(self.schema, self._ops)
@@ -336,11 +338,10 @@ class PostgresRunStore:
         await self._in_transaction(_select_one)
 
     async def ready(self, now: float, limit: int) -> list[str]:
-        await self._pg.keep_listening()
-        return await self._in_transaction(pg_queries.ready, self.schema, now, limit)
+        return await self._read(pg_queries.ready, self.schema, now, limit)
 
     async def deliveries(self, owner: str) -> list[tuple[str, Answer]]:
-        return await self._in_transaction(pg_queries.deliveries, self.schema, owner)
+        return await self._read(pg_queries.deliveries, self.schema, owner)
 
     async def delivered(self, request_ids: list[str]) -> None:
         await self._written(self._ops.delivered, list(request_ids))
@@ -350,35 +351,35 @@ class PostgresRunStore:
 
     async def outstanding(self, now: float | None = None) -> list[StoredRequest]:
         at = time.time() if now is None else now
-        return await self._in_transaction(pg_queries.outstanding, self.schema, at)
+        return await self._read(pg_queries.outstanding, self.schema, at)
 
     async def find(self, request_id: str) -> StoredRequest:
-        return await self._in_transaction(pg_queries.find, self.schema, request_id)
+        return await self._read(pg_queries.find, self.schema, request_id)
 
     async def load(self, run_id: str) -> StoredRun:
-        return await self._in_transaction(pg_queries.load, self.schema, run_id)
+        return await self._read(pg_queries.load, self.schema, run_id)
 
     async def runs(self, limit: int = 1000) -> list[RunSummary]:
-        return await self._in_transaction(pg_queries.runs, self.schema, limit)
+        return await self._read(pg_queries.runs, self.schema, limit)
 
     async def list_runs(self, query: RunQuery) -> RunPage:
-        return await self._in_transaction(pg_queries.list_runs, self.schema, query, time.time())
+        return await self._read(pg_queries.list_runs, self.schema, query, time.time())
 
     async def list_requests(self, query: RequestQuery) -> RequestPage:
-        return await self._in_transaction(pg_queries.list_requests, self.schema, query, time.time())
+        return await self._read(pg_queries.list_requests, self.schema, query, time.time())
 
     async def answers(self, run_id: str) -> list[AnswerRecord]:
-        return await self._in_transaction(pg_queries.answers, self.schema, run_id)
+        return await self._read(pg_queries.answers, self.schema, run_id)
 
     async def run_view(self, run_id: str) -> RunView:
-        return await self._in_transaction(pg_queries.view, self.schema, run_id, time.time())
+        return await self._read(pg_queries.view, self.schema, run_id, time.time())
 
     async def events(self, after: int, limit: int = 500) -> EventRead:
         await self._pg.keep_listening()
-        return await self._in_transaction(pg_queries.events, self.schema, after, limit)
+        return await self._read(pg_queries.events, self.schema, after, limit)
 
     async def event_bounds(self) -> tuple[int, int]:
-        return await self._in_transaction(pg_queries.event_bounds, self.schema)
+        return await self._read(pg_queries.event_bounds, self.schema)
 
     def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
         """``callback()`` after each write of this store object, and on each event told by
