@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import pickle
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -17,7 +19,7 @@ from toolnexus_async._core import results as _results
 from toolnexus_async._core import types as _types
 from toolnexus_async._core import wire as _wire
 from toolnexus_async._core.errors import PayloadError
-from toolnexus_async._core.fastinit import fast_init
+from toolnexus_async._core.fastinit import builder, fast_init
 from toolnexus_async._engine import streaming as _streaming
 
 MODULES: tuple[ModuleType, ...] = (_http, _messages, _results, _streaming, _types, _wire)
@@ -91,6 +93,59 @@ def test_the_signature_and_the_stored_values_are_attrs_own(cls: type) -> None:
     for field in attrs.fields(cls):
         if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
             assert getattr(again, field.name) is not getattr(built, field.name)
+
+
+@pytest.mark.parametrize("cls", DECORATED, ids=lambda c: c.__name__)
+def test_the_twin_path_and_the_slots_path_build_the_same_value(cls: type) -> None:
+    # A subclass takes the slots' setters (its layout may differ from the twin's); the
+    # class itself is built on its twin and moved back. Both must give the same value.
+    sub = type(f"Sub{cls.__name__}", (cls,), {"__slots__": ("extra",)})
+    args = arguments_for(cls)
+    built, through_slots = cls(*args), sub(*args)
+    assert type(built) is cls and type(through_slots) is sub
+    for field in attrs.fields(cls):
+        assert getattr(built, field.name) == getattr(through_slots, field.name), field.name
+    assert weakref.ref(built)() is built
+    assert copy.copy(built) == built and repr(copy.copy(built)) == repr(built)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        delattr(built, attrs.fields(cls)[0].name)
+
+
+@pytest.mark.parametrize("cls", DECORATED, ids=lambda c: c.__name__)
+def test_its_builder_builds_what_the_class_builds(cls: type) -> None:
+    # Every field by position, init=False ones too: eq=False fields compared one by one.
+    made = cls(*arguments_for(cls))
+    values = [getattr(made, f.name, None) for f in attrs.fields(cls)]
+    built: Any = builder(cls)(*values)
+    assert type(built) is cls and built == made and repr(built) == repr(made)
+    for field, value in zip(attrs.fields(cls), values, strict=True):
+        assert getattr(built, field.name) is value, field.name
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(built, attrs.fields(cls)[0].name, None)
+    assert weakref.ref(built)() is built
+
+
+def test_a_builder_runs_the_class_checks_and_wants_every_field() -> None:
+    with pytest.raises(PayloadError, match=r"ToolResult\.output must be a str"):
+        builder(_types.ToolResult)(1, False, None)
+    with pytest.raises(TypeError):
+        builder(_messages.ToolCall)("c1", "pay", {})  # no invalid_arguments, no wire text
+    with pytest.raises(TypeError, match="not a fast_init class"):
+        builder(_Base)
+    call = builder(_messages.ToolCall)("c1", "pay", {"a": 1}, None, '{"a":1}')
+    assert call == _messages.ToolCall("c1", "pay", {"a": 1}) and call._wire_arguments == '{"a":1}'
+
+
+def test_a_subclass_with_a_dict_keeps_its_class_and_its_values() -> None:
+    class Loose(_messages.ToolCall):  # no __slots__: a __dict__, another layout
+        pass
+
+    call = Loose("c1", "pay", {"amount": 12})
+    assert type(call) is Loose
+    assert (call.id, call.name, call.arguments) == ("c1", "pay", {"amount": 12})
+    assert repr(call) == repr(_messages.ToolCall("c1", "pay", {"amount": 12})).replace(
+        "ToolCall(", "Loose("
+    )
 
 
 @fast_init

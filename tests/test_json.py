@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
 
 import pytest
 
+from toolnexus_async._core.audit import canonical_digest
 from toolnexus_async._core.hotjson import canonical, compact_encoder, loads
 
 
@@ -142,3 +144,37 @@ def test_an_encoder_used_again_and_within_a_default_gives_what_json_dumps_gives(
     )
     for _ in range(3):
         assert encode(value) == expected
+
+
+class _Odd:
+    def __repr__(self) -> str:
+        return "<odd>"
+
+
+CALLS: list[Any] = [
+    {"tool": "add", "arguments": {"a": 2, "b": 3}},
+    {"arguments": {"b": [1, {"z": None, "y": 1.5}], "a": 'é\u2028"q"\\'}, "tool": "pay"},
+    {"tool": 'we"ird\nname\udc80', "arguments": {}},
+    {"tool": "t", "arguments": {"odd": _Odd(), "n": math.inf}},
+    {"tool": "t", "arguments": [1, "two"]},
+    {"tool": "t", "arguments": None},
+    {"tool": "t", "arguments": "text"},
+]
+NOT_CALLS: list[Any] = [
+    {"tool": 1, "arguments": {}},
+    {"tool": "t", "argument": {}},
+    {"tool": "t", "arguments": {}, "more": 1},
+    {"tool": "t"},
+    ["tool", "arguments"],
+    "tool",
+]
+
+
+@pytest.mark.parametrize("value", CALLS + NOT_CALLS)
+def test_a_digest_is_over_canonical_json_whatever_the_path(value: Any) -> None:
+    # A gate's {"tool", "arguments"} (CALLS) is put together around its arguments, anything
+    # else is canonical's: both must hash the very bytes canonical gives (stored digests
+    # stay valid).
+    text = canonical(value)
+    expected = "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    assert canonical_digest(value) == expected

@@ -33,7 +33,7 @@ from .errors import (
     RequestExpiredError,
     UsageError,
 )
-from .hotjson import canonical
+from .hotjson import canonical, json_string
 from .types import Request
 
 __all__ = (
@@ -124,7 +124,22 @@ def canonical_digest(value: object) -> str:
     # hotjson's encoder calls json's C encoder itself: a require_approval gate digests the
     # arguments of every call it holds, and JSONEncoder.encode's two Python steps cost
     # 23,176 instructions a digest against 18,407 (callgrind, {"tool", "arguments"}).
-    text = canonical(value)
+    if (
+        type(value) is dict
+        and len(value) == 2
+        and type(tool := value.get("tool")) is str
+        and "arguments" in value
+    ):
+        # A gate's {"tool", "arguments"}: the same text, put together around the arguments'
+        # own encoding ("arguments" sorts first), without a list of the outer items, a sort
+        # and the escaping of two keys (callgrind, 3.11.7, {"a": 2, "b": 3}: 22,931
+        # instructions a digest through canonical alone, 21,033 this way).
+        # tests/test_json.py holds the two paths to the same digest.
+        text = (
+            '{"arguments":' + canonical(value["arguments"]) + ',"tool":' + json_string(tool) + "}"
+        )
+    else:
+        text = canonical(value)
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -35,7 +35,7 @@ import json.encoder
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ("canonical", "compact", "compact_encoder", "loads")
+__all__ = ("canonical", "compact", "compact_encoder", "json_string", "loads")
 
 # JSON's own whitespace (RFC 8259), which may follow a value; str.isspace would take more.
 _WHITESPACE = " \t\n\r"
@@ -113,3 +113,7 @@ compact = compact_encoder(ensure_ascii=False)
 canonical = compact_encoder(ensure_ascii=False, sort_keys=True, default=repr)
 """Compact JSON with sorted keys, non-ASCII kept as it is, and ``repr`` of what JSON cannot
 hold: the text every digest of this package is taken over (``audit.canonical_digest``)."""
+
+json_string: Callable[[str], str] = json.encoder.encode_basestring
+"""A str as the JSON string :data:`compact` and :data:`canonical` write for it (quoted,
+escaped, non-ASCII kept as it is): json's own, in C where there is C."""

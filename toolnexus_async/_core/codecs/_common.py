@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ProtocolError
+from ..fastinit import builder
 from ..hotjson import loads
 from ..messages import AssistantMessage, ToolCall, Usage
+
+# Usage by its fast_init builder (every field by position), as the codecs build a reply's
+# other values: one per model reply.
+_usage: Callable[[int, int, int, int, int, int], Usage] = builder(Usage)
 
 
 def obj(value: object, where: str, style: str) -> dict[str, Any]:
@@ -46,7 +52,7 @@ def openai_usage(usage: dict[str, Any]) -> Usage:
         and "completion_tokens_details" not in usage
     ):
         # The usual reply, checked in one expression: what count() would make of it.
-        return Usage(prompt, completion, total or prompt + completion)
+        return _usage(prompt, completion, total or prompt + completion, 0, 0, 0)
     prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
     prompt_details = usage.get("prompt_tokens_details")
     completion_details = usage.get("completion_tokens_details")
