@@ -221,7 +221,7 @@ class LoopState:
         if self.output is None and status == "done" and refusal is None:
             output = (text, None)  # a run without an output type: its text is its output
         # By position, in the order of RunResult's fields: keywords would make a dict.
-        # tests/test_loop.py's field-order test fails if that order changes under this.
+        # tests/test_loop_state.py's field-order test fails if that order changes under this.
         self._result = RunResult(
             status,
             text,
