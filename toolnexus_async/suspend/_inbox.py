@@ -129,9 +129,6 @@ class Inbox:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners = Listeners()
         self._halting_all = False
-        # Whether a subclass books the requests that leave (_left): else answering skips
-        # the call to the empty hook.
-        self._books = type(self)._left is not Inbox._left
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -241,24 +238,16 @@ class Inbox:
             mismatch = claim_refusal(slot.request, approval_claim(answer))
             if mismatch is not None:
                 raise mismatch  # the request stays parked: a fitting answer may still come
-        request_id = answer.id
-        del self._slots[request_id]
+        del self._slots[answer.id]
         if slot.deadline >= 0 or slot.spill >= 0:  # else no timers: the usual slot
             self._drop_timers(slot)
-        remember = self._remember
-        if remember:  # _record's work, inline: every answer comes here
-            outcomes = self._outcomes
-            outcomes[request_id] = "answered"
-            if len(outcomes) > remember:
-                outcomes.popitem(last=False)
-            if answered_by is not None:
-                # The record is built when read: an answer pays a tuple, not a digest.
-                given = self._given
-                given[request_id] = (slot.request, slot.run_id, answer, answered_by, time.time())
-                if len(given) > remember:
-                    given.popitem(last=False)
-        if self._books:
-            self._left(slot, answer)
+        self._record(answer.id, "answered")
+        if answered_by is not None and self._remember:
+            # The record is built when read: an answer pays a tuple, not a digest.
+            self._given[answer.id] = (slot.request, slot.run_id, answer, answered_by, time.time())
+            if len(self._given) > self._remember:
+                self._given.popitem(last=False)
+        self._left(slot, answer)
         slot.set_result(answer)
 
     def answered(self, request_id: str) -> AnswerRecord | None:
