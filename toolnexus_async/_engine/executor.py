@@ -42,7 +42,7 @@ from .._core.messages import ToolCall
 from .._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
 from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
 from .callsteps import CallSteps, Executes, OnTool, Pausable, ToolOutcome, Watch, hook_raised
-from .concurrency import run_concurrently
+from .concurrency import run_all, run_concurrently
 from .hooks import Hooks, PlainBeforeTool
 from .journal import Journal
 from .resolver import Resolver
@@ -138,9 +138,10 @@ class Executor(CallSteps):
         )
 
     def run(self, calls: Sequence[ToolCall]) -> list[Outcome] | Awaitable[list[Outcome]]:
-        """One outcome per call, in call order (the engine awaits a lone call's
-        :meth:`run_one` itself): the list when no call waited, else an awaitable of it. Not
-        a coroutine: what it hands back is what a parked run holds (``run_concurrently``)."""
+        """One outcome per call, in call order, as ``run_concurrently`` hands them back:
+        the list of every call's but the last when none of those waited (the engine then
+        awaits the last call's :meth:`run_one` itself), else an awaitable of them all. Not
+        a coroutine: what it hands back is what a parked run holds."""
         return run_concurrently(self.run_one, calls, _LOUD)
 
     def resume(
@@ -149,8 +150,8 @@ class Executor(CallSteps):
         answers: Mapping[str, tuple[Request, Answer]],
         kept: Mapping[str, ToolResult] | None = None,
         waiting: Mapping[str, Request] | None = None,
-    ) -> list[Outcome] | Awaitable[list[Outcome]]:
-        """Outcomes for every call of a halted turn, in call order (as :meth:`run`).
+    ) -> Awaitable[list[Outcome]]:
+        """Outcomes for every call of a halted turn, in call order.
 
         A call that completed keeps its result and is never executed again (``kept`` may
         supply the full results, metadata included); a call answered in ``answers`` (keyed
@@ -169,7 +170,7 @@ class Executor(CallSteps):
                 jobs.append(functools.partial(self.run_one, call, (waiting[call.id], None)))
             else:
                 jobs.append(functools.partial(self.run_one, call))
-        return run_concurrently(operator.call, jobs, _LOUD)
+        return run_all(operator.call, jobs, _LOUD)
 
     def _rule(self, call: ToolCall) -> CallRule:
         resolver = self._resolver
