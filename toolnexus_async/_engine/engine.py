@@ -51,7 +51,7 @@ from .._core.output import OutputSpec
 from .._core.results import RunResult, ToolCallRecord
 from .._core.resume import ResumePlan
 from .._core.retry import RetryPolicy
-from .executor import Executor
+from .executor import Executor, Plan
 from .hooks import Hooks, call_hook, check_gate, plain_before_tool
 from .journal import Journal
 from .model import HttpModel, Model
@@ -116,8 +116,8 @@ class Engine(ModelTurns):
         self._http = model if type(model) is HttpModel else None
         self.count_wait_in_timeout = limits.count_wait_in_timeout
         self._report = report
-        # Bound once: every run's executor shares it instead of binding its own.
-        self._on_tool = report.tool
+        # What every run's executor shares (report.tool bound once among it).
+        self._plan = Plan(resolver, hooks, report.tool, tracer, self._gate)
 
     def new_loop(
         self,
@@ -346,15 +346,11 @@ class Engine(ModelTurns):
     ) -> Executor:
         tracer = self._tracer
         return Executor(  # by position, as new_loop's RunLoop: no dict of keywords per turn
+            self._plan,
             toolkit if tracer is None else tracer.tools(toolkit),
-            self.resolver,
             run_id,
-            self.hooks,
             budget,
-            self._on_tool,
             sink,  # on_event
             journal,
             turn,
-            tracer,  # watch
-            self._gate,
         )
