@@ -286,22 +286,23 @@ class Engine(ModelTurns):
                     # A frame of its own: a parked run does not hold the request's locals.
                     toolkit = await self._model_turn(loop, toolkit, sink, output, journal, debug)
                 elif isinstance(due, tuple):
-                    calls, turn = due, loop.turns
+                    # The calls are ``due`` itself: no second local for the collector to
+                    # visit in every parked run's frame.
                     if debug:
                         log.debug(
                             "%s: running %d tool call(s)",
                             run_id,
-                            len(calls),
+                            len(due),
                             extra=run_extra(run_id),
                         )
-                    executor = self._executor(toolkit, run_id, budget, steps, journal, turn)
-                    outcomes = executor.run(calls)
+                    executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
+                    outcomes = executor.run(due)
                     if isinstance(outcomes, list):
                         # Every call but the last finished (a lone call: there were none):
                         # the last is awaited here, in the run's frame and context, with no
                         # object to carry it (benchmarks/peers parking over HTTP: 853,098 ->
                         # 846,333 instructions a park, callgrind P=100 D=200).
-                        outcome = await executor.run_one(calls[-1])
+                        outcome = await executor.run_one(due[-1])
                         outcomes.append(outcome)
                         del outcome
                     else:
