@@ -225,15 +225,17 @@ async def parking(peer: Peer, parked: int, sample: int, batch: int) -> dict[str,
     }
 
 
-async def _in_batches(action: Any, count: int, batch: int) -> tuple[float, float]:
-    """Wall and CPU seconds of ``action(n)`` for n < ``count``, ``batch`` at a time."""
+async def _in_batches(action: Any, count: int, batch: int, start: int = 0) -> tuple[float, float]:
+    """Wall and CPU seconds of ``action(n)`` for ``start`` <= n < ``start + count``,
+    ``batch`` at a time."""
     cpu = time.process_time()
-    start = clock()
-    for first in range(0, count, batch):
+    began = clock()
+    end = start + count
+    for first in range(start, end, batch):
         async with asyncio.TaskGroup() as tg:
-            for n in range(first, min(first + batch, count)):
+            for n in range(first, min(first + batch, end)):
                 tg.create_task(action(n))
-    return clock() - start, time.process_time() - cpu
+    return clock() - began, time.process_time() - cpu
 
 
 async def park_rate(peer: Peer, parked: int, batch: int) -> dict[str, Any]:
@@ -278,24 +280,40 @@ async def park_rate(peer: Peer, parked: int, batch: int) -> dict[str, Any]:
     }
 
 
-async def park_count(peer: Peer, parked: int, woken: int, batch: int) -> None:
-    """Park ``parked`` runs, wake the first ``woken``, and end the process at once.
+def _mark(marks: list[list[int]]) -> None:
+    """End a part of the callgrind count here (``park_rate.py --callgrind`` runs the process
+    with ``--dump-before=getppid``: nothing else here calls it), noting the collections of
+    each generation so far, so that each part can be told which collections fell in it."""
+    marks.append([generation["collections"] for generation in gc.get_stats()])
+    os.getppid()
 
-    For counting instructions (``park_rate.py --callgrind``): three such processes, (P, P),
-    (P + D, P) and (P + D, P + D), differ by D parks and then by D wakes. The process ends
-    with ``os._exit`` so that the runs left parked cost nothing to count (no cancellation,
-    no collection at exit).
+
+async def park_count(peer: Peer, lead: int, windows: int, size: int, batch: int) -> None:
+    """Park ``lead`` runs, then ``windows`` windows of ``size`` more; wake ``lead`` of them,
+    then ``windows`` windows of ``size`` more (all of them, in the order they parked).
+
+    For counting instructions (``park_rate.py --callgrind``): each window ends a part of
+    callgrind's count (``_mark``), so that one process gives the instructions of every
+    window of parks and of wakes, each with the collections that fell in it. The lead keeps
+    what happens once (the pool's connections opened by the first batch) out of the windows.
+    The process ends with ``os._exit``: nothing after the last window is counted.
     """
-    for n in range(parked, parked + 5):  # warm-up, as in parking()
+    total = lead + windows * size
+    for n in range(total, total + 5):  # warm-up, as in parking()
         await peer.park(n)
         check(await peer.wake(n))
-    await _in_batches(peer.park, parked, batch)
 
     async def wake(n: int) -> None:
         check(await peer.wake(n))
 
-    await _in_batches(wake, woken, batch)
-    print(json.dumps({"peer": peer.name, "parked": parked, "woken": woken}), flush=True)
+    marks: list[list[int]] = []
+    for action in (peer.park, wake):
+        await _in_batches(action, lead, batch)
+        _mark(marks)
+        for window in range(windows):
+            await _in_batches(action, size, batch, lead + window * size)
+            _mark(marks)
+    print(json.dumps({"peer": peer.name, "parked": total, "marks": marks}), flush=True)
     os._exit(0)
 
 
@@ -328,7 +346,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parked", type=int, default=1000, help="park: runs parked")
     parser.add_argument("--sample", type=int, default=200, help="park: runs woken, timed")
     parser.add_argument("--batch", type=int, default=100, help="park: runs parked at once")
-    parser.add_argument("--woken", type=int, default=0, help="park-count: runs woken")
+    parser.add_argument("--lead", type=int, default=100, help="park-count: runs before the windows")
+    parser.add_argument("--windows", type=int, default=3, help="park-count: windows counted")
+    parser.add_argument("--size", type=int, default=200, help="park-count: runs per window")
     return parser.parse_args(argv)
 
 
@@ -340,7 +360,7 @@ async def measure(peer: Peer, mode: str, args: argparse.Namespace) -> dict[str, 
     elif not peer.parks:
         raise SystemExit(f"{peer.name} has no approval mechanism measured here")
     elif mode == "park-count":
-        await park_count(peer, args.parked, args.woken, args.batch)
+        await park_count(peer, args.lead, args.windows, args.size, args.batch)
         raise AssertionError("park_count ends the process")
     elif mode == "park-rate":
         figures = await park_rate(peer, args.parked, args.batch)

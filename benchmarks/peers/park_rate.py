@@ -20,6 +20,12 @@ imported from another checkout (``PYTHONPATH=PATH``; the runner and the harness 
 tree's), so that a change is measured against the tree it changes, alternated in the same
 run: ``git archive <commit> | tar -x -C PATH`` makes one.
 
+``--callgrind P,D`` counts instructions instead, in one process per contender (and per
+``--repeat``): after a lead of P parks, ``--windows`` windows of D parks, then the same of
+wakes, each window a part of callgrind's count of its own with the collections that fell
+in it (``_callgrind.py``). The mean over the windows is the figure; the collections of
+each window say whether the floor's and ours compare.
+
 The results go to ``benchmarks/results/park-rate-<UTC date and time>.json`` (``--out``).
 """
 
@@ -34,6 +40,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +51,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results"
 sys.path.insert(1, str(HERE.parent))
 
+import _callgrind  # noqa: E402
 from _mock import MockServer  # noqa: E402
 from run import meta  # noqa: E402
 
@@ -81,34 +89,29 @@ class Contender:
         figures["load"] = [round(x, 2) for x in os.getloadavg()]
         return figures
 
-    def instructions(self, base_url: str, parked: int, woken: int, batch: int) -> int:
-        """Instructions of one process that parks ``parked`` runs and wakes ``woken``,
-        counted by callgrind (the mock, a process of its own, is not counted)."""
-        argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    def count(self, base_url: str, lead: int, windows: int, size: int, batch: int) -> Any:
+        """One process that parks ``lead`` runs then ``windows`` windows of ``size``, and
+        wakes them alike, counted by callgrind part by part (the mock, a process of its
+        own, is not counted): the instructions of each window, with its collections."""
+        argv = ["valgrind", "--tool=callgrind", "--dump-before=getppid"]
         argv += [sys.executable, str(HERE / self.script), "park-count", "--base-url", base_url]
-        argv += [f"--parked={parked}", f"--woken={woken}", f"--batch={batch}"]
+        argv += [f"--lead={lead}", f"--windows={windows}", f"--size={size}", f"--batch={batch}"]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         if self.tree is not None:
             env["PYTHONPATH"] = str(self.tree)
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
-        found = _COLLECTED.search(done.stderr)
-        if done.returncode != 0 or found is None:
-            sys.stderr.write(done.stderr[-3000:])
-            raise SystemExit(f"{self.label} under callgrind failed: {shlex.join(argv)}")
-        return int(found.group(1))
-
-
-def count(contender: Contender, base_url: str, p: int, d: int, batch: int) -> dict[str, Any]:
-    """Instructions per park and per wake: (P, P), (P + D, P) and (P + D, P + D)."""
-    a = contender.instructions(base_url, p, p, batch)
-    b = contender.instructions(base_url, p + d, p, batch)
-    c = contender.instructions(base_url, p + d, p + d, batch)
-    return {
-        "peer": contender.label,
-        "counts": [a, b, c],
-        "instructions_per_park": (b - a) / d,
-        "instructions_per_wake": (c - b) / d,
-    }
+        with tempfile.TemporaryDirectory(prefix="park-count-") as scratch:
+            argv.insert(3, f"--callgrind-out-file={scratch}/part")
+            done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+            if done.returncode != 0 or _COLLECTED.search(done.stderr) is None:
+                sys.stderr.write(done.stderr[-3000:])
+                raise SystemExit(f"{self.label} under callgrind failed: {shlex.join(argv)}")
+            parts = _callgrind.parts_of(Path(scratch), "part")
+        marks = json.loads(done.stdout.strip().splitlines()[-1])["marks"]
+        return {
+            "peer": self.label,
+            "lead": lead,
+            **_callgrind.windows(parts, marks, windows, size),
+        }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -128,8 +131,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--callgrind",
         default=None,
         metavar="P,D",
-        help="instead of the rates: instructions per park and per wake under callgrind, from"
-        " processes parking P and P + D runs (slow: about 50 times)",
+        help="instead of the rates: instructions per park and per wake under callgrind, in"
+        " windows of D after a lead of P (slow: about 50 times)",
+    )
+    parser.add_argument(
+        "--windows", type=int, default=3, help="--callgrind: windows of parks (wakes) a process"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="--callgrind: processes per contender, each one's lead D / N longer than the last's",
     )
     parser.add_argument("--out", type=Path, default=None)
     return parser.parse_args(argv)
@@ -166,6 +178,56 @@ def report(rows: list[dict[str, Any]], parked: int, labels: list[str]) -> None:
         print(f"  {name:<17} " + "; ".join(cells))
 
 
+def _line(it: dict[str, Any], floor: dict[str, Any], key: str, bounds: str = "") -> str:
+    """One figure of a contender, and floor / it (so that every ratio reads 'at least 0.9')."""
+    shown = f"{key.replace('_', ' ')} {it[key]:9,.0f}"
+    if bounds:
+        shown += f" [{it[bounds][0]:,.0f}..{it[bounds][1]:,.0f}]"
+    return f"{shown} (floor / it {floor[key] / it[key]:.3f})"
+
+
+def callgrind(
+    args: argparse.Namespace, contenders: list[Contender], results: dict[str, Any], out: Path
+) -> None:
+    """Every contender counted in ``--repeat`` processes, two at a time (a count does not
+    depend on what else runs); what decides is the mean over all the windows of each."""
+    p, d = (int(x) for x in args.callgrind.split(","))
+    results["callgrind"] = {"p": p, "d": d, "windows": args.windows, "repeat": args.repeat}
+    jobs = [(c, p + k * (d // args.repeat)) for k in range(args.repeat) for c in contenders]
+    with MockServer(0) as mock, ThreadPoolExecutor(2) as pool:
+        results["rows"] = list(
+            pool.map(
+                lambda job: job[0].count(mock.base_url, job[1], args.windows, d, args.batch), jobs
+            )
+        )
+    results["meta"]["load_end"] = os.getloadavg()
+    results["summary"] = {
+        phase: {
+            c.label: _callgrind.summary(
+                [w for row in results["rows"] if row["peer"] == c.label for w in row[phase]]
+            )
+            for c in contenders
+        }
+        for phase in ("park", "wake")
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    for phase, figures in results["summary"].items():
+        print(f"\ninstructions per {phase}, {args.repeat} x {args.windows} windows of {d}:")
+        for label, it in figures.items():
+            rows = [row[phase] for row in results["rows"] if row["peer"] == label]
+            means = ", ".join(
+                f"{sum(w['instructions'] for w in r) / (d * len(r)):,.0f}" for r in rows
+            )
+            print(f"  {label:<24} {_line(it, figures['floor'], 'mean')} (per process {means})")
+            print(f"  {'':<24} {_line(it, figures['floor'], 'median', 'range')}")
+            print(f"  {'':<24} {_line(it, figures['floor'], 'outside_median', 'outside_range')}")
+            gens = "  ".join("/".join(map(str, c)) for c in it["collections"])
+            print(f"  {'':<24} collector (mean) {it['collector']:,.0f}; collections (gen 0/1/2)")
+            print(f"  {'':<24} per window {gens}")
+    print(f"\nresults: {out}")
+
+
 def main(args: argparse.Namespace) -> None:
     contenders = [
         Contender("floor", "run_floor.py"),
@@ -187,25 +249,7 @@ def main(args: argparse.Namespace) -> None:
     }
     print(f"park-rate: {results['meta']['command']}; load {os.getloadavg()}", flush=True)
     if args.callgrind is not None:
-        p, d = (int(x) for x in args.callgrind.split(","))
-        results["callgrind"] = {"p": p, "d": d}
-        with MockServer(0) as mock, ThreadPoolExecutor(2) as pool:
-            # Two at a time: a count does not depend on what else runs.
-            results["rows"] = list(
-                pool.map(lambda c: count(c, mock.base_url, p, d, args.batch), contenders)
-            )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=1) + "\n")
-        floor = results["rows"][0]
-        for row in results["rows"]:
-            print(
-                f"{row['peer']:<24} instructions/park {row['instructions_per_park']:10,.0f}"
-                f" ({row['instructions_per_park'] / floor['instructions_per_park']:.3f} x floor)"
-                f"   /wake {row['instructions_per_wake']:10,.0f}"
-                f" ({row['instructions_per_wake'] / floor['instructions_per_wake']:.3f} x floor)"
-                f"   counts {row['counts']}"
-            )
-        print(f"\nresults: {out}")
+        callgrind(args, contenders, results, out)
         return
     sizes = [int(x) for x in args.parked.split(",")]
     with MockServer(0) as mock:
