@@ -150,6 +150,10 @@ class FunctionTool:
             properties[param.name] = schema
             self._params.add(param.name)
         self._required = tuple(required)
+        self._arity = len(required)  # _check's, on every call
+        # _run's usual call hands fn the arguments dict as it came: no enum to convert, no
+        # context to add (one test per call instead of three).
+        self._as_given = not self._enums and self._context_param is None
         self.input_schema: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
             self.input_schema["required"] = required
@@ -201,8 +205,9 @@ class FunctionTool:
             if problem is not None:
                 return ToolResult.error(f"{self.name}: {problem}")
             # fn(**kwargs) gets a dict of its own: a copy here only when this one is changed.
-            kwargs = dict(args) if self._enums or self._context_param is not None else args
-            if self._enums:  # most tools take none: no items view and iterator for nothing
+            kwargs = args
+            if not self._as_given:
+                kwargs = dict(args)
                 for key, kind in self._enums.items():
                     if key in kwargs:
                         try:
@@ -212,8 +217,8 @@ class FunctionTool:
                             return ToolResult.error(
                                 f"{self.name}: {key!r} must be one of {allowed}"
                             )
-            if self._context_param is not None:
-                kwargs[self._context_param] = ctx
+                if self._context_param is not None:
+                    kwargs[self._context_param] = ctx
             if self._is_async:
                 value = await self.fn(**kwargs)
             elif self._blocking:
@@ -233,11 +238,12 @@ class FunctionTool:
         # each iterator (over a tuple too) is an object the collector tracks, made on every
         # call (see the issue 41 C = 500 section of performance.md).
         required = self._required
-        for index in range(len(required)):
+        arity = self._arity
+        for index in range(arity):
             if required[index] not in args:
-                missing = [name for name in self._required if name not in args]
+                missing = [name for name in required if name not in args]
                 return f"missing required argument(s): {', '.join(missing)}"
-        if self._accepts_extra or len(args) == len(self._required):
+        if len(args) == arity or self._accepts_extra:
             return None  # every key is a required parameter's
         if not args.keys() <= self._params:
             extra = [key for key in args if key not in self._params]
