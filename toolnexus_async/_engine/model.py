@@ -23,6 +23,7 @@ from .._core.errors import (
     ReplyTooLargeError,
     TransportError,
 )
+from .._core.fastinit import builder
 from .._core.hotjson import compact, loads
 from .._core.http import HttpRequest, HttpResponse, Transport
 from .._core.messages import AssistantMessage, Message, ModelReply
@@ -33,6 +34,11 @@ from .._core.types import Tool
 __all__ = ("Generate", "HttpModel", "Model", "OnArguments", "OnText", "hints_for")
 
 _VERSION = re.compile(r"v\d")  # a path segment naming an API version: v1, v1beta, v2
+
+# Every model request's value, built by its fast_init builder (every field by position): no
+# type.__call__ and no move to the twin in __init__ (issue 41, park41h in performance.md).
+_http_request: Callable[[str, str, Mapping[str, str], bytes, float | None, int], HttpRequest]
+_http_request = builder(HttpRequest)
 
 
 def _body_bytes(body: dict[str, Any]) -> bytes:
@@ -207,7 +213,7 @@ class HttpModel:
         )
         url = self._stream_url if stream else self._url
         content = _body_bytes(body)
-        return HttpRequest("POST", url, self._headers, content, self._timeout, self._max_bytes)
+        return _http_request("POST", url, self._headers, content, self._timeout, self._max_bytes)
 
     async def request(
         self, messages: Sequence[Message], tools: Sequence[Tool], output: OutputSpec | None = None
