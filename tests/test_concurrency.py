@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import assert_no_leaks
 from tests.shared import Holding
-from toolnexus_async._engine.concurrency import run_concurrently
+from toolnexus_async._engine.concurrency import run_all, run_concurrently
 
 LIMIT = 5
 
@@ -32,8 +32,12 @@ def start(job: Job) -> Coroutine[Any, Any, str]:
 
 
 async def together(jobs: list[Job]) -> list[str]:
+    """As the engine runs a turn: the last job is the caller's when the others finished."""
     results = run_concurrently(start, jobs)
-    return results if isinstance(results, list) else await results
+    if isinstance(results, list):
+        results.append(await start(jobs[-1]))
+        return results
+    return await results
 
 
 async def test_jobs_that_never_wait_run_in_the_calling_task_in_order() -> None:
@@ -55,8 +59,31 @@ async def test_when_no_job_waits_the_results_come_back_as_a_list_with_nothing_to
         return name.upper()
 
     results = run_concurrently(start, [job(quick, "a"), job(quick, "b")])
-    assert type(results) is list and results == ["A", "B"]
-    assert type(run_concurrently(start, [])) is list
+    # The last job is left to the caller, who awaits it in its own frame.
+    assert type(results) is list and results == ["A"]
+    assert type(run_concurrently(start, [job(quick, "a")])) is list
+
+
+async def test_run_all_awaits_the_last_job_too() -> None:
+    go = anyio.Event()
+
+    async def quick(name: str) -> str:
+        return name.upper()
+
+    async def waits(name: str) -> str:
+        await go.wait()
+        return name.upper()
+
+    async def releases(name: str) -> str:
+        go.set()
+        return name.upper()
+
+    with anyio.fail_after(LIMIT):
+        assert await run_all(start, [job(quick, "a"), job(quick, "b")]) == ["A", "B"]
+        assert await run_all(start, [job(quick, "a")]) == ["A"]
+        both = await run_all(start, [job(waits, "w"), job(releases, "r")])
+    assert both == ["W", "R"]
+    assert_no_leaks()
 
 
 async def test_the_first_job_that_waits_stays_in_the_caller_and_later_ones_get_tasks() -> None:
@@ -148,6 +175,20 @@ async def test_each_job_has_its_own_copy_of_the_context() -> None:
     assert results == ["a", "b", "c"]
     assert seen == ["caller", "caller", "caller"]
     assert var.get() == "caller"
+
+
+async def test_a_last_job_left_to_the_caller_runs_in_the_callers_context() -> None:
+    # As a lone job awaited by the caller does: no copy of the context is made for it.
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="caller")
+
+    async def sets(name: str) -> str:
+        var.set(name)
+        return name
+
+    with anyio.fail_after(LIMIT):
+        results = await together([job(sets, "a"), job(sets, "b")])
+    assert results == ["a", "b"]
+    assert var.get() == "b"
 
 
 async def test_a_cancel_scope_inside_a_job_that_waits_works_across_the_hand_over() -> None:

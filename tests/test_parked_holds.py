@@ -1,9 +1,10 @@
 """What a parked run holds: the await chain of a run parked on an Inbox (issue 41).
 
 A run parked in a turn of two tool calls awaits, from its task down: the engine's one
-frame for the run, the small object carrying the call that waits, that call's frame and
-the inbox's slot. No frame of ``LlmClient.run``, of ``Executor.run`` or of the turn's
-concurrency helper: each would be held by every parked run.
+frame for the run, the frame of the call that waits (the last, awaited by that frame
+itself once the first finished) and the inbox's slot. No frame of ``LlmClient.run``, of
+``Executor.run`` or of the turn's concurrency helper, nor an object carrying the call:
+each would be held by every parked run.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def chain(awaited: object) -> list[str]:
     return names
 
 
-async def test_a_parked_run_holds_the_engine_frame_the_carried_call_and_the_slot() -> None:
+async def test_a_parked_run_holds_the_engine_frame_the_waiting_call_and_the_slot() -> None:
     inbox = Inbox()
     async with (
         Toolkit.create(builtins=False, extra_tools=[define_tool(look), define_tool(pay)]) as tk,
@@ -94,7 +95,6 @@ async def test_a_parked_run_holds_the_engine_frame_the_carried_call_and_the_slot
             request = await anext(aiter(inbox.requests()))
             assert chain(task.get_coro()) == [
                 "Engine._drive",
-                "_Carried",
                 "Executor.run_one",
                 "FutureIter",  # the inbox slot's
             ]

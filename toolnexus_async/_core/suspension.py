@@ -199,9 +199,9 @@ class CallRule:
     def __init__(
         self,
         call: ToolCall,
-        *,
         can_ask: bool,
         enforces_expiry: bool = False,
+        *,
         clock: Clock = _utcnow,
     ) -> None:
         self._can_ask = can_ask

@@ -41,7 +41,16 @@ from .streaming import Sink, StreamToolResult
 from .toolkit import ToolRegistry
 from .tracing import run_extra
 
-__all__ = ("ASK", "CallSteps", "Executes", "Pausable", "ToolOutcome", "Watch", "hook_raised")
+__all__ = (
+    "ASK",
+    "CallSteps",
+    "Executes",
+    "Pausable",
+    "Plan",
+    "ToolOutcome",
+    "Watch",
+    "hook_raised",
+)
 
 log = logging.getLogger("toolnexus_async")
 
@@ -79,22 +88,55 @@ class Pausable(Protocol):
     def resume(self) -> None: ...
 
 
+class Plan:
+    """What every executor of one engine shares, decided once when the engine is built:
+    its resolver, tool hooks, metric and watcher, and what they let ``run_one`` skip.
+    A turn's executor then makes only what is the run's (engine ``_plan``)."""
+
+    __slots__ = ("gate", "gated", "hooks", "on_tool", "park", "plain", "resolver", "watch")
+
+    def __init__(
+        self,
+        resolver: Resolver | None,
+        hooks: Hooks | None = None,
+        on_tool: OnTool | None = None,
+        watch: Watch | None = None,
+        gate: PlainBeforeTool | None = None,
+    ) -> None:
+        self.resolver = resolver
+        self.on_tool = on_tool
+        self.watch = watch
+        # Hooks without tool seams cost nothing per call.
+        has_tool_hooks = hooks is not None and (hooks.before_tool or hooks.after_tool)
+        self.hooks = hooks if has_tool_hooks else None
+        # hooks.before_tool as the plain function it is underneath, if it is a
+        # require_approval gate (plain_before_tool: the engine asks once, not every turn).
+        self.gate = gate if has_tool_hooks else None
+        no_after_tool = hooks is None or hooks.after_tool is None
+        # The gate when it is the only tool hook (and, per run, nothing is kept of a
+        # call): run_one asks it itself, without _invoke (a coroutine and a tuple per call).
+        self.gated = gate if gate is not None and has_tool_hooks and no_after_tool else None
+        # A result goes back as it is (no _final) when, per run, nothing keeps or shows it.
+        self.plain = no_after_tool
+        # Awaited in run_one itself unless the wait is watched (a traced run's wait span)
+        # or, per run, a wait budget must be paused around it.
+        self.park = resolver.park if resolver is not None and watch is None else None
+
+
 class CallSteps:
     """Asking a resolver for a call's answer, telling a tool it was refused, and a final
     result's hook, journal entry and stream event."""
 
     __slots__ = ()
 
+    _plan: Plan
     _budget: Pausable | None
-    _resolver: Resolver | None
     _run_id: str
     _toolkit: Executes
     _turn: int | None
-    _watch: Watch | None
     _hooks: Hooks | None
     _journal: Journal | None
     _on_event: Sink | None
-    _gate: PlainBeforeTool | None
     _registry: ToolRegistry | None
     _on_tool: OnTool | None
 
@@ -131,10 +173,10 @@ class CallSteps:
 
     def _asking(self, call: ToolCall, request: Request) -> Awaitable[Answer]:
         """The resolver's answer to ``request``, awaited inside its wait span if watched."""
-        resolver = self._resolver
+        resolver = self._plan.resolver
         assert resolver is not None
         asked = resolver.ask(request, self._run_id)
-        watch = self._watch
+        watch = self._plan.watch
         return asked if watch is None else watch.wait(call, request, asked)
 
     async def _tell_refused(self, call: ToolCall, request: Request | None, refusal: Answer) -> None:
@@ -199,7 +241,7 @@ class CallSteps:
         Returns the result, whether the hook (not the tool) gave it, and the arguments the
         hook gave instead of the model's (``None``: it changed nothing).
         """
-        journal, gate = self._journal, self._gate
+        journal, gate = self._journal, self._plan.gate
         if journal is not None and gate is None:
             await journal.fence()
         if started is None:

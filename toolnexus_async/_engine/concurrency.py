@@ -10,6 +10,10 @@ Rules of this module:
   job starts at once. This is what Python 3.12 calls eager task execution; most tool
   calls (arithmetic, lookups, validation errors) are such jobs, and on the hot path a
   task per call was the largest single cost of a run.
+- The last job is the caller's when every job before it finished: it awaits that job
+  itself, in its own frame and context, as it would await a lone job (:func:`run_all`
+  does it for a caller that wants one awaitable). Such a job needs no object to carry it
+  nor a copy of the context, and it is the usual one to wait (a turn's held call).
 - The first job that does wait goes on in the calling task, which is where it started,
   so anything it tied to its task (an anyio cancel scope, ``asyncio.timeout``, a lock
   owner) stays valid. Every job after it starts in a task of an ``asyncio.TaskGroup``
@@ -38,24 +42,24 @@ def run_concurrently(
     items: Sequence[X],
     plain: tuple[type[Exception], ...] = (),
 ) -> list[T] | Awaitable[list[T]]:
-    """``start(item)`` for every item, concurrently: the results, in the order of the
-    items, or an awaitable of them. ``plain``: errors of these types raised by a job in a
-    task come out as themselves (the first of them), not inside the group's
-    ``ExceptionGroup``.
+    """``start(item)`` for every item (there is at least one) but the last, and for the
+    last too if one of the others waits, concurrently. ``plain``: errors of these types
+    raised by a job in a task come out as themselves (the first of them), not inside the
+    group's ``ExceptionGroup``.
 
     ``start(item)`` is a job: a coroutine made only when its turn comes. The jobs that do
-    not wait run here, before this returns: when none waited, the list of results is
-    handed back as it is (the usual turn: no awaitable made for it, one object the
-    collector tracks fewer per turn); else what is handed back goes on from the first
-    that waits. Not a coroutine itself, and a job that waits last is carried by one small
-    object: a parked run holds that, not three coroutines and a frame (``benchmarks/peers``
-    parking over HTTP, 10,000 parked: 8,264 -> 6,595 bytes per parked run, together with
-    ``LlmClient.run``'s 312-byte coroutine).
+    not wait run here, before this returns. When every job but the last finished, the
+    list of their results is handed back as it is, and the caller awaits
+    ``start(items[-1])`` itself and appends its result (the usual turn: no awaitable made
+    for it, and nothing but the caller's own frame holds a last job that waits:
+    ``benchmarks/peers`` parking over HTTP, a carrier object and a context fewer per
+    parked run). Else what is handed back is an awaitable of every result, in order, that
+    goes on from the first job that waited. Not a coroutine itself.
     """
     results: list[T] = []
     # By index, not enumerate(), and a coroutine's send through the type, not bound per
     # job: two objects the collector tracks fewer per job.
-    for index in range(len(items)):
+    for index in range(len(items) - 1):
         coro = start(items[index])
         context = contextvars.copy_context()
         try:
@@ -67,10 +71,26 @@ def run_concurrently(
             # Finished without awaiting: no task was needed.
             results.append(done.value)
             continue
-        rest = items[index + 1 :]
-        if not rest:
-            return _Carried(coro, context, waiting_on, results)
-        return _in_group(start, rest, _Carried(coro, context, waiting_on, results), plain)
+        carried = _Carried(coro, context, waiting_on, results)
+        return _in_group(start, items[index + 1 :], carried, plain)
+    return results
+
+
+def run_all(
+    start: Callable[[X], Coroutine[Any, Any, T]],
+    items: Sequence[X],
+    plain: tuple[type[Exception], ...] = (),
+) -> Awaitable[list[T]]:
+    """:func:`run_concurrently` with its last job awaited too: one awaitable of every
+    result, for a caller that needs no frame of its own to hold that job."""
+    started = run_concurrently(start, items, plain)
+    return _and_last(started, start, items[-1]) if isinstance(started, list) else started
+
+
+async def _and_last(
+    results: list[T], start: Callable[[X], Coroutine[Any, Any, T]], last: X
+) -> list[T]:
+    results.append(await start(last))
     return results
 
 
@@ -104,8 +124,9 @@ class _Carried(Generic[T]):
     What the job yields (the future it waits on) goes to the awaiting task, and what the
     task sends or throws back goes to the job, in the job's own context: what ``await job``
     would do had the first step not been taken already. An object of four slots rather
-    than a generator: it is what a parked run holds (``benchmarks/peers`` parking over
-    HTTP, 10,000 parked: 6,379 -> 6,171 bytes per parked run; 64 bytes against 264).
+    than a generator: a run parked on a job that has jobs after it holds it
+    (``benchmarks/peers`` parking over HTTP, when it was every parked run's: 10,000
+    parked, 6,379 -> 6,171 bytes per parked run; 64 bytes against 264).
     """
 
     __slots__ = ("_context", "_job", "_results", "_waiting_on")

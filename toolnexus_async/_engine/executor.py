@@ -41,16 +41,14 @@ from .._core.loop import CallOutcome, HaltedTurn
 from .._core.messages import ToolCall
 from .._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
 from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
-from .callsteps import CallSteps, Executes, OnTool, Pausable, ToolOutcome, Watch, hook_raised
-from .concurrency import run_concurrently
-from .hooks import Hooks, PlainBeforeTool
+from .callsteps import CallSteps, Executes, Pausable, Plan, ToolOutcome, hook_raised
+from .concurrency import run_all, run_concurrently
 from .journal import Journal
-from .resolver import Resolver
 from .streaming import Sink, StreamPending
 from .toolkit import ToolRegistry
 from .tracing import run_extra
 
-__all__ = ("Executor",)
+__all__ = ("Executor", "Plan")
 
 log = logging.getLogger("toolnexus_async")
 
@@ -64,7 +62,6 @@ class Executor(CallSteps):
 
     __slots__ = (
         "_budget",
-        "_gate",
         "_gated",
         "_hooks",
         "_journal",
@@ -72,28 +69,24 @@ class Executor(CallSteps):
         "_on_tool",
         "_park",
         "_plain",
+        "_plan",
         "_registry",
-        "_resolver",
         "_run_id",
         "_toolkit",
         "_turn",
-        "_watch",
     )
 
     def __init__(
         self,
+        plan: Plan,
         toolkit: Executes,
-        resolver: Resolver | None,
         run_id: str,
-        hooks: Hooks | None = None,
         budget: Pausable | None = None,
-        on_tool: OnTool | None = None,
         on_event: Sink | None = None,
         journal: Journal | None = None,
         turn: int | None = None,
-        watch: Watch | None = None,
-        gate: PlainBeforeTool | None = None,
     ) -> None:
+        self._plan = plan
         self._toolkit = toolkit
         # A registry whose execute is ToolRegistry's own (not a tracer's wrapper, nor a
         # subclass's override) with a turn number: its execute_call does that execute.
@@ -102,45 +95,22 @@ class Executor(CallSteps):
             if type(toolkit).execute is _EXECUTE and isinstance(toolkit, ToolRegistry)
             else None
         )
-        self._watch = watch
-        self._journal = journal
-        self._turn = turn
-        self._resolver = resolver
         self._run_id = run_id
-        # Hooks without tool seams cost nothing per call.
-        has_tool_hooks = hooks is not None and (hooks.before_tool or hooks.after_tool)
-        self._hooks = hooks if has_tool_hooks else None
-        # hooks.before_tool as the plain function it is underneath, if it is a
-        # require_approval gate (plain_before_tool: the engine asks once, not every turn).
-        self._gate = gate if has_tool_hooks else None
-        # The gate when it is the only tool hook and nothing is kept or shown of a call:
-        # run_one asks it itself, without _invoke (a coroutine and a tuple per call).
-        self._gated = (
-            gate
-            if gate is not None
-            and has_tool_hooks
-            and hooks is not None
-            and hooks.after_tool is None
-            and journal is None
-            else None
-        )
+        self._turn = turn
         self._budget = budget
-        self._on_tool = on_tool
         self._on_event = on_event
-        # A result goes back as it is (no _final): no after_tool, journal or stream.
-        self._plain = (
-            journal is None and on_event is None and (hooks is None or hooks.after_tool is None)
-        )
-        # Awaited in run_one itself, unless a wait budget must be paused around the wait
-        # or the wait is watched (a traced run's wait span).
-        self._park = (
-            resolver.park if resolver is not None and budget is None and watch is None else None
-        )
+        self._journal = journal
+        self._hooks = plan.hooks
+        self._on_tool = plan.on_tool
+        self._gated = plan.gated if journal is None else None
+        self._plain = plan.plain and journal is None and on_event is None
+        self._park = plan.park if budget is None else None
 
     def run(self, calls: Sequence[ToolCall]) -> list[Outcome] | Awaitable[list[Outcome]]:
-        """One outcome per call, in call order (the engine awaits a lone call's
-        :meth:`run_one` itself): the list when no call waited, else an awaitable of it. Not
-        a coroutine: what it hands back is what a parked run holds (``run_concurrently``)."""
+        """One outcome per call, in call order, as ``run_concurrently`` hands them back:
+        the list of every call's but the last when none of those waited (the engine then
+        awaits the last call's :meth:`run_one` itself), else an awaitable of them all. Not
+        a coroutine: what it hands back is what a parked run holds."""
         return run_concurrently(self.run_one, calls, _LOUD)
 
     def resume(
@@ -149,8 +119,8 @@ class Executor(CallSteps):
         answers: Mapping[str, tuple[Request, Answer]],
         kept: Mapping[str, ToolResult] | None = None,
         waiting: Mapping[str, Request] | None = None,
-    ) -> list[Outcome] | Awaitable[list[Outcome]]:
-        """Outcomes for every call of a halted turn, in call order (as :meth:`run`).
+    ) -> Awaitable[list[Outcome]]:
+        """Outcomes for every call of a halted turn, in call order.
 
         A call that completed keeps its result and is never executed again (``kept`` may
         supply the full results, metadata included); a call answered in ``answers`` (keyed
@@ -169,13 +139,14 @@ class Executor(CallSteps):
                 jobs.append(functools.partial(self.run_one, call, (waiting[call.id], None)))
             else:
                 jobs.append(functools.partial(self.run_one, call))
-        return run_concurrently(operator.call, jobs, _LOUD)
+        return run_all(operator.call, jobs, _LOUD)
 
     def _rule(self, call: ToolCall) -> CallRule:
-        resolver = self._resolver
+        resolver = self._plan.resolver
         if resolver is None:
-            return CallRule(call, can_ask=False)
-        return CallRule(call, can_ask=True, enforces_expiry=resolver.enforces_expiry)
+            return CallRule(call, False)
+        # By position: a class called with keywords makes a dict of them, per held call.
+        return CallRule(call, True, resolver.enforces_expiry)
 
     async def run_one(
         self, call: ToolCall, resumed: tuple[Request, Answer | None] | None = None

@@ -49,6 +49,7 @@ from ._timers import Deadlines
 __all__ = ("Inbox",)
 
 _Outcome = Literal["answered", "expired", "halted"]
+_future_init = asyncio.Future.__init__
 
 
 class _Slot(asyncio.Future[Answer]):
@@ -70,7 +71,8 @@ class _Slot(asyncio.Future[Answer]):
         run_id: str | None,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        super().__init__(loop=loop)
+        # The future's own __init__ without super(): no super object per park.
+        _future_init(self, loop=loop)
         self.inbox = inbox
         self.request = request
         self.run_id = run_id
