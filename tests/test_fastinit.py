@@ -15,6 +15,7 @@ import pytest
 
 from toolnexus_async._core import http as _http
 from toolnexus_async._core import messages as _messages
+from toolnexus_async._core import records as _records
 from toolnexus_async._core import results as _results
 from toolnexus_async._core import types as _types
 from toolnexus_async._core import wire as _wire
@@ -22,7 +23,15 @@ from toolnexus_async._core.errors import PayloadError
 from toolnexus_async._core.fastinit import builder, fast_init
 from toolnexus_async._engine import streaming as _streaming
 
-MODULES: tuple[ModuleType, ...] = (_http, _messages, _results, _streaming, _types, _wire)
+MODULES: tuple[ModuleType, ...] = (
+    _http,
+    _messages,
+    _records,
+    _results,
+    _streaming,
+    _types,
+    _wire,
+)
 
 
 def frozen_classes(module: ModuleType) -> list[type]:
@@ -109,6 +118,28 @@ def test_the_twin_path_and_the_slots_path_build_the_same_value(cls: type) -> Non
     assert copy.copy(built) == built and repr(copy.copy(built)) == repr(built)
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         delattr(built, attrs.fields(cls)[0].name)
+
+
+# The classes the park and wake path builds through builder() rather than their
+# constructors (the codecs, the loop, the model, the transport): each must be among those
+# whose builder is held to the class below.
+BUILT_BY_BUILDER = {
+    "AssistantMessage",
+    "HttpRequest",
+    "HttpResponse",
+    "ModelReply",
+    "RunResult",
+    "ToolCall",
+    "ToolCallRecord",
+    "ToolResult",
+    "ToolReturn",
+    "Usage",
+    "UserMessage",
+}
+
+
+def test_the_classes_built_by_builder_are_all_held_to_their_constructor() -> None:
+    assert BUILT_BY_BUILDER <= {cls.__name__ for cls in DECORATED}
 
 
 @pytest.mark.parametrize("cls", DECORATED, ids=lambda c: c.__name__)

@@ -496,3 +496,40 @@ def test_tool_context_checks_its_fields():
         ToolContext(request={"id": "r1"})  # type: ignore[arg-type]
     with pytest.raises(PayloadError, match=r"ToolContext\.call_id must be a str or None"):
         ToolContext(call_id=3)  # type: ignore[arg-type]
+
+
+def test_tool_result_takes_subclasses_past_its_one_expression_check():
+    """The usual result is checked in one expression of exact types; a str or dict
+    subclass, or 1 for True, goes on to the field-by-field checks, which take or refuse
+    what they always did."""
+
+    class Text(str):
+        pass
+
+    class Meta(dict[str, Any]):
+        pass
+
+    result = ToolResult(Text("x"), True, Meta(a=1))
+    assert result == ToolResult("x", True, {"a": 1})
+    with pytest.raises(PayloadError, match=r"ToolResult\.is_error must be True or False"):
+        ToolResult("x", 1)  # type: ignore[arg-type]
+
+
+def test_tool_result_pending_builds_what_its_constructor_builds():
+    """pending() builds ToolResult by its builder; a subclass's pending() builds the
+    subclass, through its constructor. Both equal what the constructor gives."""
+    request = Request("r1", "approval", "Pay?", url="https://pay.example/r1")
+    expected = ToolResult("Pay?\nhttps://pay.example/r1", True, {"pending": request})
+    built = ToolResult.pending(request)
+    assert type(built) is ToolResult and built == expected and repr(built) == repr(expected)
+
+    class Sub(ToolResult):
+        __slots__ = ()
+
+    sub = Sub.pending(request)
+    assert type(sub) is Sub
+    assert (sub.output, sub.is_error, sub.metadata) == (
+        expected.output,
+        expected.is_error,
+        expected.metadata,
+    )

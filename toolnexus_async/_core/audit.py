@@ -135,9 +135,7 @@ def canonical_digest(value: object) -> str:
         # and the escaping of two keys (callgrind, 3.11.7, {"a": 2, "b": 3}: 22,931
         # instructions a digest through canonical alone, 21,033 this way).
         # tests/test_json.py holds the two paths to the same digest.
-        text = (
-            '{"arguments":' + canonical(value["arguments"]) + ',"tool":' + json_string(tool) + "}"
-        )
+        text = f'{{"arguments":{canonical(value["arguments"])},"tool":{json_string(tool)}}}'
     else:
         text = canonical(value)
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -57,12 +57,13 @@ Rules kept here, each pinned by a test in ``tests/test_loop.py``:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import attrs
 
 from .errors import UsageError
+from .fastinit import builder
 from .halted import HaltedTurn
 from .loop_state import MODEL, NO_RECORDS, TOOLS, Expect, LoopState
 from .messages import AssistantMessage, Message, ModelReply, ToolCall, ToolReturn, UserMessage
@@ -121,6 +122,18 @@ class Finish:
 
 
 Action = CallModel | RunTools | Finish
+
+
+# A tool call's transcript entry and record, built by their fast_init builders (every field
+# by position, init=False ones too): no type.__call__ and no move to the twin in __init__,
+# two of each per turn of tools (issue 41, park41h in performance.md).
+_tool_return: Callable[[str, str, str, bool, Literal["tool"]], ToolReturn]
+_tool_return = builder(ToolReturn)
+_record: Callable[
+    [ToolCall, ToolResult, int, Request | None, bool | None, dict[str, Any] | None],
+    ToolCallRecord,
+]
+_record = builder(ToolCallRecord)
 
 
 # The stop reasons of a reply cut by the model's output limit: openai's finish_reason,
@@ -245,13 +258,15 @@ class RunLoop(LoopState):
             # No metadata, no suspension: the usual result needs no call to tell.
             still = None if result.metadata is None else request_in(result)
             if still is None:
-                self.messages.append(ToolReturn(call.id, call.name, result.output, result.is_error))
+                self.messages.append(
+                    _tool_return(call.id, call.name, result.output, result.is_error, "tool")
+                )
             else:
                 suspended = True
             # Made now, the record keeps the tool's own result: made when the run ended, it
             # rebuilt one from the ToolReturn (issue 41, fourth pass in performance.md).
             records.append(
-                ToolCallRecord(call, result, self.turns, request or still, answered_ok, changed)
+                _record(call, result, self.turns, request or still, answered_ok, changed)
             )
         self._calls = ()
         if suspended:

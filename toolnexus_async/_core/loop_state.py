@@ -11,10 +11,11 @@ request due); what it hands back is a snapshot of a run in progress or the run's
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from typing import Any, Self
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Self
 
 from .errors import UsageError
+from .fastinit import builder
 from .halted import HaltedTurn
 from .messages import (
     ZERO_USAGE,
@@ -33,6 +34,12 @@ from .types import Request
 
 __all__ = ("LoopState",)
 
+
+# A run's prompt and its end, built by their fast_init builders (every field by position,
+# init=False ones too): no type.__call__ and no move to the twin in __init__ (issue 41,
+# park41h in performance.md).
+_user_message: Callable[[str, Literal["user"]], UserMessage] = builder(UserMessage)
+_run_result: Callable[..., RunResult] = builder(RunResult)
 
 # Never appended to (see LoopState.records).
 NO_RECORDS: list[ToolCallRecord] = []
@@ -99,7 +106,7 @@ class LoopState:
         if system_prompt is not None and not (messages and isinstance(messages[0], SystemMessage)):
             messages.insert(0, SystemMessage(system_prompt))
         if prompt is not None:
-            messages.append(UserMessage(prompt))
+            messages.append(_user_message(prompt, "user"))
         self.messages = messages
         self.max_turns = max_turns
         self.run_id = run_id
@@ -222,7 +229,7 @@ class LoopState:
             output = (text, None)  # a run without an output type: its text is its output
         # By position, in the order of RunResult's fields: keywords would make a dict.
         # tests/test_loop_state.py's field-order test fails if that order changes under this.
-        self._result = RunResult(
+        self._result = _run_result(
             status,
             text,
             tuple(self.messages),

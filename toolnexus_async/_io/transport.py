@@ -36,12 +36,13 @@ import errno
 import math
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 
 import aiohttp
 
 from .._core.errors import BODY_EXCERPT_LIMIT, TransportError, UsageError
+from .._core.fastinit import builder
 from .._core.http import HttpRequest, HttpResponse
 from .._core.secrets import redact_url
 
@@ -50,6 +51,11 @@ __all__ = ("AiohttpTransport",)
 # An error body is only ever shown as an excerpt: reading more than this is waste.
 _ERROR_BODY_READ = 16 * BODY_EXCERPT_LIMIT
 _CHUNK = 64 * 1024
+
+# A whole reply's value, built by its fast_init builder (every field by position): no
+# type.__call__ and no move to the twin in __init__ (issue 41, park41h in performance.md).
+_http_response: Callable[[int, Mapping[str, str], bytes | None], HttpResponse]
+_http_response = builder(HttpResponse)
 
 # The defaults of the pool. 1000 connections is the OpenAI and Anthropic Python SDKs' own
 # cap (httpx.Limits(max_connections=1000)); 15 s of idle life is aiohttp's default.
@@ -332,7 +338,7 @@ class AiohttpTransport:
                 slots.give()
         if failure is not None:
             raise TransportError(failure[0]) from failure[1]
-        return HttpResponse(status, headers, content)
+        return _http_response(status, headers, content)
 
     async def stream(self, request: HttpRequest) -> AsyncGenerator[HttpResponse | bytes, None]:
         slots = self._slots

@@ -114,12 +114,12 @@ def _calls(raw_calls: object, payload: dict[str, Any]) -> tuple[ToolCall, ...]:
         i += 1
         # The shape every provider sends, checked inline; anything else goes through
         # _checked_call, which names what is wrong.
-        function = raw.get("function") if type(raw) is dict else None
+        # Any, not narrowed by an assert: an assert is bytecode that runs on every call.
+        function: Any = raw.get("function") if type(raw) is dict else None
         call_id = raw.get("id") if function is not None else None
         name = function.get("name") if type(function) is dict else None
         if not (type(call_id) is str and call_id and call_id not in seen and type(name) is str):
             call_id, function, name = _checked_call(raw, i, seen, payload)
-        assert isinstance(function, dict)
         seen.add(call_id)
         text = function.get("arguments", "")
         if type(text) is str and text[:1] == "{":
@@ -218,13 +218,14 @@ class OpenAICodec:
 
     def decode(self, payload: object) -> ModelReply:
         # The usual shape, checked inline; anything else goes through _checked_reply, which
-        # names what is missing.
-        choices = payload.get("choices") if type(payload) is dict else None
-        choice = choices[0] if type(choices) is list and choices else None
+        # names what is missing. (Typed Any, not narrowed by asserts: an assert is bytecode
+        # that runs on every reply.)
+        body: Any = payload
+        choices = body.get("choices") if type(body) is dict else None
+        choice: Any = choices[0] if type(choices) is list and choices else None
         message = choice.get("message") if type(choice) is dict else None
         if type(message) is not dict:
-            payload, choice, message = _checked_reply(payload)
-        assert isinstance(payload, dict) and isinstance(choice, dict)
+            body, choice, message = _checked_reply(body)
         content = message.get("content")
         refusal = message.get("refusal")
         # Most replies carry no reasoning and no calls: two calls fewer when they do not.
@@ -236,7 +237,7 @@ class OpenAICodec:
         raw_calls = message.get("tool_calls")
         assistant = _assistant(
             content if content is None or type(content) is str else _text(content),
-            () if raw_calls is None else _calls(raw_calls, payload),
+            () if raw_calls is None else _calls(raw_calls, body),
             # A refusal replaces the answer (content is null): kept, never silently lost.
             refusal if type(refusal) is str and refusal else None,
             # Kept in the transcript; servers do not ask for it back, so it is not sent.
@@ -244,16 +245,16 @@ class OpenAICodec:
             None,  # no provider blocks to keep
             "assistant",
         )
-        usage = payload.get("usage")
+        usage = body.get("usage")
         totals = openai_usage(usage) if type(usage) is dict else _usage(usage)
-        model = payload.get("model")
+        model = body.get("model")
         reason = choice.get("finish_reason")
         return _model_reply(
             assistant,
             totals,
             model if isinstance(model, str) else None,
             reason if isinstance(reason, str) else None,
-            payload,
+            body,
         )
 
 
