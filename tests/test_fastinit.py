@@ -121,13 +121,14 @@ def test_the_twin_path_and_the_slots_path_build_the_same_value(cls: type) -> Non
 
 
 # The classes the park and wake path builds through builder() rather than their
-# constructors (the codecs, the loop, the model, the transport): each must be among those
-# whose builder is held to the class below.
+# constructors (the codecs, the loop, the model, the transport, the gate, native tools):
+# each must be among those whose builder is held to the class below.
 BUILT_BY_BUILDER = {
     "AssistantMessage",
     "HttpRequest",
     "HttpResponse",
     "ModelReply",
+    "Request",
     "RunResult",
     "ToolCall",
     "ToolCallRecord",

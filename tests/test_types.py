@@ -533,3 +533,23 @@ def test_tool_result_pending_builds_what_its_constructor_builds():
         expected.is_error,
         expected.metadata,
     )
+
+
+@pytest.mark.parametrize("make, is_error", [(ToolResult.ok, False), (ToolResult.error, True)])
+def test_tool_result_ok_and_error_build_what_the_constructor_builds(make, is_error):
+    """ok() and error() build ToolResult by its builder, a subclass through its own
+    constructor; the checks hold on both ways."""
+    for metadata in (None, {"k": 1}):
+        built = make("text", metadata)
+        expected = ToolResult("text", is_error, metadata)
+        assert type(built) is ToolResult and built == expected and repr(built) == repr(expected)
+    with pytest.raises(TypeError, match="output"):
+        make(1)
+    with pytest.raises(TypeError, match="metadata"):
+        make("text", [])
+
+    class Sub(ToolResult):
+        __slots__ = ()
+
+    sub = getattr(Sub, make.__name__)("text")
+    assert type(sub) is Sub and (sub.output, sub.is_error, sub.metadata) == ("text", is_error, None)

@@ -88,11 +88,15 @@ class ToolResult:
     @classmethod
     def ok(cls, text: str, metadata: dict[str, Any] | None = None) -> ToolResult:
         """A successful result."""
+        if cls is ToolResult:  # a subclass may take other arguments: its constructor
+            return _tool_result(text, False, metadata)
         return cls(text, False, metadata)
 
     @classmethod
     def error(cls, text: str, metadata: dict[str, Any] | None = None) -> ToolResult:
         """A failed result; the model sees ``text`` and decides what to do."""
+        if cls is ToolResult:
+            return _tool_result(text, True, metadata)
         return cls(text, True, metadata)
 
     @classmethod
