@@ -34,9 +34,8 @@ def start(job: Job) -> Coroutine[Any, Any, str]:
 async def together(jobs: list[Job]) -> list[str]:
     """As the engine runs a turn: the last job is the caller's when the others finished."""
     results = run_concurrently(start, jobs)
-    if isinstance(results, list):
-        results.append(await start(jobs[-1]))
-        return results
+    if isinstance(results, tuple):
+        return [*results, await start(jobs[-1])]
     return await results
 
 
@@ -54,14 +53,16 @@ async def test_jobs_that_never_wait_run_in_the_calling_task_in_order() -> None:
     assert asyncio.all_tasks() == {caller}
 
 
-async def test_when_no_job_waits_the_results_come_back_as_a_list_with_nothing_to_await() -> None:
+async def test_when_no_job_waits_the_results_come_back_as_a_tuple_with_nothing_to_await() -> None:
     async def quick(name: str) -> str:
         return name.upper()
 
     results = run_concurrently(start, [job(quick, "a"), job(quick, "b")])
     # The last job is left to the caller, who awaits it in its own frame.
-    assert type(results) is list and results == ["A"]
-    assert type(run_concurrently(start, [job(quick, "a")])) is list
+    assert type(results) is tuple and results == ("A",)
+    # A lone job: the empty tuple, no list for a parked run to hold.
+    lone = run_concurrently(start, [job(quick, "a")])
+    assert type(lone) is tuple and lone == ()
 
 
 async def test_run_all_awaits_the_last_job_too() -> None:

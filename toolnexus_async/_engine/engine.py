@@ -296,17 +296,18 @@ class Engine(ModelTurns):
                             extra=run_extra(run_id),
                         )
                     executor = self._executor(toolkit, run_id, budget, steps, journal, loop.turns)
-                    outcomes = executor.run(due)
-                    if isinstance(outcomes, list):
+                    begun = executor.run(due)
+                    if isinstance(begun, tuple):
                         # Every call but the last finished (a lone call: there were none):
                         # the last is awaited here, in the run's frame and context, with no
                         # object to carry it (benchmarks/peers parking over HTTP: 853,098 ->
                         # 846,333 instructions a park, callgrind P=100 D=200).
                         outcome = await executor.run_one(due[-1])
-                        outcomes.append(outcome)
+                        outcomes = [*begun, outcome]
                         del outcome
                     else:
-                        outcomes = await outcomes
+                        outcomes = await begun
+                    del begun
                     loop.tools_finished(outcomes)
                     del outcomes  # not held by the run through its next turns
                 else:

@@ -106,9 +106,9 @@ class Executor(CallSteps):
         self._plain = plan.plain and journal is None and on_event is None
         self._park = plan.park if budget is None else None
 
-    def run(self, calls: Sequence[ToolCall]) -> list[Outcome] | Awaitable[list[Outcome]]:
+    def run(self, calls: Sequence[ToolCall]) -> tuple[Outcome, ...] | Awaitable[list[Outcome]]:
         """One outcome per call, in call order, as ``run_concurrently`` hands them back:
-        the list of every call's but the last when none of those waited (the engine then
+        a tuple of every call's but the last when none of those waited (the engine then
         awaits the last call's :meth:`run_one` itself), else an awaitable of them all. Not
         a coroutine: what it hands back is what a parked run holds."""
         return run_concurrently(self.run_one, calls, _LOUD)
