@@ -29,7 +29,7 @@ import asyncio
 import contextvars
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Final, Generic, NoReturn, Self, TypeVar
+from typing import Any, Final, Generic, Self, TypeVar
 
 __all__ = ("run_concurrently",)
 
@@ -163,10 +163,9 @@ class _Carried(Generic[T]):
         try:
             return self._context.run(self._job.send, value)
         except StopIteration as done:
-            # _done's work, inline: the usual end of a turn that waited (a wake).
-            results = self._results
-            results.append(done.value)
-        raise StopIteration(results)
+            self._results.append(done.value)
+        # Raised outside the except block: no chained StopIteration (a wake ends here).
+        raise StopIteration(self._results)
 
     def throw(self, kind: Any, value: Any = None, traceback: Any = None) -> Any:
         self._waiting_on = _HANDED
@@ -178,14 +177,11 @@ class _Carried(Generic[T]):
         try:
             return self._context.run(self._job.throw, error)
         except StopIteration as done:
-            return self._done(done.value)
+            self._results.append(done.value)
+        raise StopIteration(self._results)
 
     def close(self) -> None:
         self._job.close()
-
-    def _done(self, result: T) -> NoReturn:
-        self._results.append(result)
-        raise StopIteration(self._results)
 
 
 _Coroutine: Final = types.CoroutineType
