@@ -127,9 +127,7 @@ class ModelTurns(ModelRequests):
         http = self._http
         if http is None:
             return self.model.request(messages, specs, output)
-        # HttpModel.send's work, inline (the model is exactly an HttpModel): one call fewer
-        # per model request.
-        return http._transport.send(http._request(messages, specs, False, output))
+        return http.send(messages, specs, output)
 
     def _announce(self, loop: RunLoop) -> None:
         """The debug record of the model request that is due."""
