@@ -266,8 +266,8 @@ class Engine(ModelTurns):
                     # right here, not in a _model_turn and an HttpModel.request of its own.
                     asked = time.perf_counter()
                     try:
-                        # _reply_of's work, inline: an HTTP model's response read here (the
-                        # one name for both, so that no local holds the response after).
+                        # An HTTP model's response read here, into the same name, so that
+                        # no local holds the response after.
                         reply: Any = await self._asking(loop, toolkit, output, debug)
                         http = self._http
                         if http is not None:
@@ -321,12 +321,7 @@ class Engine(ModelTurns):
                     status = result.status
                     break
         finally:
-            report = self._report
-            if report.listener is None:
-                # Nobody listens: straight to the registry, what Reporter.run would do first.
-                report.registry.record_run(status, time.perf_counter() - started)
-            else:
-                report.run(status, loop.turns, time.perf_counter() - started, loop.model)
+            self._report.run(status, loop.turns, time.perf_counter() - started, loop.model)
         if debug:
             log.debug(
                 "%s: %s after %d turn(s)",
