@@ -250,7 +250,7 @@ class AiohttpTransport:
     ) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
         """``request`` sent on the session (opened on first use), with its deadline."""
         session = self._session
-        if session is None or self._closed:  # else _open() would hand back the session
+        if session is None:  # not opened yet, or closed (aclose drops it): _open() decides
             session = self._open()
         return session.request(
             request.method,
