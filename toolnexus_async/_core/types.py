@@ -88,16 +88,12 @@ class ToolResult:
     @classmethod
     def ok(cls, text: str, metadata: dict[str, Any] | None = None) -> ToolResult:
         """A successful result."""
-        if cls is ToolResult:  # a subclass may take other arguments: its constructor
-            return _tool_result(text, False, metadata)
-        return cls(text, False, metadata)
+        return _made(cls, text, False, metadata)
 
     @classmethod
     def error(cls, text: str, metadata: dict[str, Any] | None = None) -> ToolResult:
         """A failed result; the model sees ``text`` and decides what to do."""
-        if cls is ToolResult:
-            return _tool_result(text, True, metadata)
-        return cls(text, True, metadata)
+        return _made(cls, text, True, metadata)
 
     @classmethod
     def pending(cls, request: Request) -> ToolResult:
@@ -110,11 +106,7 @@ class ToolResult:
         if not request.id:
             request = attrs.evolve(request, id=new_request_id())
         text = request.prompt if request.url is None else f"{request.prompt}\n{request.url}"
-        if cls is ToolResult:
-            # Every held call makes one: its builder, not type.__call__ and the move to
-            # the twin (test_fastinit.py holds the two equal, checks included).
-            return _tool_result(text, True, {"pending": request})
-        return cls(text, True, {"pending": request})
+        return _made(cls, text, True, {"pending": request})
 
     @classmethod
     def auth_required(
@@ -130,6 +122,17 @@ class ToolResult:
 
 
 _tool_result: Callable[[str, bool, dict[str, Any] | None], ToolResult] = builder(ToolResult)
+
+
+def _made(
+    cls: type[ToolResult], output: str, is_error: bool, metadata: dict[str, Any] | None
+) -> ToolResult:
+    # ToolResult itself by its builder (no type.__call__, no move to the twin: a result is
+    # made on every tool call); a subclass, which may take other arguments, by its own
+    # constructor. tests/test_types.py holds both to the constructor's value.
+    if cls is ToolResult:
+        return _tool_result(output, is_error, metadata)
+    return cls(output, is_error, metadata)
 
 
 def pending_of(x: object) -> Request | None:

@@ -39,7 +39,6 @@ from typing import Any, overload
 import anyio.to_thread
 
 from .._core.errors import UsageError
-from .._core.fastinit import builder
 from .._core.types import ToolContext, ToolResult, check_tool_name
 from .._engine.guard import guards_itself, raised
 from .._engine.toolkit import makes_context
@@ -48,13 +47,9 @@ from ._describe import is_context, json_value, parse_docstring, schema_for
 __all__ = ("FunctionTool", "define_tool")
 
 
-# A tool's text made a result by its builder (no type.__call__): once per call.
-_result: Callable[[str, bool, dict[str, Any] | None], ToolResult] = builder(ToolResult)
-
-
 def _as_result(value: object) -> ToolResult:
     if type(value) is str:
-        return _result(value, False, None)
+        return ToolResult.ok(value)
     if isinstance(value, ToolResult):
         return value
     if isinstance(value, str):
