@@ -313,25 +313,21 @@ class CallSteps:
 
     def _report(self, name: str, result: ToolResult, started: float) -> None:
         """One tool execution to metrics: a suspension is "pending", never "error"."""
-        on_tool = self._on_tool
-        if on_tool is None:
+        if self._on_tool is None:
             return
         outcome: ToolOutcome = (
             "pending"
             if result.metadata is not None and request_in(result) is not None
             else ("error" if result.is_error else "ok")
         )
-        registry = self._registry
-        # A registry's own tools read as its execute reads them: no get() call per call.
-        tool = self._toolkit.get(name) if registry is None else registry._tools.get(name)
-        source = "unknown" if tool is None else tool.source
-        on_tool(name, source, outcome, time.perf_counter() - started)
+        self._count(name, outcome, started)
 
     def _count(self, name: str, outcome: ToolOutcome, started: float) -> None:
         """:meth:`_report` with the outcome known (there is an ``on_tool``)."""
         on_tool = self._on_tool
         assert on_tool is not None
         registry = self._registry
+        # A registry's own tools read as its execute reads them: no get() call per call.
         tool = self._toolkit.get(name) if registry is None else registry._tools.get(name)
         source = "unknown" if tool is None else tool.source
         on_tool(name, source, outcome, time.perf_counter() - started)
