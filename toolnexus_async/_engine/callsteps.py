@@ -25,7 +25,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 
@@ -42,7 +42,6 @@ from .toolkit import ToolRegistry
 from .tracing import run_extra
 
 __all__ = (
-    "ASK",
     "CallSteps",
     "Executes",
     "Pausable",
@@ -57,7 +56,6 @@ log = logging.getLogger("toolnexus_async")
 ToolOutcome = Literal["ok", "error", "pending"]
 # (tool name, tool source, outcome, seconds) for metrics; a suspension is "pending".
 OnTool = Callable[[str, str, ToolOutcome, float], None]
-ASK: Final[Any] = object()  # _invoke's verdict when its hook is still to be asked
 
 
 class Executes(Protocol):
@@ -229,23 +227,17 @@ class CallSteps:
         return outcome
 
     async def _invoke(
-        self,
-        call: ToolCall,
-        action: Execute,
-        given: Any = ASK,
-        started: float | None = None,
+        self, call: ToolCall, action: Execute
     ) -> tuple[ToolResult, bool, dict[str, Any] | None]:
         """``before_tool`` (if any), then the tool; reports the execution to metrics.
 
-        ``given``: the gate's verdict, when the caller asked it already (at ``started``).
         Returns the result, whether the hook (not the tool) gave it, and the arguments the
         hook gave instead of the model's (``None``: it changed nothing).
         """
         journal, gate = self._journal, self._plan.gate
         if journal is not None and gate is None:
             await journal.fence()
-        if started is None:
-            started = time.perf_counter()
+        started = time.perf_counter()
         # A gate reads only the answer: its calls' context is made for the tool, if at all.
         ctx = self._context(call, action) if gate is None else None
         result: ToolResult | None = None
@@ -256,11 +248,7 @@ class CallSteps:
         if hooks is not None and hooks.before_tool is not None:
             try:
                 verdict: Any
-                if given is not ASK:
-                    # Asked by run_one (a gate that raised gave its error result there,
-                    # which comes to what the except below makes of it).
-                    verdict = given
-                elif gate is not None:
+                if gate is not None:
                     # An approved gate sees its answer; the tool, which never asked, does not.
                     answer = action.hook_answer
                     verdict = gate(call.name, args, action.answer if answer is None else answer)

@@ -225,26 +225,7 @@ class Executor(CallSteps):
         while True:
             if isinstance(action, Execute):
                 last = action
-                gate = self._gated
-                if gate is not None and self._registry is not None and action.answer is None:
-                    # The retry after a gate's approval (its answer is the hook's alone):
-                    # as _invoke does it, without its coroutine when the gate lets it run.
-                    started = time.perf_counter()
-                    try:
-                        verdict = gate(call.name, call.arguments, action.hook_answer)
-                    except Exception as exc:
-                        verdict = hook_raised(call, exc)
-                    if verdict is None and action.request is None:
-                        result = await self._registry.execute_call(
-                            call.name, call.arguments, call.id, self._run_id, self._turn
-                        )
-                        self._report(call.name, result, started)
-                        by_gate = False
-                    else:
-                        invoked = self._invoke(call, action, verdict, started)
-                        result, by_gate, changed = await invoked
-                else:
-                    result, by_gate, changed = await self._invoke(call, action)
+                result, by_gate, changed = await self._invoke(call, action)
                 action = rule.executed(result, by_gate=by_gate)
                 del result  # as above, for calls with tool hooks (park.py has none: unmeasured)
             elif isinstance(action, Ask):
