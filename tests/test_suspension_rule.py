@@ -279,6 +279,38 @@ def test_a_resumed_call_goes_on_from_its_answer():
     assert isinstance(declined, Settle) and declined.outcome.answered_ok is False
 
 
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_rule_rebuilt_from_its_request_goes_on_as_the_one_that_asked(marked: bool):
+    """``asked``: the engine waits for a turn's last call itself and rebuilds the call's
+    rule from the request; from there it acts as the rule that asked would have."""
+    result = gate() if marked else pending()
+    request = result.metadata["pending"]  # type: ignore[index]
+    answer = Answer(request.id, True)
+    outcomes = []
+    for machine in (rule(), rule()):
+        if outcomes:
+            machine.asked(request)
+        else:
+            asked(machine, result)
+        outcomes.append(machine.answered(answer))
+    original, rebuilt = outcomes
+    assert isinstance(original, Execute) and isinstance(rebuilt, Execute)
+    assert (rebuilt.answer, rebuilt.request, rebuilt.hook_answer) == (
+        original.answer,
+        original.request,
+        original.hook_answer,
+    )
+    assert (rebuilt.hook_answer is not None) is marked
+    halted = rule()
+    halted.asked(request)
+    assert isinstance(halted.halted(), Halt)
+    failed = rule()
+    failed.asked(request)
+    assert failed.failed(OSError("down")).outcome.result.is_error
+    with pytest.raises(RuntimeError, match="the call is over, not not started"):
+        failed.asked(request)  # only a rule that has not started is rebuilt
+
+
 def test_steps_out_of_order_are_refused():
     machine = rule()
     with pytest.raises(RuntimeError, match="not started"):

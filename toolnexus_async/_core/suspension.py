@@ -228,20 +228,25 @@ class CallRule:
         self._state = _RUNNING
         return FIRST
 
-    def resumed(self, request: Request, answer: Answer) -> Action:
-        """Start from an answer to ``request``, which this call raised before a halt."""
-        self._expect(_START)
+    def asked(self, request: Request) -> None:
+        """Start from ``request``, which this call raised and has been waiting for: what
+        the wait came to goes to :meth:`answered`, :meth:`halted` or :meth:`failed`. Whose
+        request it is, is read from its mark (a gate's, or the tool's own)."""
+        if self._state is not _START:
+            self._expect(_START)
         self._request = request
         self._by_gate = is_gate(request)
         self._state = _ASKING
+
+    def resumed(self, request: Request, answer: Answer) -> Action:
+        """Start from an answer to ``request``, which this call raised before a halt."""
+        self.asked(request)
         return self.answered(answer)
 
     def waiting(self, request: Request) -> Action:
         """Start from ``request``, which this call raised before a halt and nobody has
         answered yet: wait for it again, without running the call (it asked already)."""
-        self._expect(_START)
-        self._request = request
-        self._by_gate = is_gate(request)
+        self.asked(request)
         now = self._clock()
         if request.expired(now):
             return self._declined(request, _expired(request))
@@ -249,7 +254,6 @@ class CallRule:
             self._state = _OVER
             # Announced when it was first raised: the run halts on it again, quietly.
             return Halt(CallOutcome(ToolResult.pending(request), request), announce=False)
-        self._state = _ASKING
         return Ask(request, None if self._enforces else request.seconds_left(now), again=True)
 
     def executed(self, result: ToolResult, *, by_gate: bool = False) -> Action:

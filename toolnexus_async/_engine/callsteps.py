@@ -91,7 +91,17 @@ class Plan:
     its resolver, tool hooks, metric and watcher, and what they let ``run_one`` skip.
     A turn's executor then makes only what is the run's (engine ``_plan``)."""
 
-    __slots__ = ("gate", "gated", "hooks", "on_tool", "park", "plain", "resolver", "watch")
+    __slots__ = (
+        "gate",
+        "gated",
+        "hand_out",
+        "hooks",
+        "on_tool",
+        "park",
+        "plain",
+        "resolver",
+        "watch",
+    )
 
     def __init__(
         self,
@@ -119,6 +129,13 @@ class Plan:
         # Awaited in run_one itself unless the wait is watched (a traced run's wait span)
         # or, per run, a wait budget must be paused around it.
         self.park = resolver.park if resolver is not None and watch is None else None
+        # Whether a call's rule, asking after the call's first execution, can be rebuilt
+        # from its request alone (CallRule.asked reads whose request it is from its mark),
+        # so that the engine may wait for a turn's last call itself (Executor.run_one's
+        # hand_out): so with no before_tool hook, or a require_approval gate, whose
+        # requests all carry the mark; another hook's request may not.
+        before_tool = None if hooks is None else hooks.before_tool
+        self.hand_out = self.park is not None and (before_tool is None or gate is not None)
 
 
 class CallSteps:
@@ -147,27 +164,39 @@ class CallSteps:
         try:
             if ask.timeout is not None:
                 with anyio.move_on_after(ask.timeout) as scope:
-                    answer = await self._asking(call, ask.request)
+                    got: Answer | Exception = await self._asking(call, ask.request)
                 if scope.cancelled_caught:
                     return rule.timed_out()
             else:
-                answer = await self._asking(call, ask.request)
-        except HaltRun:
-            return rule.halted()
-        except UsageError:
-            raise  # a misconfigured resolver (it returned no Answer): loud, not fed to the model
+                got = await self._asking(call, ask.request)
         except Exception as exc:
-            # The host's resolver failed: tell the model, keep the sibling calls running.
-            log.exception(
-                "wait_for raised while resolving request %s",
-                ask.request.id,
-                extra=run_extra(self._run_id),
-            )
-            return rule.failed(exc)
+            got = exc
         finally:
             if budget is not None:
                 budget.resume()
-        return rule.answered(answer)
+        return self._woken(rule, got)
+
+    def _woken(self, rule: CallRule, got: Answer | Exception) -> Settle | Halt | Execute | Ask:
+        """What ``rule`` (asking) makes of the end of its wait: the resolver's answer, or
+        what the resolver raised. Its :class:`HaltRun` halts the call; its
+        :class:`UsageError` (it is misconfigured: it returned no Answer) is raised, loud and
+        not fed to the model; anything else is logged with the run's id and fed back as the
+        rule's ``failed``, so the sibling calls keep running."""
+        if not isinstance(got, Exception):
+            return rule.answered(got)
+        if isinstance(got, HaltRun):
+            return rule.halted()
+        if isinstance(got, UsageError):
+            raise got
+        request = rule.request
+        assert request is not None  # asking: it holds the request it asked
+        log.error(
+            "wait_for raised while resolving request %s",
+            request.id,
+            exc_info=got,
+            extra=run_extra(self._run_id),
+        )
+        return rule.failed(got)
 
     def _asking(self, call: ToolCall, request: Request) -> Awaitable[Answer]:
         """The resolver's answer to ``request``, awaited inside its wait span if watched."""

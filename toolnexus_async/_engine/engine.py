@@ -51,6 +51,7 @@ from .._core.output import OutputSpec
 from .._core.results import RunResult, ToolCallRecord
 from .._core.resume import ResumePlan
 from .._core.retry import RetryPolicy
+from .._core.types import Answer, Request
 from .executor import Executor, Plan
 from .hooks import Hooks, call_hook, check_gate, plain_before_tool
 from .journal import Journal
@@ -302,7 +303,25 @@ class Engine(ModelTurns):
                         # the last is awaited here, in the run's frame and context, with no
                         # object to carry it (benchmarks/peers parking over HTTP: 853,098 ->
                         # 846,333 instructions a park, callgrind P=100 D=200).
-                        outcome = await executor.run_one(due[-1])
+                        # By position: keyword-only defaults are looked up per call.
+                        outcome = await executor.run_one(due[-1], None, None, self._plan.hand_out)
+                        if isinstance(outcome, Request):
+                            # It waits for a parking resolver: here, so that a parked run
+                            # holds neither run_one's frame nor the call's rule nor this
+                            # turn's executor (made again for the answer). What the wait
+                            # comes to goes back through run_one, as its own wait's would.
+                            del executor
+                            park = self._plan.park
+                            assert park is not None  # run_one hands out only with one
+                            try:
+                                got: Answer | Exception = await park(outcome, run_id)
+                            except Exception as exc:
+                                got = exc
+                            executor = self._executor(
+                                toolkit, run_id, budget, steps, journal, loop.turns
+                            )
+                            outcome = await executor.run_one(due[-1], None, (outcome, got))
+                            del got
                         outcomes = [*begun, outcome]
                         del outcome
                     else:

@@ -30,27 +30,23 @@ Rules of this module:
 from __future__ import annotations
 
 import functools
-import logging
 import operator
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal, overload
 
 from .._core.errors import StoreError, UsageError
 from .._core.loop import CallOutcome, HaltedTurn
 from .._core.messages import ToolCall
 from .._core.suspension import FIRST, Ask, CallRule, Execute, Halt, Settle
-from .._core.types import Answer, HaltRun, Request, ToolContext, ToolResult, request_in
+from .._core.types import Answer, Request, ToolContext, ToolResult, request_in
 from .callsteps import CallSteps, Executes, Pausable, Plan, ToolOutcome, hook_raised
 from .concurrency import run_all, run_concurrently
 from .journal import Journal
 from .streaming import Sink, StreamPending
 from .toolkit import ToolRegistry
-from .tracing import run_extra
 
 __all__ = ("Executor", "Plan")
-
-log = logging.getLogger("toolnexus_async")
 
 
 # What a call comes to: a bare result when there is nothing else to say (RunLoop takes both).
@@ -148,17 +144,52 @@ class Executor(CallSteps):
         # By position: a class called with keywords makes a dict of them, per held call.
         return CallRule(call, True, resolver.enforces_expiry)
 
+    @overload
     async def run_one(
-        self, call: ToolCall, resumed: tuple[Request, Answer | None] | None = None
-    ) -> Outcome:
+        self,
+        call: ToolCall,
+        resumed: tuple[Request, Answer | None] | None = None,
+        woken: tuple[Request, Answer | Exception] | None = None,
+        hand_out: Literal[False] = False,
+    ) -> Outcome: ...
+
+    @overload
+    async def run_one(
+        self, call: ToolCall, resumed: None, woken: None, hand_out: bool
+    ) -> Outcome | Request: ...
+
+    async def run_one(
+        self,
+        call: ToolCall,
+        resumed: tuple[Request, Answer | None] | None = None,
+        woken: tuple[Request, Answer | Exception] | None = None,
+        hand_out: bool = False,
+    ) -> Outcome | Request:
         """One call under the suspension rule, to the outcome the model sees.
 
         ``resumed``: the call raised this request before a halt, and here is its answer
         (``None``: not answered yet; the call waits for it again).
+
+        ``hand_out`` (the engine, for a turn's last call, which it awaits in the run's own
+        frame, when ``Plan.hand_out`` allows it): a call that must wait for a parking
+        resolver after its first execution hands back the request instead of waiting
+        here; the engine awaits the park itself and goes on with ``woken``: that request
+        and what the wait came to (the answer, or what the resolver raised), exactly as
+        the wait here would have, since the call's rule is rebuilt from the request
+        alone. A run parked so holds neither this coroutine's frame, nor the call's rule,
+        nor the turn's executor (``benchmarks/peers`` parking over HTTP: fewer objects
+        for the collector to walk in every parked run). The wait of a retry (after an
+        approval) stays here, as every wait of a call in a task does.
         """
         last = FIRST  # the latest execution: whose ctx after_tool sees
         changed: dict[str, Any] | None = None  # what the latest execution ran with instead
-        if resumed is not None:
+        if woken is not None:
+            rule = self._rule(call)
+            request, got = woken
+            rule.asked(request)
+            action = self._woken(rule, got)
+            del got  # an exception's traceback refers to this frame
+        elif resumed is not None:
             rule = self._rule(call)
             request, answer = resumed
             action = rule.waiting(request) if answer is None else rule.resumed(request, answer)
@@ -241,22 +272,15 @@ class Executor(CallSteps):
                 if park is None:
                     action = await self._ask(rule, action, call)
                     continue
+                if hand_out and last is FIRST and changed is None:
+                    return request  # the engine waits (see the docstring)
                 del action  # park.py: 35 blocks per parked run without this del, 34 with it
                 try:
-                    answer = await park(request, self._run_id)
-                except HaltRun:
-                    action = rule.halted()
-                except UsageError:
-                    raise  # a misconfigured resolver: the host's bug, not the model's
+                    got = await park(request, self._run_id)
                 except Exception as exc:
-                    log.exception(
-                        "wait_for raised while resolving request %s",
-                        request.id,
-                        extra=run_extra(self._run_id),
-                    )
-                    action = rule.failed(exc)
-                else:
-                    action = rule.answered(answer)
+                    got = exc
+                action = self._woken(rule, got)
+                del got
             elif isinstance(action, Halt):
                 if action.announce:
                     pending = action.outcome.request
