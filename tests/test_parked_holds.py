@@ -99,7 +99,7 @@ async def test_a_parked_run_holds_the_engine_frame_the_waiting_call_and_the_slot
             request = await anext(aiter(inbox.requests()))
             coro = task.get_coro()
             assert chain(coro) == ["Engine._drive", "FutureIter"]  # the inbox slot's
-            assert isinstance(coro, types.CoroutineType)
+            assert isinstance(coro, types.CoroutineType) and coro.cr_frame is not None
             held = coro.cr_frame.f_locals.values()
             assert not any(isinstance(value, Executor) for value in held)
             assert not any(isinstance(value, CallRule) for value in held)

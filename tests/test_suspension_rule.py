@@ -286,7 +286,7 @@ def test_a_rule_rebuilt_from_its_request_goes_on_as_the_one_that_asked(marked: b
     result = gate() if marked else pending()
     request = result.metadata["pending"]  # type: ignore[index]
     answer = Answer(request.id, True)
-    outcomes = []
+    outcomes: list[Execute | Ask | Settle | Halt] = []
     for machine in (rule(), rule()):
         if outcomes:
             machine.asked(request)
