@@ -137,7 +137,7 @@ def test_records_keep_what_each_tool_returned():
         ("b", 1, ToolResult.error("B")),
         ("c", 2, ToolResult.ok("C")),
     ]
-    assert loop.records is records  # asking again builds nothing new
+    assert loop.records == records  # asked again: equal
 
 
 def test_exactly_one_result_per_call_before_the_next_model_request():

@@ -20,6 +20,7 @@ from toolnexus_async import (
     Request,
     RunResult,
     ToolCall,
+    ToolCallRecord,
     ToolResult,
     ToolReturn,
     Usage,
@@ -97,14 +98,25 @@ def test_due_says_what_next_action_says_without_an_action():
     assert loop.due() is result is expect_finish(loop).result
 
 
-def test_a_record_keeps_the_tools_own_result():
-    """The record of a call holds the result the tool gave, not a copy made later."""
+class Tagged(ToolResult):
+    """A result of a type of its own, which a record must keep as it came."""
+
+
+def test_a_plain_calls_record_is_made_when_the_records_are_asked_for():
+    """The loop keeps no record for a plain call (no metadata, of ToolResult itself,
+    nothing else to say) until the records are asked for, so that a run in flight holds
+    fewer objects; a result with metadata or of a subclass is recorded at once. Every
+    record holds the result the tool gave."""
     loop = RunLoop("x")
-    loop.model_replied(calls_reply(ToolCall("c1", "t")))
-    given = ToolResult.ok("fine")
-    loop.tools_finished([CallOutcome(given)])
+    loop.model_replied(calls_reply(ToolCall("c1", "t"), ToolCall("c2", "t"), ToolCall("c3", "t")))
+    plain, tagged, own = ToolResult.ok("fine"), ToolResult.ok("meta", {"k": 1}), Tagged("mine")
+    loop.tools_finished([CallOutcome(plain), tagged, own])
+    kept = [entry for entry in loop._kept if isinstance(entry, ToolCallRecord)]
+    assert [record.result for record in kept] == [tagged, own]
     loop.model_replied(text_reply("done"))
-    assert expect_finish(loop).result.tool_calls[0].result is given
+    first, second, third = expect_finish(loop).result.tool_calls
+    assert first.result is plain and second.result is tagged and third.result is own
+    assert [r.turn for r in (first, second, third)] == [1, 1, 1]
 
 
 def test_a_bare_result_is_an_outcome_with_nothing_else_to_say():

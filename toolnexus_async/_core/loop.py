@@ -65,10 +65,9 @@ import attrs
 from .errors import UsageError
 from .fastinit import builder
 from .halted import HaltedTurn
-from .loop_state import MODEL, NO_RECORDS, TOOLS, Expect, LoopState
+from .loop_state import MODEL, NO_RECORDS, TOOLS, Expect, LoopState, make_record
 from .messages import AssistantMessage, Message, ModelReply, ToolCall, ToolReturn, UserMessage
 from .output_rule import judge_reply
-from .records import ToolCallRecord
 from .results import RunResult
 from .types import Request, ToolResult, request_in
 
@@ -124,16 +123,11 @@ class Finish:
 Action = CallModel | RunTools | Finish
 
 
-# A tool call's transcript entry and record, built by their fast_init builders (every field
-# by position, init=False ones too): no type.__call__ and no move to the twin in __init__,
-# two of each per turn of tools (issue 41, park41h in performance.md).
+# A tool call's transcript entry, built by its fast_init builder (every field by position,
+# init=False ones too): no type.__call__ and no move to the twin in __init__, one per call
+# (issue 41, park41h in performance.md).
 _tool_return: Callable[[str, str, str, bool, Literal["tool"]], ToolReturn]
 _tool_return = builder(ToolReturn)
-_record: Callable[
-    [ToolCall, ToolResult, int, Request | None, bool | None, dict[str, Any] | None],
-    ToolCallRecord,
-]
-_record = builder(ToolCallRecord)
 
 
 # The stop reasons of a reply cut by the model's output limit: openai's finish_reason,
@@ -242,9 +236,10 @@ class RunLoop(LoopState):
         calls = self._calls
         if len(outcomes) != len(calls):
             raise UsageError(f"expected {len(calls)} tool outcomes, got {len(outcomes)}")
-        records = self.records
-        if records is NO_RECORDS:
-            records = self.records = []
+        kept = self._kept
+        if kept is NO_RECORDS:
+            kept = self._kept = []
+        turn = self.turns
         suspended = False
         # By index: no enumerate and no tuple iterator, two objects the collector tracks
         # fewer per turn.
@@ -261,19 +256,25 @@ class RunLoop(LoopState):
                 self.messages.append(
                     _tool_return(call.id, call.name, result.output, result.is_error, "tool")
                 )
+                if (
+                    result.metadata is None
+                    and request is None
+                    and answered_ok is None
+                    and changed is None
+                    and type(result) is ToolResult
+                ):
+                    kept += (turn, call, result)  # its record made when asked for (Kept)
+                    continue
             else:
                 suspended = True
-            # Made now, the record keeps the tool's own result: made when the run ended, it
-            # rebuilt one from the ToolReturn (issue 41, fourth pass in performance.md).
-            records.append(
-                _record(call, result, self.turns, request or still, answered_ok, changed)
-            )
+            record = make_record(call, result, turn, request or still, answered_ok, changed)
+            kept += (record, None, None)
         self._calls = ()
         if suspended:
             # The suspended calls stay without a result: the transcript alone says where the
             # run stands, and the run resumes from exactly here once a request is answered.
-            turn = self.records[-len(calls) :]
-            halted = tuple(r for r in turn if request_in(r.result) is not None)
+            these = self.records[-len(calls) :]
+            halted = tuple(r for r in these if request_in(r.result) is not None)
             self._finish("pending", pending=request_in(halted[0].result), suspended=halted)
             return
         self._expect = MODEL

@@ -11,7 +11,7 @@ request due); what it hands back is a snapshot of a run in progress or the run's
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, Self
 
 from .errors import UsageError
@@ -30,9 +30,9 @@ from .messages import (
 from .output import OutputSpec
 from .records import ToolCallRecord
 from .results import RunResult, RunStatus
-from .types import Request
+from .types import Request, ToolResult
 
-__all__ = ("LoopState",)
+__all__ = ("LoopState", "kept_of", "make_record")
 
 
 # A run's prompt and its end, built by their fast_init builders (every field by position,
@@ -41,8 +41,32 @@ __all__ = ("LoopState",)
 _user_message: Callable[[str, Literal["user"]], UserMessage] = builder(UserMessage)
 _run_result: Callable[..., RunResult] = builder(RunResult)
 
-# Never appended to (see LoopState.records).
-NO_RECORDS: list[ToolCallRecord] = []
+# What a loop keeps of its calls' records (``LoopState._kept``): three entries per call, in
+# call order. For a call whose outcome was a plain ToolResult (no metadata, of ToolResult
+# itself, nothing else to say of it) they are its turn, its ToolCall and that result, and
+# its record is made when the records are asked for (at the run's end, a snapshot, a
+# halt); for any other call, its ToolCallRecord, None, None. So a run in flight keeps no
+# record per plain call between its model requests: with 500 runs at once, the objects
+# they hold rise and fall less with each wave, the collector makes fewer young collections,
+# and a timed round of overhead.py stays under the full collection's line (issue 41's
+# seventh pass in docs/performance.md).
+Kept = ToolCallRecord | ToolCall | ToolResult | int | None
+
+
+def kept_of(records: Iterable[ToolCallRecord]) -> list[Kept]:
+    """``records`` as a loop keeps them."""
+    return [entry for record in records for entry in (record, None, None)]
+
+
+# Never appended to (see LoopState._kept).
+NO_RECORDS: list[Kept] = []
+
+# A plain result and a call's record, by their fast_init builders (as the loop's own values).
+_result: Callable[[str, bool, dict[str, Any] | None], ToolResult] = builder(ToolResult)
+make_record: Callable[
+    [ToolCall, ToolResult, int, Request | None, bool | None, dict[str, Any] | None],
+    ToolCallRecord,
+] = builder(ToolCallRecord)
 
 
 class Expect(enum.Enum):
@@ -68,6 +92,7 @@ class LoopState:
     __slots__ = (
         "_calls",
         "_expect",
+        "_kept",
         "_output_tries",
         "_result",
         "max_turns",
@@ -75,7 +100,6 @@ class LoopState:
         "model",
         "output",
         "output_failure",
-        "records",
         "run_id",
         "style",
         "trace",
@@ -114,9 +138,9 @@ class LoopState:
         self.turns = 0
         self.usage = ZERO_USAGE
         self.model: str | None = None
-        # A ToolCallRecord for every executed call so far, in order. Shared until the first
+        # What makes the records of the calls so far (see Kept). Shared until the first
         # tool call: a run parked in its first turn holds no list.
-        self.records: list[ToolCallRecord] = NO_RECORDS
+        self._kept: list[Kept] = NO_RECORDS
         self._expect = MODEL
         self._calls: tuple[ToolCall, ...] = ()
         self._result: RunResult | None = None
@@ -157,7 +181,7 @@ class LoopState:
         loop.turns = turns
         loop.usage = usage
         loop.model = model
-        loop.records = [r for r in records if r.turn < turns]
+        loop._kept = kept_of(r for r in records if r.turn < turns)
         loop._calls = halted.assistant.tool_calls
         loop._expect = TOOLS
         loop.trace = trace
@@ -181,10 +205,21 @@ class LoopState:
         loop.turns = state.turns
         loop.usage = state.usage
         loop.model = state.model
-        loop.records = list(state.tool_calls)
+        loop._kept = kept_of(state.tool_calls)
         loop.trace = state.trace_context
         loop._output_tries = state.output_retries_used
         return loop
+
+    @property
+    def records(self) -> list[ToolCallRecord]:
+        """A :class:`ToolCallRecord` for every executed call so far, in call order (a plain
+        call's made now, equal each time it is asked for)."""
+        entries: Iterator[Any] = iter(self._kept)
+        # Three entries at a time (see Kept): zip over one iterator, no slice per call.
+        return [
+            first if second is None else make_record(second, third, first, None, None, None)
+            for first, second, third in zip(entries, entries, entries, strict=True)
+        ]
 
     def snapshot(self) -> RunResult:
         """The run as it stands (``status == "incomplete"``, ``limit == "running"``): its
