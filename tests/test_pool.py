@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -183,6 +184,21 @@ async def test_no_cap_opens_a_connection_per_concurrent_request(server: Counting
         server.gate.set()
     await transport.aclose()
     assert server.connections == n
+
+
+async def test_a_request_in_flight_is_not_held_by_the_transport(server: CountingServer):
+    """While the reply is awaited, the transport keeps what it needs of the request, not the
+    request: at 500 requests in flight, 500 objects fewer for every collection to walk."""
+    transport = AiohttpTransport()
+    sent = request(server)
+    held = weakref.ref(sent)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(transport.send, sent)
+        del sent
+        await server.wait_in_flight(1)
+        assert held() is None
+        server.gate.set()
+    await transport.aclose()
 
 
 async def test_a_request_queued_past_its_timeout_says_it_waited_for_the_pool(

@@ -313,11 +313,21 @@ class AiohttpTransport:
         elif timeout is None:
             timeout = self._timeout(request.timeout)
         # (A free slot, the usual case, is taken right here: no coroutine of its own.)
+        # What the reply and an error need of the request, read now: the request itself is
+        # let go before the wait, so that 500 requests in flight are 500 objects fewer for
+        # every collection to walk (issue 41, c500k in performance.md).
+        # (One name a line: an unpacked 4-tuple is a tuple made per request on 3.11.)
+        method = request.method
+        url = request.url
+        seconds = request.timeout
+        max_bytes = request.max_bytes
         # Errors are raised after the except blocks, not inside them: the originals must not
         # even become __context__, since aiohttp errors can hold the request headers.
         failure: tuple[str, OSError | None] | None = None
         try:
-            async with self._request(request, timeout) as response:
+            sending = self._request(request, timeout)
+            del request
+            async with sending as response:
                 status = response.status
                 headers = response.headers
                 if 200 <= status < 300:
@@ -326,13 +336,13 @@ class AiohttpTransport:
                         # The usual reply: its length known up front, read in one call, here
                         # rather than in a coroutine of its own per request: 1,506,098
                         # instructions per run against 1,510,199 (instructions.py --quick).
-                        content = None if length > request.max_bytes else await response.read()
+                        content = None if length > max_bytes else await response.read()
                     else:
-                        content = await _read_chunked(response, request.max_bytes)
+                        content = await _read_chunked(response, max_bytes)
                 else:
                     content = await _read_head(response, _ERROR_BODY_READ)
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            failure = self._failure(request, exc)
+            failure = self._failure(method, url, seconds, exc)
         finally:
             if slots is not None:
                 slots.give()
@@ -359,7 +369,7 @@ class AiohttpTransport:
                 async for chunk in response.content.iter_any():
                     yield chunk
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            failure = self._failure(request, exc)
+            failure = self._failure(request.method, request.url, request.timeout, exc)
         finally:
             if slots is not None:
                 slots.give()
@@ -367,15 +377,20 @@ class AiohttpTransport:
             raise TransportError(failure[0]) from failure[1]
 
     def _failure(
-        self, request: HttpRequest, exc: aiohttp.ClientError | OSError | ValueError
+        self,
+        method: str,
+        url: str,
+        seconds: float | None,
+        exc: aiohttp.ClientError | OSError | ValueError,
     ) -> tuple[str, OSError | None]:
-        """What went wrong reaching the endpoint, without the original (it may hold the key),
-        and for a resource error a bare copy of its OSError to chain."""
-        shown = f"{request.method} {redact_url(request.url)}"
+        """What went wrong reaching the endpoint (a ``method`` request to ``url`` with a
+        ``seconds`` timeout), without the original (it may hold the key), and for a resource
+        error a bare copy of its OSError to chain."""
+        shown = f"{method} {redact_url(url)}"
         # TimeoutError first: it is an OSError too. aiohttp's own timeouts are ClientErrors
         # and are reported with their name.
         if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ClientError):
-            return f"{shown} timed out after {request.timeout} s", None
+            return f"{shown} timed out after {seconds} s", None
         code = exc.errno if isinstance(exc, OSError) else None
         cause = _RESOURCE_ERRORS.get(code) if code is not None else None
         if cause is not None and isinstance(exc, OSError) and code is not None:
