@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 import attrs
 
@@ -280,6 +280,12 @@ def check_gate(hook: object, toolkit: ToolRegistry) -> None:
             break
     else:
         return
+    _unknown_names(hook, toolkit)
+
+
+def _unknown_names(hook: _Gate, toolkit: ToolRegistry) -> NoReturn:
+    """:func:`check_gate`'s error, in a function of its own: its comprehensions in
+    ``check_gate`` would keep ``toolkit`` in a cell, made at the start of every run."""
     unknown = [name for name in hook.guarded if name not in toolkit]
     known = ", ".join(repr(tool.name) for tool in toolkit.tools()) or "none"
     # A source's tools (an MCP server's) are registered when the toolkit is entered.

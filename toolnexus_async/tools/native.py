@@ -33,7 +33,7 @@ import inspect
 import json
 import typing
 import warnings
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence, Set
 from typing import Any, overload
 
 import anyio.to_thread
@@ -237,22 +237,31 @@ class FunctionTool:
         # By index, and no key view unless optional parameters were given: each view and
         # each iterator (over a tuple too) is an object the collector tracks, made on every
         # call (see the issue 41 C = 500 section of performance.md).
+        # The messages are written by functions of their own: a comprehension here would
+        # make this frame keep ``self`` and ``args`` in cells, two tracked objects a call.
         required = self._required
         arity = self._arity
         for index in range(arity):
             if required[index] not in args:
-                missing = [name for name in required if name not in args]
-                return f"missing required argument(s): {', '.join(missing)}"
+                return _missing(required, args)
         if len(args) == arity or self._accepts_extra:
             return None  # every key is a required parameter's
         if not args.keys() <= self._params:
-            extra = [key for key in args if key not in self._params]
-            if extra:
-                return (
-                    f"unexpected argument(s): {', '.join(extra)}; "
-                    f"it takes {', '.join(sorted(self._params)) or 'none'}"
-                )
+            return _unexpected(self._params, args)
         return None
+
+
+def _missing(required: Sequence[str], args: Mapping[str, Any]) -> str:
+    missing = [name for name in required if name not in args]
+    return f"missing required argument(s): {', '.join(missing)}"
+
+
+def _unexpected(params: Set[str], args: Mapping[str, Any]) -> str | None:
+    extra = [key for key in args if key not in params]
+    if not extra:
+        return None
+    takes = ", ".join(sorted(params)) or "none"
+    return f"unexpected argument(s): {', '.join(extra)}; it takes {takes}"
 
 
 @overload
