@@ -29,7 +29,7 @@ from toolnexus_async import (
     TransportError,
     UsageError,
 )
-from toolnexus_async._io.transport import _Slots
+from toolnexus_async._io.slots import Slots
 
 KEY = "sk-pool-test-key-0123456789"
 REPLY = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hi"}}]}).encode()
@@ -297,7 +297,7 @@ async def test_a_slot_handed_to_a_waiter_cancelled_before_it_resumed_goes_to_the
     """The pool's own queue: a freed slot goes to the first waiter; if that one is
     cancelled before it runs, the slot passes on to the next instead of being lost, and a
     waiter that gave up is skipped."""
-    slots = _Slots(1)
+    slots = Slots(1)
     assert slots.try_take() and not slots.try_take()
     got: list[str] = []
 

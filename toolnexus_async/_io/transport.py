@@ -24,9 +24,9 @@ Rules of this module:
 - The pool of a session we create is bounded: at most ``max_connections`` requests are
   in flight at once, each holding one connection, and the connector is capped alike; the
   ones beyond wait in a FIFO queue for a slot (our own, so that we know a request
-  waited and for how long: ``_Slots``), and that wait counts against the request's timeout. An idle
-  connection is closed after ``keepalive_timeout`` seconds. A parked run holds no
-  connection: it holds no slot. ``max_connections=None`` is no cap at all.
+  waited and for how long: ``slots.Slots``), and that wait counts against the request's
+  timeout. An idle connection is closed after ``keepalive_timeout`` seconds. A parked
+  run holds no connection: it holds no slot. ``max_connections=None`` is no cap at all.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import asyncio
 import errno
 import math
 import time
-from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 
@@ -45,6 +44,7 @@ from .._core.errors import BODY_EXCERPT_LIMIT, TransportError, UsageError
 from .._core.fastinit import builder
 from .._core.http import HttpRequest, HttpResponse
 from .._core.secrets import redact_url
+from .slots import Slots
 
 __all__ = ("AiohttpTransport",)
 
@@ -115,55 +115,6 @@ async def _read_head(response: aiohttp.ClientResponse, limit: int) -> bytes:
     return b"".join(chunks)[:limit]
 
 
-class _Slots:
-    """The pool's slots: taken without a wait while one is free, else handed over in FIFO
-    order as they come free.
-
-    Not ``asyncio.Semaphore``: its release wakes the first waiter not yet done by walking
-    the waiters from the front, past every one woken earlier in the same loop iteration and
-    not yet resumed, which with thousands queued (a burst of runs, each to park) costs
-    quadratic time per iteration. Here a freed slot goes to the waiter popped off the front;
-    a waiter that gave up is skipped when it is popped.
-    """
-
-    __slots__ = ("_free", "_waiters")
-
-    def __init__(self, size: int) -> None:
-        self._free = size
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    def try_take(self) -> bool:
-        """Take a free slot, if there is one. (While one is free, nobody waits: a freed
-        slot goes to a waiter first.)"""
-        if self._free:
-            self._free -= 1
-            return True
-        return False
-
-    async def take(self) -> None:
-        """Wait for a slot to be handed over."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self.give()  # handed a slot, then cancelled before it resumed: pass it on
-            else:
-                waiter.cancel()  # skipped when its turn comes
-            raise
-
-    def give(self) -> None:
-        """Give a slot back: to the first waiter still waiting, else to the free ones."""
-        waiters = self._waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._free += 1
-
-
 class AiohttpTransport:
     """Sends model requests through one ``aiohttp.ClientSession``.
 
@@ -212,7 +163,7 @@ class AiohttpTransport:
         # waiting, so its timeout can say so. None: no cap, or a borrowed session (whose
         # pool is its lender's business).
         self._slots = (
-            _Slots(max_connections) if max_connections is not None and session is None else None
+            Slots(max_connections) if max_connections is not None and session is None else None
         )
         # One ClientTimeout per distinct limit, built once: requests reuse it.
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
@@ -261,7 +212,7 @@ class AiohttpTransport:
             allow_redirects=False,
         )
 
-    async def _acquire(self, slots: _Slots, request: HttpRequest) -> aiohttp.ClientTimeout | str:
+    async def _acquire(self, slots: Slots, request: HttpRequest) -> aiohttp.ClientTimeout | str:
         """For a request that found no free slot: one taken once it is handed over, and the
         time left of the request's timeout; or why there was none.
 
@@ -296,7 +247,7 @@ class AiohttpTransport:
             timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
         return timeout
 
-    async def _slot(self, slots: _Slots, request: HttpRequest) -> aiohttp.ClientTimeout:
+    async def _slot(self, slots: Slots, request: HttpRequest) -> aiohttp.ClientTimeout:
         """Wait for a slot to come free; the timeout left for the request once one has."""
         acquired = await self._acquire(slots, request)
         if isinstance(acquired, str):
