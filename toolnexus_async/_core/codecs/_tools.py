@@ -109,7 +109,7 @@ class _Renderer:
         hit = self._cache.get(key)
         if hit is not None and hit[0] is tools:
             return hit[1]
-        rendered = [self._one(tool) for tool in tools]
+        rendered = list(map(self._one, tools))  # no comprehension: no cell for self per call
         if isinstance(tools, tuple):  # a list may change under the same id: never cached
             self._cache[key] = (tools, rendered)
             _SHARED[id(rendered)] = rendered
