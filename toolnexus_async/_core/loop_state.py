@@ -32,7 +32,7 @@ from .records import ToolCallRecord
 from .results import RunResult, RunStatus
 from .types import Request, ToolResult
 
-__all__ = ("LoopState", "kept_of", "make_record")
+__all__ = ("LoopState", "make_record")
 
 
 # A run's prompt and its end, built by their fast_init builders (every field by position,
@@ -48,12 +48,12 @@ _run_result: Callable[..., RunResult] = builder(RunResult)
 # halt); for any other call, its ToolCallRecord, None, None. So a run in flight keeps no
 # record per plain call between its model requests: with 500 runs at once, the objects
 # they hold rise and fall less with each wave, the collector makes fewer young collections,
-# and a timed round of overhead.py stays under the full collection's line (issue 41's
-# seventh pass in docs/performance.md).
+# and on Python 3.11 a timed round of overhead.py stays under the full collection's line
+# (issue 41's seventh pass in docs/performance.md).
 Kept = ToolCallRecord | ToolCall | ToolResult | int | None
 
 
-def kept_of(records: Iterable[ToolCallRecord]) -> list[Kept]:
+def _kept_of(records: Iterable[ToolCallRecord]) -> list[Kept]:
     """``records`` as a loop keeps them."""
     return [entry for record in records for entry in (record, None, None)]
 
@@ -181,7 +181,7 @@ class LoopState:
         loop.turns = turns
         loop.usage = usage
         loop.model = model
-        loop._kept = kept_of(r for r in records if r.turn < turns)
+        loop._kept = _kept_of(r for r in records if r.turn < turns)
         loop._calls = halted.assistant.tool_calls
         loop._expect = TOOLS
         loop.trace = trace
@@ -205,7 +205,7 @@ class LoopState:
         loop.turns = state.turns
         loop.usage = state.usage
         loop.model = state.model
-        loop._kept = kept_of(state.tool_calls)
+        loop._kept = _kept_of(state.tool_calls)
         loop.trace = state.trace_context
         loop._output_tries = state.output_retries_used
         return loop
