@@ -304,7 +304,7 @@ class Engine(ModelTurns):
                         # object to carry it (benchmarks/peers parking over HTTP: 853,098 ->
                         # 846,333 instructions a park, callgrind P=100 D=200).
                         # By position: keyword-only defaults are looked up per call.
-                        outcome = await executor.run_one(due[-1], None, None, self._plan.hand_out)
+                        outcome = await executor.run_one(due[-1], None, self._plan.hand_out)
                         if isinstance(outcome, Request):
                             # It waits for a parking resolver: here, so that a parked run
                             # holds neither run_one's frame nor the call's rule nor this
@@ -320,7 +320,7 @@ class Engine(ModelTurns):
                             executor = self._executor(
                                 toolkit, run_id, budget, steps, journal, loop.turns
                             )
-                            outcome = await executor.run_one(due[-1], None, (outcome, got))
+                            outcome = await executor.run_one(due[-1], (outcome, got))
                             del got
                         outcomes = [*begun, outcome]
                         del outcome

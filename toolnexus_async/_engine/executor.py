@@ -148,51 +148,46 @@ class Executor(CallSteps):
     async def run_one(
         self,
         call: ToolCall,
-        resumed: tuple[Request, Answer | None] | None = None,
-        woken: tuple[Request, Answer | Exception] | None = None,
+        resumed: tuple[Request, Answer | Exception | None] | None = None,
         hand_out: Literal[False] = False,
     ) -> Outcome: ...
 
     @overload
-    async def run_one(
-        self, call: ToolCall, resumed: None, woken: None, hand_out: bool
-    ) -> Outcome | Request: ...
+    async def run_one(self, call: ToolCall, resumed: None, hand_out: bool) -> Outcome | Request: ...
 
     async def run_one(
         self,
         call: ToolCall,
-        resumed: tuple[Request, Answer | None] | None = None,
-        woken: tuple[Request, Answer | Exception] | None = None,
+        resumed: tuple[Request, Answer | Exception | None] | None = None,
         hand_out: bool = False,
     ) -> Outcome | Request:
         """One call under the suspension rule, to the outcome the model sees.
 
-        ``resumed``: the call raised this request before a halt, and here is its answer
-        (``None``: not answered yet; the call waits for it again).
+        ``resumed``: the call raised this request (before a halt, or just now in the
+        engine's hand-out) and here is what its wait came to: the answer, what the resolver
+        raised, or ``None`` (not answered yet: the call waits for it again). The call's
+        rule is rebuilt from the request alone.
 
         ``hand_out`` (the engine, for a turn's last call, which it awaits in the run's own
         frame, when ``Plan.hand_out`` allows it): a call that must wait for a parking
         resolver after its first execution hands back the request instead of waiting
-        here; the engine awaits the park itself and goes on with ``woken``: that request
-        and what the wait came to (the answer, or what the resolver raised), exactly as
-        the wait here would have, since the call's rule is rebuilt from the request
-        alone. A run parked so holds neither this coroutine's frame, nor the call's rule,
-        nor the turn's executor (``benchmarks/peers`` parking over HTTP: fewer objects
-        for the collector to walk in every parked run). The wait of a retry (after an
-        approval) stays here, as every wait of a call in a task does.
+        here; the engine awaits the park itself and goes on with ``resumed``, exactly as
+        the wait here would have. A run parked so holds neither this coroutine's frame,
+        nor the call's rule, nor the turn's executor (``benchmarks/peers`` parking over
+        HTTP: fewer objects for the collector to walk in every parked run). The wait of a
+        retry (after an approval) stays here, as every wait of a call in a task does.
         """
         last = FIRST  # the latest execution: whose ctx after_tool sees
         changed: dict[str, Any] | None = None  # what the latest execution ran with instead
-        if woken is not None:
+        if resumed is not None:
             rule = self._rule(call)
-            request, got = woken
-            rule.asked(request)
-            action = self._woken(rule, got)
+            request, got = resumed
+            if got is None:
+                action = rule.waiting(request)
+            else:
+                rule.asked(request)
+                action = self._woken(rule, got)
             del got  # an exception's traceback refers to this frame
-        elif resumed is not None:
-            rule = self._rule(call)
-            request, answer = resumed
-            action = rule.waiting(request) if answer is None else rule.resumed(request, answer)
         elif call.invalid_arguments is None:
             # The common call: the tool (and its before_tool hook, if any) is awaited right
             # here, and the rule is consulted only if it suspends (instructions.py: 3.1 %
