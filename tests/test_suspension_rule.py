@@ -307,14 +307,14 @@ def test_a_rule_rebuilt_from_its_request_goes_on_as_the_one_that_asked(marked: b
     failed = rule()
     failed.asked(request)
     assert failed.failed(OSError("down")).outcome.result.is_error
-    with pytest.raises(RuntimeError, match="the call is over, not not started"):
+    with pytest.raises(RuntimeError, match="needs the call 'not started', and it is 'over'"):
         failed.asked(request)  # only a rule that has not started is rebuilt
 
 
 def test_steps_out_of_order_are_refused():
     machine = rule()
-    with pytest.raises(RuntimeError, match="not started"):
+    with pytest.raises(RuntimeError, match="needs the call 'waiting for an answer'"):
         machine.answered(Answer("r1", True))
     machine.start()
-    with pytest.raises(RuntimeError, match="running the call"):
+    with pytest.raises(RuntimeError, match="and it is 'running the call'"):
         machine.halted()

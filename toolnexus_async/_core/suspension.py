@@ -350,4 +350,7 @@ class CallRule:
 
     def _expect(self, state: _State) -> None:
         if self._state is not state:
-            raise RuntimeError(f"the call is {self._state.value}, not {state.value}")
+            # Quoted: the states' values are phrases ("not started", "over").
+            raise RuntimeError(
+                f"this step needs the call {state.value!r}, and it is {self._state.value!r}"
+            )
