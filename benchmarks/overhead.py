@@ -33,6 +33,11 @@ without a cap (``aiohttp.TCPConnector(limit=0)``). Target: ratio >= 0.8.
 ``AiohttpTransport(max_connections=None)`` (the default before the pool had a cap), with its
 own ratio to the floor.
 
+``--processes N`` runs the throughput part's rounds in N fresh processes, one after another,
+and pools their round pairs: how a process happens to lay out its memory moves its ratio by
+more than the rounds within it do (0.81 to 0.99 across twelve processes of one tree, see
+docs/performance.md), so one process cannot tell 0.85 from 0.88.
+
 ``--tracing`` traces every toolnexus run (``LlmClient(tracing=Tracing(...))``) through the
 OpenTelemetry SDK: a ``TracerProvider`` whose ``BatchSpanProcessor`` hands the spans to an
 exporter that drops them, so the figures are what making and exporting spans costs, without
@@ -45,6 +50,8 @@ import argparse
 import gc
 import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -61,6 +68,7 @@ PROMPT = "What is the weather in Paris, and what is 2 + 3?"
 EXPECTED_TEXT = "Paris: 21 C, clear | 5"
 P50_TARGET = 1.2
 THROUGHPUT_TARGET = 0.8
+_SCRIPT = __file__
 
 
 # --------------------------------------------------------------------------------------
@@ -363,6 +371,75 @@ async def measure_throughput(
     return contenders, server_cpu, wall
 
 
+def _forwarded(args: argparse.Namespace) -> list[str]:
+    """The throughput part's options, for a child process to run it with."""
+    argv = [
+        f"--concurrency={args.concurrency}",
+        f"--runs-per-task={args.runs_per_task}",
+        f"--rounds={args.rounds}",
+        f"--throughput-latency-ms={args.throughput_latency_ms}",
+        f"--max-connections={'none' if args.max_connections is None else args.max_connections}",
+    ]
+    if args.compare_uncapped:
+        argv.append("--compare-uncapped")
+    if args.tracing:
+        argv.append("--tracing")
+    return argv
+
+
+def throughput_in_processes(
+    args: argparse.Namespace,
+) -> tuple[list[Throughput], float, float, list[float]]:
+    """The throughput part run ``args.processes`` times, each in a fresh process, one after
+    another: the contenders' rounds pooled (in order, so that pairs stay pairs), the mock's
+    CPU and wall seconds summed, and each process's median of round pairs."""
+    pooled: list[Throughput] = []
+    server_cpu = wall = 0.0
+    per_process: list[float] = []
+    for _ in range(args.processes):
+        done = subprocess.run(
+            [sys.executable, _SCRIPT, "--throughput-child", *_forwarded(args)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"a throughput process failed:\n{done.stderr[-2000:]}")
+        report = json.loads(done.stdout.splitlines()[-1])
+        measured = [
+            Throughput(name, [Round(*r) for r in rounds]) for name, rounds in report["contenders"]
+        ]
+        if not pooled:
+            pooled = [Throughput(t.name, []) for t in measured]
+        for into, t in zip(pooled, measured, strict=True):
+            into.rounds.extend(t.rounds)
+        server_cpu += report["server_cpu"]
+        wall += report["wall"]
+        per_process.append(
+            statistics.median(
+                a / b for a, b in zip(measured[0].rates, measured[-1].rates, strict=True)
+            )
+        )
+    return pooled, server_cpu, wall, per_process
+
+
+async def throughput_child(args: argparse.Namespace) -> None:
+    """``--throughput-child``: the throughput part alone, its rounds printed as JSON."""
+    tracing = sdk_tracing() if args.tracing else None
+    with MockServer(args.throughput_latency_ms) as server:
+        contenders, server_cpu, wall = await measure_throughput(
+            server,
+            args.concurrency,
+            args.runs_per_task,
+            args.rounds,
+            args.max_connections,
+            args.compare_uncapped,
+            tracing,
+        )
+    rounds = [[t.name, [[r.runs, r.seconds, r.cpu_seconds] for r in t.rounds]] for t in contenders]
+    print(json.dumps({"contenders": rounds, "server_cpu": server_cpu, "wall": wall}))
+
+
 # --------------------------------------------------------------------------------------
 # The command line.
 
@@ -408,6 +485,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "dropped by the exporter)",
     )
     parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="throughput part: run its rounds in this many fresh processes, one after another,"
+        " and pool their round pairs",
+    )
+    parser.add_argument("--throughput-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (small sizes)"
     )
     args = parser.parse_args(argv)
@@ -421,13 +506,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.runs, args.warmup = 200, 20
         args.concurrency, args.runs_per_task, args.rounds = 50, 1, 2
-    for name in ("runs", "warmup", "concurrency", "runs_per_task", "rounds"):
+    for name in ("runs", "warmup", "concurrency", "runs_per_task", "rounds", "processes"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             parser.error(f"--{name.replace('_', '-')} is too small")
     return args
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.throughput_child:
+        await throughput_child(args)
+        return
     print_header("aiohttp", "anyio")
     tracing = sdk_tracing() if args.tracing else None
     if tracing is not None:
@@ -451,22 +539,27 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"throughput: {args.concurrency} concurrent tasks x {args.runs_per_task} runs per round, "
         f"{args.rounds} rounds each (alternating), mock latency {args.throughput_latency_ms:g} ms"
+        + (f", in {args.processes} processes (pooled)" if args.processes > 1 else "")
     )
     cap = args.max_connections
     print(
         "  toolnexus_async pool: "
         + ("AiohttpTransport() defaults" if cap == "default" else f"max_connections={cap}")
     )
-    with MockServer(args.throughput_latency_ms) as server:
-        contenders, server_cpu, wall = await measure_throughput(
-            server,
-            args.concurrency,
-            args.runs_per_task,
-            args.rounds,
-            cap,
-            args.compare_uncapped,
-            tracing,
-        )
+    per_process: list[float] = []
+    if args.processes > 1:
+        contenders, server_cpu, wall, per_process = throughput_in_processes(args)
+    else:
+        with MockServer(args.throughput_latency_ms) as server:
+            contenders, server_cpu, wall = await measure_throughput(
+                server,
+                args.concurrency,
+                args.runs_per_task,
+                args.rounds,
+                cap,
+                args.compare_uncapped,
+                tracing,
+            )
     *tns, floor_rate = contenders
     for rate in (*tns, floor_rate):
         print(rate.line())
@@ -482,6 +575,12 @@ async def main(args: argparse.Namespace) -> None:
             f"(target >= {THROUGHPUT_TARGET}: {verdict(rate_ratio >= THROUGHPUT_TARGET)});"
             f"   median of round pairs {paired:.3f};"
             f"   CPU per run {tn_rate.cpu_per_run / floor_rate.cpu_per_run:.3f}"
+        )
+    if per_process:
+        print(
+            "  each process's median of round pairs (toolnexus/floor): "
+            + ", ".join(f"{r:.3f}" for r in per_process)
+            + f"; their median {statistics.median(per_process):.3f}"
         )
     print_footer()
 
