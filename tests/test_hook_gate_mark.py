@@ -11,19 +11,27 @@ its own confirmation paid unasked. Every hook's request is now marked
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import anyio
+
+from tests.test_host import LIMIT, until
 from toolnexus_async import (
     Answer,
     Hooks,
+    Inbox,
     LlmClient,
+    Message,
     Request,
     RunResult,
     ToolContext,
     Toolkit,
     ToolResult,
+    ToolReturn,
     define_tool,
 )
+from toolnexus_async.durable import DurableHost, SqliteRunStore
 from toolnexus_async.testing import ScriptedModel, reply, tool_call
 
 
@@ -78,6 +86,55 @@ async def test_resumed_from_the_hooks_question_the_tool_still_asks_its_own() -> 
             done = await other.resume(confirm, toolkit, answers=Answer(confirm.pending.id, True))
 
     assert done.status == "done" and paid == [30]
+
+
+def pay_model(messages: list[Message], tools: list[Any]) -> Any:
+    """Calls pay, then reports its result (a function: any host may ask it next)."""
+    last = messages[-1]
+    if isinstance(last, ToolReturn):
+        return f"result: {last.output}"
+    return reply(None, tool_call("pay", {"amount": 30}, id="c1"))
+
+
+async def test_a_new_durable_host_gives_the_stored_hooks_answer_to_the_hook(tmp_path: Path) -> None:
+    """Halted into a SQLite store by one host; the next host on that store takes the
+    manager's answer: the hook gets it, the tool asks its own question."""
+    paid, pay, hooks = scenario()
+    path = tmp_path / "runs.db"
+    results: list[RunResult] = []
+    with anyio.fail_after(LIMIT):
+        async with (
+            Toolkit.create(builtins=False, extra_tools=[pay]) as toolkit,
+            SqliteRunStore(path) as store,
+            LlmClient.in_process(pay_model, hooks=hooks, wait_for=Inbox(park_timeout=0.02)) as c,
+            DurableHost(c, toolkit, store, sweep=0.02, poll=0.02) as host,
+        ):
+            halted = await host.run("Pay the invoice")
+        assert halted.pending is not None
+        assert halted.pending.data == {"team": "ops", "gate": "before_tool"}
+
+        async with (
+            Toolkit.create(builtins=False, extra_tools=[pay]) as toolkit,
+            SqliteRunStore(path) as store,
+            LlmClient.in_process(pay_model, hooks=hooks, wait_for=Inbox()) as c,
+            DurableHost(c, toolkit, store, sweep=0.02, poll=0.02, on_result=results.append) as host,
+        ):
+            assert await host.requests() == [halted.pending]
+            await host.answer(Answer(halted.pending.id, True))
+            confirm = await listed(host, "Charge 30 EUR?")
+            assert paid == [] and confirm.data is None  # the tool's own, unmarked
+            await host.answer(Answer(confirm.id, True))
+            await until(lambda: bool(results))
+    assert results[0].text == "result: paid 30 EUR" and paid == [30]
+
+
+async def listed(host: DurableHost, prompt: str) -> Request:
+    """The outstanding request with ``prompt``, once the host's store lists it."""
+    while True:
+        for request in await host.requests():
+            if request.prompt == prompt:
+                return request
+        await anyio.lowlevel.checkpoint()
 
 
 async def test_in_memory_the_same_questions_are_asked_in_the_same_order() -> None:
