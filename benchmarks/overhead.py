@@ -423,11 +423,12 @@ def throughput_in_processes(
     return pooled, server_cpu, wall, per_process
 
 
-async def throughput_child(args: argparse.Namespace) -> None:
-    """``--throughput-child``: the throughput part alone, its rounds printed as JSON."""
-    tracing = sdk_tracing() if args.tracing else None
+async def throughput_here(
+    args: argparse.Namespace, tracing: Tracing | None
+) -> tuple[list[Throughput], float, float]:
+    """The throughput part in this process, against a mock of its own."""
     with MockServer(args.throughput_latency_ms) as server:
-        contenders, server_cpu, wall = await measure_throughput(
+        return await measure_throughput(
             server,
             args.concurrency,
             args.runs_per_task,
@@ -436,6 +437,12 @@ async def throughput_child(args: argparse.Namespace) -> None:
             args.compare_uncapped,
             tracing,
         )
+
+
+async def throughput_child(args: argparse.Namespace) -> None:
+    """``--throughput-child``: the throughput part alone, its rounds printed as JSON."""
+    tracing = sdk_tracing() if args.tracing else None
+    contenders, server_cpu, wall = await throughput_here(args, tracing)
     rounds = [[t.name, [[r.runs, r.seconds, r.cpu_seconds] for r in t.rounds]] for t in contenders]
     print(json.dumps({"contenders": rounds, "server_cpu": server_cpu, "wall": wall}))
 
@@ -550,16 +557,7 @@ async def main(args: argparse.Namespace) -> None:
     if args.processes > 1:
         contenders, server_cpu, wall, per_process = throughput_in_processes(args)
     else:
-        with MockServer(args.throughput_latency_ms) as server:
-            contenders, server_cpu, wall = await measure_throughput(
-                server,
-                args.concurrency,
-                args.runs_per_task,
-                args.rounds,
-                cap,
-                args.compare_uncapped,
-                tracing,
-            )
+        contenders, server_cpu, wall = await throughput_here(args, tracing)
     *tns, floor_rate = contenders
     for rate in (*tns, floor_rate):
         print(rate.line())
