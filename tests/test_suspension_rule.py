@@ -21,6 +21,7 @@ from toolnexus_async._core.suspension import (
     Execute,
     Halt,
     Settle,
+    hooks_own,
 )
 from toolnexus_async._core.types import request_in
 from toolnexus_async._engine.hooks import GATE
@@ -277,42 +278,42 @@ def test_a_gate_carried_over_a_halt_is_recognised_by_its_mark():
 
 
 @pytest.mark.parametrize("can_ask", [True, False])
-def test_any_hooks_request_is_marked_as_a_gates_when_it_suspends(can_ask: bool):
-    """A host's own before_tool hook: its request gets ``data["gate"] = "before_tool"``
-    (its own data kept) wherever it goes next, so that a rule rebuilt from it after a
-    halt gives the answer to the hook, as the rule that asked does."""
+def test_a_hosts_hook_request_is_marked_as_a_gates_before_the_rule_sees_it(can_ask: bool):
+    """``hooks_own``: a host's own before_tool hook's request gets ``data["gate"] =
+    "before_tool"`` (its own data kept), so that a rule rebuilt from it after a halt gives
+    the answer to the hook, as the rule that asked does."""
+    theirs = ToolResult.pending(Request("h1", "input", "Which account?", data={"form": 1}))
+    result = hooks_own(CALL, theirs, theirs.metadata["pending"])  # type: ignore[index]
+    request = request_in(result)
+    assert request is not None and request.data == {"form": 1, "gate": HOOK_GATE}
+    assert (request.id, request.kind, request.prompt) == ("h1", "input", "Which account?")
+    assert result.output == theirs.output and result.is_error
     machine = rule(can_ask=can_ask)
     machine.start()
-    hooks_own = ToolResult.pending(Request("h1", "input", "Which account?", data={"form": 1}))
-    action = machine.executed(hooks_own, by_gate=True)
+    action = machine.executed(result, by_gate=True)
     if isinstance(action, Ask):
-        request = action.request
+        assert action.request == request
     else:
-        assert isinstance(action, Halt) and action.outcome.request is not None
-        request = action.outcome.request
+        assert isinstance(action, Halt) and action.outcome.request == request
         assert request_in(action.outcome.result) == request  # what a halted run keeps
-    assert request.data == {"form": 1, "gate": HOOK_GATE}
-    assert (request.id, request.kind, request.prompt) == ("h1", "input", "Which account?")
     rebuilt = rule().resumed(request, Answer("h1", True))
     assert isinstance(rebuilt, Execute) and rebuilt.hook_answer is not None
     assert rebuilt.answer is None  # the tool never asked
 
 
-def test_the_tools_own_request_and_require_approvals_are_not_marked_again():
-    assert asked(rule()).request.data is None
-    machine = rule()
-    machine.start()
-    ask = machine.executed(gate(), by_gate=True)
-    assert isinstance(ask, Ask) and ask.request == gate().metadata["pending"]  # type: ignore[index]
+def test_require_approvals_request_inside_a_hosts_hook_is_left_as_it_is():
+    result = gate()
+    assert hooks_own(CALL, result, result.metadata["pending"]) is result  # type: ignore[index]
 
 
-def test_a_hooks_request_whose_data_has_a_gate_of_its_own_settles_as_an_error():
-    machine = rule()
-    machine.start()
+def test_a_hosts_hook_request_whose_data_has_a_gate_of_its_own_settles_as_an_error():
     theirs = ToolResult.pending(Request("h1", "input", "Which door?", data={"gate": "B12"}))
-    done = machine.executed(theirs, by_gate=True)
-    assert isinstance(done, Settle) and done.outcome.request is None
-    assert done.outcome.result.is_error and "'B12'" in done.outcome.result.output
+    result = hooks_own(CALL, theirs, theirs.metadata["pending"])  # type: ignore[index]
+    assert result.is_error and "'B12'" in result.output and request_in(result) is None
+    machine = rule()
+    machine.start()
+    done = machine.executed(result, by_gate=False)
+    assert isinstance(done, Settle) and done.outcome.result == result
 
 
 # -- resuming ------------------------------------------------------------------------------------

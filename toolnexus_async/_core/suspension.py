@@ -40,10 +40,11 @@ The rules, each pinned by a test:
    once approved, runs the call afresh: the hook sees the answer, the tool does not (it
    never asked); the tool's own suspensions then follow rules 2-6 as a fresh call's would,
    and the hook asking again is unresolved. Any ``before_tool`` hook that suspends is a
-   gate: a request without require_approval's mark is given ``data["gate"] =
-   "before_tool"`` when it is raised, so that a gate carried over a halt is recognised by
-   that mark and the tool never gets the hook's answer (a host's data that already uses
-   ``"gate"`` otherwise is an error result: the mark cannot be set without losing it).
+   gate: the executor gives a host's hook's request ``data["gate"] = "before_tool"``
+   (:func:`hooks_own`) before the rule sees it, as require_approval marks its own, so that
+   a gate carried over a halt is recognised by that mark and the tool never gets the
+   hook's answer (a host's data that already uses ``"gate"`` is an error result instead:
+   the mark cannot be set without losing it).
 8. Telling the tool: a call settled as declined/expired on its *own* suspension (never a
    gate's) carries ``Settle.refusal``, the refusing :class:`Answer`: the one given with
    ``ok=False``, or ``Answer(id, False, reason="expired")`` for a request that expired
@@ -73,6 +74,7 @@ __all__ = (
     "Halt",
     "Settle",
     "declined",
+    "hooks_own",
     "is_gate",
 )
 
@@ -172,8 +174,8 @@ _RETRYING, _GATED, _OVER = _State.RETRYING, _State.GATED, _State.OVER
 GATE = "require_approval"
 
 
-# The value of data["gate"] in the requests of any other before_tool hook, set when the
-# hook suspends (CallRule.executed), for the same reason.
+# The value of data["gate"] in the requests of a host's own before_tool hook, set when the
+# hook suspends (hooks_own), for the same reason.
 HOOK_GATE = "before_tool"
 _GATES = (GATE, HOOK_GATE)
 
@@ -183,13 +185,25 @@ def is_gate(request: Request) -> bool:
     return request.data is not None and request.data.get("gate") in _GATES
 
 
-def _marked(request: Request) -> Request | None:
-    """A hook's ``request`` with the gate's mark, or None when its data already holds
-    another ``"gate"`` of the host's own."""
+def hooks_own(call: ToolCall, result: ToolResult, request: Request) -> ToolResult:
+    """What a host's own ``before_tool`` hook suspended ``call`` with (``result``, raising
+    ``request``), as the rule must be given it: the request with the gate's mark (rule 7),
+    or an error result when the host's data already has a ``"gate"`` of its own (the tool
+    does not run). The executor calls this for a host's hooks only: require_approval's
+    requests are marked when it makes them."""
+    if is_gate(request):
+        return result  # a require_approval inside the host's hook
     data = request.data
     if data is not None and "gate" in data:
-        return None
-    return attrs.evolve(request, data={**(data or {}), "gate": HOOK_GATE})
+        return ToolResult.error(
+            f"before_tool suspended {call.name!r} with a request whose data has its own "
+            f"'gate' ({data['gate']!r}): that key marks a hook's request, so that a "
+            "resumed run gives the answer to the hook and not to the tool; use another key"
+        )
+    marked = attrs.evolve(request, data={**(data or {}), "gate": HOOK_GATE})
+    return ToolResult(
+        result.output, result.is_error, {**(result.metadata or {}), "pending": marked}
+    )
 
 
 def declined(request: Request) -> ToolResult:
@@ -203,15 +217,6 @@ def _expired(request: Request) -> Answer:
 
 def _unresolved(request: Request) -> ToolResult:
     return ToolResult.error(f"unresolved: {request.prompt}")
-
-
-def _unmarkable(call: ToolCall, request: Request) -> ToolResult:
-    assert request.data is not None
-    return ToolResult.error(
-        f"before_tool suspended {call.name!r} with a request whose data has its own "
-        f"'gate' ({request.data['gate']!r}): that key marks a hook's request, so that a "
-        "resumed run gives the answer to the hook and not to the tool; use another key"
-    )
 
 
 def _invalid_arguments(call: ToolCall, raw: str) -> ToolResult:
@@ -314,15 +319,6 @@ class CallRule:
             gate = self._request
             return self._settle(CallOutcome(_unresolved(request), gate, True))
         # A fresh suspension: the tool's own, or a gate's.
-        if by_gate and not is_gate(request):
-            # A host's own hook asked: from here on (asked, halted on, kept) its request
-            # carries the mark a rule rebuilt after a halt goes by (rule 7).
-            marked = _marked(request)
-            if marked is None:
-                return self._settle(CallOutcome(_unmarkable(self._call, request)))
-            request = marked
-            metadata = {**(result.metadata or {}), "pending": marked}
-            result = ToolResult(result.output, result.is_error, metadata)
         self._request = request
         self._by_gate = by_gate or is_gate(request)
         timeout = None

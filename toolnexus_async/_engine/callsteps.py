@@ -32,7 +32,7 @@ import anyio
 from .._core.errors import UsageError
 from .._core.loop import CallOutcome
 from .._core.messages import ToolCall
-from .._core.suspension import Ask, CallRule, Execute, Halt, Settle
+from .._core.suspension import Ask, CallRule, Execute, Halt, Settle, hooks_own
 from .._core.types import Answer, HaltRun, Request, Tool, ToolContext, ToolResult, request_in
 from .hooks import Hooks, PlainBeforeTool, call_hook
 from .journal import Journal
@@ -301,7 +301,12 @@ class CallSteps:
             else:
                 if isinstance(verdict, ToolResult):
                     result = verdict
-                    by_gate = request_in(verdict) is not None
+                    asked = None if verdict.metadata is None else request_in(verdict)
+                    if asked is not None:
+                        by_gate = True
+                        if gate is None:  # a host's own hook: its request marked as a gate's
+                            result = hooks_own(call, verdict, asked)
+                            by_gate = request_in(result) is not None
                 elif isinstance(verdict, dict) and verdict != args:
                     # Checked even when the toolkit does not validate the model's calls: these
                     # arguments come from a hook or an approver, after the model's were shown.
