@@ -184,3 +184,35 @@ async def test_a_hooks_request_with_a_gate_of_its_own_is_an_error_and_nothing_ru
     output = result.tool_calls[0].result
     assert output.is_error
     assert "its own 'gate' ('B12')" in output.output and "use another key" in output.output
+
+
+async def test_the_hook_can_tell_its_own_answer_from_the_tools() -> None:
+    """docs/hooks.md's rule: after its own question the hook's ``ctx.request`` is None;
+    after the tool's, it is the tool's request, beside the tool's answer."""
+    paid, pay, _ = scenario()
+    seen: list[tuple[str | None, str | None]] = []
+
+    def manager(name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult | None:
+        seen.append(
+            (
+                None if ctx.answer is None else ctx.answer.id,
+                None if ctx.request is None else ctx.request.prompt,
+            )
+        )
+        if ctx.answer is None:
+            return ToolResult.pending(Request("m1", "approval", "Manager?"))
+        return None
+
+    async def person(request: Request) -> Answer:
+        return Answer(request.id, True)
+
+    async with (
+        Toolkit.create(builtins=False, extra_tools=[pay]) as toolkit,
+        LlmClient.in_process(model(), hooks=Hooks(before_tool=manager), wait_for=person) as c,
+    ):
+        done = await c.run("Pay the invoice", toolkit)
+
+    assert done.status == "done" and paid == [30]
+    charge = done.tool_calls[0].request
+    assert charge is not None and charge.prompt == "Charge 30 EUR?"
+    assert seen == [(None, None), ("m1", None), (charge.id, "Charge 30 EUR?")]
