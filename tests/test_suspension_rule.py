@@ -283,7 +283,7 @@ def test_a_hosts_hook_request_is_marked_as_a_gates_before_the_rule_sees_it(can_a
     "before_tool"`` (its own data kept), so that a rule rebuilt from it after a halt gives
     the answer to the hook, as the rule that asked does."""
     theirs = ToolResult.pending(Request("h1", "input", "Which account?", data={"form": 1}))
-    result = hooks_own(CALL, theirs, theirs.metadata["pending"])  # type: ignore[index]
+    result = hooks_own(CALL, theirs)
     request = request_in(result)
     assert request is not None and request.data == {"form": 1, "gate": HOOK_GATE}
     assert (request.id, request.kind, request.prompt) == ("h1", "input", "Which account?")
@@ -303,12 +303,14 @@ def test_a_hosts_hook_request_is_marked_as_a_gates_before_the_rule_sees_it(can_a
 
 def test_require_approvals_request_inside_a_hosts_hook_is_left_as_it_is():
     result = gate()
-    assert hooks_own(CALL, result, result.metadata["pending"]) is result  # type: ignore[index]
+    assert hooks_own(CALL, result) is result
+    plain = ToolResult.error("refused by the hook")
+    assert hooks_own(CALL, plain) is plain  # not a suspension: as it is
 
 
 def test_a_hosts_hook_request_whose_data_has_a_gate_of_its_own_settles_as_an_error():
     theirs = ToolResult.pending(Request("h1", "input", "Which door?", data={"gate": "B12"}))
-    result = hooks_own(CALL, theirs, theirs.metadata["pending"])  # type: ignore[index]
+    result = hooks_own(CALL, theirs)
     assert result.is_error and "'B12'" in result.output and request_in(result) is None
     machine = rule()
     machine.start()

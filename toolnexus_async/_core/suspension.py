@@ -185,14 +185,15 @@ def is_gate(request: Request) -> bool:
     return request.data is not None and request.data.get("gate") in _GATES
 
 
-def hooks_own(call: ToolCall, result: ToolResult, request: Request) -> ToolResult:
-    """What a host's own ``before_tool`` hook suspended ``call`` with (``result``, raising
-    ``request``), as the rule must be given it: the request with the gate's mark (rule 7),
-    or an error result when the host's data already has a ``"gate"`` of its own (the tool
-    does not run). The executor calls this for a host's hooks only: require_approval's
+def hooks_own(call: ToolCall, result: ToolResult) -> ToolResult:
+    """What a host's own ``before_tool`` hook returned for ``call``, as the rule must be
+    given it: a suspension's request with the gate's mark (rule 7), or an error result when
+    the host's data already has a ``"gate"`` of its own (the tool does not run); any other
+    result as it is. The executor calls this for a host's hooks only: require_approval's
     requests are marked when it makes them."""
-    if is_gate(request):
-        return result  # a require_approval inside the host's hook
+    request = None if result.metadata is None else request_in(result)
+    if request is None or is_gate(request):
+        return result  # not a suspension, or a require_approval inside the host's hook
     data = request.data
     if data is not None and "gate" in data:
         return ToolResult.error(

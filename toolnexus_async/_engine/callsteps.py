@@ -300,13 +300,10 @@ class CallSteps:
                 result = hook_raised(call, exc)
             else:
                 if isinstance(verdict, ToolResult):
-                    result = verdict
-                    asked = None if verdict.metadata is None else request_in(verdict)
-                    if asked is not None:
-                        by_gate = True
-                        if gate is None:  # a host's own hook: its request marked as a gate's
-                            result = hooks_own(call, verdict, asked)
-                            by_gate = request_in(result) is not None
+                    # A host's own hook's request is marked as a gate's here; a gate's is
+                    # marked by require_approval itself.
+                    result = verdict if gate is not None else hooks_own(call, verdict)
+                    by_gate = request_in(result) is not None
                 elif isinstance(verdict, dict) and verdict != args:
                     # Checked even when the toolkit does not validate the model's calls: these
                     # arguments come from a hook or an approver, after the model's were shown.
