@@ -92,3 +92,37 @@ def test_summary_weighs_every_operation_alike() -> None:
     assert got["collector"] == 3400 / 400
     assert got["outside_median"] == 10
     assert got["outside_range"] == [10, 10]
+
+
+# benchmarks/instructions.py reads callgrind's closing lines, with --cache-sim or without.
+_INSTRUCTIONS = SOURCE.parent.parent / "instructions.py"
+
+
+def _read_totals(stderr: str) -> dict[str, int] | None:
+    sys.path.insert(0, str(_INSTRUCTIONS.parent))  # it imports _common, _mock, overhead
+    try:
+        spec = importlib.util.spec_from_file_location("instructions", _INSTRUCTIONS)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(_INSTRUCTIONS.parent))
+    totals: dict[str, int] | None = module.read_totals(stderr)
+    return totals
+
+
+def test_instructions_reads_every_event_callgrind_collected() -> None:
+    stderr = (
+        "==62== \n==62== Events    : Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n"
+        "==62== Collected : 39110076 10530672 5778009 309459 527387 98420 11422 21555 36998\n"
+        "==62== \n==62== I   refs:      39,110,076\n"
+    )
+    assert _read_totals(stderr) == {
+        "Ir": 39110076, "Dr": 10530672, "Dw": 5778009, "I1mr": 309459, "D1mr": 527387,
+        "D1mw": 98420, "ILmr": 11422, "DLmr": 21555, "DLmw": 36998,
+    }  # fmt: skip
+    plain = "==7== Events    : Ir\n==7== Collected : 1517036217\n"
+    assert _read_totals(plain) == {"Ir": 1517036217}
+    # A process that died before its summary, or a line cut short, is no count at all.
+    assert _read_totals("==7== Events    : Ir Dr\n") is None
+    assert _read_totals("==7== Events    : Ir Dr\n==7== Collected : 12\n") is None
