@@ -126,3 +126,49 @@ def test_instructions_reads_every_event_callgrind_collected() -> None:
     # A process that died before its summary, or a line cut short, is no count at all.
     assert _read_totals("==7== Events    : Ir Dr\n") is None
     assert _read_totals("==7== Events    : Ir Dr\n==7== Collected : 12\n") is None
+
+
+# The same part counted with --cache-sim=yes: every cost line carries the cache events too
+# (callgrind may leave a line's trailing zeros off), Ir first.
+PART_CACHE = """\
+version: 1
+creator: callgrind-3.19.0
+positions: line
+events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+fl=(1) gcmodule.c
+fn=(1) gc_collect_with_callback
+10 5 1 1 1
+cfn=(2) gc_collect_main
+calls=1 20
+10 1000 300 200 40 30 7
+totals: 9000 2500 1200 310 270 60 3 2 1
+summary: 9000 2500 1200 310 270 60 3 2 1
+"""
+
+
+def test_read_part_sums_the_first_level_misses_when_the_caches_were_simulated(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "part.1"
+    path.write_text(PART_CACHE)
+    assert cg.read_part(path) == cg.Part(instructions=9000, collector=1000, misses=640)
+    plain = tmp_path / "part.2"
+    plain.write_text(PART)
+    assert cg.read_part(plain).misses == 0  # not simulated: none counted, not a guess
+    short = tmp_path / "part.3"
+    short.write_text(
+        PART_CACHE.replace("totals: 9000 2500 1200 310 270 60 3 2 1", "totals: 9000 5")
+    )
+    assert cg.read_part(short) == cg.Part(instructions=9000, collector=1000, misses=0)
+    bad = tmp_path / "part.4"
+    bad.write_text(PART_CACHE.replace("totals: 9000", "totals: 9000 1 2 3 4 5 6 7 8 9"))
+    with pytest.raises(ValueError, match="totals"):
+        cg.read_part(bad)
+
+
+def test_windows_and_summary_carry_the_misses() -> None:
+    parts = [cg.Part(10, 0, 0), cg.Part(2000, 500, 300), cg.Part(10, 0, 0), cg.Part(1800, 0, 100)]
+    marks = [[1, 0, 0], [3, 0, 0], [3, 0, 0], [4, 0, 0]]
+    split = cg.windows(parts, marks, 1, 10)
+    assert split["park"][0]["misses"] == 300 and split["wake"][0]["misses"] == 100
+    assert cg.summary(split["park"])["misses"] == 30.0

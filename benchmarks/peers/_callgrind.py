@@ -24,6 +24,10 @@ from typing import Any
 # started it (an allocation, gc.collect()); it does not call itself.
 COLLECTOR = "gc_collect_main"
 
+# With callgrind's --cache-sim=yes: its names for the first-level misses (instruction
+# reads, data reads, data writes), summed into Part.misses.
+L1_MISSES = ("I1mr", "D1mr", "D1mw")
+
 _NAMED = re.compile(r"\((\d+)\)(?: (.*))?$")
 
 
@@ -31,6 +35,7 @@ _NAMED = re.compile(r"\((\d+)\)(?: (.*))?$")
 class Part:
     instructions: int
     collector: int  # inclusive: the collections that ran in this part
+    misses: int = 0  # first-level cache misses, if the count simulated the caches
 
 
 def read_part(path: Path, collector: str = COLLECTOR) -> Part:
@@ -38,10 +43,12 @@ def read_part(path: Path, collector: str = COLLECTOR) -> Part:
 
     In the format, a ``calls=`` line is followed by the position and the inclusive cost of
     those calls, to the function the last ``cfn=`` named; names are compressed as
-    ``(id) name`` the first time and ``(id)`` after, in one table with ``fn=``'s.
+    ``(id) name`` the first time and ``(id)`` after, in one table with ``fn=``'s. Costs are
+    in the order of the ``events:`` line, instructions (``Ir``) first.
     """
     names: dict[str, str] = {}
-    total: int | None = None
+    events = ["Ir"]
+    totals: list[int] | None = None
     inside = 0
     callee = ""
     cost_follows = False
@@ -63,11 +70,17 @@ def read_part(path: Path, collector: str = COLLECTOR) -> Part:
                     name = names[key]
                 if line.startswith("cfn="):
                     callee = name
+            elif line.startswith("events:"):
+                events = line.split()[1:]
             elif line.startswith("totals:"):
-                total = int(line.split()[1])
-    if total is None:
+                totals = [int(value) for value in line.split()[1:]]
+    if totals is None:
         raise ValueError(f"{path}: no totals line")
-    return Part(total, inside)
+    if events[0] != "Ir" or len(totals) > len(events):
+        raise ValueError(f"{path}: totals {totals} for events {events}")
+    # callgrind may leave trailing zero costs off a line
+    by_event = dict(zip(events, totals + [0] * (len(events) - len(totals)), strict=True))
+    return Part(by_event["Ir"], inside, sum(by_event.get(name, 0) for name in L1_MISSES))
 
 
 def parts_of(directory: Path, stem: str) -> list[Part]:
@@ -95,6 +108,7 @@ def windows(
             "size": size,
             "instructions": parts[k].instructions,
             "collector": parts[k].collector,
+            "misses": parts[k].misses,
             "collections": [b - a for a, b in zip(marks[k - 1], marks[k], strict=True)],
         }
 
@@ -108,7 +122,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per operation over windows (of one or several processes): the mean (every window's
     instructions over every window's operations), the median and range of the windows, the
     collector's share in the mean, the rest's median and range, and the collections of
-    each generation in each window."""
+    each generation in each window; and the first-level cache misses' mean, when counted."""
     ops = sum(w["size"] for w in rows)
     each = [w["instructions"] / w["size"] for w in rows]
     rest = [(w["instructions"] - w["collector"]) / w["size"] for w in rows]
@@ -118,6 +132,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median": statistics.median(each),
         "range": [min(each), max(each)],
         "collector": sum(w["collector"] for w in rows) / ops,
+        "misses": sum(w.get("misses", 0) for w in rows) / ops,
         "outside_median": statistics.median(rest),
         "outside_range": [min(rest), max(rest)],
         "collections": [w["collections"] for w in rows],

@@ -24,7 +24,10 @@ run: ``git archive <commit> | tar -x -C PATH`` makes one.
 ``--repeat``): after a lead of P parks, ``--windows`` windows of D parks, then the same of
 wakes, each window a part of callgrind's count of its own with the collections that fell
 in it (``_callgrind.py``). The mean over the windows is the figure; the collections of
-each window say whether the floor's and ours compare.
+each window say whether the floor's and ours compare. With ``--cache-sim`` callgrind also
+simulates the first-level caches and each window's misses are printed beside its
+instructions: a park or a wake touches more than those caches hold, so its time follows
+its misses more than its instructions (docs/performance.md, "Parks and wakes timed").
 
 The results go to ``benchmarks/results/park-rate-<UTC date and time>.json`` (``--out``).
 """
@@ -89,11 +92,15 @@ class Contender:
         figures["load"] = [round(x, 2) for x in os.getloadavg()]
         return figures
 
-    def count(self, base_url: str, lead: int, windows: int, size: int, batch: int) -> Any:
+    def count(
+        self, base_url: str, lead: int, windows: int, size: int, batch: int, cache_sim: bool
+    ) -> Any:
         """One process that parks ``lead`` runs then ``windows`` windows of ``size``, and
         wakes them alike, counted by callgrind part by part (the mock, a process of its
-        own, is not counted): the instructions of each window, with its collections."""
+        own, is not counted): the instructions of each window, with its collections (and
+        its first-level cache misses with ``cache_sim``)."""
         argv = ["valgrind", "--tool=callgrind", "--dump-before=getppid"]
+        argv += ["--cache-sim=yes"] if cache_sim else []
         argv += [sys.executable, str(HERE / self.script), "park-count", "--base-url", base_url]
         argv += [f"--lead={lead}", f"--windows={windows}", f"--size={size}", f"--batch={batch}"]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -143,8 +150,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="--callgrind: processes per contender, each one's lead D / N longer than the last's",
     )
+    parser.add_argument(
+        "--cache-sim",
+        action="store_true",
+        help="--callgrind: also count first-level cache misses (callgrind's simulation)",
+    )
     parser.add_argument("--out", type=Path, default=None)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.cache_sim and args.callgrind is None:
+        parser.error("--cache-sim counts under --callgrind only")
+    return args
 
 
 def spread(values: list[float]) -> str:
@@ -192,12 +207,21 @@ def callgrind(
     """Every contender counted in ``--repeat`` processes, two at a time (a count does not
     depend on what else runs); what decides is the mean over all the windows of each."""
     p, d = (int(x) for x in args.callgrind.split(","))
-    results["callgrind"] = {"p": p, "d": d, "windows": args.windows, "repeat": args.repeat}
+    results["callgrind"] = {
+        "p": p,
+        "d": d,
+        "windows": args.windows,
+        "repeat": args.repeat,
+        "cache_sim": args.cache_sim,
+    }
     jobs = [(c, p + k * (d // args.repeat)) for k in range(args.repeat) for c in contenders]
     with MockServer(0) as mock, ThreadPoolExecutor(2) as pool:
         results["rows"] = list(
             pool.map(
-                lambda job: job[0].count(mock.base_url, job[1], args.windows, d, args.batch), jobs
+                lambda job: job[0].count(
+                    mock.base_url, job[1], args.windows, d, args.batch, args.cache_sim
+                ),
+                jobs,
             )
         )
     results["meta"]["load_end"] = os.getloadavg()
@@ -223,6 +247,8 @@ def callgrind(
             print(f"  {'':<24} {_line(it, figures['floor'], 'median', 'range')}")
             print(f"  {'':<24} {_line(it, figures['floor'], 'outside_median', 'outside_range')}")
             gens = "  ".join("/".join(map(str, c)) for c in it["collections"])
+            if args.cache_sim:
+                print(f"  {'':<24} first-level cache {_line(it, figures['floor'], 'misses')}")
             print(f"  {'':<24} collector (mean) {it['collector']:,.0f}; collections (gen 0/1/2)")
             print(f"  {'':<24} per window {gens}")
     print(f"\nresults: {out}")
