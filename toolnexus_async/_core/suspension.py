@@ -202,9 +202,8 @@ def hooks_own(call: ToolCall, result: ToolResult) -> ToolResult:
             "resumed run gives the answer to the hook and not to the tool; use another key"
         )
     marked = attrs.evolve(request, data={**(data or {}), "gate": HOOK_GATE})
-    return ToolResult(
-        result.output, result.is_error, {**(result.metadata or {}), "pending": marked}
-    )
+    # Every other field and metadata key as the hook gave them: only the request changes.
+    return attrs.evolve(result, metadata={**(result.metadata or {}), "pending": marked})
 
 
 def declined(request: Request) -> ToolResult:
