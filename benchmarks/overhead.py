@@ -296,6 +296,11 @@ class Throughput:
     def median(self) -> float:
         return statistics.median(self.rates)
 
+    def paired(self, floor: Throughput) -> float:
+        """The median of this contender's rate over the floor's, round by round (the pairs
+        the alternation makes)."""
+        return statistics.median(a / b for a, b in zip(self.rates, floor.rates, strict=True))
+
     @property
     def cpu_per_run(self) -> float:
         return sum(r.cpu_seconds for r in self.rounds) / sum(r.runs for r in self.rounds)
@@ -415,11 +420,7 @@ def throughput_in_processes(
             into.rounds.extend(t.rounds)
         server_cpu += report["server_cpu"]
         wall += report["wall"]
-        per_process.append(
-            statistics.median(
-                a / b for a, b in zip(measured[0].rates, measured[-1].rates, strict=True)
-            )
-        )
+        per_process.append(measured[0].paired(measured[-1]))
     return pooled, server_cpu, wall, per_process
 
 
@@ -564,9 +565,7 @@ async def main(args: argparse.Namespace) -> None:
     print(f"  mock server CPU while timed: {server_cpu / wall:.0%} of one core")
     for tn_rate in tns:
         rate_ratio = tn_rate.median / floor_rate.median
-        paired = statistics.median(
-            a / b for a, b in zip(tn_rate.rates, floor_rate.rates, strict=True)
-        )
+        paired = tn_rate.paired(floor_rate)
         label = "toolnexus" if tn_rate is tns[0] else "no pool cap"
         print(
             f"  ratio {label}/floor: median runs/s {rate_ratio:.3f}   "
