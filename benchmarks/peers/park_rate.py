@@ -20,6 +20,11 @@ imported from another checkout (``PYTHONPATH=PATH``; the runner and the harness 
 tree's), so that a change is measured against the tree it changes, alternated in the same
 run: ``git archive <commit> | tar -x -C PATH`` makes one.
 
+``--features`` adds the contender ``features`` (``run_features.py``): the package's own
+features (typed transcript and codec, metrics, the toolkit, a ``require_approval`` gate,
+an ``Inbox``) called one after another from the run's coroutine with no engine between
+them, so that the engine's share of a park and of a wake shows beside the floor's.
+
 ``--callgrind P,D`` counts instructions instead, in one process per contender (and per
 ``--repeat``): after a lead of P parks, ``--windows`` windows of D parks, then the same of
 wakes, each window a part of callgrind's count of its own with the collections that fell
@@ -155,6 +160,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="--callgrind: also count first-level cache misses (callgrind's simulation)",
     )
+    parser.add_argument(
+        "--features",
+        action="store_true",
+        help="also the package's features called in a row with no engine (run_features.py)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.cache_sim and args.callgrind is None:
@@ -263,6 +273,8 @@ def main(args: argparse.Namespace) -> None:
         Contender(f"toolnexus_async@{tree.name}", "run_toolnexus_async.py", tree.resolve())
         for tree in args.base_tree
     ]
+    if args.features:
+        contenders.append(Contender("features", "run_features.py"))
     now = datetime.datetime.now(datetime.UTC)
     out = args.out or RESULTS / f"park-rate-{now:%Y%m%dT%H%M%SZ}.json"
     results: dict[str, Any] = {
