@@ -24,14 +24,12 @@ It is a measuring stick, not a way to run agents: it handles only the scenario's
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Coroutine
-from typing import Any
 
 import _harness
 from _harness import clock
 from _project import _mock, overhead
+from run_floor import Floor
 
 from toolnexus_async import (
     Answer,
@@ -49,20 +47,20 @@ from toolnexus_async._engine.hooks import plain_before_tool
 from toolnexus_async._engine.model import _body_bytes
 
 
-class Features:
+class Features(Floor):
+    """The floor's run, its steps replaced by the package's features."""
+
     name = "features"
     packages: tuple[str, ...] = ("toolnexus-async", "aiohttp")
     parks = True
     mechanism = "the package's features called in a row (no engine); parks on an Inbox"
 
     async def start(self, base_url: str) -> None:
-        self.session = overhead.floor_session()
-        self.url = base_url + "/chat/completions"
+        await super().start(base_url)  # the floor's session, task group and tables
         self.headers = {
             "Authorization": f"Bearer {_mock.API_KEY}",
             "Content-Type": "application/json",
         }
-        self.run = overhead.floor_runner(self.session, base_url)
         self.codec = OpenAICodec()
         self.metrics = MetricsRegistry()
         # The gate's verdict as the executor calls it: a plain call, no coroutine.
@@ -84,24 +82,7 @@ class Features:
             builtins=False,
             extra_tools=[define_tool(overhead.get_weather), define_tool(add)],
         )
-        self.tg = asyncio.TaskGroup()
-        await self.tg.__aenter__()
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.parked: dict[int, asyncio.Future[None]] = {}
-        self.finished: dict[int, asyncio.Future[str]] = {}
-        self.continued: dict[int, float] = {}
         self.request_of: dict[int, str] = {}
-
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = self.tg.create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def close(self) -> None:
-        for task in self.tasks:  # the runs still parked
-            task.cancel()
-        await self.tg.__aexit__(None, None, None)
-        await self.session.close()
 
     async def ask(self, messages: list[Message]) -> ModelReply:
         body = self.codec.encode(messages, self.toolkit.specs, model=_mock.MODEL, max_tokens=None)
@@ -156,23 +137,10 @@ class Features:
         self.metrics.record_run("done", time.perf_counter() - run_started)
         self.finished.pop(n).set_result(final.message.text or "")
 
-    async def run_once(self) -> str:
-        return await self.run()
-
-    async def park(self, n: int) -> None:
-        loop = asyncio.get_running_loop()
-        parked = self.parked[n] = loop.create_future()
-        self.finished[n] = loop.create_future()
-        self.spawn(self.parked_run(n))
-        await parked
-
     async def wake(self, n: int) -> str:
         finished = self.finished[n]
         await self.inbox.answer(Answer(self.request_of.pop(n), True))
         return await finished
-
-    def continued_at(self, n: int) -> float:
-        return self.continued.pop(n)
 
 
 if __name__ == "__main__":
