@@ -76,7 +76,9 @@ class ToolnexusAsync:
         self.tg = asyncio.TaskGroup()
         await self.tg.__aenter__()
         self.tasks: set[asyncio.Task[None]] = set()
-        self.parked: dict[str, asyncio.Future[None]] = {}
+        # A parked run's number and the future its park() awaits, by the run's id: what
+        # watch() needs, without reading the number back out of the id.
+        self.parked: dict[str, tuple[int, asyncio.Future[None]]] = {}
         self.request_of: dict[int, str] = {}
         self.finished: dict[int, asyncio.Future[str]] = {}
         self.spawn(self.watch())
@@ -84,9 +86,11 @@ class ToolnexusAsync:
     async def watch(self) -> None:
         async for request in self.inbox.requests():
             run_id = self.inbox.run_of(request.id)
-            if run_id is not None and run_id in self.parked:
-                self.request_of[int(run_id.removeprefix("run-"))] = request.id
-                self.parked.pop(run_id).set_result(None)
+            entry = None if run_id is None else self.parked.pop(run_id, None)
+            if entry is not None:
+                n, parked = entry
+                self.request_of[n] = request.id
+                parked.set_result(None)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = self.tg.create_task(coro)
@@ -100,8 +104,8 @@ class ToolnexusAsync:
         await self.gated.aclose()
         await self.client.aclose()
 
-    async def parked_run(self, n: int) -> None:
-        result = await self.gated.run(overhead.PROMPT, self.gated_toolkit, run_id=f"run-{n}")
+    async def parked_run(self, n: int, run_id: str) -> None:
+        result = await self.gated.run(overhead.PROMPT, self.gated_toolkit, run_id=run_id)
         text = result.text if result.status == "done" else f"status {result.status}"
         self.finished.pop(n).set_result(text)
 
@@ -110,9 +114,11 @@ class ToolnexusAsync:
 
     async def park(self, n: int) -> None:
         loop = asyncio.get_running_loop()
-        parked = self.parked[f"run-{n}"] = loop.create_future()
+        run_id = f"run-{n}"
+        parked = loop.create_future()
+        self.parked[run_id] = (n, parked)
         self.finished[n] = loop.create_future()
-        self.spawn(self.parked_run(n))
+        self.spawn(self.parked_run(n, run_id))
         await parked
 
     async def wake(self, n: int) -> str:
