@@ -35,9 +35,7 @@ from toolnexus_async import (
     Answer,
     Inbox,
     MetricsRegistry,
-    Toolkit,
     ToolResult,
-    define_tool,
     require_approval,
 )
 from toolnexus_async._core.codecs.openai import OpenAICodec
@@ -68,20 +66,7 @@ class Features(Floor):
         assert verdict is not None
         self.verdict = verdict
         self.inbox = Inbox()
-
-        async def add(a: int, b: int) -> str:
-            """Add two integers.
-
-            Args:
-                a: the first addend.
-                b: the second addend.
-            """
-            return str(a + b)
-
-        self.toolkit = Toolkit.create(
-            builtins=False,
-            extra_tools=[define_tool(overhead.get_weather), define_tool(add)],
-        )
+        self.toolkit = overhead.make_toolkit()  # the scenario's two tools, as overhead.py's
         self.request_of: dict[int, str] = {}
 
     async def ask(self, messages: list[Message]) -> ModelReply:
