@@ -31,6 +31,11 @@ at a time (default 1: one run at a time, so no run shares a transaction with ano
 every notifying commit is its own). Reported per run: the database server's CPU, this
 process's CPU (the worker's and the K connections'), and the notifications each idle
 listener received.
+
+``--answer-elsewhere`` runs each K round twice, alternated: answered on the worker holding
+the run, as above, and answered on another worker (a second ``DurableHost`` with its own
+pool on the same schema, in this process), which commits the answer and notifies the
+holder's channel, as a worker behind a load balancer does for most answers.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import asyncio
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -98,10 +104,15 @@ async def gated_pay_invoice(invoice: int) -> ToolResult:
 
 
 async def drive(
-    store: RunStore, runs: int, concurrency: int, gate: bool = False
+    store: RunStore,
+    runs: int,
+    concurrency: int,
+    gate: bool = False,
+    answerer: RunStore | None = None,
 ) -> tuple[float, float]:
     """N runs begun, parked, answered and done through one host; (seconds, CPU seconds).
-    ``gate``: the approval is asked by a ``require_approval`` gate, not by the tool."""
+    ``gate``: the approval is asked by a ``require_approval`` gate, not by the tool.
+    ``answerer``: the answers are taken by a second host on that store (another worker)."""
     inbox = Inbox()
     hooks = Hooks(before_tool=require_approval(["pay_invoice"])) if gate else None
     client = LlmClient.in_process(approval_model, wait_for=inbox, hooks=hooks)
@@ -109,7 +120,13 @@ async def drive(
     toolkit = Toolkit.create(builtins=False, extra_tools=[tool])
     ids: list[str] = []  # a gate's requests, by invoice (their ids are generated)
     wrong: list[str] = []
-    async with client, toolkit, DurableHost(client, toolkit, store) as host:
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(client)
+        await stack.enter_async_context(toolkit)
+        host = await stack.enter_async_context(DurableHost(client, toolkit, store))
+        answering = host
+        if answerer is not None:
+            answering = await stack.enter_async_context(DurableHost(client, toolkit, answerer))
         parked = anyio.Event()
         finished = anyio.Event()
         done = 0
@@ -127,7 +144,7 @@ async def drive(
 
         async def answer(n: int, slots: anyio.Semaphore) -> None:
             async with slots:
-                await host.answer(Answer(ids[n] if gate else request_id(n), True))
+                await answering.answer(Answer(ids[n] if gate else request_id(n), True))
 
         def watch_parked() -> None:
             if len(inbox) == runs:
@@ -161,17 +178,21 @@ async def sqlite_round(directory: Path, n: int, args: argparse.Namespace) -> Rou
 
 
 async def postgres_round(
-    dsn: str, n: int, args: argparse.Namespace, server: ServerCpu, listeners: int = 0
+    dsn: str,
+    n: int,
+    args: argparse.Namespace,
+    server: ServerCpu,
+    listeners: int = 0,
+    elsewhere: bool = False,
 ) -> Round:
     import asyncpg
 
+    schema = f"round{n}_k{listeners}{'_elsewhere' if elsewhere else ''}"
     store = PostgresRunStore(
-        dsn,
-        schema=f"round{n}_k{listeners}",
-        min_size=args.pool,
-        max_size=args.pool,
-        keep_finished=args.runs,
+        dsn, schema=schema, min_size=args.pool, max_size=args.pool, keep_finished=args.runs
     )
+    # Another worker's own pool on the same schema: it takes the answers.
+    other = PostgresRunStore(dsn, schema=schema, max_size=args.pool) if elsewhere else None
     idle: list[Any] = []
     heard = [0]
 
@@ -184,9 +205,12 @@ async def postgres_round(
             idle.append(conn)
             channel = "toolnexus_run_store" if channel_of is None else channel_of(f"idle{i}")
             await conn.add_listener(channel, count)
-        async with store:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(store)
+            if other is not None:
+                await stack.enter_async_context(other)
             xid, server_cpu = await next_xid(dsn), server.seconds()
-            seconds, cpu = await drive(store, args.runs, args.concurrency, args.gate)
+            seconds, cpu = await drive(store, args.runs, args.concurrency, args.gate, other)
             xids, server_cpu = await next_xid(dsn) - xid - 1, server.seconds() - server_cpu
     finally:
         for conn in idle:
@@ -250,13 +274,18 @@ async def main(args: argparse.Namespace) -> None:
             alone = argparse.Namespace(
                 **{**vars(args), "runs": args.listen_runs, "concurrency": args.listen_concurrency}
             )
+            places = (False, True) if args.answer_elsewhere else (False,)
             for n in range(args.rounds):
                 for k in ks if n % 2 == 0 else ks[::-1]:
-                    r = await postgres_round(dsn, 100 + n, alone, cpu, listeners=k)
-                    print(
-                        f"  round {n + 1}, K = {k:>3}: {show(r)};"
-                        f" notifications per idle listener per run {r.heard / r.runs:.3f}"
-                    )
+                    for elsewhere in places if n % 2 == 0 else places[::-1]:
+                        r = await postgres_round(dsn, 100 + n, alone, cpu, k, elsewhere)
+                        where = "another worker" if elsewhere else "the holder"
+                        print(
+                            f"  round {n + 1}, K = {k:>3}"
+                            f"{f', answered on {where}' if args.answer_elsewhere else ''}:"
+                            f" {show(r)}; notifications per idle listener per run"
+                            f" {r.heard / r.runs:.3f}"
+                        )
         print_footer()
 
 
@@ -287,6 +316,11 @@ def parse() -> argparse.Namespace:
         "--gate",
         action="store_true",
         help="the approval asked by a require_approval gate, not by the tool (default: the tool)",
+    )
+    parser.add_argument(
+        "--answer-elsewhere",
+        action="store_true",
+        help="each K round also with the answers taken on another worker (default: the holder)",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run (100 runs, 1 round)")
     args = parser.parse_args()
