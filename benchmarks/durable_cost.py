@@ -35,7 +35,8 @@ listener received.
 ``--answer-elsewhere`` runs each K round twice, alternated: answered on the worker holding
 the run, as above, and answered on another worker (a second ``DurableHost`` with its own
 pool on the same schema, in this process), which commits the answer and notifies the
-holder's channel, as a worker behind a load balancer does for most answers.
+holder's channel, as a worker behind a load balancer does for most answers (after the
+round, untimed, every answer's audit record is checked to name that worker).
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ async def drive(
     tool = gated_pay_invoice if gate else make_tool(None)
     toolkit = Toolkit.create(builtins=False, extra_tools=[tool])
     ids: list[str] = []  # a gate's requests, by invoice (their ids are generated)
+    run_ids: list[str] = []
     wrong: list[str] = []
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(client)
@@ -135,6 +137,7 @@ async def drive(
             nonlocal done
             async with slots:
                 begun = await host.begin(PROMPT.format(n=n))
+            run_ids.append(begun.run_id)
             result = await begun.run()
             if result.status != "done" or result.text != expected_text(n):
                 wrong.append(f"run {n}: {result.status} {result.text!r}")
@@ -165,6 +168,10 @@ async def drive(
                 tg.start_soon(answer, n, slots)
             await finished.wait()
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        if answering is not host:  # untimed: every answer was the other worker's to take
+            takers = {a.worker for run_id in run_ids for a in await store.answers(run_id)}
+            if takers != {answering.worker}:
+                wrong.append(f"answers taken by {sorted(map(str, takers))}, not by the other")
     if wrong:
         raise SystemExit(f"{len(wrong)} runs went wrong, first: {wrong[0]}")
     return seconds, cpu
