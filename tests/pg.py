@@ -295,14 +295,20 @@ class _Cluster:
         shutil.rmtree(self.root)
 
 
-def _new_cluster(what: str) -> _Cluster:
-    """A cluster's directory and tools, not started; skipped without the server binaries,
-    or failed when ``CI`` is set (CI never skips)."""
+def require_server_binaries() -> Path:
+    """The server binaries' directory; the calling test is skipped without them, or failed
+    when ``CI`` is set (CI never skips)."""
     bindir = find_bindir()
     if bindir is None:
         if os.environ.get("CI"):
             pytest.fail(MISSING_REASON, pytrace=False)
         pytest.skip(MISSING_REASON)
+    return bindir
+
+
+def _new_cluster(what: str) -> _Cluster:
+    """A cluster's directory and tools, not started (see :func:`require_server_binaries`)."""
+    bindir = require_server_binaries()
     try:
         return _Cluster(bindir)
     except (RuntimeError, OSError) as exc:

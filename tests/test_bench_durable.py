@@ -4,28 +4,21 @@ store's channel naming, an internal) cannot rot between runs of ``nox -s bench``
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.pg import MISSING_REASON, find_bindir
+from tests.pg import require_server_binaries
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def test_durable_cost_answers_on_the_holder_and_on_another_worker() -> None:
-    if find_bindir() is None:
-        if os.environ.get("CI"):
-            pytest.fail(MISSING_REASON, pytrace=False)
-        pytest.skip(MISSING_REASON)
-    argv = [sys.executable, "durable_cost.py", "--quick", "--runs", "20"]
-    argv += ["--listeners", "2", "--listen-runs", "4", "--answer-elsewhere"]
-    # --quick's 100 runs a round; --runs after it is overridden, so it is the K rounds
-    # that are kept short. The script exits non-zero if any run ends with the wrong text.
+    require_server_binaries()  # the script starts a throwaway cluster of its own
+    argv = [sys.executable, "durable_cost.py", "--quick", "--listeners", "2"]
+    argv += ["--listen-runs", "4", "--answer-elsewhere"]
+    # Non-zero if a run ends with the wrong text, or an answer was not the other worker's.
     done = subprocess.run(argv, cwd=BENCH, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     rounds = re.findall(
